@@ -1,0 +1,124 @@
+"""Handlers of the server commands: CONFIG, INFO, TIME, SHUTDOWN, COMMAND."""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+
+from resp import OK, Verbatim
+
+from . import docs, info
+from .args import text
+from .errors import CommandError, SyntaxErr
+from .streams import NO_REPLY
+
+
+def config(client, argv):
+    """CONFIG GET parameter [parameter ...] | CONFIG SET parameter value [parameter value ...] | CONFIG RESETSTAT
+
+    Reads or changes the server configuration. O(options).
+    """
+    from server.config import OPTIONS, ConfigError, show
+
+    sub = argv[1].lower()
+    server = client.server
+    if sub == b"get" and len(argv) >= 3:
+        found = {}
+        for pattern in argv[2:]:
+            pattern_text = text(pattern).lower()
+            for name in OPTIONS:
+                if fnmatch.fnmatchcase(name, pattern_text):
+                    found[name] = show(name, server.config[name])
+        return found
+    if sub == b"set" and len(argv) >= 4 and len(argv) % 2 == 0:
+        # Check every pair before applying any, so a bad pair changes nothing.
+        pending = server.config.copy_for_update()
+        try:
+            for name, value in zip(argv[2::2], argv[3::2]):
+                pending.set(text(name), text(value), at_runtime=True)
+        except ConfigError as exc:
+            raise CommandError(f"ERR {exc}") from None
+        server.apply_config(pending)
+        return OK
+    if sub == b"resetstat" and len(argv) == 2:
+        server.reset_stats()
+        return OK
+    raise CommandError(
+        f"ERR unknown subcommand or wrong number of arguments for '{text(argv[1])}'. Try CONFIG HELP."
+    )
+
+
+def info_(client, argv):
+    """INFO [section [section ...]]
+
+    Server state in Redis's "field:value" text format. O(clients + keys) for some sections.
+    """
+    return Verbatim(info.render(client.server, [text(a).lower() for a in argv[1:]]))
+
+
+def time_(client, argv):
+    """TIME
+
+    The server's clock as [unix seconds, microseconds]. O(1).
+    """
+    now = time.time_ns() // 1000
+    return [b"%d" % (now // 1_000_000), b"%d" % (now % 1_000_000)]
+
+
+def shutdown(client, argv):
+    """SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]
+
+    Flushes the append-only file, saves a snapshot when save points are set (or
+    SAVE is given, never with NOSAVE), closes every client and exits 0.
+    """
+    save = None
+    for arg in argv[1:]:
+        word = arg.lower()
+        if word == b"save" and save is None:
+            save = True
+        elif word == b"nosave" and save is None:
+            save = False
+        elif word in (b"now", b"force"):
+            pass
+        elif word == b"abort":
+            raise CommandError("ERR No shutdown in progress.")
+        else:
+            raise SyntaxErr()
+    client.server.request_shutdown(save)
+    client.close_after_reply()
+    return NO_REPLY  # the connection closes without a reply, as in Redis
+
+
+def command(client, argv):
+    """COMMAND [COUNT | DOCS [name ...] | INFO [name ...] | LIST | GETKEYS command [arg ...]]
+
+    Describes the command table (redis-cli asks COMMAND DOCS for its hints). O(commands).
+    """
+    from .table import COMMANDS
+
+    sub = argv[1].lower() if len(argv) > 1 else b""
+    if not sub:
+        return [docs.command_info(name, cmd) for name, cmd in COMMANDS.items()]
+    if sub == b"count" and len(argv) == 2:
+        return len(COMMANDS)
+    if sub == b"list":
+        return [name for name in COMMANDS]
+    if sub == b"info":
+        names = [a.lower() for a in argv[2:]] or list(COMMANDS)
+        return [docs.command_info(n, COMMANDS[n]) if n in COMMANDS else None for n in names]
+    if sub == b"docs":
+        names = [a.lower() for a in argv[2:]] or list(COMMANDS)
+        return {n: docs.command_docs(n, COMMANDS[n]) for n in names if n in COMMANDS}
+    if sub == b"getkeys" and len(argv) >= 3:
+        cmd = COMMANDS.get(argv[2].lower())
+        if cmd is None:
+            raise CommandError("ERR Invalid command specified")
+        first, last, step = cmd.keys
+        args = argv[2:]
+        if not first:
+            raise CommandError("ERR The command has no key arguments")
+        last = len(args) + last if last < 0 else last
+        return args[first : last + 1 : step]
+    raise CommandError(
+        f"ERR unknown subcommand or wrong number of arguments for '{text(argv[1])}'. Try COMMAND HELP."
+    )

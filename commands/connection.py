@@ -1,0 +1,224 @@
+"""Handlers of the connection commands: PING, ECHO, HELLO, AUTH, SELECT, CLIENT, QUIT."""
+
+from __future__ import annotations
+
+import hmac
+
+from resp import OK, Status, Verbatim
+
+from .args import text, to_int
+from .errors import CommandError, NoAuth, SyntaxErr, WrongArity, WrongPass
+
+SERVER_NAME = "tstream"
+VERSION = "0.1.0"
+
+
+def ping(client, argv):
+    """PING [message]
+
+    PONG, or the message. O(1).
+    """
+    if len(argv) > 2:
+        raise WrongArity("ping")
+    return Status("PONG") if len(argv) == 1 else argv[1]
+
+
+def echo(client, argv):
+    """ECHO message
+
+    The message. O(1).
+    """
+    return argv[1]
+
+
+def check_password(server, user: bytes | None, password: bytes) -> None:
+    """Raise WRONGPASS unless user/password may log in (only the default user exists)."""
+    required = server.config["requirepass"]
+    if user is not None and user != b"default":
+        raise WrongPass()
+    if required and not hmac.compare_digest(password, required.encode()):
+        raise WrongPass()
+
+
+def auth(client, argv):
+    """AUTH [username] password
+
+    Authenticates the connection. O(1).
+    """
+    if len(argv) > 3:
+        raise SyntaxErr()
+    user = argv[1] if len(argv) == 3 else None
+    if user is None and not client.server.config["requirepass"]:
+        raise CommandError(
+            "ERR AUTH <password> called without any password configured for the default user. "
+            "Are you sure your configuration is correct?"
+        )
+    check_password(client.server, user, argv[-1])
+    client.authenticated = True
+    return OK
+
+
+def hello(client, argv):
+    """HELLO [protover [AUTH username password] [SETNAME clientname]]
+
+    Switches the protocol (2 or 3), optionally authenticates and names the client,
+    and replies a map describing the server. O(1).
+    """
+    protocol = client.protocol
+    if len(argv) > 1:
+        try:
+            protocol = to_int(argv[1])
+        except CommandError:
+            raise CommandError("ERR Protocol version is not an integer or out of range") from None
+        if protocol not in (2, 3):
+            raise CommandError("NOPROTO unsupported protocol version")
+    i = 2
+    credentials = None
+    name = None
+    while i < len(argv):
+        word = argv[i].lower()
+        if word == b"auth" and i + 2 < len(argv):
+            credentials = (argv[i + 1], argv[i + 2])
+            i += 3
+        elif word == b"setname" and i + 1 < len(argv):
+            name = validate_client_name(argv[i + 1])
+            i += 2
+        else:
+            raise CommandError(f"ERR Syntax error in HELLO option '{text(argv[i])}'")
+    if credentials is not None:
+        check_password(client.server, *credentials)
+        client.authenticated = True
+    elif client.server.config["requirepass"] and not client.authenticated:
+        raise NoAuth("NOAUTH HELLO must be called with the client already authenticated, "
+                     "otherwise the HELLO <proto> AUTH <user> <pass> option can be used to "
+                     "authenticate the client and select the RESP protocol version at the same time")
+    if name is not None:
+        client.name = name
+    client.protocol = protocol
+    return {
+        "server": SERVER_NAME,
+        "version": VERSION,
+        "proto": protocol,
+        "id": client.id,
+        "mode": "standalone",
+        "role": "master",
+        "modules": [],
+    }
+
+
+def select(client, argv):
+    """SELECT index
+
+    Only database 0 exists. O(1).
+    """
+    if to_int(argv[1]) != 0:
+        raise CommandError("ERR DB index is out of range")
+    return OK
+
+
+def quit_(client, argv):
+    """QUIT
+
+    Replies OK and closes the connection once the reply is written. O(1).
+    """
+    client.close_after_reply()
+    return OK
+
+
+def validate_client_name(name: bytes) -> bytes:
+    if any(c < 0x21 or c > 0x7E for c in name):
+        raise CommandError("ERR Client names cannot contain spaces, newlines or special characters.")
+    return name
+
+
+def client_(client, argv):
+    """CLIENT ID|SETNAME name|GETNAME|SETINFO attr value|LIST [ID id ...]|INFO|KILL ...
+
+    Connection introspection and control. O(1), LIST and KILL O(clients).
+    """
+    sub = argv[1].lower()
+    n = len(argv)
+    server = client.server
+    if sub == b"id" and n == 2:
+        return client.id
+    if sub == b"getname" and n == 2:
+        return client.name or None
+    if sub == b"setname" and n == 3:
+        client.name = validate_client_name(argv[2])
+        return OK
+    if sub == b"setinfo" and n == 4:
+        attr = argv[2].lower()
+        if attr not in (b"lib-name", b"lib-ver"):
+            raise CommandError(f"ERR Unrecognized option '{text(argv[2])}'")
+        value = validate_client_name(argv[3]) if argv[3] else b""
+        setattr(client, "lib_name" if attr == b"lib-name" else "lib_ver", value)
+        return OK
+    if sub == b"info" and n == 2:
+        return Verbatim(client.describe() + "\n")
+    if sub == b"list":
+        clients = list(server.clients.values())
+        if n > 2:
+            if argv[2].lower() == b"id" and n > 3:
+                wanted = {to_int(a) for a in argv[3:]}
+                clients = [c for c in clients if c.id in wanted]
+            elif argv[2].lower() == b"type" and n == 4:
+                if argv[3].lower() not in (b"normal", b"master", b"replica", b"pubsub"):
+                    raise CommandError(f"ERR Unknown client type '{text(argv[3])}'")
+                clients = clients if argv[3].lower() == b"normal" else []
+            else:
+                raise SyntaxErr()
+        return Verbatim("".join(c.describe() + "\n" for c in clients))
+    if sub == b"kill" and n >= 3:
+        return _client_kill(client, argv)
+    if sub == b"help":
+        return [
+            "CLIENT ID", "CLIENT GETNAME", "CLIENT SETNAME <name>", "CLIENT SETINFO LIB-NAME|LIB-VER <value>",
+            "CLIENT INFO", "CLIENT LIST [TYPE normal|ID id ...]",
+            "CLIENT KILL <ip:port> | ID <id> | ADDR <ip:port> | LADDR <ip:port> | SKIPME yes|no",
+        ]
+    raise CommandError(
+        f"ERR unknown subcommand or wrong number of arguments for '{text(argv[1])}'. Try CLIENT HELP."
+    )
+
+
+def _client_kill(client, argv):
+    server = client.server
+    if len(argv) == 3:  # old form: CLIENT KILL addr:port
+        address = text(argv[2])
+        for other in list(server.clients.values()):
+            if other.addr == address:
+                other.kill()
+                return OK
+        raise CommandError("ERR No such client")
+    filters = []
+    skipme = True
+    i = 2
+    while i < len(argv):
+        if i + 1 >= len(argv):
+            raise SyntaxErr()
+        word, value = argv[i].lower(), argv[i + 1]
+        if word == b"id":
+            wanted_id = to_int(value)
+            filters.append(lambda c, v=wanted_id: c.id == v)
+        elif word == b"addr":
+            filters.append(lambda c, v=text(value): c.addr == v)
+        elif word == b"laddr":
+            filters.append(lambda c, v=text(value): c.laddr == v)
+        elif word == b"user":
+            filters.append(lambda c, v=value: v == b"default")
+        elif word == b"type":
+            kind = value.lower()
+            filters.append(lambda c, v=kind: v == b"normal")
+        elif word == b"skipme":
+            skipme = value.lower() == b"yes"
+        else:
+            raise SyntaxErr()
+        i += 2
+    killed = 0
+    for other in list(server.clients.values()):
+        if skipme and other is client:
+            continue
+        if all(f(other) for f in filters):
+            other.kill()
+            killed += 1
+    return killed

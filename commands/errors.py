@@ -1,0 +1,53 @@
+"""The errors a command can reply with.
+
+Handlers raise these; the dispatcher is the one boundary that turns them into RESP
+error replies.  ``message`` is the whole reply text after the ``-``, starting with
+the error code, exactly as the client sees it.
+"""
+
+from __future__ import annotations
+
+
+class CommandError(Exception):
+    """A command failed; nothing was changed."""
+
+    default = "ERR"
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or self.default
+        super().__init__(self.message)
+
+
+class SyntaxErr(CommandError):
+    default = "ERR syntax error"
+
+
+class NotAnInteger(CommandError):
+    default = "ERR value is not an integer or out of range"
+
+
+class UnknownCommand(CommandError):
+    def __init__(self, name: bytes, args: list) -> None:
+        shown = " ".join(f"'{_printable(a)}'" for a in args[:20])
+        super().__init__(
+            f"ERR unknown command '{_printable(name)}', with args beginning with: {shown}"
+        )
+
+
+class WrongArity(CommandError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"ERR wrong number of arguments for '{name}' command")
+
+
+class NoAuth(CommandError):
+    default = "NOAUTH Authentication required."
+
+
+class WrongPass(CommandError):
+    default = "WRONGPASS invalid username-password pair or user is disabled."
+
+
+def _printable(value: bytes) -> str:
+    # Redis shows at most 128 bytes of each argument, with control bytes escaped.
+    text = value[:128].decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)

@@ -1,0 +1,324 @@
+"""Handlers of the RCP 11 stream commands: TWRITE, TREAD, TEVICT, TINFO, TCONFIG.
+
+Every handler parses and validates all of its arguments before it touches the
+keyspace, so a bad request changes nothing (no half-created key).
+"""
+
+from __future__ import annotations
+
+import re
+from time import time_ns
+
+from engine.groups import Group
+from resp import OK
+
+from .args import to_bool, to_int, to_nonnegative, to_positive
+from .errors import CommandError, SyntaxErr
+
+# A handler's reply when the client gets no reply now (it blocked, or the
+# connection closes, as after SHUTDOWN).
+NO_REPLY = object()
+
+NO_SUCH_KEY = "ERR no such key"
+
+
+def twrite(client, argv):
+    """TWRITE key tag entry | TWRITE key [BACKLOG count] ENTRIES tag entry [tag entry ...]
+
+    Appends the entries atomically and replies the offset of the first one.
+    O(1) per entry (plus sealing a full macro node, O(node size), once per node).
+    """
+    server = client.server
+    if len(argv) == 4:  # the simple form, kept short: it is the hottest path of the server
+        stream = server.streams.get(argv[1])
+        if stream is None:
+            stream = server.keyspace.get_or_create(argv[1], server.node_entries)
+        offset = stream.append(argv[2], argv[3], time_ns())
+        server.dirty += 1
+        if server.waiting_keys:
+            server.wake(argv[1])
+        return offset
+    backlog = -1
+    i = 2
+    while True:
+        word = argv[i].lower() if i < len(argv) else b""
+        if word == b"backlog" and i + 1 < len(argv):
+            backlog = to_nonnegative(argv[i + 1], "BACKLOG count")
+            i += 2
+        elif word == b"entries":
+            i += 1
+            break
+        else:
+            raise SyntaxErr()
+    if i >= len(argv) or (len(argv) - i) % 2:
+        raise CommandError("ERR ENTRIES needs one or more tag entry pairs")
+    stream = server.keyspace.get_or_create(argv[1], server.node_entries)
+    offset = stream.append_many(argv, time_ns(), i)
+    if backlog >= 0:
+        stream.evict_keep(backlog)
+    server.dirty += 1
+    if server.waiting_keys:
+        server.wake(argv[1])
+    return offset
+
+
+def parse_offset(arg: bytes) -> int | bytes:
+    """An offset argument: an integer >= 1, or b"-" (first held) or b"$" (next)."""
+    if arg == b"-" or arg == b"$":
+        return arg
+    value = to_int(arg)
+    if value < 0:
+        raise CommandError("ERR offset must be -, $, 0 or a positive integer")
+    return value or b"-"
+
+
+def resolve_offset(stream, offset: int | bytes) -> int:
+    """Turn b"-"/b"$" into a number against the stream as it is now (None: a new key)."""
+    if offset == b"-":
+        return stream.first if stream is not None else 1
+    if offset == b"$":
+        return stream.next_offset if stream is not None else 1
+    return offset
+
+
+class ReadRequest:
+    """A parsed TREAD; kept by a blocked client until it can be served."""
+
+    __slots__ = ("key", "offset", "count", "block_ms", "group", "retry", "withinfo")
+
+    def __init__(self, key: bytes, offset, count: int) -> None:
+        self.key = key
+        self.offset = offset  # int, or b"-"/b"$" until resolved
+        self.count = count
+        self.block_ms: int | None = None
+        self.group: bytes | None = None
+        self.retry: tuple[int, int] | None = None
+        self.withinfo = False
+
+
+def parse_tread(argv) -> ReadRequest:
+    request = ReadRequest(argv[1], parse_offset(argv[2]), to_nonnegative(argv[3], "count"))
+    i = 4
+    n = len(argv)
+    while i < n:
+        word = argv[i].lower()
+        if word == b"withinfo":
+            request.withinfo = True
+            i += 1
+        elif word == b"block" and i + 1 < n:
+            request.block_ms = to_int(argv[i + 1])
+            if request.block_ms < 0:
+                raise CommandError("ERR timeout is negative")
+            i += 2
+        elif word == b"group" and i + 1 < n:
+            request.group = argv[i + 1]
+            i += 2
+        elif word == b"retry" and i + 2 < n:
+            request.retry = (to_nonnegative(argv[i + 1], "retry-ms"), to_nonnegative(argv[i + 2], "expire-ms"))
+            i += 3
+        else:
+            raise SyntaxErr()
+    if request.retry is not None and request.group is None:
+        raise SyntaxErr()  # RETRY only makes sense for a group
+    return request
+
+
+def perform_read(server, request: ReadRequest, blocking: bool):
+    """The reply to ``request``, or None when it must block (only if ``blocking``).
+
+    A plain read blocks while no entry (nor missing entry) exists at or after its
+    offset; a group read blocks while its group has nothing to hand out.
+    """
+    if request.group is None:
+        stream = server.streams.get(request.key)
+        start = resolve_offset(stream, request.offset)
+        if blocking and request.count and (stream is None or start >= stream.next_offset):
+            request.offset = start  # "$" means the next offset as of now, not of the wake-up
+            return None
+        reply = stream.read(start, request.count) if stream is not None and request.count else []
+    else:
+        stream = server.keyspace.get_or_create(request.key, server.node_entries)
+        group = stream.groups.get(request.group)
+        if group is None:
+            group = stream.groups[request.group] = Group(request.group, resolve_offset(stream, request.offset))
+            server.dirty += 1
+        reply = []
+        if request.count:
+            reply = group.read(stream, request.count, time_ns() // 1_000_000, request.retry,
+                               server.config["group-max-pending"])
+            if reply:
+                server.dirty += 1
+        if not reply and blocking and request.count:
+            return None
+    if request.withinfo:
+        reply.insert(0, [stream.first, stream.last] if stream is not None else [1, 0])
+    return reply
+
+
+def tread(client, argv):
+    """TREAD key offset count [BLOCK ms] [GROUP name] [RETRY retry-ms expire-ms] [WITHINFO]
+
+    Replies up to `count` elements from `offset` on: [offset, tag, entry] for an
+    entry held, null for a missing one; with GROUP, the group's next entries
+    (never nulls). BLOCK waits up to ms (0: forever) for something to read.
+    O(1) seek + O(count); group reads O(count log pending).
+    """
+    request = parse_tread(argv)
+    reply = perform_read(client.server, request, blocking=request.block_ms is not None)
+    if reply is None:
+        client.server.blocking.block(client, request)
+        return NO_REPLY
+    return reply
+
+
+def tack(client, argv):
+    """TACK key group offset [offset ...] | TACK key group start-end
+
+    Acknowledges pending entries of the group; replies how many were pending.
+    O(k log pending).
+    """
+    if len(argv) == 4 and b"-" in argv[3]:
+        match = _RANGE.match(argv[3])
+        if match is None:
+            raise CommandError("ERR invalid range, use start-end with positive integers")
+        start, end = int(match.group(1)), int(match.group(2))
+        offsets = None
+    else:
+        offsets = [to_positive(arg, "offset") for arg in argv[3:]]
+    server = client.server
+    stream = server.streams.get(argv[1])
+    group = stream.groups.get(argv[2]) if stream is not None else None
+    if group is None:
+        return 0
+    acked = group.ack_range(start, end) if offsets is None else group.ack(offsets)
+    if acked:
+        server.dirty += 1
+        if argv[1] in server.waiting_keys:
+            server.wake(argv[1])  # room in the pending list may unblock capped readers
+    return acked
+
+
+_RANGE = re.compile(rb"([1-9][0-9]{0,18})-([1-9][0-9]{0,18})\Z")
+
+
+def tpending(client, argv):
+    """TPENDING key group
+
+    The group's pending entries as [offset, deliveries, ms-until-retry], by offset. O(pending).
+    """
+    stream = client.server.streams.get(argv[1])
+    group = stream.groups.get(argv[2]) if stream is not None else None
+    if group is None:
+        return []
+    now_ms = time_ns() // 1_000_000
+    group.purge(stream, now_ms)
+    return group.pending_list(now_ms)
+
+
+def tevict(client, argv):
+    """TEVICT key offset
+
+    Positive offset: evict every entry <= offset. Negative -n: keep the newest n.
+    Replies the number of entries evicted. O(entries evicted / node size).
+    """
+    offset = to_int(argv[2])
+    stream = client.server.keyspace.get(argv[1])
+    if stream is None:
+        return 0
+    evicted = stream.evict_keep(-offset) if offset < 0 else stream.evict_through(offset)
+    if evicted:
+        client.server.dirty += evicted
+    return evicted
+
+
+# Stream configuration: name -> (parser of the value, how to show it).
+def _count(name):
+    return lambda arg: to_nonnegative(arg, name)
+
+
+def _flag(name):
+    return lambda arg: to_bool(arg, name)
+
+
+STREAM_CONFIG = {
+    "max_len": _count("max_len"),
+    "max_age_ms": _count("max_age_ms"),
+    "max_msgs_per_subject": _count("max_msgs_per_subject"),
+    "allow_direct": _flag("allow_direct"),
+    "allow_atomic": _flag("allow_atomic"),
+}
+
+
+def stream_config_map(stream) -> dict:
+    config = stream.config
+    shown = {}
+    for name in STREAM_CONFIG:
+        value = getattr(config, name)
+        shown[name] = ("yes" if value else "no") if isinstance(value, bool) else value
+    return shown
+
+
+def tinfo(client, argv):
+    """TINFO key [GROUPS]
+
+    A map of length, first, last, nodes, bytes, groups and the stream's config;
+    with GROUPS, an array of maps (name, next, pending), one per group. O(1) / O(groups).
+    """
+    if len(argv) > 3 or (len(argv) == 3 and argv[2].lower() != b"groups"):
+        raise SyntaxErr()
+    stream = client.server.keyspace.get(argv[1])
+    if stream is None:
+        raise CommandError(NO_SUCH_KEY)
+    groups = stream.groups
+    if len(argv) == 3:
+        now_ms = time_ns() // 1_000_000
+        for group in groups.values():
+            group.purge(stream, now_ms)
+        return [group.info() for group in groups.values()]
+    info = {
+        "length": stream.length,
+        "first": stream.first,
+        "last": stream.last,
+        "nodes": stream.nodes,
+        "bytes": stream.memory_bytes(),
+        "groups": len(groups),
+    }
+    info.update(stream_config_map(stream))
+    return info
+
+
+def tconfig(client, argv):
+    """TCONFIG key GET | TCONFIG key SET name value [name value ...]
+
+    GET replies the stream's config as a map; SET validates every pair, then
+    applies them all (creating the stream if needed) and evicts what the new
+    limits exclude. O(pairs) + eviction.
+    """
+    action = argv[2].lower()
+    if action == b"get":
+        if len(argv) != 3:
+            raise SyntaxErr()
+        stream = client.server.keyspace.get(argv[1])
+        if stream is None:
+            raise CommandError(NO_SUCH_KEY)
+        return stream_config_map(stream)
+    if action != b"set":
+        raise CommandError("ERR unknown TCONFIG subcommand, use GET or SET")
+    pairs = argv[3:]
+    if not pairs or len(pairs) % 2:
+        raise CommandError("ERR wrong number of arguments for 'tconfig|set' command")
+    changes = {}
+    for name_arg, value_arg in zip(pairs[::2], pairs[1::2]):
+        name = name_arg.decode("utf-8", "replace").lower()
+        parse = STREAM_CONFIG.get(name)
+        if parse is None:
+            raise CommandError(f"ERR unknown stream config '{name}'")
+        changes[name] = parse(value_arg)
+    stream = client.server.keyspace.get_or_create(argv[1], client.server.node_entries)
+    config = stream.config
+    for name, value in changes.items():
+        setattr(config, name, value)
+    if config.max_msgs_per_subject > 0:
+        config.allow_direct = True  # ADR-31: per-subject limits (KV) force direct get on
+    client.server.dirty += 1 + stream.enforce_limits(time_ns())
+    return OK

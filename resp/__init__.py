@@ -1,0 +1,22 @@
+"""RESP2/RESP3 protocol: request parsing and reply encoding, no I/O."""
+
+from .encode import (
+    NULL_ARRAY,
+    OK,
+    BigNumber,
+    ErrorReply,
+    Push,
+    Raw,
+    Set,
+    Status,
+    Verbatim,
+    encode,
+    encode_error,
+)
+from .errors import ProtocolError
+from .parser import RequestParser, split_inline
+
+__all__ = [
+    "NULL_ARRAY", "OK", "BigNumber", "ErrorReply", "Push", "Raw", "Set", "Status", "Verbatim",
+    "encode", "encode_error", "ProtocolError", "RequestParser", "split_inline",
+]

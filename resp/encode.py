@@ -1,0 +1,160 @@
+"""Reply encoders: Python values in, RESP bytes out. Pure functions.
+
+Handlers return plain Python values and this module is the one place that decides
+how each looks on the wire under RESP2 or RESP3:
+
+    ====================  ======================  ==========================
+    Python value          RESP2                   RESP3
+    ====================  ======================  ==========================
+    None                  $-1 (null bulk)         _ (null)
+    NULL_ARRAY            *-1 (null array)        _
+    bool                  :1 / :0                 #t / #f
+    int                   :n                      :n
+    float                 $ bulk of repr          ,repr
+    bytes / str           $ bulk                  $ bulk
+    Status("OK")          +OK                     +OK
+    ErrorReply("ERR x")   -ERR x                  -ERR x
+    list / tuple          * array                 * array
+    dict                  * flat [k, v, k, v]     % map
+    Set                   * array                 ~ set
+    Verbatim              $ bulk                  = verbatim (txt:)
+    BigNumber             $ bulk                  ( big number
+    Push                  * array                 > push
+    Raw                   the bytes as they are   the bytes as they are
+    ====================  ======================  ==========================
+"""
+
+from __future__ import annotations
+
+
+class Status(str):
+    """A simple string reply (``+OK``)."""
+
+    __slots__ = ()
+
+
+class ErrorReply(str):
+    """An error reply; the text starts with the error code (``ERR ...``)."""
+
+    __slots__ = ()
+
+
+class Verbatim(str):
+    """Text meant for humans (INFO, CLIENT LIST): RESP3 verbatim string of format txt."""
+
+    __slots__ = ()
+
+
+class BigNumber(int):
+    __slots__ = ()
+
+
+class Set(list):
+    __slots__ = ()
+
+
+class Push(list):
+    __slots__ = ()
+
+
+class Raw(bytes):
+    """Bytes already encoded as RESP, valid under both protocols."""
+
+    __slots__ = ()
+
+
+class _NullArray:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NULL_ARRAY"
+
+
+NULL_ARRAY = _NullArray()
+
+OK = Raw(b"+OK\r\n")
+
+
+def encode(value, protocol: int) -> bytes:
+    """Encode ``value`` as a RESP2 (``protocol`` 2) or RESP3 (3) reply."""
+    out: list[bytes] = []
+    _write(value, out, protocol == 3)
+    return b"".join(out)
+
+
+def encode_error(message: str) -> bytes:
+    """An error reply; newlines would break the framing, so they become spaces."""
+    return b"-" + message.replace("\r", " ").replace("\n", " ").encode("utf-8", "replace") + b"\r\n"
+
+
+def _float_text(value: float) -> bytes:
+    if value != value:
+        return b"nan"
+    if value in (float("inf"), float("-inf")):
+        return b"inf" if value > 0 else b"-inf"
+    return repr(value).encode()
+
+
+def _aggregate(prefix: bytes, items, out: list, resp3: bool) -> None:
+    out.append(b"%s%d\r\n" % (prefix, len(items)))
+    for item in items:
+        _write(item, out, resp3)
+
+
+def _write(value, out: list, resp3: bool) -> None:
+    cls = value.__class__
+    # The common types first, by exact class: they look the same in both protocols.
+    if cls is bytes:
+        out.append(b"$%d\r\n%s\r\n" % (len(value), value))
+    elif cls is int:
+        out.append(b":%d\r\n" % value)
+    elif cls is list or cls is tuple:
+        _aggregate(b"*", value, out, resp3)
+    elif cls is Raw:
+        out.append(value)
+    elif cls is str:
+        _write(value.encode(), out, resp3)
+    elif cls is Status:
+        out.append(b"+%s\r\n" % value.encode())
+    elif cls is ErrorReply:
+        out.append(encode_error(value))
+    # The types whose look depends on the protocol.
+    elif value is None:
+        out.append(b"_\r\n" if resp3 else b"$-1\r\n")
+    elif value is NULL_ARRAY:
+        out.append(b"_\r\n" if resp3 else b"*-1\r\n")
+    elif cls is bool:
+        out.append((b"#t\r\n" if value else b"#f\r\n") if resp3 else (b":1\r\n" if value else b":0\r\n"))
+    elif isinstance(value, dict):
+        if resp3:
+            out.append(b"%%%d\r\n" % len(value))
+        else:
+            out.append(b"*%d\r\n" % (2 * len(value)))
+        for key, item in value.items():
+            _write(key, out, resp3)
+            _write(item, out, resp3)
+    elif isinstance(value, float):
+        if resp3:
+            out.append(b",%s\r\n" % _float_text(value))
+        else:
+            _write(_float_text(value), out, resp3)
+    elif cls is Verbatim:
+        text = value.encode()
+        out.append(b"=%d\r\ntxt:%s\r\n" % (len(text) + 4, text) if resp3 else b"$%d\r\n%s\r\n" % (len(text), text))
+    elif cls is BigNumber:
+        out.append(b"(%d\r\n" % value if resp3 else b"$%d\r\n%d\r\n" % (len(str(value)), value))
+    elif cls is Set:
+        _aggregate(b"~" if resp3 else b"*", value, out, resp3)
+    elif cls is Push:
+        _aggregate(b">" if resp3 else b"*", value, out, resp3)
+    # Anything else that is close enough to a type above.
+    elif isinstance(value, (bytearray, memoryview)):
+        _write(bytes(value), out, resp3)
+    elif isinstance(value, int):
+        out.append(b":%d\r\n" % value)
+    elif isinstance(value, str):
+        _write(value.encode(), out, resp3)
+    elif isinstance(value, (list, tuple)):
+        _aggregate(b"*", value, out, resp3)
+    else:
+        raise TypeError(f"cannot encode {type(value).__name__} as RESP")

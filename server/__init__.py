@@ -1,0 +1,1 @@
+"""The asyncio server: configuration, connections, and the process entry point."""

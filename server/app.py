@@ -1,0 +1,157 @@
+"""The server's shared state: keyspace, configuration, clients, statistics, timers.
+
+Command handlers reach it as ``client.server``.  It owns no sockets itself; the
+listening and the per-connection protocol live in ``server.connection`` and the
+process wiring in ``server.main``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+
+from engine import Keyspace
+
+from .blocking import BlockingRegistry
+from .config import Config
+
+log = logging.getLogger("tstream.server")
+
+CRON_INTERVAL = 0.1  # seconds between housekeeping passes (time eviction, idle clients)
+
+
+class Stats:
+    """Counters shown by INFO stats; CONFIG RESETSTAT zeroes them."""
+
+    def __init__(self) -> None:
+        self.reset()
+        self._samples: list[tuple[float, int]] = []
+
+    def reset(self) -> None:
+        self.connections = 0
+        self.commands = 0
+        self.net_input = 0
+        self.net_output = 0
+        self.rejected = 0
+        self.errors = 0
+        self.evicted = 0
+        self.hits = 0
+        self.misses = 0
+
+    def sample(self, now: float) -> None:
+        """Keep a second of (time, commands) samples for instantaneous_ops_per_sec."""
+        self._samples.append((now, self.commands))
+        while len(self._samples) > 2 and now - self._samples[0][0] > 1.0:
+            self._samples.pop(0)
+
+    def ops_per_sec(self) -> int:
+        if len(self._samples) < 2:
+            return 0
+        (t0, c0), (t1, c1) = self._samples[0], self._samples[-1]
+        return int((c1 - c0) / (t1 - t0)) if t1 > t0 else 0
+
+
+class Server:
+    def __init__(self, config: Config, config_file: str | None = None) -> None:
+        self.config = config
+        self.config_file = config_file
+        self.keyspace = Keyspace()
+        self.streams = self.keyspace.streams  # key -> Stream, for the hot paths' lookups
+        self.waiting_keys: set[bytes] = set()  # keys some blocked client waits on
+        self.blocking = BlockingRegistry(self)
+        self.clients: dict[int, object] = {}
+        self.next_client_id = 1
+        self.stats = Stats()
+        self.started = time.time()
+        self.run_id = os.urandom(20).hex()
+        self.dirty = 0  # changes since the last snapshot
+        self.port = 0
+        self.event_loop_name = "asyncio"
+        self.node_entries = config["node-entries"]
+        self._peak_memory = 0
+        self._shutdown: asyncio.Future | None = None
+        self._cron_handle: asyncio.TimerHandle | None = None
+
+    # --- what handlers call -------------------------------------------------------
+
+    def wake(self, key: bytes) -> None:
+        """``key``, which blocked clients wait on, changed (a write, a TACK)."""
+        self.blocking.key_ready(key)
+
+    def key_deleted(self, key: bytes) -> None:
+        """``key`` is about to disappear (DEL, FLUSHALL)."""
+        if key in self.waiting_keys:
+            self.blocking.key_deleted(key)
+
+    def blocked_count(self) -> int:
+        return self.blocking.count
+
+    def request_shutdown(self, save: bool | None) -> None:
+        """Stop serving; ``save`` True/False forces or skips the final snapshot."""
+        if self._shutdown is not None and not self._shutdown.done():
+            self._shutdown.set_result(save)
+
+    def apply_config(self, new: Config) -> None:
+        self.config.values = new.values
+        self.node_entries = new["node-entries"]
+
+    def reset_stats(self) -> None:
+        self.stats.reset()
+
+    def persistence_info(self) -> dict:
+        return {
+            "rdb_changes_since_last_save": self.dirty,
+            "rdb_bgsave_in_progress": 0,
+            "aof_enabled": 0,
+            "aof_rewrite_in_progress": 0,
+        }
+
+    def peak_memory(self, current: int) -> int:
+        self._peak_memory = max(self._peak_memory, current)
+        return self._peak_memory
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    def new_client_id(self) -> int:
+        client_id = self.next_client_id
+        self.next_client_id += 1
+        return client_id
+
+    async def serve(self, servers: list[asyncio.AbstractServer]) -> bool | None:
+        """Run until SHUTDOWN or a signal; returns the SHUTDOWN save choice."""
+        loop = asyncio.get_running_loop()
+        self._shutdown = loop.create_future()
+        self._cron_handle = loop.call_later(CRON_INTERVAL, self._cron)
+        try:
+            return await self._shutdown
+        finally:
+            self._cron_handle.cancel()
+            for listener in servers:
+                listener.close()
+            for client in list(self.clients.values()):
+                client.kill()
+
+    def _cron(self) -> None:
+        """Housekeeping every CRON_INTERVAL: time-based eviction, idle clients, ops/sec."""
+        loop = asyncio.get_running_loop()
+        try:
+            now = time.time()
+            self.stats.sample(now)
+            now_ns = time.time_ns()
+            for _, stream in list(self.keyspace.items()):
+                if stream.config.max_age_ms:
+                    evicted = stream.enforce_limits(now_ns)
+                    if evicted:
+                        self.stats.evicted += evicted
+                        self.dirty += evicted
+            idle_limit = self.config["timeout"]
+            if idle_limit:
+                for client in list(self.clients.values()):
+                    if now - client.last_interaction > idle_limit and not client.is_blocked():
+                        client.kill()
+        except Exception:
+            log.exception("housekeeping failed")
+        finally:
+            self._cron_handle = loop.call_later(CRON_INTERVAL, self._cron)

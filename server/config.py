@@ -1,0 +1,171 @@
+"""Server configuration: the option table, config files and ``--name value`` arguments.
+
+Names and value formats follow Redis (``512mb``, ``yes``/``no``), so a redis.conf
+habit carries over.  An option marked ``runtime`` may be changed with CONFIG SET.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+class ConfigError(ValueError):
+    """A configuration name or value is not acceptable; the text says why."""
+
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1024, "m": 1000**2, "mb": 1024**2, "g": 1000**3, "gb": 1024**3}
+
+
+def parse_memory(text: str) -> int:
+    """Redis memory notation: 512mb, 1gb, 100k, 42."""
+    match = re.fullmatch(r"(\d+)([a-z]*)", text.strip().lower())
+    if not match or match.group(2) not in _UNITS:
+        raise ConfigError(f"argument must be a memory value: {text!r}")
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def parse_int(text: str, minimum: int = 0) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise ConfigError(f"argument couldn't be parsed into an integer: {text!r}") from None
+    if value < minimum:
+        raise ConfigError(f"argument must be >= {minimum}: {text!r}")
+    return value
+
+
+def parse_bool(text: str) -> bool:
+    word = text.strip().lower()
+    if word in ("yes", "true", "1"):
+        return True
+    if word in ("no", "false", "0"):
+        return False
+    raise ConfigError(f"argument must be 'yes' or 'no': {text!r}")
+
+
+def parse_save(text: str) -> list[tuple[int, int]]:
+    """Save points: pairs of "seconds changes"; an empty string disables them."""
+    words = text.split()
+    if len(words) % 2:
+        raise ConfigError(f"save takes pairs of seconds and changes: {text!r}")
+    return [(parse_int(s, 1), parse_int(c, 0)) for s, c in zip(words[::2], words[1::2])]
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        word = text.strip().lower()
+        if word not in choices:
+            raise ConfigError(f"argument must be one of {', '.join(choices)}: {text!r}")
+        return word
+
+    return parse
+
+
+def _text(text: str) -> str:
+    return text
+
+
+@dataclass(frozen=True)
+class Option:
+    default: str
+    parse: Callable[[str], Any]
+    runtime: bool  # may be changed with CONFIG SET
+    help: str
+
+
+def _show_bool(value: bool) -> str:
+    return "yes" if value else "no"
+
+
+OPTIONS: dict[str, Option] = {
+    "port": Option("6380", lambda t: parse_int(t, 0), False, "TCP port to listen on (0: any free port)"),
+    "bind": Option("127.0.0.1", _text, False, "addresses to listen on, space separated"),
+    "dir": Option(".", _text, False, "directory of the snapshot and the append-only files"),
+    "dbfilename": Option("dump.tsr", _text, True, "snapshot file name, inside dir"),
+    "save": Option("3600 1 300 100 60 10000", parse_save, True, "snapshot save points: seconds changes ..."),
+    "appendonly": Option("no", parse_bool, True, "keep an append-only file"),
+    "appendfsync": Option("everysec", _choice("always", "everysec", "no"), True, "when the append-only file is fsynced"),
+    "requirepass": Option("", _text, True, "password clients must AUTH with (empty: none)"),
+    "maxclients": Option("10000", lambda t: parse_int(t, 1), True, "most clients connected at once"),
+    "timeout": Option("0", lambda t: parse_int(t, 0), True, "close clients idle this many seconds (0: never)"),
+    "proto-max-bulk-len": Option("512mb", parse_memory, True, "largest bulk string a client may send"),
+    "client-query-buffer-limit": Option("1gb", parse_memory, True, "largest unparsed input kept per client"),
+    "node-entries": Option("1000", lambda t: parse_int(t, 1), True, "entries per macro node of new streams"),
+    "group-max-pending": Option("10000", lambda t: parse_int(t, 1), True, "pending entries per group before reads hand out only retries"),
+    "batch-timeout-ms": Option("10000", lambda t: parse_int(t, 1), True, "an atomic batch idle this long is abandoned"),
+    "loglevel": Option("notice", _choice("debug", "verbose", "notice", "warning", "nothing"), True, "log verbosity"),
+    "logfile": Option("", _text, False, "log file (empty: stderr)"),
+    "databases": Option("1", lambda t: parse_int(t, 1), False, "accepted for redis.conf compatibility; always 1"),
+}
+
+
+def show(name: str, value: Any) -> str:
+    """A value as CONFIG GET shows it."""
+    if isinstance(value, bool):
+        return _show_bool(value)
+    if name == "save":
+        return " ".join(f"{s} {c}" for s, c in value)
+    return str(value)
+
+
+class Config:
+    """The server's current configuration; attribute names use underscores."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        for name, option in OPTIONS.items():
+            self.values[name] = option.parse(option.default)
+
+    def copy_for_update(self) -> "Config":
+        """A copy to apply several changes to, then install whole (all or nothing)."""
+        copy = Config.__new__(Config)
+        copy.values = dict(self.values)
+        return copy
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def set(self, name: str, text: str, *, at_runtime: bool = False) -> None:
+        name = name.lower()
+        option = OPTIONS.get(name)
+        if option is None:
+            raise ConfigError(f"Unknown option or number of arguments for CONFIG SET - '{name}'")
+        if at_runtime and not option.runtime:
+            raise ConfigError(f"can't set immutable config '{name}'")
+        try:
+            self.values[name] = option.parse(text)
+        except ConfigError as exc:
+            raise ConfigError(f"Invalid argument '{text}' for CONFIG SET '{name}' - {exc}") from None
+
+    def load_file(self, path: str) -> None:
+        """Read ``name value ...`` lines; blank lines and # comments are ignored."""
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                try:
+                    words = shlex.split(line)
+                except ValueError as exc:
+                    raise ConfigError(f"{path}:{number}: {exc}") from None
+                try:
+                    self.set(words[0], " ".join(words[1:]))
+                except ConfigError as exc:
+                    raise ConfigError(f"{path}:{number}: {exc}") from None
+
+    def load_args(self, args: list[str]) -> None:
+        """``--name value [value ...]`` pairs from the command line."""
+        i = 0
+        while i < len(args):
+            if not args[i].startswith("--"):
+                raise ConfigError(f"expected --option, got {args[i]!r}")
+            name = args[i][2:]
+            i += 1
+            words = []
+            while i < len(args) and not args[i].startswith("--"):
+                words.append(args[i])
+                i += 1
+            self.set(name, " ".join(words))

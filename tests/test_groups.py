@@ -1,0 +1,386 @@
+"""Blocking reads and consumer groups over TCP: BLOCK, GROUP, RETRY, TACK, TPENDING.
+
+Several real clients and threads; times are generous where the server's clock is involved
+(these are behaviour tests, not timing benchmarks).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+import redis
+
+
+def offsets(reply):
+    return [e[0] for e in reply]
+
+
+def tread_in_thread(client: redis.Redis, *args):
+    """Run a TREAD in a thread; returns (thread, box) where box["reply"] is set when done."""
+    box = {}
+
+    def run():
+        try:
+            box["reply"] = client.execute_command("TREAD", *args)
+        except Exception as exc:  # surfaced by the test
+            box["error"] = exc
+        box["at"] = time.monotonic()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def wait_blocked(admin: redis.Redis, count: int, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if admin.info("clients")["blocked_clients"] >= count:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"expected {count} blocked clients, INFO says "
+                         f"{admin.info('clients')['blocked_clients']}")
+
+
+class TestBlockingPlain:
+    def test_block_wakes_on_write(self, server):
+        admin = server.client()
+        thread, box = tread_in_thread(server.client(), "s", "$", 10, "BLOCK", 5000)
+        wait_blocked(admin, 1)
+        admin.execute_command("TWRITE", "s", "t", "hello")
+        thread.join(5)
+        assert box["reply"] == [[1, b"t", b"hello"]]
+        assert admin.info("clients")["blocked_clients"] == 0
+
+    def test_timeout_replies_null(self, server):
+        c = server.client()
+        start = time.monotonic()
+        assert c.execute_command("TREAD", "s", 1, 10, "BLOCK", 200) is None
+        assert time.monotonic() - start >= 0.19
+        c3 = server.client(protocol=3)
+        assert c3.execute_command("TREAD", "s", 1, 10, "BLOCK", 50) is None
+
+    def test_data_present_returns_at_once(self, server):
+        c = server.client()
+        c.execute_command("TWRITE", "s", "t", "x")
+        assert c.execute_command("TREAD", "s", 1, 10, "BLOCK", 0) == [[1, b"t", b"x"]]
+
+    def test_block_on_offset_beyond_next(self, server):
+        admin = server.client()
+        admin.execute_command("TWRITE", "s", "t", "1")
+        thread, box = tread_in_thread(server.client(), "s", 4, 10, "BLOCK", 5000)
+        wait_blocked(admin, 1)
+        admin.execute_command("TWRITE", "s", "t", "2")
+        admin.execute_command("TWRITE", "s", "t", "3")
+        time.sleep(0.1)
+        assert "reply" not in box  # offsets 2 and 3 do not wake it
+        admin.execute_command("TWRITE", "s", "t", "4")
+        thread.join(5)
+        assert box["reply"] == [[4, b"t", b"4"]]
+
+    def test_block_forever_and_many_readers(self, server):
+        admin = server.client()
+        readers = [tread_in_thread(server.client(), "s", "$", 5, "BLOCK", 0) for _ in range(5)]
+        wait_blocked(admin, 5)
+        admin.execute_command("TWRITE", "s", "ENTRIES", "a", "1", "b", "2")
+        for thread, box in readers:
+            thread.join(5)
+            assert offsets(box["reply"]) == [1, 2]  # plain readers all see the same entries
+
+    def test_disconnect_while_blocked_is_forgotten(self, server):
+        admin = server.client()
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(b"TREAD s $ 1 BLOCK 0\r\n")
+        wait_blocked(admin, 1)
+        sock.close()
+        deadline = time.monotonic() + 5
+        while admin.info("clients")["blocked_clients"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert admin.info("clients")["blocked_clients"] == 0
+        assert admin.execute_command("TWRITE", "s", "t", "x") == 1
+
+    def test_client_kill_releases_blocked_client(self, server):
+        admin = server.client()
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(b"CLIENT ID\r\n")
+        victim = int(sock.recv(100)[1:-2])
+        sock.sendall(b"TREAD s $ 1 BLOCK 0\r\n")
+        wait_blocked(admin, 1)
+        assert admin.execute_command("CLIENT", "KILL", "ID", victim) == 1
+        sock.settimeout(5)
+        assert sock.recv(100) == b""
+        assert admin.info("clients")["blocked_clients"] == 0
+
+    def test_pipelined_commands_wait_behind_a_blocked_one(self, server):
+        admin = server.client()
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(b"TREAD s $ 1 BLOCK 0\r\nPING\r\n")
+        wait_blocked(admin, 1)
+        admin.execute_command("TWRITE", "s", "t", "x")
+        sock.settimeout(5)
+        data = b""
+        while not data.endswith(b"+PONG\r\n"):
+            data += sock.recv(1000)
+        assert data == b"*1\r\n*3\r\n:1\r\n$1\r\nt\r\n$1\r\nx\r\n+PONG\r\n"
+
+    def test_plain_reader_stays_blocked_when_key_deleted(self, server):
+        admin = server.client()
+        admin.execute_command("TWRITE", "s", "t", "x")
+        thread, box = tread_in_thread(server.client(), "s", 2, 1, "BLOCK", 5000)
+        wait_blocked(admin, 1)
+        admin.delete("s")
+        time.sleep(0.1)
+        assert "reply" not in box
+        admin.execute_command("TWRITE", "s", "ENTRIES", "t", "a", "t", "b")
+        thread.join(5)
+        assert box["reply"] == [[2, b"t", b"b"]]
+
+    @pytest.mark.parametrize("args, error", [
+        (["BLOCK", "-1"], "timeout is negative"),
+        (["BLOCK", "x"], "not an integer"),
+        (["BLOCK"], "syntax error"),
+        (["RETRY", "10", "100"], "syntax error"),
+        (["GROUP"], "syntax error"),
+        (["GROUP", "g", "RETRY", "10"], "syntax error"),
+        (["GROUP", "g", "RETRY", "-1", "10"], "must be positive or zero"),
+    ])
+    def test_bad_options(self, server, args, error):
+        c = server.client()
+        with pytest.raises(redis.ResponseError, match=error):
+            c.execute_command("TREAD", "s", 1, 1, *args)
+        assert c.exists("s") == 0
+
+
+class TestGroups:
+    def test_group_created_at_offset_then_ignored(self, r):
+        r.execute_command("TWRITE", "s", "ENTRIES", *["t", "e"] * 5)
+        assert offsets(r.execute_command("TREAD", "s", 3, 2, "GROUP", "g")) == [3, 4]
+        assert offsets(r.execute_command("TREAD", "s", 1, 10, "GROUP", "g")) == [5]
+        assert r.execute_command("TREAD", "s", 1, 10, "GROUP", "g") == []
+
+    def test_group_start_positions(self, r):
+        r.execute_command("TWRITE", "s", "ENTRIES", *["t", "e"] * 3)
+        r.execute_command("TEVICT", "s", 1)
+        assert offsets(r.execute_command("TREAD", "s", "-", 10, "GROUP", "first")) == [2, 3]
+        assert offsets(r.execute_command("TREAD", "s", 0, 10, "GROUP", "zero")) == [2, 3]
+        assert r.execute_command("TREAD", "s", "$", 10, "GROUP", "new") == []
+        r.execute_command("TWRITE", "s", "t", "e")
+        assert offsets(r.execute_command("TREAD", "s", "$", 10, "GROUP", "new")) == [4]
+
+    def test_group_read_creates_stream(self, r):
+        assert r.execute_command("TREAD", "fresh", "-", 10, "GROUP", "g") == []
+        assert r.exists("fresh") == 1
+        info = r.execute_command("TINFO", "fresh", "GROUPS")
+        assert len(info) == 1
+
+    def test_groups_are_independent_and_disjoint_within(self, server):
+        a, b, c = server.client(), server.client(), server.client()
+        a.execute_command("TWRITE", "s", "ENTRIES", *[x for i in range(10) for x in ("t", str(i))])
+        got_a = offsets(a.execute_command("TREAD", "s", "-", 3, "GROUP", "g1"))
+        got_b = offsets(b.execute_command("TREAD", "s", "-", 3, "GROUP", "g1"))
+        got_c = offsets(c.execute_command("TREAD", "s", "-", 100, "GROUP", "g2"))
+        assert got_a == [1, 2, 3] and got_b == [4, 5, 6] and got_c == list(range(1, 11))
+
+    def test_group_skips_missing_entries(self, r):
+        r.execute_command("TWRITE", "s", "ENTRIES", *["t", "e"] * 6)
+        r.execute_command("TREAD", "s", "-", 1, "GROUP", "g")
+        r.execute_command("TEVICT", "s", 4)
+        assert offsets(r.execute_command("TREAD", "s", "-", 10, "GROUP", "g")) == [5, 6]
+
+    def test_group_with_withinfo(self, r):
+        r.execute_command("TWRITE", "s", "ENTRIES", *["t", "e"] * 2)
+        reply = r.execute_command("TREAD", "s", "-", 10, "GROUP", "g", "WITHINFO")
+        assert reply[0] == [1, 2] and offsets(reply[1:]) == [1, 2]
+
+    def test_blocked_group_readers_are_served_fifo(self, server):
+        admin = server.client()
+        order = []
+        readers = []
+        for i in range(3):
+            thread, box = tread_in_thread(server.client(), "s", "$", 1, "GROUP", "g", "BLOCK", 5000)
+            wait_blocked(admin, i + 1)
+            readers.append((i, thread, box))
+        for n in range(3):
+            admin.execute_command("TWRITE", "s", "t", f"m{n}")
+            time.sleep(0.05)
+        for i, thread, box in readers:
+            thread.join(5)
+            order.append((i, offsets(box["reply"])))
+        assert order == [(0, [1]), (1, [2]), (2, [3])]
+
+    def test_served_client_requeues_at_the_back(self, server):
+        admin = server.client()
+        first = socket.create_connection(("127.0.0.1", server.port))
+        first.settimeout(5)
+        # The first client blocks twice in a row (pipelined); the second blocks once in between.
+        first.sendall(b"TREAD s $ 1 GROUP g BLOCK 5000\r\nTREAD s $ 1 GROUP g BLOCK 5000\r\n")
+        wait_blocked(admin, 1)
+        thread, box = tread_in_thread(server.client(), "s", "$", 1, "GROUP", "g", "BLOCK", 5000)
+        wait_blocked(admin, 2)
+        admin.execute_command("TWRITE", "s", "t", "a")  # -> first; first re-blocks behind the second
+        admin.execute_command("TWRITE", "s", "t", "b")  # -> the second client
+        thread.join(5)
+        assert offsets(box["reply"]) == [2]
+        admin.execute_command("TWRITE", "s", "t", "c")  # -> first again
+        data = b""
+        while data.count(b"*1\r\n*3\r\n") < 2:
+            data += first.recv(1000)
+        assert b"$1\r\na\r\n" in data and b"$1\r\nc\r\n" in data
+
+    def test_group_reader_gets_error_when_key_deleted(self, server):
+        admin = server.client()
+        thread, box = tread_in_thread(server.client(), "s", "$", 1, "GROUP", "g", "BLOCK", 5000)
+        wait_blocked(admin, 1)
+        admin.delete("s")
+        thread.join(5)
+        assert "UNBLOCKED" in str(box["error"])
+
+
+class TestRetryAndAck:
+    def test_pending_and_ack(self, r):
+        r.execute_command("TWRITE", "s", "ENTRIES", *["t", "e"] * 5)
+        assert offsets(r.execute_command("TREAD", "s", "-", 3, "GROUP", "g", "RETRY", 60000, 600000)) == [1, 2, 3]
+        pending = r.execute_command("TPENDING", "s", "g")
+        assert [p[0] for p in pending] == [1, 2, 3] and all(p[1] == 1 for p in pending)
+        assert all(50000 < p[2] <= 60000 for p in pending)
+        assert r.execute_command("TACK", "s", "g", 1, 3, 99) == 2
+        assert r.execute_command("TACK", "s", "g", 1) == 0
+        assert [p[0] for p in r.execute_command("TPENDING", "s", "g")] == [2]
+
+    def test_ack_range(self, r):
+        r.execute_command("TWRITE", "s", "ENTRIES", *["t", "e"] * 10)
+        r.execute_command("TREAD", "s", "-", 10, "GROUP", "g", "RETRY", 60000, 600000)
+        assert r.execute_command("TACK", "s", "g", "3-7") == 5
+        assert [p[0] for p in r.execute_command("TPENDING", "s", "g")] == [1, 2, 8, 9, 10]
+
+    def test_ack_unknowns_count_zero(self, r):
+        assert r.execute_command("TACK", "nokey", "g", 1) == 0
+        r.execute_command("TWRITE", "s", "t", "e")
+        assert r.execute_command("TACK", "s", "nogroup", 1) == 0
+        assert r.execute_command("TPENDING", "s", "nogroup") == []
+        assert r.exists("nokey") == 0
+
+    @pytest.mark.parametrize("args, error", [
+        (["x"], "not an integer"),
+        (["0"], "must be positive"),
+        (["5-"], "invalid range"),
+        (["7-x"], "invalid range"),
+        (["1", "-2"], "must be positive"),
+    ])
+    def test_ack_bad_input(self, r, args, error):
+        r.execute_command("TWRITE", "s", "t", "e")
+        r.execute_command("TREAD", "s", "-", 1, "GROUP", "g", "RETRY", 60000, 600000)
+        with pytest.raises(redis.ResponseError, match=error):
+            r.execute_command("TACK", "s", "g", *args)
+        assert len(r.execute_command("TPENDING", "s", "g")) == 1
+
+    def test_due_retry_is_redelivered_before_new_entries(self, server):
+        a, b = server.client(), server.client()
+        a.execute_command("TWRITE", "s", "ENTRIES", *["t", "e"] * 4)
+        assert offsets(a.execute_command("TREAD", "s", "-", 2, "GROUP", "g", "RETRY", 150, 60000)) == [1, 2]
+        a.execute_command("TACK", "s", "g", 1)
+        assert offsets(b.execute_command("TREAD", "s", "-", 1, "GROUP", "g", "RETRY", 150, 60000)) == [3]
+        time.sleep(0.3)
+        assert offsets(b.execute_command("TREAD", "s", "-", 2, "GROUP", "g", "RETRY", 150, 60000)) == [2, 3]
+        pending = {p[0]: p[1] for p in b.execute_command("TPENDING", "s", "g")}
+        assert pending == {2: 2, 3: 2}
+
+    def test_expired_entries_are_dropped(self, r):
+        r.execute_command("TWRITE", "s", "ENTRIES", *["t", "e"] * 2)
+        r.execute_command("TREAD", "s", "-", 2, "GROUP", "g", "RETRY", 50, 200)
+        time.sleep(0.3)
+        assert r.execute_command("TPENDING", "s", "g") == []
+        assert r.execute_command("TREAD", "s", "-", 10, "GROUP", "g", "RETRY", 50, 200) == []
+
+    def test_evicted_pending_entries_are_dropped(self, r):
+        r.execute_command("TWRITE", "s", "ENTRIES", *["t", "e"] * 4)
+        r.execute_command("TREAD", "s", "-", 4, "GROUP", "g", "RETRY", 60000, 600000)
+        r.execute_command("TEVICT", "s", 2)
+        assert [p[0] for p in r.execute_command("TPENDING", "s", "g")] == [3, 4]
+
+    def test_max_pending_caps_new_entries(self, server):
+        c = server.client()
+        c.config_set("group-max-pending", 3)
+        try:
+            c.execute_command("TWRITE", "s", "ENTRIES", *["t", "e"] * 10)
+            assert offsets(c.execute_command("TREAD", "s", "-", 5, "GROUP", "g", "RETRY", 60000, 600000)) == [1, 2, 3]
+            assert c.execute_command("TREAD", "s", "-", 5, "GROUP", "g", "RETRY", 60000, 600000) == []
+            c.execute_command("TACK", "s", "g", 2)
+            assert offsets(c.execute_command("TREAD", "s", "-", 5, "GROUP", "g", "RETRY", 60000, 600000)) == [4]
+        finally:
+            c.config_set("group-max-pending", 10000)
+
+    def test_blocked_capped_reader_wakes_on_ack(self, server):
+        admin = server.client()
+        admin.config_set("group-max-pending", 2)
+        try:
+            admin.execute_command("TWRITE", "s", "ENTRIES", *["t", "e"] * 5)
+            admin.execute_command("TREAD", "s", "-", 5, "GROUP", "g", "RETRY", 60000, 600000)
+            thread, box = tread_in_thread(server.client(), "s", "-", 5, "GROUP", "g", "RETRY", 60000,
+                                          600000, "BLOCK", 5000)
+            wait_blocked(admin, 1)
+            admin.execute_command("TACK", "s", "g", 1)
+            thread.join(5)
+            assert offsets(box["reply"]) == [3]
+        finally:
+            admin.config_set("group-max-pending", 10000)
+
+    def test_blocked_reader_wakes_on_due_retry(self, server):
+        admin = server.client()
+        admin.execute_command("TWRITE", "s", "t", "e")
+        admin.execute_command("TREAD", "s", "-", 1, "GROUP", "g", "RETRY", 200, 60000)
+        start = time.monotonic()
+        thread, box = tread_in_thread(server.client(), "s", "-", 1, "GROUP", "g", "RETRY", 200, 60000,
+                                      "BLOCK", 5000)
+        thread.join(5)
+        assert offsets(box["reply"]) == [1]
+        assert 0.1 < box["at"] - start < 2.0
+
+    def test_tinfo_groups(self, r):
+        r.execute_command("TWRITE", "s", "ENTRIES", *["t", "e"] * 3)
+        r.execute_command("TREAD", "s", "-", 2, "GROUP", "g", "RETRY", 60000, 600000)
+        groups = r.execute_command("TINFO", "s", "GROUPS")
+        group = groups[0]
+        if isinstance(group, list):
+            group = dict(zip(group[::2], group[1::2]))
+        group = {(k.decode() if isinstance(k, bytes) else k): v for k, v in group.items()}
+        assert group == {"name": b"g", "next": 3, "pending": 2}
+        info = r.execute_command("TINFO", "s")
+        info = dict(zip(info[::2], info[1::2])) if isinstance(info, list) else info
+        assert info.get(b"groups", info.get("groups")) == 1
+
+
+class TestConcurrentConsumers:
+    def test_four_consumers_get_each_entry_exactly_once(self, server):
+        admin = server.client()
+        total = 2000
+        seen: list[int] = []
+        lock = threading.Lock()
+        done = threading.Event()
+
+        def consume():
+            c = server.client()
+            while not done.is_set():
+                reply = c.execute_command("TREAD", "work", "-", 10, "GROUP", "g", "RETRY", 30000, 60000,
+                                          "BLOCK", 200)
+                if not reply:
+                    continue
+                got = offsets(reply)
+                c.execute_command("TACK", "work", "g", *got)
+                with lock:
+                    seen.extend(got)
+                    if len(seen) >= total:
+                        done.set()
+
+        threads = [threading.Thread(target=consume, daemon=True) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for i in range(0, total, 50):
+            admin.execute_command("TWRITE", "work", "ENTRIES", *[x for j in range(50) for x in ("t", str(i + j))])
+        done.wait(20)
+        for t in threads:
+            t.join(5)
+        assert sorted(seen) == list(range(1, total + 1))
+        assert admin.execute_command("TPENDING", "work", "g") == []
