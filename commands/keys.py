@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from resp import OK
+from persistence.effects import DELKEY, FLUSH
+from resp import OK, Status
 
 from .args import to_int, to_positive
 from .errors import CommandError, SyntaxErr
@@ -16,9 +17,12 @@ def del_(client, argv):
     server = client.server
     removed = 0
     for key in argv[1:]:
-        if server.keyspace.delete(key):
+        if key in server.streams:
             server.key_deleted(key)
+            server.keyspace.delete(key)
             removed += 1
+            if server.aof is not None:
+                server.aof.log([DELKEY, key])
     server.dirty += removed
     return removed
 
@@ -37,8 +41,6 @@ def type_(client, argv):
 
     Replies tstream for a stream, none for a missing key. O(1).
     """
-    from resp import Status
-
     return Status("tstream" if client.server.keyspace.get(argv[1]) is not None else "none")
 
 
@@ -105,4 +107,6 @@ def flushall(client, argv):
         server.key_deleted(key)
     server.dirty += len(server.keyspace)
     server.keyspace.flush()
+    if server.aof is not None:
+        server.aof.log([FLUSH])
     return OK

@@ -10,6 +10,7 @@ import re
 from time import time_ns
 
 from engine.groups import Group
+from persistence.effects import ACK, APPEND, CONFIG, EVICT, group_moved
 from resp import OK
 
 from .args import to_bool, to_int, to_nonnegative, to_positive
@@ -32,9 +33,14 @@ def twrite(client, argv):
     if len(argv) == 4:  # the simple form, kept short: it is the hottest path of the server
         stream = server.streams.get(argv[1])
         if stream is None:
-            stream = server.keyspace.get_or_create(argv[1], server.node_entries)
+            stream = server.create_stream(argv[1])
+        first = stream.first
         offset = stream.append(argv[2], argv[3], time_ns())
         server.dirty += 1
+        if server.aof is not None:
+            server.aof.log([APPEND, argv[1], offset, stream.last_time, argv[2], argv[3]])
+            if stream.first != first:
+                server.aof.log([EVICT, argv[1], stream.first])
         if server.waiting_keys:
             server.wake(argv[1])
         return offset
@@ -52,11 +58,16 @@ def twrite(client, argv):
             raise SyntaxErr()
     if i >= len(argv) or (len(argv) - i) % 2:
         raise CommandError("ERR ENTRIES needs one or more tag entry pairs")
-    stream = server.keyspace.get_or_create(argv[1], server.node_entries)
+    stream = server.stream_for_write(argv[1])
+    first = stream.first
     offset = stream.append_many(argv, time_ns(), i)
     if backlog >= 0:
         stream.evict_keep(backlog)
     server.dirty += 1
+    if server.aof is not None:
+        server.aof.log([APPEND, argv[1], offset, stream.last_time, *argv[i:]])
+        if stream.first != first:
+            server.aof.log([EVICT, argv[1], stream.first])
     if server.waiting_keys:
         server.wake(argv[1])
     return offset
@@ -137,17 +148,21 @@ def perform_read(server, request: ReadRequest, blocking: bool):
             return None
         reply = stream.read(start, request.count) if stream is not None and request.count else []
     else:
-        stream = server.keyspace.get_or_create(request.key, server.node_entries)
+        stream = server.stream_for_write(request.key)
         group = stream.groups.get(request.group)
         if group is None:
             group = stream.groups[request.group] = Group(request.group, resolve_offset(stream, request.offset))
             server.dirty += 1
+            if server.aof is not None:
+                server.aof.log(group_moved(request.key, group))
         reply = []
         if request.count:
             reply = group.read(stream, request.count, time_ns() // 1_000_000, request.retry,
                                server.config["group-max-pending"])
             if reply:
                 server.dirty += 1
+                if server.aof is not None:
+                    server.aof.log(group_moved(request.key, group, [entry[0] for entry in reply]))
         if not reply and blocking and request.count:
             return None
     if request.withinfo:
@@ -190,9 +205,13 @@ def tack(client, argv):
     group = stream.groups.get(argv[2]) if stream is not None else None
     if group is None:
         return 0
-    acked = group.ack_range(start, end) if offsets is None else group.ack(offsets)
+    if offsets is None:
+        offsets = group.pending_offsets(start, end)
+    acked = group.ack(offsets)
     if acked:
         server.dirty += 1
+        if server.aof is not None:
+            server.aof.log([ACK, argv[1], argv[2], *offsets])
         if argv[1] in server.waiting_keys:
             server.wake(argv[1])  # room in the pending list may unblock capped readers
     return acked
@@ -228,6 +247,8 @@ def tevict(client, argv):
     evicted = stream.evict_keep(-offset) if offset < 0 else stream.evict_through(offset)
     if evicted:
         client.server.dirty += evicted
+        if client.server.aof is not None:
+            client.server.aof.log([EVICT, argv[1], stream.first])
     return evicted
 
 
@@ -314,11 +335,21 @@ def tconfig(client, argv):
         if parse is None:
             raise CommandError(f"ERR unknown stream config '{name}'")
         changes[name] = parse(value_arg)
-    stream = client.server.keyspace.get_or_create(argv[1], client.server.node_entries)
+    server = client.server
+    stream = server.stream_for_write(argv[1])
     config = stream.config
     for name, value in changes.items():
         setattr(config, name, value)
     if config.max_msgs_per_subject > 0:
         config.allow_direct = True  # ADR-31: per-subject limits (KV) force direct get on
-    client.server.dirty += 1 + stream.enforce_limits(time_ns())
+    first = stream.first
+    server.dirty += 1 + stream.enforce_limits(time_ns())
+    if server.aof is not None:
+        record = [CONFIG, argv[1]]
+        for name in changes:
+            record += [name.encode(), getattr(config, name)]
+        record += [b"allow_direct", config.allow_direct]
+        server.aof.log(record)
+        if stream.first != first:
+            server.aof.log([EVICT, argv[1], stream.first])
     return OK

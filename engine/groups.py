@@ -150,9 +150,6 @@ class Group:
         self.acked += acked
         return acked
 
-    def ack_range(self, start: int, end: int) -> int:
-        """Acknowledge every pending offset in [start, end]. O(k log P)."""
-        return self.ack(list(self._by_offset.irange(start, end)))
 
     # --- housekeeping --------------------------------------------------------------
 
@@ -172,8 +169,14 @@ class Group:
         """[offset, deliveries, ms until retry] for every pending entry, by offset. O(P)."""
         return [[p.offset, p.deliveries, max(0, p.retry_at - now_ms)] for p in self._by_offset.values()]
 
-    def pending_offsets(self) -> list[int]:
-        return list(self._by_offset.keys())
+    def pending_offsets(self, start: int = 1, end: int | None = None) -> list[int]:
+        """Pending offsets in [start, end], ascending. O(log P + k)."""
+        return list(self._by_offset.irange(start, end))
+
+    def pending_state(self, offset: int) -> tuple | None:
+        """(offset, deliveries, retry_at, expire_at, retry_ms) of a pending entry, else None."""
+        p = self._by_offset.get(offset)
+        return None if p is None else (p.offset, p.deliveries, p.retry_at, p.expire_at, p.retry_ms)
 
     def info(self) -> dict:
         return {"name": self.name, "next": self.next, "pending": len(self._by_offset)}

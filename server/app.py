@@ -13,6 +13,7 @@ import os
 import time
 
 from engine import Keyspace
+from persistence import effects
 
 from .blocking import BlockingRegistry
 from .config import Config
@@ -61,6 +62,7 @@ class Server:
         self.streams = self.keyspace.streams  # key -> Stream, for the hot paths' lookups
         self.waiting_keys: set[bytes] = set()  # keys some blocked client waits on
         self.blocking = BlockingRegistry(self)
+        self.aof = None  # persistence.aof.AppendOnlyFile while appendonly is on
         self.clients: dict[int, object] = {}
         self.next_client_id = 1
         self.stats = Stats()
@@ -75,6 +77,18 @@ class Server:
         self._cron_handle: asyncio.TimerHandle | None = None
 
     # --- what handlers call -------------------------------------------------------
+
+    def create_stream(self, key: bytes):
+        """A new, empty stream at ``key`` (which must not exist), logged."""
+        stream = self.keyspace.get_or_create(key, self.node_entries)
+        if self.aof is not None:
+            self.aof.log([effects.CREATE, key, stream.node_entries])
+        return stream
+
+    def stream_for_write(self, key: bytes):
+        """The stream at ``key``, created if needed."""
+        stream = self.streams.get(key)
+        return stream if stream is not None else self.create_stream(key)
 
     def wake(self, key: bytes) -> None:
         """``key``, which blocked clients wait on, changed (a write, a TACK)."""
@@ -140,12 +154,14 @@ class Server:
             now = time.time()
             self.stats.sample(now)
             now_ns = time.time_ns()
-            for _, stream in list(self.keyspace.items()):
+            for key, stream in list(self.keyspace.items()):
                 if stream.config.max_age_ms:
                     evicted = stream.enforce_limits(now_ns)
                     if evicted:
                         self.stats.evicted += evicted
                         self.dirty += evicted
+                        if self.aof is not None:
+                            self.aof.log([effects.EVICT, key, stream.first])
             idle_limit = self.config["timeout"]
             if idle_limit:
                 for client in list(self.clients.values()):
