@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from . import admin, connection, keys, streams
-from .flags import ADMIN, BLOCKING, CONNECTION, DENYOOM, FAST, LOADING, NOAUTH, READONLY, STALE, WRITE
+from . import admin, connection, keys, saving, streams
+from .flags import ADMIN, BLOCKING, CONNECTION, DENYOOM, FAST, LOADING, NOAUTH, NOSCRIPT, READONLY, STALE, WRITE
 
 
 class Command(NamedTuple):
@@ -56,5 +56,9 @@ COMMANDS: dict[bytes, Command] = {
     b"config": Command(admin.config, -2, ADMIN | LOADING | STALE),
     b"info": Command(admin.info_, -1, LOADING | STALE),
     b"time": Command(admin.time_, 1, FAST | LOADING | STALE),
+    b"save": Command(saving.save, 1, ADMIN | NOSCRIPT),
+    b"bgsave": Command(saving.bgsave, -1, ADMIN | NOSCRIPT),
+    b"lastsave": Command(saving.lastsave, 1, FAST | LOADING | STALE),
+    b"bgrewriteaof": Command(saving.bgrewriteaof, 1, ADMIN | NOSCRIPT),
     b"shutdown": Command(admin.shutdown, -1, ADMIN | NOAUTH | LOADING | STALE),
 }

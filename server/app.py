@@ -17,6 +17,7 @@ from persistence import effects
 
 from .blocking import BlockingRegistry
 from .config import Config
+from .persist import Persistence
 
 log = logging.getLogger("tstream.server")
 
@@ -62,7 +63,9 @@ class Server:
         self.streams = self.keyspace.streams  # key -> Stream, for the hot paths' lookups
         self.waiting_keys: set[bytes] = set()  # keys some blocked client waits on
         self.blocking = BlockingRegistry(self)
-        self.aof = None  # persistence.aof.AppendOnlyFile while appendonly is on
+        self.aof: Persistence | None = None  # set while appendonly is on: handlers log effects to it
+        self.hold_replies = False  # appendfsync always: replies wait for the turn's fsync
+        self.persistence = Persistence(self)
         self.clients: dict[int, object] = {}
         self.next_client_id = 1
         self.stats = Stats()
@@ -108,19 +111,16 @@ class Server:
             self._shutdown.set_result(save)
 
     def apply_config(self, new: Config) -> None:
+        old = self.config.values
         self.config.values = new.values
         self.node_entries = new["node-entries"]
+        self.persistence.config_changed(old, new.values)
 
     def reset_stats(self) -> None:
         self.stats.reset()
 
     def persistence_info(self) -> dict:
-        return {
-            "rdb_changes_since_last_save": self.dirty,
-            "rdb_bgsave_in_progress": 0,
-            "aof_enabled": 0,
-            "aof_rewrite_in_progress": 0,
-        }
+        return self.persistence.info()
 
     def peak_memory(self, current: int) -> int:
         self._peak_memory = max(self._peak_memory, current)
@@ -138,14 +138,17 @@ class Server:
         loop = asyncio.get_running_loop()
         self._shutdown = loop.create_future()
         self._cron_handle = loop.call_later(CRON_INTERVAL, self._cron)
+        save = None
         try:
-            return await self._shutdown
+            save = await self._shutdown
         finally:
             self._cron_handle.cancel()
             for listener in servers:
                 listener.close()
+            self.persistence.shutdown(save)
             for client in list(self.clients.values()):
                 client.kill()
+        return save
 
     def _cron(self) -> None:
         """Housekeeping every CRON_INTERVAL: time-based eviction, idle clients, ops/sec."""
@@ -162,6 +165,7 @@ class Server:
                         self.dirty += evicted
                         if self.aof is not None:
                             self.aof.log([effects.EVICT, key, stream.first])
+            self.persistence.cron()
             idle_limit = self.config["timeout"]
             if idle_limit:
                 for client in list(self.clients.values()):

@@ -101,8 +101,19 @@ class ClientConnection(asyncio.Protocol):
         if replies:
             out = b"".join(replies) if len(replies) > 1 else replies[0]
             server.stats.net_output += len(out)
+            if server.hold_replies:
+                server.persistence.hold(self, out, self.closing)
+                return
             self.transport.write(out)
         if self.closing:
+            self.transport.close()
+
+    def write_now(self, data: bytes, close: bool) -> None:
+        """Send replies that waited for the append-only file's fsync."""
+        if self.transport.is_closing():
+            return
+        self.transport.write(data)
+        if close:
             self.transport.close()
 
     def unblock(self, reply: bytes) -> None:
@@ -111,7 +122,10 @@ class ClientConnection(asyncio.Protocol):
         if self.closing:
             return
         self.server.stats.net_output += len(reply)
-        self.transport.write(reply)
+        if self.server.hold_replies:
+            self.server.persistence.hold(self, reply, False)
+        else:
+            self.transport.write(reply)
         self._run_commands()
 
     def connection_lost(self, exc: Exception | None) -> None:

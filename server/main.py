@@ -7,6 +7,8 @@ import logging
 import signal
 import sys
 
+from persistence.framing import PersistenceError
+
 from .app import Server
 from .config import Config, ConfigError
 from .connection import ClientConnection
@@ -51,6 +53,13 @@ async def start(server: Server) -> list[asyncio.AbstractServer]:
 
 
 async def run(server: Server) -> int:
+    try:
+        server.persistence.load()
+    except PersistenceError as exc:
+        log.error("Fatal error loading the data: %s", exc)
+        log.error("Refusing to start; no file was changed. Check the files with tstream-check.")
+        return 1
+    server.persistence.attach()
     listeners = await start(server)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -1,0 +1,120 @@
+"""Framed records: the unit of both the snapshot and the append-only files.
+
+    +-------+-------------+------------+--------------------+------------------+
+    | "TR"  | length: u32 | crc32: u32 | length ^ ~0: u32   | payload (length) |
+    +-------+-------------+------------+--------------------+------------------+
+
+Little-endian.  The crc covers the payload; the length is stored twice (the
+second time inverted) so that a damaged length is seen as damage, not mistaken
+for a record cut short.  A reader tells two failures apart:
+
+- a **torn tail**: the file ends inside its last record (a crash while writing);
+  everything before that record is good;
+- **corruption**: a record whose checksum does not match, a damaged header, or
+  a short record followed by more records (before calling a tail torn the reader
+  checks that no valid record starts after it).
+
+Payloads of effect records and metadata are msgpack (a compact, well-kept C
+serializer: it is what keeps appending and loading cheap); node blobs are stored
+as raw bytes behind a one-byte kind.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Iterator
+
+import msgpack
+
+HEADER = struct.Struct("<2sIII")
+MAGIC = b"TR"
+MAX_RECORD = 1 << 31  # no record is larger: a bigger length is damage
+
+
+class PersistenceError(Exception):
+    """A file cannot be read as it should; ``path`` and ``offset`` say where."""
+
+    def __init__(self, message: str, path: str = "", offset: int = 0) -> None:
+        self.path = path
+        self.offset = offset
+        where = f"{path} at offset {offset}: " if path else ""
+        super().__init__(where + message)
+
+
+class CorruptFile(PersistenceError):
+    """The file is damaged before its end: nothing after ``offset`` can be trusted."""
+
+
+class TornTail(PersistenceError):
+    """The file ends inside a record starting at ``offset`` (a crash mid-write)."""
+
+
+_INVERT = 0xFFFFFFFF
+
+
+def frame(payload: bytes) -> bytes:
+    return HEADER.pack(MAGIC, len(payload), zlib.crc32(payload), len(payload) ^ _INVERT) + payload
+
+
+def pack(record) -> bytes:
+    """A msgpack-encoded record, framed."""
+    payload = msgpack.packb(record, use_bin_type=True)
+    return HEADER.pack(MAGIC, len(payload), zlib.crc32(payload), len(payload) ^ _INVERT) + payload
+
+
+def unpack(payload) -> object:
+    return msgpack.unpackb(payload, raw=True, use_list=True, strict_map_key=False)
+
+
+def iter_frames(data, start: int = 0, path: str = "") -> Iterator[tuple[int, memoryview]]:
+    """(offset, payload) of every record in ``data[start:]``.
+
+    Raises TornTail when the data ends inside a record, CorruptFile on damage.
+    """
+    view = memoryview(data)
+    size = len(view)
+    pos = start
+    unpack_header = HEADER.unpack_from
+    crc32 = zlib.crc32
+    while pos < size:
+        if size - pos < HEADER.size:
+            if not MAGIC.startswith(bytes(view[pos : pos + 2])):
+                raise CorruptFile("not a record header", path, pos)
+            _raise_tail(view, pos, path, "the file ends inside a record header")
+        magic, length, crc, inverted = unpack_header(view, pos)
+        if magic != MAGIC or length ^ inverted != _INVERT or length > MAX_RECORD:
+            raise CorruptFile("not a record header", path, pos)
+        end = pos + HEADER.size + length
+        if end > size:
+            _raise_tail(view, pos, path, "the file ends inside a record")
+        payload = view[pos + HEADER.size : end]
+        if crc32(payload) != crc:
+            raise CorruptFile("record checksum mismatch", path, pos)
+        yield pos, payload
+        pos = end
+
+
+def _raise_tail(view: memoryview, pos: int, path: str, why: str) -> None:
+    if _valid_record_after(view, pos + 1):
+        raise CorruptFile("damaged record followed by valid records", path, pos)
+    raise TornTail(why, path, pos)
+
+
+def _valid_record_after(view: memoryview, pos: int) -> bool:
+    """Does a complete record with a good checksum start anywhere at or after ``pos``?"""
+    data = view.obj if isinstance(view.obj, (bytes, bytearray)) else bytes(view)
+    size = len(view)
+    find = data.find
+    while True:
+        pos = find(MAGIC, pos)
+        if pos < 0 or size - pos < HEADER.size:
+            return False
+        _, length, crc, inverted = HEADER.unpack_from(view, pos)
+        if length ^ inverted != _INVERT:
+            pos += 1
+            continue
+        end = pos + HEADER.size + length
+        if end <= size and zlib.crc32(view[pos + HEADER.size : end]) == crc:
+            return True
+        pos += 1

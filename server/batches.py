@@ -1,0 +1,113 @@
+"""Atomic batches in flight (ADR-50): staged in server memory, never in the stream.
+
+A batch is keyed by ``(stream key, batch id)``.  Its messages wait here, invisible
+to every read, until the commit appends them all with one ``Stream.append_many``
+(see ``commands/jetstream.py``).  This module only keeps the staging state and
+its limits; the command handler decides what each BATCH request does.
+
+Limits (ADR-50): 50 batches in flight per stream, 1000 per server, 1000 messages
+per batch; a batch that receives nothing for ``batch-timeout-ms`` (10 s) is
+abandoned by the server's housekeeping pass (``Server._cron``, every 100 ms).
+
+Abandoned batches are counted in ``Stats`` (INFO stats) by reason:
+``incomplete`` (a gap in batch-seq, EOB at batch-seq 1, or a new batch-seq 1
+replacing a batch still in flight), ``timeout``, ``large`` (more than 1000
+messages) and ``rejected`` (an expectation failed at commit, an expectation not
+allowed where it was given, or atomic publish disabled on the stream).
+"""
+
+from __future__ import annotations
+
+import time
+
+MAX_PER_STREAM = 50
+MAX_PER_SERVER = 1000
+MAX_MESSAGES = 1000
+MAX_ID_LENGTH = 64
+
+REASONS = ("incomplete", "timeout", "large", "rejected")
+
+
+class Batch:
+    """One batch being staged."""
+
+    __slots__ = ("key", "id", "flat", "next_seq", "last_active", "expect_last_seq",
+                 "subject_expects", "subjects")
+
+    def __init__(self, key: bytes, batch_id: bytes) -> None:
+        self.key = key
+        self.id = batch_id
+        self.flat: list[bytes] = []          # [subject, data, subject, data, ...]
+        self.next_seq = 1                    # the batch-seq the next message must carry
+        self.last_active = time.monotonic()
+        self.expect_last_seq: int | None = None          # EXPECT_LAST_SEQ of message 1
+        self.subject_expects: list[tuple[bytes, int]] = []  # EXPECT_LAST_SUBJECT_SEQ, in order
+        self.subjects: set[bytes] = set()    # subjects staged so far
+
+    @property
+    def count(self) -> int:
+        return len(self.flat) >> 1
+
+    def stage(self, subject: bytes, data: bytes) -> None:
+        self.flat.append(subject)
+        self.flat.append(data)
+        self.subjects.add(subject)
+
+
+class BatchRegistry:
+    """Every batch in flight on the server."""
+
+    def __init__(self, stats) -> None:
+        self.stats = stats
+        self._batches: dict[tuple[bytes, bytes], Batch] = {}
+        self._per_key: dict[bytes, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def get(self, key: bytes, batch_id: bytes) -> Batch | None:
+        return self._batches.get((key, batch_id))
+
+    def room_for(self, key: bytes) -> bool:
+        """True if one more batch may start on ``key`` (50 per stream, 1000 in all)."""
+        return len(self._batches) < MAX_PER_SERVER and self._per_key.get(key, 0) < MAX_PER_STREAM
+
+    def start(self, key: bytes, batch_id: bytes) -> Batch:
+        batch = Batch(key, batch_id)
+        self._batches[(key, batch_id)] = batch
+        self._per_key[key] = self._per_key.get(key, 0) + 1
+        return batch
+
+    def remove(self, batch: Batch) -> None:
+        """Forget a batch (committed or abandoned)."""
+        if self._batches.pop((batch.key, batch.id), None) is None:
+            return
+        left = self._per_key[batch.key] - 1
+        if left:
+            self._per_key[batch.key] = left
+        else:
+            del self._per_key[batch.key]
+
+    def abandon(self, batch: Batch, reason: str) -> None:
+        """Drop a batch and count it under ``reason`` (one of REASONS)."""
+        self.remove(batch)
+        self.count_abandoned(reason)
+
+    def count_abandoned(self, reason: str) -> None:
+        name = "batch_abandoned_" + reason
+        setattr(self.stats, name, getattr(self.stats, name) + 1)
+
+    def expire(self, timeout_ms: int, now: float | None = None) -> int:
+        """Abandon the batches idle for ``timeout_ms`` or more; returns how many."""
+        if not self._batches:
+            return 0
+        now = time.monotonic() if now is None else now
+        limit = timeout_ms / 1000.0
+        stale = [b for b in self._batches.values() if now - b.last_active >= limit]
+        for batch in stale:
+            self.abandon(batch, "timeout")
+        return len(stale)
+
+    def clear(self) -> None:
+        self._batches.clear()
+        self._per_key.clear()
