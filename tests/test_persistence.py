@@ -345,3 +345,34 @@ class TestCrashes:
         assert old_enough
         for offset, payload in old_enough:
             assert entries.get(offset) == payload
+
+
+class TestCheckTool:
+    def test_good_torn_fixed_and_corrupt(self, make_server, tmp_path):
+        proc = make_server("--save", "", "--appendonly", "yes")
+        for i in range(10):
+            proc.client().execute_command("TWRITE", "k", "t", i)
+        proc.client().save()
+        proc.kill()
+        aof_dir = tmp_path / "appendonlydir"
+        incr = aof_dir / aof_files.incr_name(1)
+        done = run_check(str(aof_dir))
+        assert done.returncode == 0 and "OK" in done.stdout
+        assert run_check(str(tmp_path / "dump.tsr")).returncode == 0
+        good = incr.stat().st_size
+        with open(incr, "ab") as handle:
+            handle.write(pack([1, b"k", 11, 1, b"t", b"x"])[:5])
+        done = run_check(str(aof_dir))
+        assert done.returncode == 1 and f"good up to offset {good}" in done.stdout
+        assert incr.stat().st_size == good + 5  # no --fix: untouched
+        done = run_check(str(aof_dir), "--fix")  # stdin is not a terminal and no --yes: not fixed
+        assert done.returncode == 1 and incr.stat().st_size == good + 5
+        done = run_check(str(aof_dir), "--fix", "--yes")
+        assert done.returncode == 0 and "FIXED" in done.stdout and incr.stat().st_size == good
+        data = bytearray(incr.read_bytes())
+        data[good // 2] ^= 0x01
+        incr.write_bytes(bytes(data))
+        done = run_check(str(aof_dir), "--fix", "--yes")
+        assert done.returncode == 1 and "BAD" in done.stdout
+        assert incr.read_bytes() == bytes(data)  # damage is never "fixed" away
+        assert run_check(str(tmp_path / "nothing")).returncode == 2
