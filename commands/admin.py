@@ -8,7 +8,7 @@ import time
 from resp import OK, Verbatim
 
 from . import docs, info
-from .args import text
+from .args import text, to_int
 from .errors import CommandError, SyntaxErr
 from .streams import NO_REPLY
 
@@ -121,4 +121,53 @@ def command(client, argv):
         return args[first : last + 1 : step]
     raise CommandError(
         f"ERR unknown subcommand or wrong number of arguments for '{text(argv[1])}'. Try COMMAND HELP."
+    )
+
+
+def slowlog(client, argv):
+    """SLOWLOG GET [count] | SLOWLOG LEN | SLOWLOG RESET | SLOWLOG HELP
+
+    Commands slower than slowlog-log-slower-than microseconds, newest first:
+    [id, unix time, microseconds, [args], client address, client name]. O(count).
+    """
+    sub = argv[1].lower()
+    log = client.server.slowlog
+    if sub == b"get" and len(argv) <= 3:
+        count = 10
+        if len(argv) == 3:
+            count = to_int(argv[2])
+            if count < -1:
+                raise CommandError("ERR count should be greater than or equal to -1")
+        entries = list(log.entries)
+        return entries if count == -1 else entries[:count]
+    if sub == b"len" and len(argv) == 2:
+        return len(log.entries)
+    if sub == b"reset" and len(argv) == 2:
+        log.reset()
+        return OK
+    if sub == b"help" and len(argv) == 2:
+        return ["SLOWLOG GET [<count>]", "SLOWLOG LEN", "SLOWLOG RESET"]
+    raise CommandError(
+        f"ERR unknown subcommand or wrong number of arguments for '{text(argv[1])}'. Try SLOWLOG HELP."
+    )
+
+
+def latency(client, argv):
+    """LATENCY LATEST | LATENCY HISTORY event | LATENCY RESET [event ...] | LATENCY HELP
+
+    Events at or above latency-monitor-threshold ms: command, fast-command,
+    aof-fsync-always. LATEST: [event, unix time, latest ms, max ms]. O(events).
+    """
+    sub = argv[1].lower()
+    monitor = client.server.latency
+    if sub == b"latest" and len(argv) == 2:
+        return monitor.latest()
+    if sub == b"history" and len(argv) == 3:
+        return monitor.history(text(argv[2]))
+    if sub == b"reset":
+        return monitor.reset([text(a) for a in argv[2:]])
+    if sub == b"help" and len(argv) == 2:
+        return ["LATENCY LATEST", "LATENCY HISTORY <event>", "LATENCY RESET [<event> ...]"]
+    raise CommandError(
+        f"ERR unknown subcommand or wrong number of arguments for '{text(argv[1])}'. Try LATENCY HELP."
     )

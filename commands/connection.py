@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
-
 from resp import OK, Status, Verbatim
 
 from .args import text, to_int
@@ -31,13 +29,10 @@ def echo(client, argv):
     return argv[1]
 
 
-def check_password(server, user: bytes | None, password: bytes) -> None:
-    """Raise WRONGPASS unless user/password may log in (only the default user exists)."""
-    required = server.config["requirepass"]
-    if user is not None and user != b"default":
-        raise WrongPass()
-    if required and not hmac.compare_digest(password, required.encode()):
-        raise WrongPass()
+def log_in(client, user: bytes | None, password: bytes) -> None:
+    """Authenticate as ``user`` (the default user when None), or raise WRONGPASS."""
+    name = "default" if user is None else user.decode("utf-8", "replace")
+    client.set_user(client.server.acl.authenticate(name, password))
 
 
 def auth(client, argv):
@@ -48,13 +43,12 @@ def auth(client, argv):
     if len(argv) > 3:
         raise SyntaxErr()
     user = argv[1] if len(argv) == 3 else None
-    if user is None and not client.server.config["requirepass"]:
+    if user is None and client.server.acl.users["default"].nopass:
         raise CommandError(
             "ERR AUTH <password> called without any password configured for the default user. "
             "Are you sure your configuration is correct?"
         )
-    check_password(client.server, user, argv[-1])
-    client.authenticated = True
+    log_in(client, user, argv[-1])
     return OK
 
 
@@ -86,9 +80,8 @@ def hello(client, argv):
         else:
             raise CommandError(f"ERR Syntax error in HELLO option '{text(argv[i])}'")
     if credentials is not None:
-        check_password(client.server, *credentials)
-        client.authenticated = True
-    elif client.server.config["requirepass"] and not client.authenticated:
+        log_in(client, *credentials)
+    elif client.user is None:
         raise NoAuth("NOAUTH HELLO must be called with the client already authenticated, "
                      "otherwise the HELLO <proto> AUTH <user> <pass> option can be used to "
                      "authenticate the client and select the RESP protocol version at the same time")

@@ -7,45 +7,70 @@ reply, so a bad command never breaks the connection or the server.
 from __future__ import annotations
 
 import logging
+from time import perf_counter_ns
 
 from resp import encode, encode_error
+from server.observability import CommandStats
 
-from .errors import CommandError, NoAuth, UnknownCommand, WrongArity
-from .flags import NOAUTH
+from .errors import CommandError, UnknownCommand, WrongArity
+from .flags import FAST
 from .streams import NO_REPLY
 from .table import COMMANDS
 
 log = logging.getLogger("tstream.commands")
 
 # The table in the shape the hot path wants: name -> (handler, fewest words, most
-# words, needs auth).  Derived once from COMMANDS, never edited by hand.
+# words, is fast, the Command).  Derived once from COMMANDS, never edited by hand.
 _DISPATCH = {
-    name: (cmd.handler, abs(cmd.arity), cmd.arity if cmd.arity > 0 else 1 << 62, not cmd.flags & NOAUTH)
+    name: (cmd.handler, abs(cmd.arity), cmd.arity if cmd.arity > 0 else 1 << 62, bool(cmd.flags & FAST), cmd)
     for name, cmd in COMMANDS.items()
 }
 
 
 def execute(client, argv: list) -> bytes | None:
     """The encoded reply to ``argv`` for ``client``; None when nothing is to be sent."""
+    name = argv[0].lower()
+    server = client.server
     try:
+        handler, fewest, most, fast, command = _DISPATCH[name]
+    except KeyError:
+        server.stats.errors += 1
+        return encode_error(UnknownCommand(argv[0], argv[1:]).message)
+    stats = server.command_stats.get(name)
+    if stats is None:
+        stats = server.command_stats[name] = CommandStats()
+    if not fewest <= len(argv) <= most:
+        stats.rejected += 1
+        server.stats.errors += 1
+        return encode_error(WrongArity(name.decode("utf-8", "replace")).message)
+    if client.gate is not None:  # not authenticated yet, or an ACL user with limits
         try:
-            handler, fewest, most, needs_auth = _DISPATCH[argv[0].lower()]
-        except KeyError:
-            raise UnknownCommand(argv[0], argv[1:]) from None
-        if not fewest <= len(argv) <= most:
-            raise WrongArity(argv[0].lower().decode("utf-8", "replace"))
-        if needs_auth and not client.authenticated:
-            raise NoAuth()
+            client.gate(client, name, argv, command)
+        except CommandError as exc:
+            stats.rejected += 1
+            server.stats.errors += 1
+            return encode_error(exc.message)
+    started = perf_counter_ns()
+    try:
         reply = handler(client, argv)
+        if reply.__class__ is int:  # the common TWRITE/TACK reply, without a trip through encode()
+            out = b":%d\r\n" % reply
+        elif reply is NO_REPLY:
+            out = None
+        else:
+            out = encode(reply, client.protocol)
     except CommandError as exc:
-        client.server.stats.errors += 1
-        return encode_error(exc.message)
+        stats.failed += 1
+        server.stats.errors += 1
+        out = encode_error(exc.message)
     except Exception:
         log.exception("command %r failed", argv[:3])
-        client.server.stats.errors += 1
-        return encode_error("ERR internal error while running the command (see the server log)")
-    if reply.__class__ is int:  # the common TWRITE/TACK reply, without a trip through encode()
-        return b":%d\r\n" % reply
-    if reply is NO_REPLY:
-        return None
-    return encode(reply, client.protocol)
+        stats.failed += 1
+        server.stats.errors += 1
+        out = encode_error("ERR internal error while running the command (see the server log)")
+    elapsed = perf_counter_ns() - started
+    stats.calls += 1
+    stats.nanos += elapsed
+    if elapsed >= server.slow_threshold_ns:
+        server.observe_slow(argv, elapsed, client, fast)
+    return out

@@ -79,6 +79,12 @@ def _stats(server) -> dict:
         "evicted_entries": stats.evicted,
         "keyspace_hits": stats.hits,
         "keyspace_misses": stats.misses,
+        # JetStream atomic batches (server/batches.py)
+        "batches_in_flight": len(server.batches),
+        "batch_abandoned_incomplete": stats.batch_abandoned_incomplete,
+        "batch_abandoned_timeout": stats.batch_abandoned_timeout,
+        "batch_abandoned_large": stats.batch_abandoned_large,
+        "batch_abandoned_rejected": stats.batch_abandoned_rejected,
     }
 
 
@@ -89,6 +95,16 @@ def _replication(server) -> dict:
 def _cpu(server) -> dict:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {"used_cpu_sys": round(usage.ru_stime, 6), "used_cpu_user": round(usage.ru_utime, 6)}
+
+
+def _commandstats(server) -> dict:
+    fields = {}
+    for name, stats in sorted(server.command_stats.items()):
+        usec = stats.nanos // 1000
+        per_call = usec / stats.calls if stats.calls else 0.0
+        fields[f"cmdstat_{name.decode()}"] = (f"calls={stats.calls},usec={usec},usec_per_call={per_call:.2f},"
+                                              f"rejected_calls={stats.rejected},failed_calls={stats.failed}")
+    return fields
 
 
 def _keyspace(server) -> dict:
@@ -105,11 +121,14 @@ SECTIONS = {
     "replication": _replication,
     "cpu": _cpu,
     "keyspace": _keyspace,
+    "commandstats": _commandstats,
 }
 
 
 def render(server, wanted: list[str]) -> str:
-    if not wanted or "default" in wanted or "all" in wanted or "everything" in wanted:
+    if "all" in wanted or "everything" in wanted:
+        names = DEFAULT_SECTIONS + ["commandstats"]
+    elif not wanted or "default" in wanted:
         names = DEFAULT_SECTIONS
     else:
         names = [name for name in wanted if name in SECTIONS]

@@ -49,7 +49,15 @@ def keys(client, argv):
 
     Every key matching the glob-style pattern. O(keys).
     """
-    return client.server.keyspace.keys(argv[1])
+    return visible_keys(client, client.server.keyspace.keys(argv[1]))
+
+
+def visible_keys(client, keys: list) -> list:
+    """The keys an ACL user may see (all of them for an unrestricted user)."""
+    user = client.user
+    if user is None or user.all_keys:
+        return keys
+    return [key for key in keys if user.may_access(key)]
 
 
 def scan(client, argv):
@@ -84,7 +92,7 @@ def scan(client, argv):
     if not only_streams:
         return [b"0", []]
     next_cursor, found = client.server.keyspace.scan(cursor, count, pattern)
-    return [b"%d" % next_cursor, found]
+    return [b"%d" % next_cursor, visible_keys(client, found)]
 
 
 def dbsize(client, argv):

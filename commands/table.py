@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from . import admin, connection, keys, saving, streams
+from . import admin, connection, jetstream, keys, saving, security, streams
 from .flags import ADMIN, BLOCKING, CONNECTION, DENYOOM, FAST, LOADING, NOAUTH, NOSCRIPT, READONLY, STALE, WRITE
 
 
@@ -34,6 +34,10 @@ COMMANDS: dict[bytes, Command] = {
     b"tpending": Command(streams.tpending, 3, READONLY, ONE_KEY),
     b"tinfo": Command(streams.tinfo, -2, READONLY, ONE_KEY),
     b"tconfig": Command(streams.tconfig, -3, WRITE, ONE_KEY),
+    # JetStream (ADR-31 direct get, ADR-50 atomic batch), commands/jetstream.py
+    b"dget": Command(jetstream.dget, -3, READONLY, ONE_KEY),
+    b"mlast": Command(jetstream.mlast, -3, READONLY, ONE_KEY),
+    b"batch": Command(jetstream.batch, -5, WRITE | DENYOOM | FAST, ONE_KEY),
     # keyspace
     b"del": Command(keys.del_, -2, WRITE, ALL_KEYS),
     b"exists": Command(keys.exists, -2, READONLY | FAST, ALL_KEYS),
@@ -55,10 +59,13 @@ COMMANDS: dict[bytes, Command] = {
     b"command": Command(admin.command, -1, CONNECTION | LOADING | STALE),
     b"config": Command(admin.config, -2, ADMIN | LOADING | STALE),
     b"info": Command(admin.info_, -1, LOADING | STALE),
+    b"slowlog": Command(admin.slowlog, -2, ADMIN | LOADING | STALE),
+    b"latency": Command(admin.latency, -2, ADMIN | LOADING | STALE),
+    b"acl": Command(security.acl, -2, ADMIN | LOADING | STALE),
     b"time": Command(admin.time_, 1, FAST | LOADING | STALE),
     b"save": Command(saving.save, 1, ADMIN | NOSCRIPT),
     b"bgsave": Command(saving.bgsave, -1, ADMIN | NOSCRIPT),
     b"lastsave": Command(saving.lastsave, 1, FAST | LOADING | STALE),
     b"bgrewriteaof": Command(saving.bgrewriteaof, 1, ADMIN | NOSCRIPT),
-    b"shutdown": Command(admin.shutdown, -1, ADMIN | NOAUTH | LOADING | STALE),
+    b"shutdown": Command(admin.shutdown, -1, ADMIN | LOADING | STALE),
 }

@@ -126,6 +126,8 @@ from typing import Iterator, NamedTuple
 
 import zstandard
 
+from .subjects import enforce_subject_limit  # JetStream per-subject limit (max_msgs_per_subject)
+
 __all__ = [
     "Entry",
     "Node",
@@ -147,73 +149,199 @@ _CCTX = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL, write_content_size=Tru
 _CCTX_FAST = zstandard.ZstdCompressor(level=FAST_COMPRESSION_LEVEL, write_content_size=True)
 _DCTX = zstandard.ZstdDecompressor()
 
-DECODED_CACHE_NODES = 16
+# Target raw size of one block of a compressed sealed node (see "Blocks" in the
+# module docstring).  Read when a node is sealed; each node records its own
+# block size, so changing it never invalidates existing nodes or snapshots.
+BLOCK_BYTES = 4096
+
+DECODED_CACHE_BLOCKS = 512
 DECODED_CACHE_BYTES = 64 * 1024 * 1024
-_lru: "OrderedDict[Node, None]" = OrderedDict()
+DECODED_CACHE_NODES = DECODED_CACHE_BLOCKS  # old name (the cache held whole nodes)
+_lru: "OrderedDict[_Block, None]" = OrderedDict()
 _lru_bytes = 0
 
 _LITTLE = sys.byteorder == "little"
 
-# Blob header: magic, version, flags, ends typecode, count, start, buf_len.
+# Blob header: magic, version, flags, ends typecode, count, start, buf_len;
+# version 2 follows it with _BLOCKS_HDR (block_entries, nblocks) and the
+# nblocks + 1 frame offsets of the body as little-endian u64.
 _HDR = struct.Struct("<2sBBcxxxIqQ")
+_BLOCKS_HDR = struct.Struct("<II")
 _MAGIC = b"TN"
-_VERSION = 1
+_VERSION = 2  # 1: one frame (or raw body) per node; still loaded
 _FLAG_ZSTD = 1
 
 
-def set_decoded_cache_limits(max_nodes: int, max_bytes: int) -> None:
-    """Resize the process-wide decoded-node LRU (at least one node is kept)."""
-    global DECODED_CACHE_NODES, DECODED_CACHE_BYTES
-    DECODED_CACHE_NODES = max(1, int(max_nodes))
+def set_decoded_cache_limits(max_blocks: int, max_bytes: int) -> None:
+    """Resize the process-wide decoded-block LRU: at most ``max_blocks``
+    blocks and ``max_bytes`` bytes (at least one block is kept)."""
+    global DECODED_CACHE_BLOCKS, DECODED_CACHE_BYTES, DECODED_CACHE_NODES
+    DECODED_CACHE_BLOCKS = DECODED_CACHE_NODES = max(1, int(max_blocks))
     DECODED_CACHE_BYTES = max(0, int(max_bytes))
     _lru_shrink()
 
 
 def clear_decoded_cache() -> None:
-    """Empty the shared decoded-node LRU (e.g. on FLUSHALL)."""
+    """Empty the shared decoded-block LRU (e.g. on FLUSHALL)."""
     while _lru:
-        _lru_forget(next(iter(_lru)))
+        _lru_forget(next(iter(_lru)).node)
 
 
 def decoded_cache_bytes() -> int:
-    """Bytes of decompressed node bodies currently held by the shared LRU."""
+    """Bytes held by the shared LRU: decompressed block bodies plus their
+    fixed per-block object overhead."""
     return _lru_bytes
+
+
+def _lru_drop(blk: "_Block") -> None:
+    """Unlink a block that just left the LRU from its node."""
+    blk.lru = False
+    if blk.index < 0:
+        blk.node.whole = None
+    else:
+        blk.node.blocks[blk.index] = None
 
 
 def _lru_shrink() -> None:
     global _lru_bytes
-    while _lru and (len(_lru) > DECODED_CACHE_NODES
+    while _lru and (len(_lru) > DECODED_CACHE_BLOCKS
                     or (_lru_bytes > DECODED_CACHE_BYTES and len(_lru) > 1)):
         old, _ = _lru.popitem(last=False)
-        _lru_bytes -= len(old.buf)
-        old.in_cache = False
-        old.buf = old.ends = old.tags = old.times = None
+        _lru_bytes -= old.nbytes
+        _lru_drop(old)
 
 
-def _lru_add(node: "Node", raw: bytes) -> None:
+def _lru_add(blk: "_Block") -> None:
     global _lru_bytes
-    node.in_cache = True
-    _lru[node] = None
-    _lru_bytes += len(raw)
+    blk.lru = True
+    _lru[blk] = None
+    _lru_bytes += blk.nbytes
     _lru_shrink()
 
 
 def _lru_forget(node: "Node") -> None:
+    """Drop every decoded block of ``node`` from the LRU."""
     global _lru_bytes
-    if node.in_cache:
-        del _lru[node]
-        _lru_bytes -= len(node.buf)
-        node.in_cache = False
-        node.buf = node.ends = node.tags = node.times = None
+    blocks = node.blocks
+    if blocks is None:
+        return
+    for blk in (*blocks, node.whole):
+        if blk is not None and blk.lru:
+            del _lru[blk]
+            _lru_bytes -= blk.nbytes
+            _lru_drop(blk)
 
 
-def _decode(node: "Node"):
-    """Decompress a sealed node into the LRU; returns its ``buf``."""
-    raw = _DCTX.decompress(node.data)
-    node._attach(raw)
-    _lru_add(node, raw)
-    return raw
+def _decode_block(node: "Node", b: int) -> "_Block":
+    """Decompress block ``b`` of a compressed sealed node into the LRU."""
+    offs = node.block_offs
+    be = node.block_entries
+    raw = _DCTX.decompress(memoryview(node.data)[offs[b]:offs[b + 1]])
+    count = node.cap_end - node.start - b * be
+    blk = _Block(node, b, raw, be if be < count else count, node.ends_code)
+    node.blocks[b] = blk
+    _lru_add(blk)
+    return blk
 
+
+def _decode_whole(node: "Node") -> "_Block":
+    """Whole-node tables of a multi-block compressed node (for
+    :meth:`Node.decoded`), assembled from its blocks into the LRU."""
+    blk = _Block.from_tables(node, -1, *_concat_tables(node._block_list(), node.ends_code))
+    node.whole = blk
+    _lru_add(blk)
+    return blk
+
+
+# ---------------------------------------------------------------------------
+# Blocks
+# ---------------------------------------------------------------------------
+
+def _block_body(payload, ends, tags, times) -> bytes:
+    """Serialise one block (or a whole node): payloads, pad to 8, ends
+    (relative to the first payload byte, leading 0), tag ids, times.
+    Little-endian on every host."""
+    if not _LITTLE:  # pragma: no cover - big-endian hosts
+        ends, tags, times = array(ends.typecode, ends), array("I", tags), array("q", times)
+        ends.byteswap(), tags.byteswap(), times.byteswap()
+    pad = (-len(payload)) & 7  # keep the tables 8-byte aligned
+    return b"".join((payload, bytes(pad), ends, tags, times))
+
+
+def _concat_tables(blocks, code: str):
+    """``(payloads, ends, tags, times)`` of consecutive decoded blocks joined
+    into node-wide tables (``ends`` rebased).  O(entries)."""
+    pays = []
+    ends = array(code, (0,))
+    tags = array("I")
+    times = array("q")
+    base = 0
+    for blk in blocks:
+        e = blk.ends.tolist()
+        last = e[-1]
+        pays.append(memoryview(blk.buf)[:last])
+        ends.extend([x + base for x in islice(e, 1, None)] if base else islice(e, 1, None))
+        base += last
+        if _LITTLE:
+            tags.frombytes(blk.tags.cast("B"))
+            times.frombytes(blk.times.cast("B"))
+        else:  # pragma: no cover - big-endian hosts: the views are arrays
+            tags.extend(blk.tags)
+            times.extend(blk.times)
+    return b"".join(pays), ends, tags, times
+
+
+class _Block:
+    """The decoded tables of one block of a sealed node: ``buf`` holds the
+    block's payloads (its raw body), ``ends``/``tags``/``times`` are views
+    over the body's tables, ``ends`` relative to the block's first payload
+    byte.  ``index`` is the block's number in the node (-1: the whole node,
+    see :meth:`Node.decoded`).  ``lru`` tells whether it sits in the shared
+    LRU; a raw-stored node's single block is permanent instead (and has no
+    ``node`` back reference, so that no cycle keeps a dropped node alive)."""
+
+    __slots__ = ("node", "index", "buf", "ends", "tags", "times", "nbytes", "lru")
+
+    def __init__(self, node, index: int, raw: bytes, count: int, code: str) -> None:
+        e_len = (count + 1) * (4 if code == "I" else 8)
+        pos = len(raw) - e_len - 12 * count
+        if pos < 0:
+            raise ValueError("block body too short")
+        e_end = pos + e_len
+        t_end = e_end + 4 * count
+        if _LITTLE:
+            mv = memoryview(raw)
+            self.ends = mv[pos:e_end].cast(code)
+            self.tags = mv[e_end:t_end].cast("I")
+            self.times = mv[t_end:].cast("q")
+        else:  # pragma: no cover - big-endian hosts
+            self.ends = array(code, raw[pos:e_end])
+            self.tags = array("I", raw[e_end:t_end])
+            self.times = array("q", raw[t_end:])
+            self.ends.byteswap(), self.tags.byteswap(), self.times.byteswap()
+        self.node = node
+        self.index = index
+        self.buf = raw
+        self.nbytes = len(raw) + _BLOCK_OVERHEAD
+        self.lru = False
+
+    @classmethod
+    def from_tables(cls, node, index: int, buf: bytes, ends, tags, times) -> "_Block":
+        blk = cls.__new__(cls)
+        blk.node, blk.index, blk.buf = node, index, buf
+        blk.ends, blk.tags, blk.times = ends, tags, times
+        blk.nbytes = (len(buf) + len(ends) * ends.itemsize + 12 * len(tags) + _BLOCK_OVERHEAD)
+        blk.lru = False
+        return blk
+
+    def payload_end(self) -> int:
+        return self.ends[len(self.ends) - 1]
+
+
+# What a decoded block costs besides its body: the object and its 3 views
+# (+1 for the managed buffer they share), and the bytes object's header.
+_VIEWS_OVERHEAD = _Block.__basicsize__ + 4 * sys.getsizeof(memoryview(b""))
+_BLOCK_OVERHEAD = _VIEWS_OVERHEAD + sys.getsizeof(b"")
 
 # ---------------------------------------------------------------------------
 # Small helpers
@@ -242,7 +370,7 @@ class StreamConfig:
 
     max_len: int = 0               # 0 = no limit; like BACKLOG on every write
     max_age_ms: int = 0            # 0 = no limit; older entries are evicted
-    max_msgs_per_subject: int = 0  # stored only; a later issue enforces it
+    max_msgs_per_subject: int = 0  # 0 = no limit; else the oldest entries of a subject beyond N are deleted
     allow_direct: bool = True
     allow_atomic: bool = True
 
@@ -264,20 +392,22 @@ class Node:
     See the module docstring for the layout.  Nodes are managed by
     :class:`Stream`; the public surface for snapshots is :meth:`blob`
     (alias :meth:`sealed_bytes`), :meth:`blob_parts`, :meth:`from_blob`,
-    :attr:`count`, :attr:`sealed` and :attr:`deleted`.
+    :attr:`count`, :attr:`sealed` and :attr:`deleted`; readers use
+    :meth:`tables_at` (one block) or :meth:`decoded` (the whole node).
     """
 
     __slots__ = (
         "base", "start", "cap_end", "sealed",
-        # decoded form: always set on the active node, on a sealed node only
-        # while it is decoded (LRU) or permanently if stored raw
-        "buf", "ends", "tags", "times",
-        "data", "compressed",    # sealed only: stored body
+        "buf", "ends", "tags", "times",  # active node only (None once sealed)
+        "data", "compressed",    # sealed only: stored block frames / raw body
+        "block_entries", "block_offs",  # sealed only: entries per block, frame offsets in data
+        "blocks",                # sealed only: per block its decoded _Block or None
+        "whole",                 # sealed only: whole-node _Block for decoded(), or None
         "buf_len", "ends_code", "raw_len",  # sealed only: body geometry
         "tag_set",               # sealed only: packed distinct tag ids
         "first_time", "last_time",  # sealed only
         "deleted", "ndel",       # bitmap of deleted positions (or None), count
-        "in_cache", "mem",
+        "mem",
     )
 
     def __init__(self, base: int, start: int, cap_end: int) -> None:
@@ -291,6 +421,10 @@ class Node:
         self.times = array("q")
         self.data = None
         self.compressed = False
+        self.block_entries = 0
+        self.block_offs = None
+        self.blocks = None
+        self.whole = None
         self.buf_len = 0
         self.raw_len = 0
         self.ends_code = "I"
@@ -299,7 +433,6 @@ class Node:
         self.last_time = 0
         self.deleted = None
         self.ndel = 0
-        self.in_cache = False
         self.mem = 0
 
     # -- geometry ---------------------------------------------------------
@@ -310,71 +443,89 @@ class Node:
             return self.cap_end - self.start
         return len(self.times)
 
+    @property
+    def nblocks(self) -> int:
+        """Blocks of a sealed node (1 when stored raw); 0 for the active node."""
+        return len(self.blocks) if self.sealed else 0
+
     # -- serialisation ----------------------------------------------------
     def _body(self) -> bytes:
-        """Serialise the decoded form: buffer, pad, ends, tag ids, times."""
-        buf = self.buf
-        ends, tags, times = self.ends, self.tags, self.times
-        if not _LITTLE:  # bodies are little-endian on every host
-            ends, tags, times = array(ends.typecode, ends), array("I", tags), array("q", times)
-            ends.byteswap(), tags.byteswap(), times.byteswap()
-        pad = (-len(buf)) & 7  # keep the tables 8-byte aligned
-        return b"".join((buf, bytes(pad), ends, tags, times))
+        """Serialise the active node's tables as one raw body."""
+        return _block_body(self.buf, self.ends, self.tags, self.times)
 
-    def _attach(self, raw: bytes) -> None:
-        """Point buf/ends/tags/times at a decoded body (no copies)."""
-        count = self.cap_end - self.start
-        pos = self.buf_len + ((-self.buf_len) & 7)
-        esize = 4 if self.ends_code == "I" else 8
-        e_end = pos + (count + 1) * esize
-        t_end = e_end + 4 * count
-        if _LITTLE:
-            mv = memoryview(raw)
-            self.ends = mv[pos:e_end].cast(self.ends_code)
-            self.tags = mv[e_end:t_end].cast("I")
-            self.times = mv[t_end:t_end + 8 * count].cast("q")
-        else:  # pragma: no cover - big-endian hosts
-            self.ends = array(self.ends_code, raw[pos:e_end])
-            self.tags = array("I", raw[e_end:t_end])
-            self.times = array("q", raw[t_end:t_end + 8 * count])
-            self.ends.byteswap(), self.tags.byteswap(), self.times.byteswap()
-        self.buf = raw
-
-    def _seal(self, fast: bool = False) -> set[int]:
-        """Freeze a full active node: compress (``fast``: with the fast
-        level), record its summary, drop the tables.  Returns the distinct
-        tag ids of the node."""
-        self.buf_len = len(self.buf)
-        self.ends_code = self.ends.typecode
-        self.first_time = self.times[0]
-        self.last_time = self.times[-1]
-        ids = set(self.tags)
+    def _seal(self, fast: bool = False, cache: bool = True) -> set[int]:
+        """Freeze a full active node: cut it into blocks of about
+        ``BLOCK_BYTES`` raw bytes and compress each as its own zstd frame
+        (``fast``: with the fast level), or keep one raw body when that does
+        not save 1/16; record its summary, drop the tables.  ``cache``: put
+        the fresh decoded blocks in the LRU.  Returns the distinct tag ids of
+        the node.  O(node)."""
+        buf, ends, tags, times = self.buf, self.ends, self.tags, self.times
+        count = len(times)
+        code = ends.typecode
+        self.buf_len = len(buf)
+        self.ends_code = code
+        self.first_time = times[0]
+        self.last_time = times[-1]
+        ids = set(tags)
         self.tag_set = _pack_ids(ids)
-        raw = self._body()
-        self.raw_len = len(raw)
-        # python-zstandard returns a bytes object allocated at the compress
-        # bound (~raw size) and merely shortened: copy it to give the slack
-        # back (measured: 114 KiB held for a 72 KiB blob without this).
-        comp = bytes(memoryview((_CCTX_FAST if fast else _CCTX).compress(raw)))
-        self.sealed = True
-        if len(comp) <= len(raw) - (len(raw) >> 4):
-            self.data = comp
-            self.compressed = True
-            self._attach(raw)
-            # Tail readers are the common case: keep the fresh node decoded.
-            _lru_add(self, raw)
+        # Entries per block: a fixed count per node (O(1) block lookup),
+        # chosen so that an average block holds ~BLOCK_BYTES raw bytes.
+        size = len(buf) + (count + 1) * ends.itemsize + 12 * count
+        be = BLOCK_BYTES * count // size
+        if be >= count:
+            be, nb = count, 1
         else:
-            self.data = raw
+            nb = -(-count // (be or 1))
+            be = -(-count // nb)  # even the blocks out
+        if nb == 1:
+            bodies = [self._body()]
+        else:
+            el = ends.tolist()
+            mv = memoryview(buf)
+            bodies = []
+            for a in range(0, count, be):
+                c = a + be if a + be < count else count
+                pa = el[a]
+                bodies.append(_block_body(mv[pa:el[c]], array(code, [e - pa for e in el[a:c + 1]]),
+                                          tags[a:c], times[a:c]))
+            del mv
+        ctx = _CCTX_FAST if fast else _CCTX
+        frames = [ctx.compress(body) for body in bodies]
+        raw_len = sum(map(len, bodies))
+        self.raw_len = raw_len
+        self.sealed = True
+        self.buf = self.ends = self.tags = self.times = None
+        if sum(map(len, frames)) <= raw_len - (raw_len >> 4):
+            # One exact-size object (python-zstandard over-allocates each
+            # frame to the compress bound and merely shortens it).
+            self.data = data = b"".join(frames)
+            self.compressed = True
+            self.block_entries = be
+            offs = array("I" if len(data) < 1 << 32 else "Q", (0,))
+            offs.extend(accumulate(map(len, frames)))
+            self.block_offs = offs
+            self.blocks = blocks = [None] * nb
+            if cache:  # tail readers are the common case: keep the fresh blocks
+                for k, body in enumerate(bodies):
+                    c = count - k * be
+                    blocks[k] = blk = _Block(self, k, body, be if be < c else c, code)
+                    _lru_add(blk)
+        else:
+            self.data = data = bodies[0] if nb == 1 else _block_body(buf, ends, tags, times)
+            self.raw_len = len(data)
             self.compressed = False
-            self._attach(raw)
+            self.block_entries = count
+            self.block_offs = array("I" if len(data) < 1 << 32 else "Q", (0, len(data)))
+            self.blocks = [_Block(None, 0, data, count, code)]  # permanent views
         self.mem = self._sealed_mem()
         return ids
 
     def _sealed_mem(self) -> int:
-        mem = sys.getsizeof(self) + sys.getsizeof(self.data) + sys.getsizeof(self.tag_set)
+        mem = (sys.getsizeof(self) + sys.getsizeof(self.data) + sys.getsizeof(self.tag_set)
+               + sys.getsizeof(self.block_offs) + sys.getsizeof(self.blocks))
         if not self.compressed:  # permanent views over the raw body
-            mem += (sys.getsizeof(self.ends) + sys.getsizeof(self.tags)
-                    + sys.getsizeof(self.times))
+            mem += _VIEWS_OVERHEAD
         if self.deleted is not None:
             mem += sys.getsizeof(self.deleted)
         return mem
@@ -393,20 +544,28 @@ class Node:
         ``body`` is the stored object itself (no copy, immutable); for the
         active node it is serialised now (raw, O(size))."""
         if self.sealed:
-            flags = _FLAG_ZSTD if self.compressed else 0
-            return (_HDR.pack(_MAGIC, _VERSION, flags, self.ends_code.encode(),
-                              self.cap_end - self.start, self.start, self.buf_len), self.data)
-        return (_HDR.pack(_MAGIC, _VERSION, 0, self.ends.typecode.encode(),
-                          len(self.times), self.start, len(self.buf)), self._body())
+            offs = self.block_offs
+            return (_HDR.pack(_MAGIC, _VERSION, _FLAG_ZSTD if self.compressed else 0,
+                              self.ends_code.encode(), self.cap_end - self.start, self.start,
+                              self.buf_len)
+                    + _BLOCKS_HDR.pack(self.block_entries, len(self.blocks))
+                    + struct.pack(f"<{len(offs)}Q", *offs), self.data)
+        body = self._body()
+        count = len(self.times)
+        return (_HDR.pack(_MAGIC, _VERSION, 0, self.ends.typecode.encode(), count, self.start,
+                          len(self.buf))
+                + _BLOCKS_HDR.pack(max(count, 1), 1) + struct.pack("<QQ", 0, len(body)), body)
 
     def blob(self) -> bytes:
         """Self-describing serialisation of this node, for snapshots.
 
-        Sealed node: the stored (compressed or raw) body behind a 32-byte
-        header, no recompression.  Active node: its raw body.  Tag ids in
-        the blob refer to the owning stream's tag table.  Deleted bitmaps are
-        not included (they change after sealing): save ``node.deleted``.
-        Bodies are little-endian on every host.  O(size) (one copy).
+        Sealed node: a header (32 bytes, block geometry, the frame offsets)
+        then the stored body as is (the concatenated zstd frames of its
+        blocks, or its one raw body), no recompression.  Active node: its raw
+        body as one block.  Tag ids in the blob refer to the owning stream's
+        tag table.  Deleted bitmaps are not included (they change after
+        sealing): save ``node.deleted``.  Bodies are little-endian on every
+        host.  O(size) (one copy).
         """
         header, body = self.blob_parts()
         return header + body
@@ -415,62 +574,163 @@ class Node:
 
     @classmethod
     def from_blob(cls, blob: bytes, node_entries: int) -> "Node":
-        """Rebuild a node from :meth:`blob`.  A full node comes back sealed
-        (its stored body is reused as is), a partial one as an active node.
-        Raises ValueError on a damaged blob.  O(size)."""
+        """Rebuild a node from :meth:`blob` (version 2, or version 1: one
+        frame per node, re-blocked when it is a full compressed node).  A
+        full node comes back sealed (a version-2 body is reused as is), a
+        partial one as an active node.  Raises ValueError on a damaged blob.
+        O(size)."""
         if len(blob) < _HDR.size:
             raise ValueError("node blob too short")
         magic, version, flags, code, count, start, buf_len = _HDR.unpack_from(blob)
-        if magic != _MAGIC or version != _VERSION:
+        if magic != _MAGIC or version not in (1, _VERSION):
             raise ValueError("not a tstream node blob")
-        code = code.decode()
-        if code not in ("I", "Q"):
+        if code not in (b"I", b"Q"):
             raise ValueError("bad ends typecode in node blob")
+        code = code.decode()
         base = start - (start - 1) % node_entries
         cap_end = base + node_entries
         if start < 1 or count < 1 or start + count > cap_end:
             raise ValueError("node blob does not fit the node size")
-        stored = bytes(blob[_HDR.size:])
-        try:
-            raw = _DCTX.decompress(stored) if flags & _FLAG_ZSTD else stored
-        except zstandard.ZstdError as exc:
-            raise ValueError(f"node blob does not decompress: {exc}") from None
-        esize = 4 if code == "I" else 8
-        if len(raw) != buf_len + ((-buf_len) & 7) + (count + 1) * esize + 12 * count:
+        pos = _HDR.size
+        if version == 1:
+            be, nb, offs = count, 1, None
+        else:
+            if len(blob) < pos + _BLOCKS_HDR.size:
+                raise ValueError("node blob too short")
+            be, nb = _BLOCKS_HDR.unpack_from(blob, pos)
+            pos += _BLOCKS_HDR.size
+            if be < 1 or nb != -(-count // be):
+                raise ValueError("node blob has a bad block geometry")
+            if len(blob) < pos + 8 * (nb + 1):
+                raise ValueError("node blob too short")
+            offs = struct.unpack_from(f"<{nb + 1}Q", blob, pos)
+            pos += 8 * (nb + 1)
+        stored = bytes(blob[pos:])
+        if offs is None:
+            offs = (0, len(stored))
+        if offs[0] != 0 or offs[-1] != len(stored) or any(
+                offs[k] > offs[k + 1] for k in range(nb)):
+            raise ValueError("node blob has damaged block offsets")
+        zst = bool(flags & _FLAG_ZSTD)
+        blocks = []
+        raw_len = payload = 0
+        view = memoryview(stored)
+        for b in range(nb):
+            frame = stored if nb == 1 else view[offs[b]:offs[b + 1]]
+            try:
+                raw = _DCTX.decompress(frame) if zst else bytes(frame)
+            except zstandard.ZstdError as exc:
+                raise ValueError(f"node blob does not decompress: {exc}") from None
+            c = count - b * be
+            blk = _Block(None, b, raw, be if be < c else c, code)
+            last = blk.ends[len(blk.ends) - 1]
+            if (blk.ends[0] != 0 or last + ((-last) & 7) + len(blk.ends) * blk.ends.itemsize
+                    + 12 * len(blk.tags) != len(raw)):
+                raise ValueError("node blob has a damaged offset table")
+            blocks.append(blk)
+            raw_len += len(raw)
+            payload += last
+        del view
+        if payload != buf_len:
             raise ValueError("node blob has the wrong length")
-        node = cls(base, start, start + count)  # cap_end fixed below
-        node.buf_len = buf_len
-        node.raw_len = len(raw)
-        node.ends_code = code
-        node._attach(raw)
-        if node.ends[0] != 0 or node.ends[count] != buf_len:
-            raise ValueError("node blob has a damaged offset table")
-        if start + count == cap_end:
+        full = start + count == cap_end
+        if full and (version != 1 or not zst):
+            if not zst and nb != 1:
+                raise ValueError("a raw node blob must be one block")
+            node = cls(base, start, cap_end)
+            node.buf = node.ends = node.tags = node.times = None
             node.sealed = True
             node.data = stored
-            node.compressed = bool(flags & _FLAG_ZSTD)
-            node.first_time = node.times[0]
-            node.last_time = node.times[-1]
-            node.tag_set = _pack_ids(set(node.tags))
-            if node.compressed:  # not in the LRU: drop the decoded views
-                node.buf = node.ends = node.tags = node.times = None
+            node.compressed = zst
+            node.block_entries = be
+            node.block_offs = array("I" if len(stored) < 1 << 32 else "Q", offs)
+            node.buf_len = buf_len
+            node.raw_len = raw_len
+            node.ends_code = code
+            node.first_time = blocks[0].times[0]
+            node.last_time = blocks[-1].times[len(blocks[-1].times) - 1]
+            ids: set[int] = set()
+            for blk in blocks:
+                ids.update(blk.tags)
+            node.tag_set = _pack_ids(ids)
+            # decoded blocks are not kept: the node is not in the LRU
+            node.blocks = [None] * nb if zst else blocks
             node.mem = node._sealed_mem()
-        else:
-            node.cap_end = cap_end
-            node.buf = bytearray(raw[:buf_len])
-            node.ends = array(code, node.ends)
-            node.tags = array("I", node.tags)
-            node.times = array("q", node.times)
+            return node
+        # An active node, or a version-1 compressed node to cut into blocks.
+        payloads, ends, tags, times = _concat_tables(blocks, code)
+        node = cls(base, start, cap_end)
+        node.buf = bytearray(payloads)
+        node.ends, node.tags, node.times = ends, tags, times
+        if full:
+            node._seal(cache=False)
         return node
 
+    # -- decoded access ---------------------------------------------------
+    def _block(self, b: int) -> "_Block":
+        """Decoded block ``b`` of a sealed node, through the shared LRU."""
+        blk = self.blocks[b]
+        if blk is None:
+            return _decode_block(self, b)
+        if blk.lru:
+            _lru.move_to_end(blk)
+        return blk
+
+    def _block_list(self) -> list:
+        """Every decoded block of a sealed node, without touching the LRU
+        (blocks not cached are decompressed privately)."""
+        out = []
+        be = self.block_entries
+        count = self.cap_end - self.start
+        offs = self.block_offs
+        for b, blk in enumerate(self.blocks):
+            if blk is None:
+                c = count - b * be
+                blk = _Block(None, b, _DCTX.decompress(memoryview(self.data)[offs[b]:offs[b + 1]]),
+                             be if be < c else c, self.ends_code)
+            out.append(blk)
+        return out
+
+    def tables_at(self, p: int):
+        """``(buf, ends, tags, times, i)``: the decoded tables holding
+        position ``p`` of the node and ``p``'s index ``i`` in them (entry
+        ``p``'s payload is ``buf[ends[i]:ends[i + 1]]``).  For a sealed node
+        only the block of ``p`` is decoded (through the shared LRU); the
+        active node's tables are its own.  O(1), plus one block
+        decompression on a miss."""
+        if not self.sealed:
+            return self.buf, self.ends, self.tags, self.times, p
+        be = self.block_entries
+        b = p // be
+        blk = self._block(b)
+        return blk.buf, blk.ends, blk.tags, blk.times, p - b * be
+
+    def tag_id_at(self, p: int) -> int:
+        """Tag id of position ``p`` (decodes one block at most). O(1)."""
+        _, _, tags, _, i = self.tables_at(p)
+        return tags[i]
+
+    def time_at(self, p: int) -> int:
+        """Time of position ``p`` (decodes one block at most). O(1)."""
+        _, _, _, times, i = self.tables_at(p)
+        return times[i]
+
     def decoded(self):
-        """``(buf, ends, tags, times)`` of the node, decompressing through the
-        shared LRU if needed.  O(1) on a hit, O(node size) on a miss."""
-        if self.buf is None:
-            _decode(self)
-        elif self.in_cache:
-            _lru.move_to_end(self)
-        return self.buf, self.ends, self.tags, self.times
+        """``(buf, ends, tags, times)`` of the *whole* node (position ``p``
+        is index ``p``).  A multi-block sealed node is assembled from all of
+        its blocks into one LRU entry: O(node) on a miss, O(1) on a hit.
+        Prefer :meth:`tables_at` to reach a few entries."""
+        if not self.sealed:
+            return self.buf, self.ends, self.tags, self.times
+        if len(self.blocks) == 1:
+            blk = self._block(0)
+        else:
+            blk = self.whole
+            if blk is None:
+                blk = _decode_whole(self)
+            else:
+                _lru.move_to_end(blk)
+        return blk.buf, blk.ends, blk.tags, blk.times
 
     def __repr__(self) -> str:
         state = "sealed" if self.sealed else "active"
@@ -497,6 +757,7 @@ class Stream:
         "_nodes", "_first_node_index", "_active",
         "_tag_id", "_tag_list", "_tag_refs", "_free_ids", "_tag_mem",
         "_deleted_held", "_sealed_mem", "_age_floor", "_fast_seal",
+        "_subjects",  # JetStream subject index (engine/subjects.py), None until first needed
     )
 
     def __init__(self, node_entries: int = 1000) -> None:
@@ -520,6 +781,7 @@ class Stream:
         self._sealed_mem = 0               # sum of sealed nodes' .mem
         self._age_floor = -(1 << 63)       # every held entry has time >= this
         self._fast_seal = False            # last node did not compress
+        self._subjects = None              # JetStream subject index: built on first need
 
     # -- simple properties ---------------------------------------------------
     @property
@@ -654,8 +916,11 @@ class Stream:
         self.next_offset = offset + 1
         if offset + 1 == node.cap_end:
             self._seal_active()
+        # --- JetStream subject index hook (engine/subjects.py): once built only ---
+        if self._subjects is not None:
+            self._subjects.appended(tag, offset)
         cfg = self.config
-        if cfg.max_len or cfg.max_age_ms:
+        if cfg.max_len or cfg.max_age_ms or cfg.max_msgs_per_subject:
             self.enforce_limits(now_ns)
         return offset
 
@@ -709,8 +974,11 @@ class Stream:
             if self.next_offset == node.cap_end:
                 self._seal_active()
         jview.release()
+        # --- JetStream subject index hook (engine/subjects.py): once built only ---
+        if self._subjects is not None:
+            self._subjects.appended_many(flat, start, first_offset)
         cfg = self.config
-        if cfg.max_len or cfg.max_age_ms:
+        if cfg.max_len or cfg.max_age_ms or cfg.max_msgs_per_subject:
             self.enforce_limits(now_ns)
         return first_offset
 
@@ -720,7 +988,7 @@ class Stream:
         ``[offset, tag, data]`` for a held entry, ``None`` for a missing one
         (evicted or deleted).  Stops early at the end of the log.  ``offset``
         must be >= 1 (callers resolve ``-``/``$``).  O(count) plus at most one
-        decompression per sealed node touched."""
+        decompression per sealed block touched."""
         if offset < 1:
             raise ValueError("offset must be >= 1")
         if count < 0:
@@ -745,39 +1013,57 @@ class Stream:
         tag_list = self._tag_list
         while offset < end:
             node = nodes[(offset - 1) // n - base_index]
-            buf = node.buf
-            if buf is None:
-                buf = _decode(node)
-            elif node.in_cache:
-                _lru.move_to_end(node)
-            ends = node.ends
-            tags = node.tags
             nstart = node.start
-            stop = node.cap_end if node.cap_end < end else end
-            p = offset - nstart
-            q = stop - nstart
+            stop = node.cap_end
+            if node.sealed:
+                # Only the block holding ``offset`` (Node.tables_at, inlined).
+                be = node.block_entries
+                b = (offset - nstart) // be
+                blk = node.blocks[b]
+                if blk is None:
+                    blk = _decode_block(node, b)
+                elif blk.lru:
+                    _lru.move_to_end(blk)
+                buf = blk.buf
+                ends = blk.ends
+                tags = blk.tags
+                bstart = nstart + b * be  # offset of the block's first entry
+                if bstart + be < stop:
+                    stop = bstart + be
+                sealed = True
+            else:
+                buf = node.buf
+                ends = node.ends
+                tags = node.tags
+                bstart = nstart
+                sealed = False
+            if stop > end:
+                stop = end
+            i = offset - bstart
+            j = stop - bstart
             bits = node.deleted
             if bits is None:
                 # Slice the tables once; zip + comprehension beats per-entry
                 # indexing by ~25-40% from ~10 entries on.
-                e = ends[p:q + 1].tolist()
-                rows = zip(range(nstart + p, nstart + q), tags[p:q].tolist(), e, islice(e, 1, None))
-                if node.sealed:
-                    out += [[o, tag_list[t], buf[a:b]] for o, t, a, b in rows]
+                e = ends[i:j + 1].tolist()
+                rows = zip(range(offset, stop), tags[i:j].tolist(), e, islice(e, 1, None))
+                if sealed:
+                    out += [[o, tag_list[t], buf[a:z]] for o, t, a, z in rows]
                 else:
                     # The active buffer is a bytearray: copy slices out as
                     # bytes through a view, released before any append can
                     # resize the buffer.
                     with memoryview(buf) as mv:
-                        out += [[o, tag_list[t], mv[a:b].tobytes()] for o, t, a, b in rows]
+                        out += [[o, tag_list[t], mv[a:z].tobytes()] for o, t, a, z in rows]
             else:
-                sealed = node.sealed
-                for p in range(p, q):
+                shift = bstart - nstart  # node position = table index + shift
+                for i in range(i, j):
+                    p = i + shift
                     if bits[p >> 3] >> (p & 7) & 1:
                         append(None)
                     else:
-                        data = buf[ends[p]:ends[p + 1]]
-                        append([nstart + p, tag_list[tags[p]], data if sealed else bytes(data)])
+                        data = buf[ends[i]:ends[i + 1]]
+                        append([bstart + i, tag_list[tags[i]], data if sealed else bytes(data)])
             offset = stop
         return out
 
@@ -794,13 +1080,13 @@ class Stream:
 
     def get(self, offset: int) -> Entry | None:
         """The entry at ``offset``, or None if missing or not written. O(1)
-        (plus one decompression on a cold sealed node)."""
+        (plus one block decompression on a cold sealed block)."""
         loc = self._locate(offset)
         if loc is None:
             return None
         node, p = loc
-        buf, ends, tags, times = node.decoded()
-        return Entry(offset, self._tag_list[tags[p]], bytes(buf[ends[p]:ends[p + 1]]), times[p])
+        buf, ends, tags, times, i = node.tables_at(p)
+        return Entry(offset, self._tag_list[tags[i]], bytes(buf[ends[i]:ends[i + 1]]), times[i])
 
     def time_of(self, offset: int) -> int | None:
         """Write time (ns) of a held entry, else None. O(1)."""
@@ -808,7 +1094,7 @@ class Stream:
         if loc is None:
             return None
         node, p = loc
-        return node.decoded()[3][p]
+        return node.time_at(p)
 
     def is_held(self, offset: int) -> bool:
         """True if ``offset`` holds an entry (neither evicted nor deleted). O(1)."""
@@ -817,7 +1103,7 @@ class Stream:
     def iter_from(self, offset: int) -> Iterator[Entry]:
         """Held entries with offset >= ``offset``, ascending, missing ones
         skipped.  Lazy: O(1) per entry yielded plus one decompression per
-        sealed node.  Writes, evictions and deletions made while the
+        sealed block.  Writes, evictions and deletions made while the
         iterator is suspended are honoured as it reaches them."""
         n = self.node_entries
         while True:
@@ -826,23 +1112,26 @@ class Stream:
             if offset >= self.next_offset:
                 return
             node = self._nodes[(offset - 1) // n - self._first_node_index]
-            buf, ends, tags, times = node.decoded()
-            tag_list = self._tag_list
             p = offset - node.start
-            # A dropped node gets cap_end 0, which ends this loop.
-            while offset < node.cap_end and offset < self.next_offset and offset >= self.first:
-                if p + 1 >= len(ends):  # the active node was sealed or widened
-                    buf, ends, tags, times = node.decoded()
+            buf, ends, tags, times, i = node.tables_at(p)
+            tag_list = self._tag_list
+            # Up to the end of these tables (a block, or the active node's
+            # tables as they grow: a widened offset table stops growing and
+            # is fetched again).  A dropped node gets cap_end 0, which ends
+            # this loop.
+            while (i + 1 < len(ends) and offset < node.cap_end and offset < self.next_offset
+                   and offset >= self.first):
                 bits = node.deleted
                 if bits is None or not bits[p >> 3] >> (p & 7) & 1:
-                    yield Entry(offset, tag_list[tags[p]], bytes(buf[ends[p]:ends[p + 1]]), times[p])
+                    yield Entry(offset, tag_list[tags[i]], bytes(buf[ends[i]:ends[i + 1]]), times[i])
                 offset += 1
                 p += 1
+                i += 1
 
     def offset_at_time(self, t_ns: int) -> int:
         """First held offset whose time is >= ``t_ns`` (``next_offset`` if
         none; may be a deleted entry's offset).  O(log nodes + log N) plus at
-        most one decompression."""
+        most O(log blocks) block decompressions."""
         nodes = self._nodes
         if not nodes or self.first >= self.next_offset:
             return self.next_offset
@@ -858,9 +1147,22 @@ class Stream:
         if lo == len(nodes):
             return self.next_offset
         node = nodes[lo]
-        times = node.decoded()[3]
         p0 = max(self.first - node.start, 0)
-        return node.start + bisect_left(times, t_ns, p0, node.count)
+        if not node.sealed:
+            return node.start + bisect_left(node.times, t_ns, p0, node.count)
+        be = node.block_entries
+        b, hi = p0 // be, len(node.blocks) - 1
+        lo = b
+        while lo < hi:  # first block whose newest time is >= t_ns (the last one is)
+            mid = (lo + hi) // 2
+            times = node._block(mid).times
+            if times[len(times) - 1] < t_ns:
+                lo = mid + 1
+            else:
+                hi = mid
+        times = node._block(lo).times
+        i0 = p0 - lo * be if lo == b else 0
+        return node.start + lo * be + bisect_left(times, t_ns, i0, len(times))
 
     # -- deletion (missing entries in the middle) ---------------------------
     def delete(self, offset: int) -> bool:
@@ -870,6 +1172,9 @@ class Stream:
         if loc is None:
             return False
         node, p = loc
+        # --- JetStream subject index hook (engine/subjects.py): once built only ---
+        if self._subjects is not None:
+            self._subjects.deleted(offset)
         bits = node.deleted
         if bits is None:
             bits = node.deleted = bytearray((node.cap_end - node.start + 7) // 8)
@@ -940,6 +1245,7 @@ class Stream:
         # Break references to large buffers even if someone still holds the
         # node; cap_end 0 tells suspended iterators that it is gone.
         node.buf = node.ends = node.tags = node.times = node.data = None
+        node.blocks = node.whole = None
         node.cap_end = 0
         return ids
 
@@ -953,6 +1259,9 @@ class Stream:
         if k < len(nodes) and not nodes[k].sealed and first >= self.next_offset:
             k += 1  # everything evicted: the active node goes too
         if k:
+            # --- JetStream subject index hook (engine/subjects.py): once built only ---
+            if self._subjects is not None:
+                self._subjects.dropped(nodes[:k])
             released: list[int] = []
             for node in nodes[:k]:
                 released += self._drop_node(node)
@@ -998,7 +1307,7 @@ class Stream:
         evicted = self._evict_to(target)
         if self.first < self.next_offset:
             node = self._nodes[(self.first - 1) // self.node_entries - self._first_node_index]
-            self._age_floor = node.decoded()[3][self.first - node.start]
+            self._age_floor = node.time_at(self.first - node.start)
         else:
             # Nothing held: later entries get times >= last_time (not >= the
             # cutoff, which may be ahead of the clock writers pass in).
@@ -1006,23 +1315,31 @@ class Stream:
         return evicted
 
     def enforce_limits(self, now_ns: int) -> int:
-        """Apply ``config.max_len`` then ``config.max_age_ms``; returns entries
-        evicted.  Called by append/append_many.  O(1) when nothing is due."""
+        """Apply ``config.max_len``, ``config.max_age_ms`` then
+        ``config.max_msgs_per_subject``; returns entries evicted or deleted.
+        Called by append/append_many.  O(1) when nothing is due."""
         cfg = self.config
         evicted = 0
         if cfg.max_len > 0:
             evicted += self._evict_to(self.next_offset - cfg.max_len)
         if cfg.max_age_ms > 0:
             evicted += self.evict_older_than(now_ns - cfg.max_age_ms * 1_000_000)
+        if cfg.max_msgs_per_subject > 0:
+            # --- JetStream per-subject limit (engine/subjects.py): builds the
+            # subject index on first need; appends keep the limit after that. ---
+            evicted += enforce_subject_limit(self)
         return evicted
 
     def clear_cache(self) -> None:
-        """Drop this stream's nodes from the shared decoded LRU (call when the
-        stream is deleted, so that its decoded nodes do not linger).
+        """Drop this stream's blocks from the shared decoded LRU (call when
+        the stream is deleted, so that its decoded blocks do not linger).
         O(cache size)."""
         nodes = self._nodes
         n = self.node_entries
-        for node in list(_lru):
+        for blk in list(_lru):
+            if not blk.lru:
+                continue  # already dropped with an earlier block of its node
+            node = blk.node
             k = (node.base - 1) // n - self._first_node_index
             if 0 <= k < len(nodes) and nodes[k] is node:
                 _lru_forget(node)
@@ -1150,22 +1467,45 @@ class Stream:
             last = i == len(nodes) - 1
             if node.sealed:
                 assert node is not self._active and isinstance(node.data, bytes)
+                assert node.buf is None and node.ends is None and node.tags is None
                 count = node.cap_end - node.start
-                raw = _DCTX.decompress(node.data) if node.compressed else node.data
+                be, blocks, offs = node.block_entries, node.blocks, node.block_offs
+                nb = len(blocks)
+                assert 1 <= be <= count and nb == -(-count // be) and len(offs) == nb + 1
+                assert offs[0] == 0 and offs[nb] == len(node.data)
+                assert all(offs[k] <= offs[k + 1] for k in range(nb))
+                if not node.compressed:
+                    assert nb == 1 and node.whole is None
+                    blk = blocks[0]
+                    assert not blk.lru and blk.node is None and blk.buf is node.data, \
+                        "raw node lost its views"
+                esize = 4 if node.ends_code == "I" else 8
+                raw_len = payload = 0
+                for b in range(nb):
+                    frame = node.data[offs[b]:offs[b + 1]]
+                    raw = _DCTX.decompress(frame) if node.compressed else frame
+                    cnt = min(be, count - b * be)
+                    probe = _Block(None, b, raw, cnt, node.ends_code)
+                    pend = probe.ends[cnt]
+                    assert probe.ends[0] == 0
+                    assert len(raw) == pend + ((-pend) & 7) + (cnt + 1) * esize + 12 * cnt
+                    raw_len += len(raw)
+                    payload += pend
+                    blk = blocks[b]
+                    if node.compressed and blk is not None:
+                        assert blk.lru and blk in _lru and blk.node is node and blk.index == b, \
+                            "decoded outside the LRU"
+                        assert blk.buf == raw and blk.nbytes == len(raw) + _BLOCK_OVERHEAD
+                assert raw_len == node.raw_len and payload == node.buf_len
                 if node.compressed:
-                    assert len(node.data) <= len(raw) - (len(raw) >> 4), "useless compression kept"
-                    if node.in_cache:
-                        assert node in _lru and node.buf == raw
-                    else:
-                        assert node not in _lru and node.buf is None, "decoded outside the LRU"
-                else:
-                    assert not node.in_cache and node.buf is raw, "raw node lost its views"
-                probe = Node(node.base, node.start, node.cap_end)
-                probe.buf_len, probe.ends_code = node.buf_len, node.ends_code
-                probe._attach(raw)
-                buf, ends, tags, times = probe.buf, probe.ends, probe.tags, probe.times
-                assert len(raw) == node.buf_len + ((-node.buf_len) & 7) + (count + 1) * (
-                    4 if node.ends_code == "I" else 8) + 12 * count
+                    assert len(node.data) <= raw_len - (raw_len >> 4), "useless compression kept"
+                buf, ends, tags, times = _concat_tables(node._block_list(), node.ends_code)
+                whole = node.whole
+                if whole is not None:
+                    assert node.compressed and nb > 1 and whole.lru and whole in _lru
+                    assert whole.node is node and whole.index == -1
+                    assert (whole.buf == buf and list(whole.ends) == list(ends)
+                            and list(whole.tags) == list(tags) and list(whole.times) == list(times))
                 assert node.first_time == times[0] and node.last_time == times[-1]
                 ids = set(tags)
                 assert sorted(node.tag_set) == sorted(ids) and len(ids) == len(node.tag_set)
@@ -1175,7 +1515,7 @@ class Stream:
                 sealed_mem += node.mem
             else:
                 assert last and node is self._active, "active node must be the last"
-                assert not node.in_cache and node.data is None and isinstance(node.buf, bytearray)
+                assert node.data is None and node.blocks is None and isinstance(node.buf, bytearray)
                 buf, ends, tags, times = node.buf, node.ends, node.tags, node.times
                 count = len(times)
                 assert count >= 1
@@ -1225,9 +1565,12 @@ class Stream:
             assert self._tag_list[tid] == tag
         assert self._tag_mem == sum(sys.getsizeof(t) for t in self._tag_id)
         # the shared LRU
-        assert len(_lru) <= DECODED_CACHE_NODES
-        assert _lru_bytes == sum(len(x.buf) for x in _lru)
-        assert all(x.in_cache and x.sealed and x.compressed for x in _lru)
+        assert len(_lru) <= DECODED_CACHE_BLOCKS
+        assert _lru_bytes == sum(x.nbytes for x in _lru)
+        for x in _lru:
+            owner = x.node
+            assert x.lru and owner.sealed and owner.compressed
+            assert (owner.whole if x.index < 0 else owner.blocks[x.index]) is x
 
     def __repr__(self) -> str:
         return (f"<Stream first={self.first} next={self.next_offset} "

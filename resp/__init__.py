@@ -15,8 +15,9 @@ from .encode import (
 )
 from .errors import ProtocolError
 from .parser import RequestParser, split_inline
+from .strict import StrictRequestParser
 
 __all__ = [
     "NULL_ARRAY", "OK", "BigNumber", "ErrorReply", "Push", "Raw", "Set", "Status", "Verbatim",
-    "encode", "encode_error", "ProtocolError", "RequestParser", "split_inline",
+    "encode", "encode_error", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
 ]

@@ -12,11 +12,15 @@ import logging
 import os
 import time
 
+from commands import jetstream
 from engine import Keyspace
 from persistence import effects
 
+from .batches import BatchRegistry
 from .blocking import BlockingRegistry
+from .acl import AccessControl
 from .config import Config
+from .observability import LatencyMonitor, SlowLog
 from .persist import Persistence
 
 log = logging.getLogger("tstream.server")
@@ -41,6 +45,11 @@ class Stats:
         self.evicted = 0
         self.hits = 0
         self.misses = 0
+        # JetStream atomic batches abandoned, by reason (server/batches.py)
+        self.batch_abandoned_incomplete = 0
+        self.batch_abandoned_timeout = 0
+        self.batch_abandoned_large = 0
+        self.batch_abandoned_rejected = 0
 
     def sample(self, now: float) -> None:
         """Keep a second of (time, commands) samples for instantaneous_ops_per_sec."""
@@ -66,9 +75,20 @@ class Server:
         self.aof: Persistence | None = None  # set while appendonly is on: handlers log effects to it
         self.hold_replies = False  # appendfsync always: replies wait for the turn's fsync
         self.persistence = Persistence(self)
+        self.acl = AccessControl()
+        self.acl.set_requirepass(config["requirepass"])
+        for rules in config["user"]:
+            name, *words = rules.split()
+            self.acl.setuser(name, words)
+        self.command_stats: dict = {}  # name -> observability.CommandStats
+        self.slowlog = SlowLog()
+        self.latency = LatencyMonitor()
+        self.slow_threshold_ns = 0
+        self._configure_observability()
         self.clients: dict[int, object] = {}
         self.next_client_id = 1
         self.stats = Stats()
+        self.batches = BatchRegistry(self.stats)  # JetStream atomic batches in flight
         self.started = time.time()
         self.run_id = os.urandom(20).hex()
         self.dirty = 0  # changes since the last snapshot
@@ -110,14 +130,40 @@ class Server:
         if self._shutdown is not None and not self._shutdown.done():
             self._shutdown.set_result(save)
 
+    def _configure_observability(self) -> None:
+        slowlog = self.config["slowlog-log-slower-than"]
+        latency = self.config["latency-monitor-threshold"]
+        thresholds = ([slowlog * 1000] if slowlog >= 0 else []) + ([latency * 1_000_000] if latency else [])
+        self.slow_threshold_ns = min(thresholds) if thresholds else 1 << 62
+        self.slowlog.resize(self.config["slowlog-max-len"])
+
+    def observe_slow(self, argv: list, nanos: int, client, fast: bool) -> None:
+        """A command took at least ``slow_threshold_ns``: slow log and latency events."""
+        slowlog = self.config["slowlog-log-slower-than"]
+        if 0 <= slowlog * 1000 <= nanos:
+            self.slowlog.add(argv, nanos // 1000, client)
+        latency = self.config["latency-monitor-threshold"]
+        if latency and nanos >= latency * 1_000_000:
+            self.latency.record("fast-command" if fast else "command", nanos // 1_000_000)
+
+    def protected_mode_denies(self, address: str) -> bool:
+        """Redis's protected mode: no password, so only loopback clients get in."""
+        from .connection import is_loopback
+
+        return bool(self.config["protected-mode"]) and not self.acl.has_password and not is_loopback(address)
+
     def apply_config(self, new: Config) -> None:
         old = self.config.values
         self.config.values = new.values
+        if new["requirepass"] != old["requirepass"]:
+            self.acl.set_requirepass(new["requirepass"])
         self.node_entries = new["node-entries"]
+        self._configure_observability()
         self.persistence.config_changed(old, new.values)
 
     def reset_stats(self) -> None:
         self.stats.reset()
+        self.command_stats.clear()
 
     def persistence_info(self) -> dict:
         return self.persistence.info()
@@ -165,6 +211,9 @@ class Server:
                         self.dirty += evicted
                         if self.aof is not None:
                             self.aof.log([effects.EVICT, key, stream.first])
+            # JetStream: abandon idle atomic batches; log per-subject limit deletions
+            self.batches.expire(self.config["batch-timeout-ms"])
+            jetstream.take_limit_deletes(self)
             self.persistence.cron()
             idle_limit = self.config["timeout"]
             if idle_limit:

@@ -31,27 +31,34 @@ REASONS = ("incomplete", "timeout", "large", "rejected")
 class Batch:
     """One batch being staged."""
 
-    __slots__ = ("key", "id", "flat", "next_seq", "last_active", "expect_last_seq",
-                 "subject_expects", "subjects")
+    __slots__ = ("key", "id", "flat", "next_seq", "next_arg", "last_active", "expect_last_seq",
+                 "subject_expects")
 
     def __init__(self, key: bytes, batch_id: bytes) -> None:
         self.key = key
         self.id = batch_id
         self.flat: list[bytes] = []          # [subject, data, subject, data, ...]
         self.next_seq = 1                    # the batch-seq the next message must carry
+        self.next_arg = b"1"                 # ... as the client spells it (fast path)
         self.last_active = time.monotonic()
         self.expect_last_seq: int | None = None          # EXPECT_LAST_SEQ of message 1
         self.subject_expects: list[tuple[bytes, int]] = []  # EXPECT_LAST_SUBJECT_SEQ, in order
-        self.subjects: set[bytes] = set()    # subjects staged so far
 
     @property
     def count(self) -> int:
         return len(self.flat) >> 1
 
     def stage(self, subject: bytes, data: bytes) -> None:
+        """Add the message with batch-seq ``next_seq``."""
         self.flat.append(subject)
         self.flat.append(data)
-        self.subjects.add(subject)
+        self.next_seq += 1
+        self.next_arg = b"%d" % self.next_seq
+        self.last_active = time.monotonic()
+
+    def has_subject(self, subject: bytes) -> bool:
+        """True if a message of ``subject`` is staged. O(messages)."""
+        return subject in self.flat[::2]
 
 
 class BatchRegistry:

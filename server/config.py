@@ -54,6 +54,28 @@ def parse_save(text: str) -> list[tuple[int, int]]:
     return [(parse_int(s, 1), parse_int(c, 0)) for s, c in zip(words[::2], words[1::2])]
 
 
+def parse_output_limit(text: str) -> tuple[int, int, int]:
+    """Redis's ``client-output-buffer-limit``: ``normal <hard> <soft> <seconds>`` (the
+    replica and pubsub classes are accepted and ignored: tstream has neither)."""
+    words = text.split()
+    if not words or len(words) % 4:
+        raise ConfigError(f"expected <class> <hard> <soft> <seconds> groups: {text!r}")
+    limits = (0, 0, 0)
+    for i in range(0, len(words), 4):
+        kind = words[i].lower()
+        if kind not in ("normal", "replica", "slave", "pubsub"):
+            raise ConfigError(f"unknown client class {words[i]!r}")
+        values = (parse_memory(words[i + 1]), parse_memory(words[i + 2]), parse_int(words[i + 3]))
+        if kind == "normal":
+            limits = values
+    return limits
+
+
+def parse_users(text: str) -> list[str]:
+    """``user`` lines accumulate: each value is one user's rules."""
+    return [text] if text.strip() else []
+
+
 def _choice(*choices: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         word = text.strip().lower()
@@ -92,7 +114,15 @@ OPTIONS: dict[str, Option] = {
     "aof-load-truncated": Option("yes", parse_bool, True, "start after cutting off a torn last AOF record"),
     "auto-aof-rewrite-percentage": Option("100", lambda t: parse_int(t, 0), True, "rewrite the AOF when it grew this much over its base (0: never)"),
     "auto-aof-rewrite-min-size": Option("64mb", parse_memory, True, "no automatic rewrite below this AOF size"),
-    "requirepass": Option("", _text, True, "password clients must AUTH with (empty: none)"),
+    "requirepass": Option("", _text, True, "password of the default user (empty: none)"),
+    "user": Option("", parse_users, False, "an ACL user: name and rules, e.g. app on >pw ~app:* +@all (repeatable)"),
+    "protected-mode": Option("yes", parse_bool, True, "without a password, accept only loopback clients"),
+    "tls-port": Option("0", lambda t: parse_int(t, 0), False, "TLS port to listen on (0: none)"),
+    "tls-cert-file": Option("", _text, False, "server certificate (PEM)"),
+    "tls-key-file": Option("", _text, False, "server private key (PEM)"),
+    "tls-ca-cert-file": Option("", _text, False, "CA certificates to verify client certificates with"),
+    "tls-auth-clients": Option("yes", _choice("yes", "no", "optional"), False, "require client certificates (with a CA file)"),
+    "client-output-buffer-limit": Option("normal 0 0 0", parse_output_limit, True, "normal <hard> <soft> <seconds>: close clients whose unsent replies pass these"),
     "maxclients": Option("10000", lambda t: parse_int(t, 1), True, "most clients connected at once"),
     "timeout": Option("0", lambda t: parse_int(t, 0), True, "close clients idle this many seconds (0: never)"),
     "proto-max-bulk-len": Option("512mb", parse_memory, True, "largest bulk string a client may send"),
@@ -100,6 +130,9 @@ OPTIONS: dict[str, Option] = {
     "node-entries": Option("1000", lambda t: parse_int(t, 1), True, "entries per macro node of new streams"),
     "group-max-pending": Option("10000", lambda t: parse_int(t, 1), True, "pending entries per group before reads hand out only retries"),
     "batch-timeout-ms": Option("10000", lambda t: parse_int(t, 1), True, "an atomic batch idle this long is abandoned"),
+    "slowlog-log-slower-than": Option("10000", lambda t: parse_int(t, -1), True, "log commands slower than this many microseconds (-1: never)"),
+    "slowlog-max-len": Option("128", lambda t: parse_int(t, 0), True, "slow log entries kept"),
+    "latency-monitor-threshold": Option("0", lambda t: parse_int(t, 0), True, "record latency events of at least this many ms (0: off)"),
     "loglevel": Option("notice", _choice("debug", "verbose", "notice", "warning", "nothing"), True, "log verbosity"),
     "logfile": Option("", _text, False, "log file (empty: stderr)"),
     "databases": Option("1", lambda t: parse_int(t, 1), False, "accepted for redis.conf compatibility; always 1"),
@@ -112,6 +145,10 @@ def show(name: str, value: Any) -> str:
         return _show_bool(value)
     if name == "save":
         return " ".join(f"{s} {c}" for s, c in value)
+    if name == "client-output-buffer-limit":
+        return "normal %d %d %d" % value
+    if name == "user":
+        return "\n".join(value)
     return str(value)
 
 
@@ -140,7 +177,10 @@ class Config:
         if at_runtime and not option.runtime:
             raise ConfigError(f"can't set immutable config '{name}'")
         try:
-            self.values[name] = option.parse(text)
+            value = option.parse(text)
+            if name == "user":  # repeatable: every line adds a user
+                value = self.values.get("user", []) + value
+            self.values[name] = value
         except ConfigError as exc:
             raise ConfigError(f"Invalid argument '{text}' for CONFIG SET '{name}' - {exc}") from None
 

@@ -1,10 +1,20 @@
 """One client connection: an asyncio.Protocol that parses, executes and replies.
 
 Everything that arrives in one ``data_received`` is parsed and executed (pipelining),
-and all the replies of that read leave in a single ``transport.write``.  When the
-transport's buffer fills up (a client that does not read its replies),
-``pause_writing`` stops reading from that client until the buffer drains, so the
-server never buffers without bound for it.
+and all the replies of that read leave in a single ``transport.write``.
+
+Limits, so that a hostile or broken client cannot make the server allocate:
+
+- before AUTH, requests go through the strict parser, which refuses a multibulk
+  of more than 10 arguments or a bulk of more than 16384 bytes from its header,
+  and more than 1 MB of unparsed input;
+- after AUTH, unparsed input beyond ``client-query-buffer-limit`` (or a command
+  still incomplete past ``proto-max-bulk-len``) closes the connection;
+- replies: once a run of commands has produced ``REPLY_CHUNK`` bytes, the rest
+  waits; when the transport's buffer fills up (a client that does not read its
+  replies), ``pause_writing`` stops reading and executing that client's requests
+  until the buffer drains, and ``client-output-buffer-limit`` closes a client
+  whose unsent replies pass the hard limit (or the soft one for too long).
 """
 
 from __future__ import annotations
@@ -14,9 +24,13 @@ import logging
 import time
 
 from commands import execute
-from resp import ProtocolError, RequestParser, encode_error
+from resp import ProtocolError, RequestParser, StrictRequestParser, encode_error
 
 log = logging.getLogger("tstream.connection")
+
+REPLY_CHUNK = 1 << 20  # reply bytes one run of commands may produce before yielding
+UNAUTHENTICATED_QUERY_LIMIT = 1 << 20
+LOOPBACK = ("127.", "::1", "::ffff:127.")
 
 
 class ClientConnection(asyncio.Protocol):
@@ -29,7 +43,9 @@ class ClientConnection(asyncio.Protocol):
         self.lib_name = b""
         self.lib_ver = b""
         self.protocol = 2
-        self.authenticated = not server.config["requirepass"]
+        self.user = None  # the ACL user, None until authenticated
+        self.gate = None  # the dispatcher's per-command check (see server.acl)
+        self.set_user(server.acl.initial_user())
         self.addr = ""
         self.laddr = ""
         self.fd = -1
@@ -39,6 +55,7 @@ class ClientConnection(asyncio.Protocol):
         self.closing = False
         self.blocked = None  # the Waiter of a TREAD BLOCK in progress
         self._write_paused = False
+        self._soft_limit_since = 0.0
 
     # --- asyncio.Protocol -----------------------------------------------------------
 
@@ -51,11 +68,17 @@ class ClientConnection(asyncio.Protocol):
             transport.close()
             self.closing = True
             return
+        self.addr = _address(transport.get_extra_info("peername"))
+        self.laddr = _address(transport.get_extra_info("sockname"))
+        if server.protected_mode_denies(self.addr):
+            server.stats.rejected += 1
+            transport.write(encode_error(PROTECTED_MODE_MESSAGE))
+            transport.close()
+            self.closing = True
+            return
         self.id = server.new_client_id()
         server.clients[self.id] = self
         server.stats.connections += 1
-        self.addr = _address(transport.get_extra_info("peername"))
-        self.laddr = _address(transport.get_extra_info("sockname"))
         sock = transport.get_extra_info("socket")
         self.fd = sock.fileno() if sock is not None else -1
 
@@ -64,9 +87,22 @@ class ClientConnection(asyncio.Protocol):
             return
         self.last_interaction = time.time()
         self.server.stats.net_input += len(data)
-        self.parser.feed(data)
-        if self.blocked is None:
+        parser = self.parser
+        parser.feed(data)
+        pending = parser.pending_bytes()
+        if pending > 65536 and pending > self._query_limit():
+            log.warning("closing client %s: %d bytes of unparsed input are over the limit", self.addr, pending)
+            self.transport.write(encode_error("ERR Protocol error: query buffer limit reached"))
+            self.kill()
+            return
+        if self.blocked is None and not self._write_paused:
             self._run_commands()
+
+    def _query_limit(self) -> int:
+        if self.user is None:
+            return UNAUTHENTICATED_QUERY_LIMIT
+        config = self.server.config
+        return min(config["client-query-buffer-limit"], config["proto-max-bulk-len"] + 65536)
 
     def _run_commands(self) -> None:
         """Execute every complete command received, then write all their replies at once.
@@ -78,6 +114,7 @@ class ClientConnection(asyncio.Protocol):
         parser = self.parser
         replies = []
         commands = 0
+        produced = 0
         last = None
         while True:
             try:
@@ -93,7 +130,14 @@ class ClientConnection(asyncio.Protocol):
             reply = execute(self, argv)
             if reply is not None:
                 replies.append(reply)
+                produced += len(reply)
             if self.closing or self.blocked is not None:
+                break
+            if parser is not self.parser:  # AUTH succeeded: the fast parser takes over
+                parser = self.parser
+            if produced > REPLY_CHUNK:
+                # Let the replies drain before executing more of this client's commands.
+                asyncio.get_running_loop().call_soon(self._resume_commands)
                 break
         server.stats.commands += commands
         if last is not None:
@@ -105,8 +149,40 @@ class ClientConnection(asyncio.Protocol):
                 server.persistence.hold(self, out, self.closing)
                 return
             self.transport.write(out)
+            self._check_output_limit()
         if self.closing:
             self.transport.close()
+
+    def _resume_commands(self) -> None:
+        if not self.closing and self.blocked is None and not self._write_paused:
+            self._run_commands()
+
+    def _check_output_limit(self) -> None:
+        hard, soft, seconds = self.server.config["client-output-buffer-limit"]
+        if not hard and not soft:
+            return
+        size = self.transport.get_write_buffer_size()
+        now = time.monotonic()
+        if soft and size > soft:
+            self._soft_limit_since = self._soft_limit_since or now
+        else:
+            self._soft_limit_since = 0.0
+        if (hard and size > hard) or (self._soft_limit_since and now - self._soft_limit_since > seconds):
+            log.warning("closing client %s: %d bytes of unsent replies are over client-output-buffer-limit",
+                        self.addr, size)
+            self.kill()
+
+    def set_user(self, user) -> None:
+        """Log in as ``user`` (None: not authenticated); picks the parser that fits."""
+        self.user = user
+        self.gate = self.server.acl.gate_for(user)
+        if user is None:
+            self.parser = StrictRequestParser(max_multibulk=10, max_bulk=16384)
+        elif isinstance(self.parser, StrictRequestParser):
+            leftover = self.parser.take_buffer()
+            self.parser = RequestParser()
+            if leftover:
+                self.parser.feed(leftover)
 
     def write_now(self, data: bytes, close: bool) -> None:
         """Send replies that waited for the append-only file's fsync."""
@@ -143,6 +219,8 @@ class ClientConnection(asyncio.Protocol):
         self._write_paused = False
         if not self.closing:
             self.transport.resume_reading()
+            if self.blocked is None:
+                self._run_commands()  # what arrived before the pause
 
     # --- what handlers call ---------------------------------------------------------
 
@@ -170,10 +248,24 @@ class ClientConnection(asyncio.Protocol):
             f"db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={self.parser.pending_bytes()} qbuf-free=0 "
             f"argv-mem=0 multi-mem=0 obl=0 oll=0 "
             f"omem={self.transport.get_write_buffer_size() if self.transport else 0} tot-mem=0 "
-            f"events=r cmd={self.last_command.decode(errors='replace').lower()} user=default redir=-1 "
+            f"events=r cmd={self.last_command.decode(errors='replace').lower()} "
+            f"user={self.user.name if self.user is not None else 'default'} redir=-1 "
             f"resp={self.protocol} lib-name={self.lib_name.decode(errors='replace')} "
             f"lib-ver={self.lib_ver.decode(errors='replace')}"
         )
+
+
+PROTECTED_MODE_MESSAGE = (
+    "DENIED tstream is running in protected mode because protected mode is enabled and no "
+    "password is set for the default user. In this mode connections are only accepted from the "
+    "loopback interface. Set a password (requirepass), or bind only to loopback, or disable "
+    "protected mode (protected-mode no) if you really want clients from other hosts to connect "
+    "without authentication.")
+
+
+def is_loopback(address: str) -> bool:
+    host = address.rsplit(":", 1)[0].strip("[]")
+    return host.startswith(LOOPBACK) or host == "localhost"
 
 
 def _address(info) -> str:

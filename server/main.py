@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import ssl
 import sys
 
 from persistence.framing import PersistenceError
@@ -49,24 +50,73 @@ async def start(server: Server) -> list[asyncio.AbstractServer]:
             lambda: ClientConnection(server), host.lstrip("-"), server.config["port"],
             reuse_address=True, backlog=511))
     server.port = listeners[0].sockets[0].getsockname()[1]
+    if server.config["tls-port"]:
+        context = tls_context(server.config)
+        for host in server.config["bind"].split():
+            listeners.append(await loop.create_server(
+                lambda: ClientConnection(server), host.lstrip("-"), server.config["tls-port"],
+                ssl=context, reuse_address=True, backlog=511))
     return listeners
+
+
+def tls_context(config) -> ssl.SSLContext:
+    """The server side of TLS: certificate, key, and client certificates when a CA is set."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(config["tls-cert-file"], config["tls-key-file"])
+    if config["tls-ca-cert-file"]:
+        context.load_verify_locations(config["tls-ca-cert-file"])
+        context.verify_mode = {"yes": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL,
+                               "no": ssl.CERT_NONE}[config["tls-auth-clients"]]
+    return context
+
+
+async def open_server(server: Server) -> list[asyncio.AbstractServer]:
+    """Everything before serving: load the data, attach persistence, bind.
+
+    Shared by the process (``run``) and the embedding (``server.embed``).  Raises
+    PersistenceError when the data can't be loaded (no file was changed) and
+    OSError when an address can't be bound.
+    """
+    server.persistence.load()
+    server.persistence.attach()
+    try:
+        listeners = await start(server)
+    except BaseException:
+        server.persistence.shutdown(False)  # stop the fsync thread, close the AOF
+        raise
+    log.info("tstream ready to accept connections on port %d (%s)", server.port, server.event_loop_name)
+    return listeners
+
+
+async def serve(server: Server, listeners: list[asyncio.AbstractServer]) -> bool | None:
+    """Serve until SHUTDOWN or ``server.request_shutdown``, then the final flush/save."""
+    save = await server.serve(listeners)
+    await asyncio.sleep(0)  # let the killed clients' transports close
+    log.info("tstream is now ready to exit, bye bye...")
+    return save
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop when it is installed, else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 async def run(server: Server) -> int:
     try:
-        server.persistence.load()
+        listeners = await open_server(server)
     except PersistenceError as exc:
         log.error("Fatal error loading the data: %s", exc)
         log.error("Refusing to start; no file was changed. Check the files with tstream-check.")
         return 1
-    server.persistence.attach()
-    listeners = await start(server)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, server.request_shutdown, None)
-    log.info("tstream ready to accept connections on port %d (%s)", server.port, server.event_loop_name)
-    await server.serve(listeners)
-    log.info("tstream is now ready to exit, bye bye...")
+    await serve(server, listeners)
     return 0
 
 
@@ -86,14 +136,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     setup_logging(config)
     try:
-        import uvloop
-    except ImportError:
-        uvloop = None
-    server = Server(config, config_file)
+        server = Server(config, config_file)
+    except ValueError as exc:
+        print(f"tstream-server: bad configuration: {exc}", file=sys.stderr)
+        return 1
     try:
-        if uvloop is not None:
-            return uvloop.run(run(server))
-        return asyncio.run(run(server))
+        with asyncio.Runner(loop_factory=new_event_loop) as runner:
+            return runner.run(run(server))
     except OSError as exc:
         log.error("cannot start: %s", exc)
         return 1

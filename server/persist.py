@@ -5,10 +5,11 @@ The file formats live in ``persistence/``; this module decides *when* things are
 written, on the event loop, with the slow parts (writing a snapshot, fsync every
 second) in worker threads.
 
-Group commit with ``appendfsync always``: the records logged by every command of
-one event-loop turn are written with one ``write`` and made durable with one
-``fsync`` at the end of the turn, and the replies of that turn are held until
-then (``hold``), so no client hears "done" before its change is on disk.
+Group commit: the records logged by every command of one event-loop turn are
+written with one ``write`` at the end of the turn (and with ``appendfsync
+always`` made durable with one ``fsync``), and the replies of that turn are held
+until then (``hold``), so no client hears "done" before its change is in the
+file (on disk, with ``always``).
 """
 
 from __future__ import annotations
@@ -97,7 +98,11 @@ class Persistence:
     def attach(self) -> None:
         """Make handlers log effects (called once the server is ready to serve)."""
         self.server.aof = self if self.file is not None else None
-        self.server.hold_replies = self.file is not None and self.file.fsync_policy == "always"
+        # Replies wait for the end of the loop turn, when the turn's records are
+        # written (and fsynced with "always"): even with "everysec" a client is never
+        # told "done" before its change reached the OS, so killing the process
+        # (unlike losing the machine) loses nothing acknowledged, as in Redis.
+        self.server.hold_replies = self.file is not None
 
     # --- the effect log (handlers call server.aof.log) ---------------------------
 
@@ -124,7 +129,12 @@ class Persistence:
             try:
                 file.write_buffer()
                 if file.fsync_policy == "always":
+                    started = time.monotonic_ns()
                     file.sync()
+                    threshold = self.server.config["latency-monitor-threshold"]
+                    millis = (time.monotonic_ns() - started) // 1_000_000
+                    if threshold and millis >= threshold:
+                        self.server.latency.record("aof-fsync-always", millis)
                 file.last_write_ok = True
             except OSError as exc:
                 file.last_write_ok = False

@@ -16,7 +16,7 @@ T0 = 1_700_000_000_000_000_000  # a plausible "now" in ns
 
 @pytest.fixture(autouse=True)
 def small_cache():
-    old = (stream_mod.DECODED_CACHE_NODES, stream_mod.DECODED_CACHE_BYTES)
+    old = (stream_mod.DECODED_CACHE_BLOCKS, stream_mod.DECODED_CACHE_BYTES)
     set_decoded_cache_limits(4, 1 << 30)
     yield
     set_decoded_cache_limits(*old)
@@ -411,20 +411,25 @@ def test_sealed_nodes_are_compressed_and_read_through_the_cache(monkeypatch):
     assert sum(n.compressed for n in nodes) == 4
     for n in nodes:
         assert len(n.data) < n.buf_len  # really smaller
-    stream_mod.set_decoded_cache_limits(1, 1 << 30)  # drops decoded views
-    assert nodes[0].buf is None
+        # ~4 KiB raw blocks: 50 entries of ~150 bytes make 2 blocks of 25
+        assert (n.nblocks, n.block_entries) == (2, 25)
+    stream_mod.clear_decoded_cache()  # drops decoded views
+    assert nodes[0].blocks == [None, None] and nodes[0].buf is None
     calls = []
     real = stream_mod._DCTX.decompress
     monkeypatch.setattr(stream_mod, "_DCTX", type("D", (), {
         "decompress": staticmethod(lambda b: calls.append(1) or real(b))})())
+    got = s.read(3, 20)
+    assert len(calls) == 1, "one decompression for one block"
+    assert got == [[i + 1, b"t%d" % (i % 7), text(i)] for i in range(2, 22)]
     got = s.read(3, 40)
-    assert len(calls) == 1, "one decompression for one node"
+    assert len(calls) == 2, "the second block of the node only"
     assert got == [[i + 1, b"t%d" % (i % 7), text(i)] for i in range(2, 42)]
     s.read(10, 20)
     s.get(30)
-    assert len(calls) == 1, "cache hit"
-    s.read(45, 10)  # crosses into node 2
-    assert len(calls) == 2
+    assert len(calls) == 2, "cache hit"
+    s.read(45, 10)  # crosses into node 2 (its first block)
+    assert len(calls) == 3
     s._check()
 
 
@@ -433,7 +438,8 @@ def test_random_payload_kept_raw():
     for i in range(20):
         s.append(b"t", os.urandom(1000), T0)
     node = s.node_list()[0]
-    assert node.sealed and not node.compressed and node.buf is node.data
+    assert node.sealed and not node.compressed and node.nblocks == 1
+    assert node.blocks[0].buf is node.data and node.block_entries == 20
     s._check()
     assert len(s.read(1, 20)) == 20
 
@@ -445,8 +451,9 @@ def test_fresh_sealed_node_is_cached_and_cache_is_bounded():
         s.append(b"t", text(i), T0)
     s._check()
     assert len(stream_mod._lru) == 3
-    assert decoded_cache_bytes() == sum(len(n.buf) for n in stream_mod._lru)
-    set_decoded_cache_limits(8, 1)  # byte budget keeps at least one node
+    assert decoded_cache_bytes() == sum(b.nbytes for b in stream_mod._lru)
+    assert decoded_cache_bytes() > sum(len(b.buf) for b in stream_mod._lru)  # + overhead
+    set_decoded_cache_limits(8, 1)  # byte budget keeps at least one block
     assert len(stream_mod._lru) == 1
     s.clear_cache()
     assert len(stream_mod._lru) == 0 and decoded_cache_bytes() == 0
@@ -664,7 +671,7 @@ def test_clear_cache_only_touches_own_nodes():
         b.append(b"b", text(i), T0)
     assert len(stream_mod._lru) == 4
     a.clear_cache()
-    assert stream_mod._lru and all(n in b.node_list() for n in stream_mod._lru)
+    assert stream_mod._lru and all(blk.node in b.node_list() for blk in stream_mod._lru)
     a._check()
     b._check()
 

@@ -16,8 +16,8 @@ from engine import stream as stream_mod
 
 @pytest.fixture(autouse=True)
 def tiny_cache():
-    """A 2-node decoded cache makes decompression paths run constantly."""
-    old = (stream_mod.DECODED_CACHE_NODES, stream_mod.DECODED_CACHE_BYTES)
+    """A 2-block decoded cache makes decompression paths run constantly."""
+    old = (stream_mod.DECODED_CACHE_BLOCKS, stream_mod.DECODED_CACHE_BYTES)
     set_decoded_cache_limits(2, 1 << 30)
     yield
     set_decoded_cache_limits(*old)

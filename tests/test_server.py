@@ -282,3 +282,57 @@ class TestProcess:
         bad = make_server("--node-entries", "zero", start=False)
         with pytest.raises(RuntimeError, match="bad configuration"):
             bad.start()
+
+
+class TestObservability:
+    def test_commandstats_count_calls_failures_and_rejections(self, server):
+        c = server.client()
+        c.config_resetstat()
+        for i in range(5):
+            c.execute_command("TWRITE", "obs", "t", i)
+        with pytest.raises(redis.ResponseError):
+            c.execute_command("TWRITE", "obs", "t")  # wrong arity: rejected
+        with pytest.raises(redis.ResponseError):
+            c.execute_command("TEVICT", "obs", "x")  # fails inside the command
+        stats = c.info("commandstats")
+        assert stats["cmdstat_twrite"]["calls"] == 5 and stats["cmdstat_twrite"]["rejected_calls"] == 1
+        assert stats["cmdstat_tevict"]["failed_calls"] == 1
+        assert stats["cmdstat_twrite"]["usec"] >= 0
+        assert "cmdstat_twrite" in c.info("all")
+        assert "cmdstat_twrite" not in c.info()
+        assert c.info("stats")["total_commands_processed"] >= 7
+
+    def test_slowlog(self, server):
+        c = server.client()
+        c.config_set("slowlog-log-slower-than", 0)
+        try:
+            c.slowlog_reset()
+            c.execute_command("TWRITE", "slow", "t", "x" * 500)
+            entries = raw_command(c, "SLOWLOG", "GET", 10)
+            logged = [e for e in entries if e[3][0] == b"TWRITE"]
+            assert logged and logged[0][3][3].startswith(b"x" * 128) and b"more bytes" in logged[0][3][3]
+            assert raw_command(c, "SLOWLOG", "LEN") >= 1
+            c.config_set("slowlog-log-slower-than", -1)
+            c.slowlog_reset()
+            c.execute_command("TWRITE", "slow", "t", "x")
+            assert raw_command(c, "SLOWLOG", "LEN") == 0
+        finally:
+            c.config_set("slowlog-log-slower-than", 10000)
+        with pytest.raises(redis.ResponseError, match="Try SLOWLOG HELP"):
+            c.execute_command("SLOWLOG", "FROB")
+
+    def test_latency_events(self, server):
+        c = server.client()
+        c.config_set("latency-monitor-threshold", 1)
+        try:
+            c.execute_command("LATENCY", "RESET")
+            # 200k entries in one TWRITE take well over a millisecond.
+            c.execute_command("TWRITE", "lat", "ENTRIES", *[b"t", b"x" * 20] * 200_000)
+            latest = {e[0]: e for e in raw_command(c, "LATENCY", "LATEST")}
+            assert b"fast-command" in latest and latest[b"fast-command"][3] >= 1
+            history = raw_command(c, "LATENCY", "HISTORY", "fast-command")
+            assert history and history[-1][1] >= 1
+            assert raw_command(c, "LATENCY", "RESET") == 1
+            assert raw_command(c, "LATENCY", "LATEST") == []
+        finally:
+            c.config_set("latency-monitor-threshold", 0)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Run every tstream benchmark and write bench/RESULTS.md (raw figures in bench/results/*.json).
+#
+#   bench/run_all.sh            # from the repo root, with the project's venv in .venv
+#   PYTHON=/path/to/python bench/run_all.sh
+#
+# Each script starts (and always stops) its own tstream-server and redis-server on free
+# loopback ports with persistence off, except persistence.py, which turns it on in temp
+# directories (about 5 GB at its peak, deleted as it goes; it alone takes up to ~15
+# minutes). Takes about 25-30 minutes on the 2-core machine.
+# To tune a single benchmark run its script with its options
+# (see the "Commands" blocks in RESULTS.md).
+set -u
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-.venv/bin/python}
+command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || {
+    echo "run_all.sh: redis-server and redis-benchmark are needed (apt-get install redis-server redis-tools)" >&2
+    exit 2
+}
+mkdir -p bench/results
+rm -f bench/results/throughput.json bench/results/memory.json bench/results/seek_latency.json \
+    bench/results/persistence.json
+start=$(date +%s)
+failed=0
+for script in throughput memory seek_latency persistence; do
+    echo "=== $script ($(date +%T))"
+    if ! "$PYTHON" "bench/$script.py"; then
+        echo "=== $script FAILED" >&2
+        failed=1
+    fi
+done
+total=$(( $(date +%s) - start ))
+"$PYTHON" bench/report.py --total-seconds "$total" || failed=1
+echo "=== done in ${total}s"
+exit $failed

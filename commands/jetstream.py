@@ -1,0 +1,654 @@
+"""Handlers of the JetStream commands: DGET and MLAST (ADR-31 Direct Get), BATCH (ADR-50).
+
+A stream key is the JetStream stream, an entry's tag its subject and its offset
+its sequence.  Subject questions go to the stream's subject index
+(``engine/subjects.py``), built on first need.  As every handler, these parse and
+validate all of their arguments before they look at the data, so a bad request
+changes nothing.
+
+Status codes travel as the first word after ``ERR``: ``-ERR 408 Bad Request: why``,
+``-ERR 413 Too Many Results``, ``-ERR 503 ...``; a request that matches nothing
+(404) replies null.  Batch errors are ``-ERR <ADR-50 code> <description>``.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import re
+import time
+from bisect import bisect_left
+from time import monotonic, time_ns
+
+from engine.subjects import (PENDING, InvalidSubject, TooManySubjects, held_from, index_of,
+                             parse_filter)
+from persistence.effects import APPEND, DELETE, EVICT
+from resp import NULL_ARRAY, OK, Raw
+from server import batches as B
+
+from .args import to_int
+from .errors import CommandError, SyntaxErr
+
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # nats-server's default max_pending
+MULTI_LAST_LIMIT = 1024
+MERGE_SUBJECTS = 32  # batches over more matching subjects than this scan the log instead
+
+NOT_ALLOWED = "ERR 503 direct get is not allowed on this stream"
+TOO_MANY = "ERR 413 Too Many Results"
+
+
+class BadRequest(CommandError):
+    """408: the request is empty, malformed or contradictory."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"ERR 408 Bad Request: {why}")
+
+
+def batch_error(code: int, text: str) -> CommandError:
+    return CommandError(f"ERR {code} {text}")
+
+
+# ---------------------------------------------------------------------------
+# RFC 3339 times
+# ---------------------------------------------------------------------------
+
+_RFC3339 = re.compile(
+    rb"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?:[Zz]|([+-])(\d{2}):(\d{2}))\Z")
+_seconds: dict[int, bytes] = {}  # second -> b"YYYY-MM-DDTHH:MM:SS", a small cache
+
+
+def format_time(ns: int) -> bytes:
+    """``ns`` since the epoch as RFC 3339 in UTC with 9 fraction digits."""
+    sec, frac = divmod(ns, 1_000_000_000)
+    prefix = _seconds.get(sec)
+    if prefix is None:
+        if len(_seconds) >= 4096:
+            _seconds.clear()
+        prefix = _seconds[sec] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)).encode()
+    return b"%s.%09dZ" % (prefix, frac)
+
+
+def parse_time(text: bytes) -> int:
+    """An RFC 3339 time (any offset, 0-9 fraction digits) as ns since the epoch."""
+    m = _RFC3339.match(text)
+    if m is None:
+        raise ValueError("not an RFC 3339 time")
+    year, month, day, hour, minute, second = (int(m.group(i)) for i in range(1, 7))
+    if not (1 <= month <= 12 and 1 <= day <= calendar.monthrange(year, month)[1]
+            and hour <= 23 and minute <= 59 and second <= 60):
+        raise ValueError("not an RFC 3339 time")
+    seconds = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0))
+    if m.group(8):
+        shift = int(m.group(9)) * 3600 + int(m.group(10)) * 60
+        seconds -= shift if m.group(8) == b"+" else -shift
+    frac = m.group(7) or b""
+    return seconds * 1_000_000_000 + int(frac.ljust(9, b"0") or b"0")
+
+
+# ---------------------------------------------------------------------------
+# Requests
+# ---------------------------------------------------------------------------
+
+class Request:
+    """A direct get request (ADR-31's JSApiMsgGetRequest)."""
+
+    __slots__ = ("seq", "last_by_subj", "next_by_subj", "start_time", "batch", "max_bytes",
+                 "multi_last", "up_to_seq", "up_to_time")
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.last_by_subj = None   # SubjectFilter
+        self.next_by_subj = None   # SubjectFilter
+        self.start_time = None     # ns
+        self.batch = 0
+        self.max_bytes = 0
+        self.multi_last = None     # list of SubjectFilter
+        self.up_to_seq = 0
+        self.up_to_time = None     # ns
+
+    def check(self) -> "Request":
+        """nats-server's checks: something asked for, nothing contradictory."""
+        if (not self.seq and self.last_by_subj is None and self.next_by_subj is None
+                and not self.multi_last and self.start_time is None):
+            raise BadRequest("empty request")
+        for a, b in _CONTRADICTIONS:
+            if _given(self, a) and _given(self, b):
+                raise BadRequest(f"{a} and {b} cannot be combined")
+        return self
+
+
+_CONTRADICTIONS = [
+    ("seq", "last_by_subj"), ("seq", "start_time"), ("start_time", "last_by_subj"),
+    ("last_by_subj", "next_by_subj"), ("last_by_subj", "batch"), ("last_by_subj", "multi_last"),
+    ("next_by_subj", "multi_last"), ("up_to_seq", "up_to_time"),
+]
+
+
+def _given(req: Request, name: str) -> bool:
+    value = getattr(req, name)
+    return value is not None and value != 0 and value != []
+
+
+def _filter(raw: bytes, what: str):
+    try:
+        return parse_filter(raw)
+    except InvalidSubject as exc:
+        raise BadRequest(f"invalid subject {what} '{raw.decode('utf-8', 'replace')}': {exc}") from None
+
+
+def _count(value, what: str) -> int:
+    """A JSON number that must be an integer >= 0."""
+    if type(value) is not int or value < 0 or value >= 1 << 64:
+        raise BadRequest(f"{what} must be a non-negative integer")
+    return value
+
+
+def _count_arg(arg: bytes, what: str) -> int:
+    try:
+        value = to_int(arg)
+    except CommandError:
+        raise BadRequest(f"{what} must be a non-negative integer") from None
+    if value < 0:
+        raise BadRequest(f"{what} must be a non-negative integer")
+    return value
+
+
+def _time_arg(raw: bytes, what: str) -> int:
+    try:
+        return parse_time(raw)
+    except ValueError:
+        raise BadRequest(f"{what} must be an RFC 3339 time, e.g. 2024-11-04T23:45:02.060192Z") from None
+
+
+_JSON_FIELDS = {"seq", "last_by_subj", "next_by_subj", "start_time", "batch", "max_bytes",
+                "multi_last", "up_to_seq", "up_to_time"}
+
+
+def parse_json(payload: bytes) -> Request:
+    """``DGET key <json>``: the ADR-31 request payload as it is."""
+    if not payload.strip():
+        raise BadRequest("empty request")
+    try:
+        body = json.loads(payload)
+    except (ValueError, RecursionError):
+        raise BadRequest("malformed request, the payload is not JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("malformed request, the payload must be a JSON object")
+    req = Request()
+    for name, value in body.items():
+        if name not in _JSON_FIELDS:
+            raise BadRequest(f"unknown field '{name}'")
+        if value is None:
+            continue
+        if name in ("seq", "batch", "max_bytes", "up_to_seq"):
+            setattr(req, name, _count(value, name))
+        elif name in ("last_by_subj", "next_by_subj"):
+            if type(value) is not str:
+                raise BadRequest(f"{name} must be a string")
+            setattr(req, name, _filter(value.encode(), name))
+        elif name in ("start_time", "up_to_time"):
+            if type(value) is not str:
+                raise BadRequest(f"{name} must be an RFC 3339 time string")
+            setattr(req, name, _time_arg(value.encode(), name))
+        else:  # multi_last
+            if type(value) is not list or any(type(v) is not str for v in value):
+                raise BadRequest("multi_last must be an array of subject strings")
+            req.multi_last = [_filter(v.encode(), "multi_last") for v in value] or None
+    return req.check()
+
+
+_KEYWORDS = {b"seq": "seq", b"last_by_subj": "last_by_subj", b"next_by_subj": "next_by_subj",
+             b"start_time": "start_time", b"batch": "batch", b"max_bytes": "max_bytes"}
+
+
+def parse_keywords(args: list) -> Request:
+    """``DGET key [SEQ n] [LAST_BY_SUBJ s] [NEXT_BY_SUBJ f] [START_TIME t] [BATCH n] [MAX_BYTES n]``."""
+    req = Request()
+    seen = set()
+    i = 0
+    while i < len(args):
+        word = args[i].lower()
+        name = _KEYWORDS.get(word)
+        if name is None:
+            if word == b"subject":
+                raise BadRequest("SUBJECT takes one subject and nothing else")
+            raise BadRequest(f"unknown field '{args[i].decode('utf-8', 'replace')}'")
+        if i + 1 >= len(args):
+            raise BadRequest(f"{word.upper().decode()} needs a value")
+        if name in seen:
+            raise BadRequest(f"{word.upper().decode()} is given twice")
+        seen.add(name)
+        value = args[i + 1]
+        if name in ("last_by_subj", "next_by_subj"):
+            setattr(req, name, _filter(value, name))
+        elif name == "start_time":
+            req.start_time = _time_arg(value, name)
+        else:
+            setattr(req, name, _count_arg(value, name))
+        i += 2
+    return req.check()
+
+
+# ---------------------------------------------------------------------------
+# Replies
+# ---------------------------------------------------------------------------
+
+# Message maps are encoded here, straight to RESP (a map under RESP3, a flat array under
+# RESP2, as resp.encode would): they are the bulk of every DGET/MLAST reply.
+_MESSAGE = (b"$6\r\nstream\r\n$%d\r\n%s\r\n$7\r\nsubject\r\n$%d\r\n%s\r\n$3\r\nseq\r\n:%d\r\n"
+            b"$4\r\ntime\r\n$%d\r\n%s\r\n$4\r\ndata\r\n$%d\r\n%s\r\n")
+_HEAD = {(2, False): b"*10\r\n", (3, False): b"%5\r\n", (2, True): b"*14\r\n", (3, True): b"%7\r\n"}
+
+
+def _message(proto: int, key: bytes, entry) -> Raw:
+    """The message map of ``entry``: stream, subject, seq, time, data."""
+    t = format_time(entry.time_ns)
+    return Raw(_HEAD[proto, False] + _MESSAGE % (len(key), key, len(entry.tag), entry.tag, entry.offset,
+                                                 len(t), t, len(entry.data), entry.data))
+
+
+def _batched(proto: int, key: bytes, entry, num_pending: int, last_seq: int) -> Raw:
+    """A message map of a batched reply: with num_pending and last_seq."""
+    t = format_time(entry.time_ns)
+    return Raw(_HEAD[proto, True] + _MESSAGE % (len(key), key, len(entry.tag), entry.tag, entry.offset,
+                                                len(t), t, len(entry.data), entry.data)
+               + b"$11\r\nnum_pending\r\n:%d\r\n$8\r\nlast_seq\r\n:%d\r\n" % (num_pending, last_seq))
+
+
+def _eob(num_pending: int, last_seq: int) -> dict:
+    return {"status": 204, "description": "EOB", "num_pending": num_pending, "last_seq": last_seq}
+
+
+def _direct_stream(server, key: bytes):
+    """The stream to read, or None (404); 503 when direct get is off."""
+    stream = server.streams.get(key)
+    if stream is not None and not stream.config.allow_direct:
+        raise CommandError(NOT_ALLOWED)
+    return stream
+
+
+# ---------------------------------------------------------------------------
+# DGET
+# ---------------------------------------------------------------------------
+
+def dget(client, argv):
+    """DGET key json | DGET key [SEQ n] [LAST_BY_SUBJ subject] [NEXT_BY_SUBJ filter] [START_TIME time] [BATCH n] [MAX_BYTES n] | DGET key SUBJECT subject
+
+    JetStream direct get (ADR-31): one message map (null when none matches), or
+    with BATCH message maps then an end-of-batch map. The JSON form takes the
+    ADR-31 payload. O(log n) per subject; batches O(messages + log n).
+    """
+    n = len(argv)
+    key = argv[1]
+    if n == 4 and argv[2].lower() == b"subject":
+        # the subject-appended form, the KV "get": kept short
+        subject = argv[3]
+        if _PLAIN_SUBJECT.match(subject) is None:
+            flt = _filter(subject, "SUBJECT")
+            if not flt.literal:
+                req = Request()
+                req.last_by_subj = flt
+                return _serve(client, key, req)
+        stream = _direct_stream(client.server, key)
+        if stream is None:
+            return NULL_ARRAY
+        seq = index_of(stream).last(subject)
+        return _message(client.protocol, key, stream.get(seq)) if seq else NULL_ARRAY
+    if n == 3:
+        req = parse_json(argv[2])
+    elif argv[2].lower() == b"subject":
+        raise BadRequest("SUBJECT takes one subject and nothing else")
+    else:
+        req = parse_keywords(argv[2:])
+    return _serve(client, key, req)
+
+
+# A literal subject with nothing to check further (no *, >, empty token or whitespace).
+_PLAIN_SUBJECT = re.compile(rb"[^.*>\s]+(?:\.[^.*>\s]+)*\Z")
+
+
+def _serve(client, key: bytes, req: Request):
+    stream = _direct_stream(client.server, key)
+    if stream is None:
+        return NULL_ARRAY
+    if req.multi_last:
+        return _multi_last(client.protocol, key, stream, req)
+    return _direct_get(client.protocol, key, stream, req)
+
+
+def _direct_get(proto: int, key: bytes, stream, req: Request):
+    if req.last_by_subj is not None:
+        flt = req.last_by_subj
+        index = index_of(stream)
+        seq = index.last(flt.raw) if flt.literal else index.last_matching(flt)
+        return _message(proto, key, stream.get(seq)) if seq else NULL_ARRAY
+    if req.start_time is not None:
+        start = stream.offset_at_time(req.start_time)
+    else:
+        start = req.seq or 1
+    flt = req.next_by_subj
+    if not req.batch:
+        if flt is not None:
+            index = index_of(stream)
+            seq = index.first_from(index.entries(flt), start)
+            return _message(proto, key, stream.get(seq)) if seq else NULL_ARRAY
+        if req.start_time is None:
+            entry = stream.get(start)  # exactly that sequence
+        else:
+            entry = next(stream.iter_from(start), None)  # the oldest at or after the time
+        return _message(proto, key, entry) if entry is not None else NULL_ARRAY
+
+    # A batch: up to `batch` matching messages from `start` on, then EOB.
+    if flt is not None and flt.raw == b">":
+        flt = None  # every subject: read the log itself
+    if flt is None:
+        pending = held_from(stream, start)
+        entries = stream.iter_from(start)
+    else:
+        index = index_of(stream)
+        subjects = index.entries(flt)
+        pending = index.count_from(subjects, start)
+        if len(subjects) > MERGE_SUBJECTS:
+            wanted = {subject for subject, _ in subjects}
+            entries = (e for e in stream.iter_from(start) if e.tag in wanted)
+        else:
+            get = stream.get
+            entries = (get(seq) for seq in index.iter_from(subjects, start))
+    if not pending:
+        return NULL_ARRAY
+    max_bytes = req.max_bytes or DEFAULT_MAX_BYTES
+    out = []
+    last_seq = 0
+    size = 0
+    for entry in entries:
+        pending -= 1
+        out.append(_batched(proto, key, entry, pending, last_seq))
+        last_seq = entry.offset
+        size += len(entry.tag) + len(entry.data)
+        if len(out) >= req.batch or size >= max_bytes:
+            break
+    if not out:
+        return NULL_ARRAY
+    out.append(_eob(pending, last_seq))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# MLAST
+# ---------------------------------------------------------------------------
+
+_MLAST_KEYWORDS = {b"up_to_seq": "up_to_seq", b"up_to_time": "up_to_time", b"seq": "seq",
+                   b"batch": "batch", b"max_bytes": "max_bytes"}
+
+
+def mlast(client, argv):
+    """MLAST key [UP_TO_SEQ n] [UP_TO_TIME time] [SEQ n] [BATCH n] [MAX_BYTES n] SUBJECTS filter [filter ...]
+
+    The newest message of every subject matching the filters (at or below
+    UP_TO_SEQ, strictly before UP_TO_TIME), by sequence, then an end-of-batch map
+    with upto_seq; null when none; at most 1024 subjects (413).
+    O(log n) per subject under the filters' literal prefixes.
+    """
+    req = Request()
+    seen = set()
+    args = argv[2:]
+    i = 0
+    while True:
+        if i >= len(args):
+            raise BadRequest("SUBJECTS and at least one subject filter are required")
+        word = args[i].lower()
+        if word == b"subjects":
+            filters = args[i + 1:]
+            if not filters:
+                raise BadRequest("SUBJECTS needs at least one subject filter")
+            req.multi_last = [_filter(f, "filter") for f in filters]
+            break
+        name = _MLAST_KEYWORDS.get(word)
+        if name is None:
+            raise BadRequest(f"unknown field '{args[i].decode('utf-8', 'replace')}'")
+        if i + 1 >= len(args):
+            raise BadRequest(f"{word.upper().decode()} needs a value")
+        if name in seen:
+            raise BadRequest(f"{word.upper().decode()} is given twice")
+        seen.add(name)
+        if name == "up_to_time":
+            req.up_to_time = _time_arg(args[i + 1], name)
+        else:
+            setattr(req, name, _count_arg(args[i + 1], name))
+        i += 2
+    req.check()
+    key = argv[1]
+    stream = _direct_stream(client.server, key)
+    if stream is None:
+        return NULL_ARRAY
+    return _multi_last(client.protocol, key, stream, req)
+
+
+def _multi_last(proto: int, key: bytes, stream, req: Request):
+    last = stream.last
+    if req.up_to_time is not None:
+        # newest messages strictly before the time: below the first one at or after it
+        upto = stream.offset_at_time(req.up_to_time) - 1
+    elif req.up_to_seq:
+        upto = min(req.up_to_seq, last)
+    else:
+        upto = last
+    if upto < stream.first:
+        return NULL_ARRAY
+    try:
+        seqs = index_of(stream).multi_last(req.multi_last, upto, MULTI_LAST_LIMIT)
+    except TooManySubjects:
+        raise CommandError(TOO_MANY) from None
+    if not seqs:
+        return NULL_ARRAY
+    max_bytes = req.max_bytes or DEFAULT_MAX_BYTES
+    total = len(seqs)
+    last_seq = 0
+    pending = 0
+    size = 0
+    out = []
+    # paging: results below SEQ were sent by an earlier call
+    for j in range(bisect_left(seqs, req.seq) if req.seq else 0, total):
+        entry = stream.get(seqs[j])
+        pending = total - 1 - j
+        out.append(_batched(proto, key, entry, pending, last_seq))
+        last_seq = entry.offset
+        size += len(entry.tag) + len(entry.data)
+        if size >= max_bytes or (req.batch and len(out) >= req.batch):
+            break
+    eob = _eob(pending, last_seq)
+    eob["upto_seq"] = upto
+    out.append(eob)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# BATCH
+# ---------------------------------------------------------------------------
+
+def _log_limit_deletes(server, key: bytes, stream) -> None:
+    """DELETE records for entries the per-subject limit just deleted."""
+    index = stream._subjects
+    if index is not None and index.limit_deleted:
+        offsets = index.take_deleted()
+        if server.aof is not None:
+            server.aof.log([DELETE, key, *offsets])
+
+
+def take_limit_deletes(server) -> None:
+    """Housekeeping: log the deletions made by ``max_msgs_per_subject`` during
+    writes this module did not make (TWRITE, TCONFIG, ...)."""
+    if not PENDING:
+        return
+    streams = server.streams
+    lost = False
+    for index in list(PENDING):
+        key = index.owner
+        if key is not None and streams.get(key) is index.stream:
+            _log_limit_deletes(server, key, index.stream)
+        else:
+            lost = True
+    if lost:  # indexes the engine built itself: find their keys once
+        for key, stream in list(server.keyspace.items()):
+            index = stream._subjects
+            if index is not None and index in PENDING:
+                index.owner = key
+                _log_limit_deletes(server, key, stream)
+    PENDING.clear()  # what is left belongs to streams deleted since
+
+
+def batch(client, argv):
+    """BATCH key batch-id batch-seq subject data [EXPECT_LAST_SEQ n] [EXPECT_LAST_SUBJECT_SEQ n] [COMMIT] | BATCH key batch-id batch-seq EOB
+
+    Atomic batch publish (ADR-50): stages a message of the batch (+OK); COMMIT
+    stages it and commits, EOB commits without one: every staged message is
+    appended at once and the reply is the pub ack (stream, seq, batch, count).
+    O(1) per message; the commit O(messages).
+    """
+    n = len(argv)
+    server = client.server
+    key, batch_id = argv[1], argv[2]
+    if n == 6:  # the next plain message of a batch in flight: the hot path, kept short
+        current = server.batches.get(key, batch_id)
+        if current is not None and argv[3] == current.next_arg:
+            flat = current.flat
+            if len(flat) < _MAX_FLAT:
+                stream = server.streams.get(key)
+                if stream is None or stream.config.allow_atomic:
+                    flat.append(argv[4])
+                    flat.append(argv[5])
+                    seq = current.next_seq + 1
+                    current.next_seq = seq
+                    current.next_arg = b"%d" % seq
+                    current.last_active = monotonic()
+                    return OK
+    expect_last = expect_subject = None
+    commit = eob = False
+    if n == 5:
+        if argv[4].lower() != b"eob":
+            raise SyntaxErr()
+        eob = True
+        subject = data = None
+    else:
+        subject, data = argv[4], argv[5]
+        i = 6
+        while i < n:
+            word = argv[i].lower()
+            if word == b"commit" and not commit:
+                commit = True
+                i += 1
+            elif word == b"expect_last_seq" and i + 1 < n and expect_last is None:
+                expect_last = _nonnegative(argv[i + 1], "EXPECT_LAST_SEQ")
+                i += 2
+            elif word == b"expect_last_subject_seq" and i + 1 < n and expect_subject is None:
+                expect_subject = _nonnegative(argv[i + 1], "EXPECT_LAST_SUBJECT_SEQ")
+                i += 2
+            else:
+                raise SyntaxErr()
+
+    registry = server.batches
+    stream = server.streams.get(key)
+    if not batch_id or len(batch_id) > B.MAX_ID_LENGTH:
+        raise batch_error(10179, f"batch publish ID is invalid (empty or longer than {B.MAX_ID_LENGTH} characters)")
+    current = registry.get(key, batch_id)
+
+    def fail(code: int, text: str, reason: str):
+        if current is not None:
+            registry.abandon(current, reason)
+        return batch_error(code, text)
+
+    if stream is not None and not stream.config.allow_atomic:
+        raise fail(10174, "atomic publish is disabled on this stream", "rejected")
+    try:
+        seq = to_int(argv[3])
+    except CommandError:
+        seq = 0
+    if seq <= 0:
+        raise fail(10175, "batch publish sequence is missing (batch-seq must be a positive integer)",
+                   "incomplete")
+    if seq == 1:
+        if current is not None:  # a new batch under an id still in flight: the old one is abandoned
+            registry.abandon(current, "incomplete")
+            current = None
+        elif eob:
+            registry.count_abandoned("incomplete")
+        if eob:
+            raise batch_error(10176, "batch publish is incomplete and was abandoned (EOB at batch-seq 1)")
+        if not registry.room_for(key):
+            raise batch_error(10210, f"too many atomic batches in flight ({B.MAX_PER_STREAM} per stream, "
+                                     f"{B.MAX_PER_SERVER} per server)")
+    else:
+        if current is None:
+            raise batch_error(10176, "batch publish is incomplete and was abandoned (unknown batch)")
+        if seq != current.next_seq:
+            raise fail(10176, f"batch publish is incomplete and was abandoned (expected batch-seq "
+                              f"{current.next_seq}, got {seq})", "incomplete")
+        if expect_last is not None:
+            raise fail(10164, "EXPECT_LAST_SEQ is only allowed on the first message of a batch", "rejected")
+    if expect_subject is not None and current is not None and current.has_subject(subject):
+        raise fail(10164, "EXPECT_LAST_SUBJECT_SEQ on a subject already written earlier in the batch",
+                   "rejected")
+    if not eob and current is not None and current.count >= B.MAX_MESSAGES:
+        raise fail(10199, f"batch publish sequence exceeds server limit ({B.MAX_MESSAGES} messages)", "large")
+
+    # Everything checked: stage.
+    if current is None:
+        current = registry.start(key, batch_id)
+    current.last_active = time.monotonic()
+    if not eob:
+        if expect_last is not None:
+            current.expect_last_seq = expect_last
+        if expect_subject is not None:
+            current.subject_expects.append((subject, expect_subject))
+        current.stage(subject, data)
+    if commit or eob:
+        return _commit(server, current)
+    return OK
+
+
+_MAX_FLAT = 2 * B.MAX_MESSAGES  # a batch's flat [subject, data, ...] list at its limit
+
+
+def _nonnegative(arg: bytes, what: str) -> int:
+    value = to_int(arg)
+    if value < 0:
+        raise CommandError(f"ERR {what} must be positive or zero")
+    return value
+
+
+def _commit(server, current):
+    """Append the staged messages in one step, if the expectations hold."""
+    registry = server.batches
+    key = current.key
+    stream = server.streams.get(key)
+    if stream is not None and not stream.config.allow_atomic:
+        registry.abandon(current, "rejected")
+        raise batch_error(10174, "atomic publish is disabled on this stream")
+    last = stream.last if stream is not None else 0
+    if current.expect_last_seq is not None and current.expect_last_seq != last:
+        registry.abandon(current, "rejected")
+        raise batch_error(10071, f"wrong last sequence: {last}")
+    if current.subject_expects:
+        index = index_of(stream) if stream is not None else None
+        for subject, expected in current.subject_expects:
+            actual = index.last(subject) if index is not None else 0
+            if actual != expected:
+                registry.abandon(current, "rejected")
+                raise batch_error(10071, f"wrong last sequence: {actual}")
+    registry.remove(current)
+    if stream is None:
+        stream = server.create_stream(key)
+    first = stream.first
+    flat = current.flat
+    offset = stream.append_many(flat, time_ns())
+    count = len(flat) >> 1
+    server.dirty += count
+    if server.aof is not None:
+        # one record for the whole batch, exactly as TWRITE ENTRIES logs it
+        server.aof.log([APPEND, key, offset, stream.last_time, *flat])
+        if stream.first != first:
+            server.aof.log([EVICT, key, stream.first])
+    _log_limit_deletes(server, key, stream)
+    if server.waiting_keys:
+        server.wake(key)
+    return {"stream": key, "seq": offset + count - 1, "batch": current.id, "count": count}

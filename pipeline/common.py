@@ -1,0 +1,283 @@
+"""What every part of the data source shares: the schema, option parsing, the
+connection to the server and the conversion of rows to Arrow record batches.
+
+Nothing here imports pyspark: the planning and reading code runs in Spark's
+Python workers, but it is plain Python that tests and benchmarks can call too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import pyarrow as pa
+
+DEFAULT_URL = "redis://127.0.0.1:6380"
+DEFAULT_NODE_ENTRIES = 1000
+DEFAULT_NODES_PER_PARTITION = 50   # 50k entries per task with the default node size
+DEFAULT_PAGE_SIZE = 1000           # entries per TREAD / DGET round trip
+DEFAULT_BATCH_SIZE = 500           # rows per atomic TWRITE ... ENTRIES of the sink
+
+SCHEMA_DDL = "offset long, tag string, entry binary, time timestamp"
+COLUMNS = ("offset", "tag", "entry", "time")
+
+# What Spark expects of a RecordBatch yielded by read(): exactly its
+# to_arrow_schema(schema, timezone="UTC") of the DDL above, all nullable.
+TIME_TYPE = pa.timestamp("us", tz="UTC")
+ARROW_SCHEMA = pa.schema([
+    pa.field("offset", pa.int64()),
+    pa.field("tag", pa.string()),
+    pa.field("entry", pa.binary()),
+    pa.field("time", TIME_TYPE),
+])
+
+
+class OptionError(ValueError):
+    """A data source option is missing or malformed; the message names it."""
+
+
+class DataLossError(RuntimeError):
+    """A streaming query was to read offsets that were evicted first."""
+
+
+# ---------------------------------------------------------------------------
+# Options
+# ---------------------------------------------------------------------------
+
+def _get(options: Mapping[str, str], *names: str):
+    """The first of ``names`` present (Spark's option maps are case-insensitive)."""
+    for name in names:
+        value = options.get(name)
+        if value is not None:
+            return value
+    return None
+
+
+def _int(options, name: str, default: int | None, minimum: int = 1, *aliases: str) -> int | None:
+    raw = _get(options, name, *aliases)
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise OptionError(f"tstream option {name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise OptionError(f"tstream option {name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _bool(options, name: str, default: bool) -> bool:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text in ("true", "yes", "1", "on"):
+        return True
+    if text in ("false", "no", "0", "off"):
+        return False
+    raise OptionError(f"tstream option {name} must be true or false, got {raw!r}")
+
+
+def _offset_spec(options, names: tuple[str, ...], default: str) -> str | int:
+    """``earliest``, ``latest`` or an offset >= 1."""
+    raw = _get(options, *names)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise OptionError(f"tstream option {names[0]} must be earliest, latest or an offset >= 1, "
+                          f"got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Options:
+    """The parsed options of one read or write (picklable: partitions carry it)."""
+
+    url: str
+    password: str | None
+    key: str | None
+    path: str | None
+    starting: str | int          # batch: startingOffset; streaming: startingOffsets
+    ending: str | int            # batch only: endingOffset (inclusive)
+    num_partitions: int | None
+    nodes_per_partition: int
+    node_entries: int | None     # None: ask the server (CONFIG GET node-entries)
+    page_size: int
+    with_time: bool
+    arrow: bool
+    max_offsets_per_trigger: int | None
+    fail_on_data_loss: bool
+    batch_size: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], streaming: bool = False) -> "Options":
+        starting_names = (("startingOffsets", "startingOffset") if streaming
+                          else ("startingOffset", "startingOffsets"))
+        return cls(
+            url=str(_get(options, "url") or DEFAULT_URL),
+            password=_get(options, "password"),
+            key=_get(options, "key"),
+            path=_get(options, "path"),
+            starting=_offset_spec(options, starting_names, "latest" if streaming else "earliest"),
+            ending=_offset_spec(options, ("endingOffset", "endingOffsets"), "latest"),
+            num_partitions=_int(options, "numPartitions", None),
+            nodes_per_partition=_int(options, "nodesPerPartition", DEFAULT_NODES_PER_PARTITION),
+            node_entries=_int(options, "nodeEntries", None),
+            page_size=_int(options, "pageSize", DEFAULT_PAGE_SIZE),
+            with_time=_bool(options, "withTime", True),
+            arrow=_bool(options, "arrow", True),
+            max_offsets_per_trigger=_int(options, "maxOffsetsPerTrigger", None),
+            fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+            batch_size=_int(options, "batchSize", DEFAULT_BATCH_SIZE),
+        )
+
+    def require_key(self) -> str:
+        if not self.key:
+            raise OptionError("tstream: the option key (the stream to read or write) is required")
+        return self.key
+
+    @property
+    def key_bytes(self) -> bytes:
+        return self.require_key().encode()
+
+
+# ---------------------------------------------------------------------------
+# The server
+# ---------------------------------------------------------------------------
+
+def connect(options: Options):
+    """A redis-py client for ``options.url`` (``redis://`` or ``rediss://`` for TLS;
+    user, password, db and TLS settings as redis-py's ``from_url`` reads them).
+    The ``password`` option, when given, overrides the URL's. RESP3 is asked
+    for: maps come back as dicts."""
+    import redis
+
+    kwargs = {"protocol": 3, "socket_timeout": 60, "socket_connect_timeout": 10}
+    if options.password is not None:
+        kwargs["password"] = options.password
+    return redis.Redis.from_url(options.url, **kwargs)
+
+
+def as_map(reply) -> dict:
+    """A map reply as a dict with str keys (RESP3 dict or RESP2 flat array)."""
+    if isinstance(reply, dict):
+        items = reply.items()
+    else:
+        items = zip(reply[0::2], reply[1::2])
+    return {(k.decode() if isinstance(k, bytes) else k): v for k, v in items}
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """``first`` and ``last`` offsets held (``first > last`` when nothing is held)."""
+
+    first: int
+    last: int
+    nodes: int
+    allow_direct: bool
+
+    @property
+    def next_offset(self) -> int:
+        return self.last + 1
+
+
+def stream_info(client, key: str) -> StreamInfo:
+    """TINFO of ``key``; a key that does not exist reads as an empty stream at 1."""
+    from redis.exceptions import ResponseError
+
+    try:
+        info = as_map(client.execute_command("TINFO", key))
+    except ResponseError as exc:
+        if "no such key" in str(exc).lower():
+            return StreamInfo(1, 0, 0, True)
+        raise
+    direct = info.get("allow_direct", b"yes")
+    return StreamInfo(int(info["first"]), int(info["last"]), int(info["nodes"]),
+                      direct in (b"yes", "yes", 1, True))
+
+
+def node_entries(client, options: Options) -> int:
+    """The macro-node size to align partitions and pages on: the ``nodeEntries``
+    option, else the server's ``node-entries``. A stream created before a
+    ``CONFIG SET node-entries`` keeps its old size; alignment only saves
+    decompressions, the rows read do not depend on it."""
+    if options.node_entries:
+        return options.node_entries
+    try:
+        reply = client.execute_command("CONFIG", "GET", "node-entries")
+        value = as_map(reply).get("node-entries")
+        return max(1, int(value)) if value is not None else DEFAULT_NODE_ENTRIES
+    except Exception:  # a server without it: any size works
+        return DEFAULT_NODE_ENTRIES
+
+
+# ---------------------------------------------------------------------------
+# Planning
+# ---------------------------------------------------------------------------
+
+def node_ranges(lo: int, hi: int, n: int, options: Options) -> list[tuple[int, int]]:
+    """Split offsets ``lo..hi`` (inclusive) into ranges of whole macro nodes of
+    ``n`` entries: ``numPartitions`` ranges of (nearly) equal node counts when
+    that option is set, else ranges of ``nodesPerPartition`` nodes."""
+    if hi < lo:
+        return []
+    first_node = (lo - 1) // n
+    last_node = (hi - 1) // n
+    total = last_node - first_node + 1
+    if options.num_partitions:
+        parts = min(options.num_partitions, total)
+        bounds = [first_node + total * i // parts for i in range(parts + 1)]
+    else:
+        step = options.nodes_per_partition
+        bounds = list(range(first_node, last_node + 1, step)) + [last_node + 1]
+    ranges = []
+    for a, b in zip(bounds, bounds[1:]):
+        start = max(lo, a * n + 1)
+        end = min(hi, b * n)
+        if start <= end:
+            ranges.append((start, end))
+    return ranges
+
+
+# ---------------------------------------------------------------------------
+# Arrow
+# ---------------------------------------------------------------------------
+
+def decode_tags(values: list) -> pa.Array:
+    """Tags (bytes) as an Arrow string array; tags that are not UTF-8 are
+    decoded with replacement characters (Spark's column is a string)."""
+    binary = pa.array(values, pa.binary())
+    try:
+        return binary.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([None if v is None else bytes(v).decode("utf-8", "replace") for v in values],
+                        pa.string())
+
+
+def record_batch(offsets, tags: pa.Array, entries, times: pa.Array | None) -> pa.RecordBatch:
+    """One batch in Spark's layout; ``times`` None gives null times."""
+    offsets = offsets if isinstance(offsets, pa.Array) else pa.array(offsets, pa.int64())
+    entries = entries if isinstance(entries, pa.Array) else pa.array(entries, pa.binary())
+    if times is None:
+        times = pa.nulls(len(offsets), TIME_TYPE)
+    return pa.RecordBatch.from_arrays([offsets, tags, entries, times], schema=ARROW_SCHEMA)
+
+
+def rfc3339_to_times(values: list) -> pa.Array:
+    """RFC 3339 strings with nanoseconds (DGET's ``time``) as Spark timestamps
+    (microseconds: Spark's precision, the nanoseconds are truncated)."""
+    strings = pa.array(values, pa.binary()).cast(pa.string())
+    nanos = strings.cast(pa.timestamp("ns", tz="UTC"))
+    return nanos.cast(TIME_TYPE, safe=False)
+
+
+def batch_rows(batch: pa.RecordBatch):
+    """The rows of a batch as tuples (for ``arrow=false``)."""
+    return zip(*(column.to_pylist() for column in batch.columns))

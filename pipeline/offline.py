@@ -1,0 +1,144 @@
+"""The offline reader: one key of a snapshot file, no server.
+
+Planning (driver) walks the file once (``snapshot_reader.find_key``, whole-file
+CRC checked) and splits the key's node records into partitions of whole nodes.
+Each task maps the file, checks that its footer CRC is still the one planned
+(a newer snapshot renamed over the path would otherwise be read at the wrong
+positions), rebuilds its nodes with the engine's ``Node.from_blob`` and turns
+each node's decoded tables straight into Arrow arrays, without a Python object
+per entry:
+
+- ``entry``: the node's payload buffer and its ``ends`` table *are* an Arrow
+  binary array (data buffer + offsets), wrapped without copying;
+- ``tag``: the tag-id table indexes the stream's tag table (``take``);
+- ``time``: the ``times`` table (ns) cast to Spark's microseconds;
+- deleted entries: the node's deleted bitmap has Arrow's bit order, it becomes
+  the filter mask; offsets below the stream's ``first`` (evicted) are sliced off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .common import ARROW_SCHEMA, TIME_TYPE, OptionError, Options
+from .snapshot_reader import find_key, footer_crc, iter_node_blobs, open_snapshot, read_meta
+
+
+@dataclass(frozen=True)
+class SnapshotRange:
+    """A task's share of one key: ``count`` consecutive node records from
+    ``first_pos``, keeping offsets ``lo..hi``."""
+
+    path: str
+    crc: int
+    meta_pos: int
+    first_pos: int
+    count: int
+    lo: int
+    hi: int
+
+
+def plan(options: Options) -> list[SnapshotRange]:
+    path = options.path
+    key = options.key_bytes
+    try:
+        data = open_snapshot(path)
+    except FileNotFoundError:
+        raise OptionError(f"tstream: snapshot file {path!r} does not exist") from None
+    try:
+        item = find_key(data, key, path)
+        crc = footer_crc(data)
+    finally:
+        _close(data)
+    if item is None or not item.node_pos:
+        return []
+    meta = item.meta
+    n = item.node_entries
+    held_lo, held_hi = int(meta["first"]), int(meta["next_offset"]) - 1
+    lo = held_lo if options.starting in ("earliest", "latest") else max(held_lo, options.starting)
+    if options.starting == "latest":
+        lo = held_hi + 1
+    hi = held_hi if options.ending in ("earliest", "latest") else min(held_hi, options.ending)
+    if hi < lo:
+        return []
+    first_node = item.first_node
+    want_lo = (lo - 1) // n - first_node
+    want_hi = min((hi - 1) // n - first_node, len(item.node_pos) - 1)
+    total = want_hi - want_lo + 1
+    if total <= 0:
+        return []
+    if options.num_partitions:
+        parts = min(options.num_partitions, total)
+        bounds = [want_lo + total * i // parts for i in range(parts + 1)]
+    else:
+        bounds = list(range(want_lo, want_hi + 1, options.nodes_per_partition)) + [want_hi + 1]
+    return [SnapshotRange(path, crc, item.meta_pos, item.node_pos[a], b - a, lo, hi)
+            for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def read(part: SnapshotRange) -> Iterator[pa.RecordBatch]:
+    """Record batches (one per node) of the entries of ``part``."""
+    from engine.stream import Node
+
+    data = open_snapshot(part.path)
+    blobs = None
+    try:
+        if footer_crc(data) != part.crc:
+            raise RuntimeError(f"tstream: snapshot {part.path!r} changed after the query was "
+                               "planned (a newer save replaced it); run the query again")
+        _, meta = read_meta(data, part.meta_pos, part.path)
+        n = int(meta["node_entries"])
+        first = max(int(meta["first"]), part.lo)
+        tag_table = pa.array([None if t is None else bytes(t).decode("utf-8", "replace")
+                              for t in meta["tags"]], pa.string())
+        blobs = iter_node_blobs(data, part.first_pos, part.count, part.path)
+        for blob, deleted in blobs:
+            node = Node.from_blob(blob, n)
+            batch = _node_batch(node, deleted, first, part.hi, tag_table)
+            del node
+            if batch is not None and batch.num_rows:
+                yield batch
+    finally:
+        if blobs is not None:
+            blobs.close()
+        _close(data)
+
+
+def _node_batch(node, deleted, lo: int, hi: int, tag_table: pa.Array) -> pa.RecordBatch | None:
+    start = node.start
+    count = node.count
+    p = max(lo - start, 0)
+    q = min(hi - start + 1, count)
+    if q <= p:
+        return None
+    buf, ends, tags, times = node.decoded()
+    if ends.itemsize == 4 and ends[count] < (1 << 31):  # uint32 ends read as int32 offsets
+        entries = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(ends), pa.py_buffer(buf)])
+    else:  # a node past 2 GB: 64-bit offsets, then binary (which fails past Arrow's 2 GB)
+        wide = pa.py_buffer(ends) if ends.itemsize == 8 else pa.Array.from_buffers(
+            pa.uint32(), count + 1, [None, pa.py_buffer(ends)]).cast(pa.int64()).buffers()[1]
+        entries = pa.Array.from_buffers(pa.large_binary(), count,
+                                        [None, wide, pa.py_buffer(buf)]).cast(pa.binary())
+    tag_ids = pa.Array.from_buffers(pa.uint32(), count, [None, pa.py_buffer(tags)])
+    nanos = pa.Array.from_buffers(pa.timestamp("ns", tz="UTC"), count, [None, pa.py_buffer(times)])
+    offsets = pa.array(range(start + p, start + q), pa.int64())
+    batch = pa.RecordBatch.from_arrays(
+        [offsets, tag_table.take(tag_ids.slice(p, q - p)), entries.slice(p, q - p),
+         nanos.slice(p, q - p).cast(TIME_TYPE, safe=False)],
+        schema=ARROW_SCHEMA)
+    if deleted is not None:
+        gone = pa.Array.from_buffers(pa.bool_(), count, [None, pa.py_buffer(deleted)]).slice(p, q - p)
+        batch = batch.filter(pc.invert(gone))
+    # The arrays are views of the node's decoded body; the Arrow buffers keep it alive.
+    return batch
+
+
+def _close(data) -> None:
+    try:
+        data.close()
+    except BufferError:  # a view is still alive somewhere: the GC closes it
+        pass

@@ -1,0 +1,193 @@
+"""Fuzzing: the parser against a reference decoding, and every command with random arguments.
+
+- The hiredis-based RequestParser and the plain-Python StrictRequestParser (the
+  reference) must decode any byte stream, split anywhere, into the same commands,
+  and refuse the same bad input.
+- Random argument lists for every command in the table, pipelined over TCP: each
+  gets a reply or an error, the server never crashes or hangs, and data written
+  before (keys the fuzzer never names) is intact after every batch.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import socket
+import string
+
+import hiredis
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from commands import COMMANDS
+from commands.docs import syntax_line
+from resp import ProtocolError, RequestParser, StrictRequestParser
+
+
+def decode_all(parser, chunks) -> tuple[list, bool]:
+    commands = []
+    try:
+        for chunk in chunks:
+            parser.feed(chunk)
+            while (command := parser.next_command()) is not None:
+                commands.append(command)
+    except ProtocolError:
+        return commands, True
+    return commands, False
+
+
+def multibulk(args) -> bytes:
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+
+words = st.binary(min_size=0, max_size=12)
+valid_command = st.lists(words, min_size=1, max_size=5).map(multibulk)
+inline_command = st.lists(st.text(string.ascii_letters + string.digits, min_size=1, max_size=6),
+                          min_size=1, max_size=4).map(lambda ws: " ".join(ws).encode() + b"\r\n")
+junk = st.sampled_from([b"*", b"$", b"\r\n", b"*2\r\n", b"$3\r\n", b"*-1\r\n", b"*0\r\n", b":1\r\n",
+                        b"*1\r\n:5\r\n", b"$-1\r\n", b"*1\r\n$x\r\n", b"\n"]) | st.binary(max_size=6)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(valid_command, min_size=1, max_size=6), st.lists(st.integers(1, 40), max_size=12))
+def test_valid_streams_decode_identically_however_split(commands, cuts):
+    data = b"".join(commands)
+    chunks, pos = [], 0
+    for cut in cuts:
+        chunks.append(data[pos : pos + cut])
+        pos += cut
+    chunks.append(data[pos:])
+    fast, fast_error = decode_all(RequestParser(), chunks)
+    reference, reference_error = decode_all(StrictRequestParser(), [data])
+    assert not fast_error and not reference_error
+    assert fast == reference
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(valid_command | inline_command | junk, min_size=1, max_size=8))
+def test_arbitrary_bytes_never_crash_and_agree_until_an_error(pieces):
+    # Each piece arrives in its own read, as lines typed in telnet do (an inline
+    # command in the same read as a multibulk one is refused: see resp/parser.py).
+    data = b"".join(pieces)
+    fast, fast_error = decode_all(RequestParser(), pieces)
+    reference, reference_error = decode_all(StrictRequestParser(), [data])
+    # Both parsers return the same commands up to the first error; where the
+    # reference refuses the input, the fast parser returns no extra command
+    # (it may stop earlier, as when inline text follows a multibulk command).
+    shortest = min(len(fast), len(reference))
+    assert fast[:shortest] == reference[:shortest]
+    if reference_error:
+        assert len(fast) <= len(reference)
+    if not fast_error and not reference_error:
+        assert fast == reference
+
+
+# --- the command fuzzer ------------------------------------------------------------
+
+# Commands that end the connection or the server, or change server-wide settings:
+# fuzzing them would test the fuzzer, not the server.
+EXCLUDED = {b"shutdown", b"quit", b"flushall", b"flushdb", b"save", b"bgsave", b"bgrewriteaof"}
+SAFE_SUBCOMMANDS = {b"config": [b"GET"], b"acl": [b"WHOAMI", b"LIST", b"USERS"],
+                    b"client": [b"ID", b"GETNAME", b"SETNAME", b"INFO", b"LIST", b"SETINFO"]}
+KEYS = [b"fz:a", b"fz:b", b"fz:c", b"fz:d"]
+
+
+def tokens_of(command) -> list[bytes]:
+    return [t.encode() for t in re.findall(r"\b[A-Z][A-Z_]+\b", syntax_line(command.handler))[1:]]
+
+
+def random_arg(rng: random.Random, tokens: list[bytes]) -> bytes:
+    kind = rng.randrange(10)
+    if kind < 3 and tokens:
+        word = rng.choice(tokens)
+        return word.lower() if rng.random() < 0.2 else word
+    if kind < 5:
+        return str(rng.choice([0, 1, 2, 3, -1, -2, 10, 1000, 2**63, -(2**63), rng.randrange(-50, 5000)])).encode()
+    if kind < 6:
+        return rng.choice([b"-", b"$", b"+", b"*", b"", b"1-5", b"5-1", b"a.b.>", b"a.*", b">", b"*.>",
+                           b'{"seq":1}', b'{"last_by_subj":"a.b"}', b"{bad json", b"2024-01-01T00:00:00Z"])
+    if kind < 8:
+        return rng.choice(KEYS)
+    return bytes(rng.randrange(256) for _ in range(rng.randrange(0, 12)))
+
+
+def random_command(rng: random.Random, name: bytes, command) -> list[bytes]:
+    tokens = tokens_of(command)
+    if name in SAFE_SUBCOMMANDS:
+        args = [name, rng.choice(SAFE_SUBCOMMANDS[name])]
+    else:
+        args = [name]
+        if command.keys[0]:
+            args.append(rng.choice(KEYS))
+    for _ in range(rng.randrange(0, 9)):
+        args.append(random_arg(rng, tokens))
+    for i, arg in enumerate(args[:-1]):  # BLOCK briefly: a fuzzed command must not hang the run
+        if arg.lower() == b"block":
+            args[i + 1] = b"1"
+    if name == b"client" and args[1] == b"SETNAME":
+        args[2:] = [b"fuzz"]
+    return args
+
+
+def read_replies(sock: socket.socket, count: int, timeout: float = 10.0) -> list:
+    reader = hiredis.Reader()
+    replies = []
+    sock.settimeout(timeout)
+    while len(replies) < count:
+        data = sock.recv(1 << 20)
+        assert data, f"the server closed the connection after {len(replies)} of {count} replies"
+        reader.feed(data)
+        while (reply := reader.gets()) is not False:
+            replies.append(reply)
+    return replies
+
+
+def snapshot_of(sock: socket.socket, keys: list[bytes]) -> list:
+    sock.sendall(b"".join(multibulk([b"TREAD", key, b"1", b"1000", b"WITHINFO"]) for key in keys))
+    return read_replies(sock, len(keys))
+
+
+def test_random_commands_get_replies_and_leave_other_data_intact(server):
+    rng = random.Random(20261121)
+    admin = server.client()
+    keep = [b"keep:%d" % i for i in range(3)]
+    for i, key in enumerate(keep):
+        admin.execute_command("TWRITE", key, "ENTRIES", *[x for j in range(50) for x in (f"t{j % 3}", f"v{i}-{j}")])
+    admin.execute_command("TREAD", keep[0], "-", 5, "GROUP", "g", "RETRY", 600000, 6000000)
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    before = snapshot_of(sock, keep)
+    groups_before = [p[:2] for p in admin.execute_command("TPENDING", keep[0], "g")]
+    names = sorted(n for n in COMMANDS if n not in EXCLUDED)
+    sent = 0
+    for batch in range(30):
+        commands = [random_command(rng, name, COMMANDS[name]) for name in rng.choices(names, k=60)]
+        sock.sendall(b"".join(multibulk(c) for c in commands))
+        replies = read_replies(sock, len(commands))
+        assert len(replies) == len(commands)
+        sent += len(commands)
+        assert snapshot_of(sock, keep) == before, f"data changed in batch {batch}"
+    assert [p[:2] for p in admin.execute_command("TPENDING", keep[0], "g")] == groups_before
+    assert admin.ping()
+    assert sent == 1800
+    sock.close()
+
+
+@pytest.mark.parametrize("garbage", [
+    b"*3\r\n$4\r\nPING\r\n",                # incomplete, then the connection closes
+    b"*1\r\n$999999999999999999999\r\n",     # absurd bulk length
+    b"*-5\r\nPING\r\n",
+    b"\x00\x01\x02\xff\r\n",
+    b"*2\r\n$4\r\nECHO\r\n$2\r\nabcdef\r\n",  # bulk not followed by CRLF
+])
+def test_broken_protocol_never_disturbs_other_clients(server, garbage):
+    other = server.client()
+    other.execute_command("TWRITE", "stay", "t", "v")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(garbage)
+        sock.settimeout(0.3)
+        try:
+            sock.recv(1000)
+        except socket.timeout:
+            pass
+    assert other.execute_command("TREAD", "stay", 1, 1) == [[1, b"t", b"v"]]

@@ -1,0 +1,445 @@
+"""The Spark pipeline (pipeline/): the tstream data source and sink, in Spark local mode
+against real servers, plus the pieces that need no Spark (planning, paging, snapshots).
+
+One SparkSession (local[2], no UI) serves the whole module; keep the Spark tests few
+and small: each Spark job costs ~0.5-2 s on two cores.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pytest
+
+from pipeline.common import DataLossError, OptionError, Options, as_map, node_ranges
+from pipeline.server_read import read_range
+from pipeline.sink import write_rows
+
+from .conftest import free_port
+
+
+def url(server) -> str:
+    return f"redis://127.0.0.1:{server.port}"
+
+
+def opts(server, **extra) -> Options:
+    return Options.parse({"url": url(server), "key": "k", **{k: str(v) for k, v in extra.items()}})
+
+
+def fill(client, key: str, count: int, tags: int = 5, start: int = 0, chunk: int = 5000) -> None:
+    """Entries ``e<i>`` with tags ``t<i % tags>``, i from ``start``."""
+    for lo in range(start, start + count, chunk):
+        hi = min(lo + chunk, start + count)
+        flat = [x for i in range(lo, hi) for x in (f"t{i % tags}", f"e{i}")]
+        client.execute_command("TWRITE", key, "ENTRIES", *flat)
+
+
+def held(client, key: str) -> list[tuple[int, str, bytes]]:
+    rows = client.execute_command("TREAD", key, "-", 10**9)
+    return [(o, t.decode(), e) for o, t, e in (r for r in rows if r is not None)]
+
+
+def micros(rfc3339: bytes) -> int:
+    """DGET's RFC 3339 time as microseconds since the epoch (truncated, as Spark's)."""
+    text = rfc3339.decode()
+    whole = datetime.strptime(text[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
+    return int(whole.timestamp()) * 1_000_000 + int(text[20:26])
+
+
+def offsets_of(batches) -> list[int]:
+    return [o for b in batches for o in b.column(0).to_pylist()]
+
+
+# ---------------------------------------------------------------------------
+# Spark
+# ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def spark():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import pipeline
+
+    session = (SparkSession.builder.master("local[2]").appName("tstream-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    pipeline.register(session)
+    yield session
+    session.stop()
+
+
+def read(spark, server, **options):
+    reader = spark.read.format("tstream").option("url", url(server)).option("key", "k")
+    for name, value in options.items():
+        reader = reader.option(name, str(value))
+    return reader.load()
+
+
+def test_round_trip_write_then_read(spark, server):
+    r = server.client()
+    rows = [(f"t{i % 7}", f"entry {i}".encode()) for i in range(3000)]
+    before = time.time_ns()
+    df = spark.createDataFrame(rows, "tag string, entry binary").coalesce(1)
+    df.write.format("tstream").option("url", url(server)).option("key", "k") \
+        .option("batchSize", 256).mode("append").save()
+    after = time.time_ns()
+    # One task, chunks of 256 rows in row order: the log is the DataFrame.
+    assert held(r, "k") == [(i + 1, t, e) for i, (t, e) in enumerate(rows)]
+
+    got = read(spark, server).orderBy("offset").collect()
+    assert [(x.offset, x.tag, x.entry) for x in got] == [(i + 1, t, e) for i, (t, e) in enumerate(rows)]
+    times = [x.us for x in read(spark, server).selectExpr("unix_micros(time) as us").collect()]
+    assert all(before // 1000 <= t <= after // 1000 for t in times)  # filled from DGET
+    assert times == sorted(times)
+
+    # TREAD path (no times) and rows as tuples instead of Arrow batches: same rows.
+    plain = read(spark, server, withTime="false", arrow="false").orderBy("offset").collect()
+    assert [(x.offset, x.tag, x.entry, x.time) for x in plain] == \
+        [(x.offset, x.tag, x.entry, None) for x in got]
+
+    # A string entry column, and a DataFrame read from tstream written back (extra columns ignored).
+    spark.createDataFrame([("a", "hello"), ("b", "")], "tag string, entry string").coalesce(1) \
+        .write.format("tstream").option("url", url(server)).option("key", "s").mode("append").save()
+    assert held(r, "s") == [(1, "a", b"hello"), (2, "b", b"")]
+    read(spark, server, endingOffset=10).write.format("tstream").option("url", url(server)) \
+        .option("key", "copy").mode("append").save()
+    assert sorted((t, e) for _, t, e in held(r, "copy")) == sorted(rows[:10])
+
+
+def test_partitions_are_ranges_of_macro_nodes(spark, make_server):
+    server = make_server("--save", "", "--node-entries", "100")
+    r = server.client()
+    fill(r, "k", 1050)
+    r.execute_command("TEVICT", "k", 130)
+    from pyspark.sql.functions import max as fmax, min as fmin, spark_partition_id
+
+    df = read(spark, server, numPartitions=4)
+    assert df.rdd.getNumPartitions() == 4
+    spans = sorted(tuple(x) for x in df.groupBy(spark_partition_id().alias("p"))
+                   .agg(fmin("offset"), fmax("offset")).select("min(offset)", "max(offset)").collect())
+    # Nodes 2..11 (offsets 101..1050, first 131): 10 nodes in 4 ranges of whole nodes.
+    assert spans == [(131, 300), (301, 600), (601, 800), (801, 1050)]
+    assert read(spark, server, nodesPerPartition=3).rdd.getNumPartitions() == 4
+    assert read(spark, server).count() == 920
+
+    part = read(spark, server, startingOffset=250, endingOffset=420, nodesPerPartition=1)
+    assert part.rdd.getNumPartitions() == 3
+    assert [x.offset for x in part.orderBy("offset").collect()] == list(range(250, 421))
+    assert read(spark, server, startingOffset=5000).count() == 0
+    # A key that does not exist reads as empty.
+    assert spark.read.format("tstream").option("url", url(server)).option("key", "nope").load().count() == 0
+
+
+@pytest.mark.parametrize("with_time", [True, False], ids=["dget", "tread"])
+def test_eviction_while_spark_reads(spark, server, with_time):
+    r = server.client()
+    total = 30000
+    fill(r, "k", total)
+    expected = {o: (t, e) for o, t, e in held(r, "k")}
+    stop = threading.Event()
+
+    def evict():
+        client = server.client()
+        upto = 0
+        while not stop.is_set() and upto < total - 5000:
+            upto += 500
+            client.execute_command("TEVICT", "k", upto)
+            time.sleep(0.02)
+
+    evictor = threading.Thread(target=evict)
+    evictor.start()
+    try:
+        got = read(spark, server, pageSize=100, numPartitions=2, withTime=with_time).collect()
+    finally:
+        stop.set()
+        evictor.join()
+    first = as_map(r.execute_command("TINFO", "k"))["first"]
+    offsets = [x.offset for x in got]
+    assert len(offsets) == len(set(offsets))                       # nothing twice
+    assert set(range(first, total + 1)) <= set(offsets)            # nothing held lost
+    assert all((x.tag, x.entry) == (expected[x.offset][0], expected[x.offset][1]) for x in got)
+
+
+def test_streaming_available_now_restart_and_data_loss(spark, server, tmp_path):
+    r = server.client()
+    fill(r, "k", 2500)
+    checkpoint = str(tmp_path / "checkpoint")
+
+    def run(**options):
+        reader = (spark.readStream.format("tstream").option("url", url(server)).option("key", "k")
+                  .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 1000))
+        for name, value in options.items():
+            reader = reader.option(name, str(value))
+        query = (reader.load().writeStream.format("tstream").option("url", url(server))
+                 .option("key", "copy").option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start())
+        try:
+            query.awaitTermination(120)
+        finally:
+            query.stop()
+        return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+    def copied():
+        return sorted(int(e[1:]) for _, _, e in held(r, "copy"))
+
+    assert run() == [1000, 1000, 500]
+    assert copied() == list(range(2500))
+    fill(r, "k", 700, start=2500)
+    assert run() == [700]                      # restarted from the checkpoint: only what is new
+    assert copied() == list(range(3200))
+
+    # Offsets 3201..3300 are evicted before the query reads them: data loss.
+    fill(r, "k", 300, start=3200)
+    r.execute_command("TEVICT", "k", 3300)
+    with pytest.raises(Exception, match="failOnDataLoss") as failure:
+        run()
+    assert "offsets 3201 to 3300" in str(failure.value)
+    assert copied() == list(range(3200))
+    assert run(failOnDataLoss="false") == [200]  # the same batch again, skipping what is gone
+    assert copied() == list(range(3200)) + list(range(3300, 3500))
+
+
+def test_offline_snapshot_read(spark, make_server, tmp_path):
+    server = make_server("--save", "", "--node-entries", "100", directory=tmp_path)
+    r = server.client()
+    fill(r, "k", 1234, tags=4)
+    fill(r, "other", 10)
+    r.execute_command("TEVICT", "k", 150)
+    r.execute_command("TCONFIG", "k", "SET", "max_msgs_per_subject", 250)  # deletes inside nodes
+    for i in range(37):
+        r.execute_command("TWRITE", "k", "t9" if i % 2 else "t1", f"x{i}")  # a partial last node
+    expected = held(r, "k")
+    times = {m[b"seq"]: micros(m[b"time"])
+             for m in server.client(protocol=3).execute_command("DGET", "k", "SEQ", 1, "BATCH", 10000)[:-1]}
+    r.save()
+    server.stop()  # no server from here on
+
+    path = str(tmp_path / "dump.tsr")
+    df = spark.read.format("tstream").option("path", path).option("key", "k").option("numPartitions", 3).load()
+    assert df.rdd.getNumPartitions() == 3
+    got = df.orderBy("offset").collect()
+    assert [(x.offset, x.tag, x.entry) for x in got] == expected
+    stamps = dict(df.selectExpr("offset", "unix_micros(time)").collect())
+    assert stamps == {o: times[o] for o, _, _ in expected}  # the engine's times, to the microsecond
+    window = spark.read.format("tstream").option("path", path).option("key", "k") \
+        .option("startingOffset", 1000).option("endingOffset", 1100).load()
+    assert [x.offset for x in window.orderBy("offset").collect()] == [o for o, _, _ in expected
+                                                                       if 1000 <= o <= 1100]
+    assert spark.read.format("tstream").option("path", path).option("key", "nope").load().count() == 0
+
+
+def test_sink_failed_task_leaves_whole_chunks_only(spark, server):
+    r = server.client()
+    rows = [(None if i == 35 else f"t{i % 3}", f"row {i}") for i in range(60)]
+    df = spark.createDataFrame(rows, "tag string, entry string").coalesce(1)
+    with pytest.raises(Exception, match="null tag"):
+        df.write.format("tstream").option("url", url(server)).option("key", "k") \
+            .option("batchSize", 10).mode("append").save()
+    # Chunks [0, 10) [10, 20) [20, 30) were committed; [30, 40) holds the bad row: none of it.
+    assert held(r, "k") == [(i + 1, f"t{i % 3}", f"row {i}".encode()) for i in range(30)]
+
+    with pytest.raises(Exception, match="append-only"):
+        spark.createDataFrame([("a", "b")], "tag string, entry string").write.format("tstream") \
+            .option("url", url(server)).option("key", "k").mode("overwrite").save()
+    with pytest.raises(Exception, match="must be string or binary"):
+        spark.createDataFrame([("a", 1)], "tag string, entry int").write.format("tstream") \
+            .option("url", url(server)).option("key", "k").mode("append").save()
+
+
+def test_jobs_compaction_and_tag_counts(spark, server, tmp_path):
+    from pipeline.jobs import compact, tag_counts
+
+    r = server.client()
+    fill(r, "k", 2000, tags=6)
+    assert compact.main(["--url", url(server), "--key", "k", "--target", "k.compact"], spark=spark) == 0
+    assert held(r, "k.compact") == [(i + 1, f"t{o % 6}", f"e{o}".encode())
+                                    for i, o in enumerate(range(1994, 2000))]
+
+    out = str(tmp_path / "counts")
+    assert tag_counts.main(["--url", url(server), "--key", "k", "--output", out], spark=spark) == 0
+    counts = spark.read.parquet(out).collect()
+    assert sum(x["count"] for x in counts) == 2000
+    assert {x.tag for x in counts} == {f"t{i}" for i in range(6)}
+    assert all(x.minute.second == 0 and x.minute.microsecond == 0 for x in counts)
+
+
+def test_password_url_and_option(spark, make_server):
+    server = make_server("--save", "", "--requirepass", "s3cret")
+    r = server.client(password="s3cret")
+    fill(r, "k", 10)
+    base = f"redis://:s3cret@127.0.0.1:{server.port}"
+    assert spark.read.format("tstream").option("url", base).option("key", "k").load().count() == 10
+    assert spark.read.format("tstream").option("url", f"redis://127.0.0.1:{server.port}") \
+        .option("password", "s3cret").option("key", "k").load().count() == 10
+
+
+# ---------------------------------------------------------------------------
+# Without Spark: planning, paging, the streaming reader's offsets, snapshots, the sink
+# ---------------------------------------------------------------------------
+
+def test_node_ranges():
+    o = Options.parse({"key": "k", "nodesPerPartition": "2"})
+    assert node_ranges(1, 1000, 100, o) == [(1, 200), (201, 400), (401, 600), (601, 800), (801, 1000)]
+    assert node_ranges(150, 420, 100, o) == [(150, 300), (301, 420)]
+    assert node_ranges(5, 4, 100, o) == []
+    o = Options.parse({"key": "k", "numPartitions": "3"})
+    assert node_ranges(1, 1000, 100, o) == [(1, 300), (301, 600), (601, 1000)]
+    assert node_ranges(1, 150, 100, o) == [(1, 100), (101, 150)]  # never more than the nodes
+
+
+def test_options_are_checked():
+    for bad in ({"numPartitions": "0"}, {"startingOffset": "first"}, {"withTime": "maybe"},
+                {"batchSize": "x"}):
+        with pytest.raises(OptionError):
+            Options.parse({"key": "k", **bad})
+    with pytest.raises(OptionError, match="key"):
+        Options.parse({}).require_key()
+    o = Options.parse({"key": "k"}, streaming=True)
+    assert (o.starting, o.fail_on_data_loss, o.with_time) == ("latest", True, True)
+
+
+@pytest.mark.parametrize("with_time", [True, False], ids=["dget", "tread"])
+def test_read_range_eviction_between_pages(server, with_time):
+    r = server.client()
+    fill(r, "k", 1000)
+    pages = read_range(opts(server, pageSize=100, withTime=with_time), 1, 1000)
+    got = [next(pages), next(pages)]          # offsets 1..200 read
+    r.execute_command("TEVICT", "k", 450)     # 201..450 go before they are read
+    got += list(pages)
+    assert offsets_of(got) == list(range(1, 201)) + list(range(451, 1001))
+    # The streaming reader calls it with fail_on_loss: same eviction is data loss.
+    r.delete("k")
+    fill(r, "k", 1000)
+    pages = read_range(opts(server, pageSize=100, withTime=with_time), 1, 1000, fail_on_loss=True)
+    next(pages)
+    r.execute_command("TEVICT", "k", 450)
+    with pytest.raises(DataLossError, match=r"offsets 101 to 450 .*failOnDataLoss"):
+        list(pages)
+    # Deleted entries above `first` (per-subject limit) are not loss, just absent.
+    r.delete("k")
+    fill(r, "k", 100, tags=2)
+    r.execute_command("TWRITE", "k", "t0", "last")
+    r.execute_command("TCONFIG", "k", "SET", "max_msgs_per_subject", 30)
+    rows = offsets_of(read_range(opts(server, pageSize=7, withTime=with_time), 1, 101, fail_on_loss=True))
+    assert rows == [o for o, _, _ in held(r, "k")] and len(rows) == 60
+
+
+def test_read_range_times_and_fallback(server):
+    r = server.client()
+    fill(r, "k", 5)
+    batch = pa.Table.from_batches(list(read_range(opts(server), 1, 5)))
+    assert batch.column("time").null_count == 0
+    r.execute_command("TCONFIG", "k", "SET", "allow_direct", "no")  # DGET answers 503: TREAD, no times
+    batch = pa.Table.from_batches(list(read_range(opts(server), 1, 5)))
+    assert batch.column("offset").to_pylist() == [1, 2, 3, 4, 5]
+    assert batch.column("time").null_count == 5
+
+
+def test_stream_reader_offsets(server):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from pipeline.streaming import TStreamStreamReader
+
+    r = server.client()
+
+    def reader(**extra):
+        return TStreamStreamReader(Options.parse({"url": url(server), "key": "k",
+                                                  **{k: str(v) for k, v in extra.items()}}, streaming=True))
+
+    assert reader().initialOffset() == {"key": "k", "offset": 1}       # no key yet
+    fill(r, "k", 500)
+    r.execute_command("TEVICT", "k", 100)
+    assert reader(startingOffsets="earliest").initialOffset()["offset"] == 101
+    assert reader().initialOffset()["offset"] == 501                   # latest
+    assert reader(startingOffsets=42).initialOffset()["offset"] == 42
+    s = reader(maxOffsetsPerTrigger=150)
+    assert s.getDefaultReadLimit() == ReadMaxRows(150)
+    start = {"key": "k", "offset": 101}
+    assert s.latestOffset(start, ReadMaxRows(150))["offset"] == 251
+    assert s.latestOffset(start, ReadAllAvailable())["offset"] == 501
+    s.prepareForTriggerAvailableNow()
+    fill(r, "k", 100, start=500)
+    assert s.latestOffset({"key": "k", "offset": 501}, ReadAllAvailable())["offset"] == 501  # stops
+    assert reader().latestOffset({"key": "k", "offset": 501}, ReadAllAvailable())["offset"] == 601
+    assert [(p.lo, p.hi) for p in s.partitions(start, {"key": "k", "offset": 601})] == [(101, 600)]
+    assert s.partitions(start, start) == []
+    with pytest.raises(DataLossError, match="offsets 50 to 100"):
+        s.partitions({"key": "k", "offset": 50}, {"key": "k", "offset": 200})
+    assert reader(failOnDataLoss="false").partitions({"key": "k", "offset": 50},
+                                                     {"key": "k", "offset": 200})
+    with pytest.raises(ValueError, match="new checkpoint"):
+        s.partitions({"key": "other", "offset": 1}, {"key": "other", "offset": 5})
+
+
+def test_snapshot_reader_walks_keys(make_server, tmp_path):
+    from pipeline.snapshot_reader import iter_keys, iter_node_blobs, open_snapshot
+
+    server = make_server("--save", "", "--node-entries", "10", directory=tmp_path)
+    r = server.client()
+    fill(r, "a", 35)
+    fill(r, "b", 3)
+    r.execute_command("TREAD", "a", "-", 1, "GROUP", "g")  # a group record between keys
+    r.save()
+    data = open_snapshot(str(tmp_path / "dump.tsr"))
+    keys = {k.key: k for k in iter_keys(data)}
+    assert sorted(keys) == [b"a", b"b"]
+    assert len(keys[b"a"].node_pos) == 4 and len(keys[b"b"].node_pos) == 1
+    assert keys[b"a"].meta["next_offset"] == 36
+    blobs = list(iter_node_blobs(data, keys[b"a"].node_pos[1], 3))
+    assert len(blobs) == 3 and all(bitmap is None for _, bitmap in blobs)
+    del blobs
+
+
+def test_sink_chunks_without_spark(server):
+    r = server.client()
+    batches = [pa.record_batch([pa.array(["a"] * 7), pa.array([b"x%d" % i for i in range(7)])],
+                               names=["tag", "entry"]) for _ in range(3)]
+    message = write_rows(opts(server, batchSize=5), iter(batches))
+    assert message.rows == 21 and message.chunks == [(1, 5), (6, 5), (11, 5), (16, 5), (21, 1)]
+    bad = pa.record_batch([pa.array(["a", "b", "c"]), pa.array([b"1", None, b"3"])], names=["tag", "entry"])
+    with pytest.raises(ValueError, match="row 8 of this task has a null entry"):
+        write_rows(opts(server, batchSize=4), iter([batches[0], bad]))
+    assert as_map(r.execute_command("TINFO", "k"))["last"] == 29  # a chunk of 4 more, not the bad one
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tls")
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=pipeline-test-ca",
+        "-keyout", "ca.key", "-out", "ca.crt")
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=server", "-keyout", "server.key",
+        "-out", "server.csr")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+        "-days", "2", "-extfile", "san.ext", "-out", "server.crt")
+    return d
+
+
+def test_tls_and_password_url(make_server, certificates):
+    port = free_port()
+    server = make_server("--save", "", "--requirepass", "pw", "--tls-port", str(port),
+                         "--tls-cert-file", str(certificates / "server.crt"),
+                         "--tls-key-file", str(certificates / "server.key"))
+    tls = Options.parse({"url": f"rediss://:pw@127.0.0.1:{port}?ssl_ca_certs={certificates / 'ca.crt'}",
+                         "key": "k"})
+    assert write_rows(tls, iter([pa.record_batch([pa.array(["t"]), pa.array(["v"])],
+                                                 names=["tag", "entry"])])).rows == 1
+    assert offsets_of(read_range(tls, 1, 10)) == [1]
+    assert server.client(password="pw").execute_command("TREAD", "k", 1, 1) == [[1, b"t", b"v"]]
