@@ -433,7 +433,7 @@ def throughput_run(server: Server, n: int, producers: int, consumers: int, batch
         "elapsed_s": elapsed,
         "producers_s": (t_producers_end - t_start) / 1e9,
         "msgs_per_s": total / elapsed,
-        # server CPU use over the whole run, incl. the <= 1 s of idle BLOCK timeouts at the end
+        # server CPU from the start barrier until the last ack (sampled within 10 ms of it)
         "server_cpu_pct": 100.0 * cpu / ((wall1 - wall0) / 1e9),
         "server_cpu_us_per_msg": 1e6 * cpu / total,
         "server_sys_share_pct": 100.0 * (cpu1[1] - cpu0[1]) / cpu if cpu else 0.0,

@@ -8,7 +8,7 @@ the same filesystem (``--tmp``, default the system temp dir), deleted when the p
    tstream with ``--appendonly yes --appendfsync always`` vs ``XADD bench:key * tag value``
    on redis-server with the same options (both ``--save ""``); median of ``--repeat``
    interleaved runs, the key deleted before each. The same with ``appendfsync everysec``
-   for context. Target: tstream >= 0.6x redis with ``always``.
+   and with the AOF off, for context. Target: tstream >= 0.6x redis with ``always``.
 2. **Snapshots.** The same ``--entries`` entries (8-byte tags of 1000 distinct, 100-byte
    payloads, half English-like text with a counter, half random bytes, generated from a
    fixed seed) written to one stream in each server (tstream: pipelined ``TWRITE key
@@ -30,9 +30,16 @@ the same filesystem (``--tmp``, default the system temp dir), deleted when the p
    ``--auto-aof-rewrite-percentage 0``), killed and restarted the same way.
 
     .venv/bin/python bench/persistence.py [--quick] [--parts durable,snapshot,aof]
-        [--entries 10000000] [--aof-bytes 1000000000] [--n-always 100000] ...
+        [--entries 10000000] [--aof-bytes 1000000000] [--n-always 200000] [--source DIR] ...
 
+About 4 minutes on the 2-core machine (``--quick``: 20 s); up to ~3 GB of disk at a time.
 Wrap full runs in ``flock /tmp/tstream-bench.lock`` when other benchmarks share the machine.
+``--source`` points the servers at another checkout (e.g. a clone of a commit) when the
+work tree is being edited while the benchmark runs.
+
+(This script shares its name with the ``persistence`` package: run as a script, ``bench/``
+comes first on ``sys.path``, so nothing here may import the package; the servers run in
+their own processes and import it from the source tree.)
 """
 
 from __future__ import annotations
@@ -44,7 +51,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -274,8 +280,9 @@ def part_durable(args, tmp: str) -> dict:
     twrite = ["TWRITE", "bench:key", "tag", "value"]
     xadd = ["XADD", "bench:key", "*", "tag", "value"]
     out = {"clients": args.clients, "repeat": args.repeat, "cases": []}
-    for policy, n in (("always", args.n_always), ("everysec", args.n_everysec)):
-        opts = ["--save", "", "--appendonly", "yes", "--appendfsync", policy]
+    for policy, n in (("always", args.n_always), ("everysec", args.n_everysec), ("off", args.n_everysec)):
+        opts = (["--save", "", "--appendonly", "no"] if policy == "off"
+                else ["--save", "", "--appendonly", "yes", "--appendfsync", policy])
         root = tempfile.mkdtemp(prefix="bench-persist-durable-", dir=tmp)
         srv = {"tstream": DirServer("tstream", os.path.join(root, "tstream"), opts),
                "redis": DirServer("redis", os.path.join(root, "redis"), opts)}
@@ -633,15 +640,16 @@ def main() -> int:
     ap.add_argument("--tmp", default=tempfile.gettempdir(), help="where the servers' directories go")
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--n-always", type=int, default=100_000, help="requests per appendfsync always run")
-    ap.add_argument("--n-everysec", type=int, default=200_000, help="requests per appendfsync everysec run")
+    ap.add_argument("--n-always", type=int, default=200_000, help="requests per appendfsync always run")
+    ap.add_argument("--n-everysec", type=int, default=200_000,
+                    help="requests per appendfsync everysec run (and per AOF-off run)")
     ap.add_argument("--timeout", type=float, default=240)
     ap.add_argument("--entries", type=int, default=10_000_000, help="entries of the snapshot part")
     ap.add_argument("--restarts", type=int, default=3, help="timed restarts per server (snapshot part)")
     ap.add_argument("--aof-bytes", type=int, default=1_000_000_000, help="tstream AOF size to build")
     ap.add_argument("--aof-batch", type=int, default=100, help="entries per TWRITE ENTRIES (AOF part)")
     ap.add_argument("--aof-singles", type=int, default=20, help="single TWRITEs after each batch (AOF part)")
-    ap.add_argument("--aof-restarts", type=int, default=1, help="timed restarts per server (AOF part)")
+    ap.add_argument("--aof-restarts", type=int, default=2, help="timed restarts per server (AOF part)")
     ap.add_argument("--no-aof-redis", dest="aof_redis", action="store_false",
                     help="skip redis-server in the AOF part")
     ap.add_argument("--source", default=str(REPO),
@@ -653,7 +661,7 @@ def main() -> int:
     SOURCE = os.path.abspath(args.source)
     if args.quick:
         args.n_always, args.n_everysec = 5_000, 20_000
-        args.entries, args.restarts = 200_000, 2
+        args.entries, args.restarts, args.aof_restarts = 200_000, 2, 1
         args.aof_bytes = 30_000_000
         if args.out == "persistence":
             args.out = "persistence-quick"

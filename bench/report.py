@@ -175,14 +175,17 @@ def persistence_section(r: dict) -> list[str]:
         lines += ["**Quick (smoke) run: sizes far below the issue's; not the real figures.**", ""]
     m = r.get("machine", {})
     lines += [f"Server directories in `{m.get('tmp_dir', '?')}` ({m.get('tmp_filesystem', '?')}), "
-              "the same filesystem for both servers; each part's directories are deleted when it ends.", ""]
+              "the same filesystem for both servers; each part's directories are deleted when it ends. "
+              f"tstream code measured: `{m.get('tstream_source', '?')}` at commit "
+              f"{m.get('tstream_source_commit', '?')}.", ""]
     d = r.get("durable")
     if d:
         lines += [
             f"### Durable writes (redis-benchmark, {d['clients']} clients, no pipelining)",
             "",
             "tstream `TWRITE bench:key tag value` vs redis `XADD bench:key * tag value`, both with "
-            "`--appendonly yes --save \"\"` and the fsync policy below; "
+            "`--appendonly yes --save \"\"` and the fsync policy below (*AOF off*: `--appendonly no`, the "
+            "baseline); "
             f"median of {d['repeat']} runs per server, interleaved redis/tstream, the key deleted before each run.",
             "",
             "| appendfsync | requests/run | redis XADD req/s | tstream TWRITE req/s | ratio tstream/redis | target | met |",
@@ -191,7 +194,8 @@ def persistence_section(r: dict) -> list[str]:
         for c in d["cases"]:
             target = f">= {c['target_ratio']}x" if c.get("target_ratio") else "(context)"
             met = ("yes" if c["meets_target"] else "NO") if "meets_target" in c else ""
-            lines.append(f"| {c['appendfsync']} | {c['n']:,} | {c['median_rps']['redis']:,.0f} "
+            policy = "AOF off" if c["appendfsync"] == "off" else c["appendfsync"]
+            lines.append(f"| {policy} | {c['n']:,} | {c['median_rps']['redis']:,.0f} "
                          f"| {c['median_rps']['tstream']:,.0f} | **{c['ratio']:.2f}x** | {target} | {met} |")
         lines += ["", "All runs (req/s, p50 / p99 latency as redis-benchmark reports it, AOF bytes per write):", "",
                   "| appendfsync | server | runs |", "| --- | --- | --- |"]

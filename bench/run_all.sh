@@ -6,8 +6,7 @@
 #
 # Each script starts (and always stops) its own tstream-server and redis-server on free
 # loopback ports with persistence off, except persistence.py, which turns it on in temp
-# directories (about 5 GB at its peak, deleted as it goes; it alone takes up to ~15
-# minutes). Takes about 25-30 minutes on the 2-core machine.
+# directories (up to ~3 GB at a time, deleted as it goes; it alone takes about 5 minutes).
 # To tune a single benchmark run its script with its options
 # (see the "Commands" blocks in RESULTS.md).
 set -u

@@ -509,7 +509,7 @@ def batch(client, argv):
     server = client.server
     key, batch_id = argv[1], argv[2]
     if n == 6:  # the next plain message of a batch in flight: the hot path, kept short
-        current = server.batches.get(key, batch_id)
+        current = server.batches.by_id.get((key, batch_id))
         if current is not None and argv[3] == current.next_arg:
             flat = current.flat
             if len(flat) < _MAX_FLAT:
@@ -519,7 +519,7 @@ def batch(client, argv):
                     flat.append(argv[5])
                     seq = current.next_seq + 1
                     current.next_seq = seq
-                    current.next_arg = b"%d" % seq
+                    current.next_arg = B.SEQ_ARGS[seq]
                     current.last_active = monotonic()
                     return OK
     expect_last = expect_subject = None

@@ -62,6 +62,7 @@ is a literal.
 from __future__ import annotations
 
 import gc
+import weakref
 from array import array
 from bisect import bisect_left, bisect_right
 from functools import lru_cache
@@ -83,8 +84,9 @@ __all__ = [
     "peek",
 ]
 
-# Indexes with offsets in ``limit_deleted`` not yet taken by the server.
-PENDING: set = set()
+# Indexes with offsets in ``limit_deleted`` not yet taken by the server (weak: an
+# index of a stream that was dropped goes away with it).
+PENDING: "weakref.WeakSet[SubjectIndex]" = weakref.WeakSet()
 
 _WHITESPACE = frozenset(b" \t\r\n\f\v")
 _COMPACT_MIN = 32  # compact an array once this many leading slots are dead (and half of it)

@@ -72,6 +72,7 @@ class RespUser(User):
 
     def on_start(self) -> None:
         self.redis = connect(self.host, self.protocol)
+        self.redis.ping()  # connect (and HELLO) before timing: users keep their connection
         self.load = Workload(self.call, prefix="load")
 
     def on_stop(self) -> None:

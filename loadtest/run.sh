@@ -25,6 +25,20 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 
+echo "load average before: $(cat /proc/loadavg)"
 "$VENV/bin/locust" -f loadtest/locustfile.py --headless -u "$USERS" -r "$SPAWN_RATE" -t "$DURATION" \
     --csv "$CSV" --host "redis://127.0.0.1:$PORT" --only-summary "$@"
-"$VENV/bin/python" -c "import redis; r = redis.Redis(port=$PORT); print('server:', {k: r.info()[k] for k in ('used_memory_human', 'total_commands_processed', 'connected_clients')})"
+echo "load average after: $(cat /proc/loadavg)"
+# The server's own view: time spent executing each command (INFO commandstats),
+# to tell server time from time spent in the network and the load generator.
+"$VENV/bin/python" - "$PORT" <<'PY'
+import sys, redis
+r = redis.Redis(port=int(sys.argv[1]))
+info = r.info("everything")
+print("server: used_memory %s, rss %.1f MB, commands %d, cpu user+sys %.1f s" % (
+    info["used_memory_human"], info["used_memory_rss"] / 2**20, info["total_commands_processed"],
+    info["used_cpu_user"] + info["used_cpu_sys"]))
+for key, value in sorted(info.items()):
+    if key.startswith("cmdstat_"):
+        print(f"  {key[8:]:<10} calls={value['calls']:<8} usec_per_call={value['usec_per_call']}")
+PY

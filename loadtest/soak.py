@@ -199,10 +199,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=10.0, help="seconds per recorded row (default 10)")
     parser.add_argument("--out", default=str(HERE / "results"), help="directory of soak.csv/soak.png")
     parser.add_argument("--keep-dir", action="store_true", help="keep the server's data directory")
+    parser.add_argument("--render-only", action="store_true", help="redraw soak.png from soak.csv, run nothing")
     args = parser.parse_args(argv)
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if args.render_only:
+        rows = [{k: (float(v) if v not in ("", None) else 0.0) for k, v in row.items()}
+                for row in csv.DictReader(open(out_dir / "soak.csv", newline=""))]
+        args.duration = rows[-1]["elapsed_s"] if rows else args.duration
+        render(rows, out_dir / "soak.png", args)
+        return 0
     directory = tempfile.mkdtemp(prefix="tstream-soak-")
     port = free_port()
     server = start_server(directory, port)
@@ -433,6 +440,9 @@ def render(rows: list[dict], path: Path, args) -> None:
     ax3b.bar(t, [r["errors"] for r in rows], width=0.1, color="tab:red", label="errors")
     ax3b.set_ylabel("errors")
     ax3b.set_ylim(0, max(1, max((r["errors"] for r in rows), default=0)) * 1.2)
+    total_errors = sum(r["errors"] for r in rows)
+    ax3.text(0.02, 0.08, f"errors in total: {total_errors:.0f}", transform=ax3.transAxes, fontsize=9,
+             color="tab:red" if total_errors else "black")
     lines = ax3.get_legend_handles_labels()
     lines2 = ax3b.get_legend_handles_labels()
     ax3.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="lower right", fontsize=8)

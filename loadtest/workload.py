@@ -59,6 +59,18 @@ def payload(rng: random.Random, size: int) -> bytes:
     return b"".join(parts)
 
 
+class Payloads:
+    """A pool of ready-made bodies, so the load generator spends its CPU on
+    sending commands rather than on formatting payloads."""
+
+    def __init__(self, rng: random.Random, size: tuple[int, int], count: int = 256) -> None:
+        self.items = [payload(rng, rng.randrange(*size)) for _ in range(count)]
+        self.rng = rng
+
+    def pick(self) -> bytes:
+        return self.items[int(self.rng.random() * len(self.items))]
+
+
 Call = Callable[..., Any]
 
 
@@ -73,6 +85,11 @@ class Workload:
         self._batch_ids = itertools.count()
         self._tag = f"{os.getpid()}-{id(self) & 0xffffff:x}"
         self._follow_next: int | str = "$"
+        self._orders_data = Payloads(self.rng, (100, 400))
+        self._kv_data = Payloads(self.rng, (140, 160))
+        self._event_data = Payloads(self.rng, (110, 130))
+        self._order_subjects = [f"orders.{region}.{n}" for region in REGIONS for n in range(50)]
+        self._kv_subjects = [f"kv.{b}.{n}" for b in range(KV_BUCKETS) for n in range(KV_SUBJECTS_PER_BUCKET)]
 
     # --- setup ----------------------------------------------------------------------
 
@@ -86,10 +103,12 @@ class Workload:
     # --- helpers --------------------------------------------------------------------
 
     def _order_subject(self) -> str:
-        return f"orders.{self.rng.choice(REGIONS)}.{self.rng.randrange(50)}"
+        subjects = self._order_subjects
+        return subjects[int(self.rng.random() * len(subjects))]
 
     def _kv_subject(self) -> str:
-        return f"kv.{self.rng.randrange(KV_BUCKETS)}.{self.rng.randrange(KV_SUBJECTS_PER_BUCKET)}"
+        subjects = self._kv_subjects
+        return subjects[int(self.rng.random() * len(subjects))]
 
     # --- producers ------------------------------------------------------------------
 
@@ -99,14 +118,14 @@ class Workload:
         roll = rng.random()
         if roll < 0.90:
             self.call("TWRITE", "TWRITE", rng.choice(self.orders), self._order_subject(),
-                      payload(rng, rng.randrange(100, 400)))
+                      self._orders_data.pick())
         elif roll < 0.95:
             flat = []
             for _ in range(10):
-                flat += [self._order_subject(), payload(rng, rng.randrange(100, 400))]
+                flat += [self._order_subject(), self._orders_data.pick()]
             self.call("TWRITE ENTRIES", "TWRITE", rng.choice(self.orders), "ENTRIES", *flat)
         else:
-            self.call("TWRITE", "TWRITE", self.events, f"event.{rng.choice(REGIONS)}", payload(rng, 120))
+            self.call("TWRITE", "TWRITE", self.events, f"event.{rng.choice(REGIONS)}", self._event_data.pick())
 
     # --- group consumers --------------------------------------------------------------
 
@@ -154,14 +173,14 @@ class Workload:
         """An atomic batch of 2-6 KV updates (BATCH ... COMMIT), or one plain TWRITE (20%)."""
         rng = self.rng
         if rng.random() < 0.2:
-            self.call("TWRITE", "TWRITE", self.kv, self._kv_subject(), payload(rng, 150))
+            self.call("TWRITE", "TWRITE", self.kv, self._kv_subject(), self._kv_data.pick())
             return
         size = size or rng.randint(2, 6)
         batch_id = f"{self._tag}-{next(self._batch_ids)}"
         for seq in range(1, size):
-            self.call("BATCH", "BATCH", self.kv, batch_id, seq, self._kv_subject(), payload(rng, 150))
+            self.call("BATCH", "BATCH", self.kv, batch_id, seq, self._kv_subject(), self._kv_data.pick())
         self.call("BATCH COMMIT", "BATCH", self.kv, batch_id, size, self._kv_subject(),
-                  payload(rng, 150), "COMMIT")
+                  self._kv_data.pick(), "COMMIT")
 
     # --- a tail follower (blocking reads) -----------------------------------------
 

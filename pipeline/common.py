@@ -96,6 +96,13 @@ def _offset_spec(options, names: tuple[str, ...], default: str) -> str | int:
     return value
 
 
+def _ending(options) -> str | int:
+    ending = _offset_spec(options, ("endingOffset", "endingOffsets"), "latest")
+    if ending == "earliest":
+        raise OptionError("tstream option endingOffset must be latest or an offset >= 1")
+    return ending
+
+
 @dataclass(frozen=True)
 class Options:
     """The parsed options of one read or write (picklable: partitions carry it)."""
@@ -126,7 +133,7 @@ class Options:
             key=_get(options, "key"),
             path=_get(options, "path"),
             starting=_offset_spec(options, starting_names, "latest" if streaming else "earliest"),
-            ending=_offset_spec(options, ("endingOffset", "endingOffsets"), "latest"),
+            ending=_ending(options),
             num_partitions=_int(options, "numPartitions", None),
             nodes_per_partition=_int(options, "nodesPerPartition", DEFAULT_NODES_PER_PARTITION),
             node_entries=_int(options, "nodeEntries", None),
@@ -221,6 +228,19 @@ def node_entries(client, options: Options) -> int:
 # ---------------------------------------------------------------------------
 # Planning
 # ---------------------------------------------------------------------------
+
+def batch_range(first: int, last: int, options: Options) -> tuple[int, int]:
+    """The offsets ``lo..hi`` a batch read covers, given what the stream holds."""
+    starting, ending = options.starting, options.ending
+    if starting == "latest":
+        lo = last + 1
+    elif starting == "earliest":
+        lo = first
+    else:
+        lo = max(first, starting)
+    hi = last if ending == "latest" else min(last, ending)
+    return lo, hi
+
 
 def node_ranges(lo: int, hi: int, n: int, options: Options) -> list[tuple[int, int]]:
     """Split offsets ``lo..hi`` (inclusive) into ranges of whole macro nodes of

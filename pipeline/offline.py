@@ -24,7 +24,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .common import ARROW_SCHEMA, TIME_TYPE, OptionError, Options
+from .common import ARROW_SCHEMA, TIME_TYPE, OptionError, Options, batch_range
 from .snapshot_reader import find_key, footer_crc, iter_node_blobs, open_snapshot, read_meta
 
 
@@ -52,20 +52,23 @@ def plan(options: Options) -> list[SnapshotRange]:
     try:
         item = find_key(data, key, path)
         crc = footer_crc(data)
+        if item is None or not item.node_pos:
+            return []
+        n = item.node_entries
+        # Node records are consecutive aligned nodes: the first one's start places them all.
+        from engine.stream import Node
+
+        blobs = iter_node_blobs(data, item.node_pos[0], 1, path)
+        blob, _ = next(blobs)
+        first_node = (Node.from_blob(blob, n).start - 1) // n
+        del blob
+        blobs.close()
     finally:
         _close(data)
-    if item is None or not item.node_pos:
-        return []
     meta = item.meta
-    n = item.node_entries
-    held_lo, held_hi = int(meta["first"]), int(meta["next_offset"]) - 1
-    lo = held_lo if options.starting in ("earliest", "latest") else max(held_lo, options.starting)
-    if options.starting == "latest":
-        lo = held_hi + 1
-    hi = held_hi if options.ending in ("earliest", "latest") else min(held_hi, options.ending)
+    lo, hi = batch_range(int(meta["first"]), int(meta["next_offset"]) - 1, options)
     if hi < lo:
         return []
-    first_node = item.first_node
     want_lo = (lo - 1) // n - first_node
     want_hi = min((hi - 1) // n - first_node, len(item.node_pos) - 1)
     total = want_hi - want_lo + 1

@@ -1,32 +1,43 @@
 """Reading a range of offsets from a running server, page by page.
 
-Two ways to read a page, chosen per partition:
+A range ``lo..hi`` is cut into fixed pages of ``pageSize`` offsets, aligned on
+multiples of the page size (so on macro-node boundaries when the page size is
+a multiple of the node size). Requests are pipelined: the request for the next
+page leaves before the reply of the current one is converted, so the server
+produces a page while the task turns the previous one into Arrow arrays.
 
-- ``DGET key SEQ lo BATCH n`` (JetStream direct get) when ``withTime`` is on and
+Two ways to read a page, chosen per task:
+
+- ``DGET key SEQ a BATCH n`` (JetStream direct get) when ``withTime`` is on and
   the server has DGET and the stream allows direct gets: message maps carry the
-  entry's write time, so the ``time`` column is filled. Missing entries are
-  skipped by the server.
-- ``TREAD key lo n WITHINFO`` otherwise: one element per offset, null for a
-  missing entry (skipped here); RCP 11 has no times on the wire, so ``time`` is
-  null.
+  entry's write time, so the ``time`` column is filled. The server skips
+  missing entries (and may then return messages past the page: they are
+  dropped, the next page reads them).
+- ``TREAD key a n WITHINFO`` otherwise: one element per offset, null for a
+  missing entry (skipped); RCP 11 has no times on the wire, so ``time`` is null.
 
-Both walk the range with a cursor that only moves forward and is set from the
-offsets the server returned, so an eviction during the read can only make rows
-absent: never duplicated, never shifted. For the streaming reader an eviction
-of offsets it still had to read is *data loss* (offsets below the stream's
+Pages are disjoint and each keeps only offsets inside itself, so an eviction
+during the read can only make rows absent: never duplicated, never shifted.
+When a reply shows that the stream's ``first`` offset moved past pages not
+requested yet, those pages are skipped. For the streaming reader an eviction of
+offsets it still had to read is *data loss* (offsets below the stream's
 ``first`` when the page was read) and raises :class:`DataLossError` unless
-``failOnDataLoss`` is false; deleted entries above ``first`` (JetStream's
+``failOnDataLoss`` is false; entries deleted above ``first`` (JetStream's
 per-subject limit) are not loss, they are simply absent.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Iterator
 
 import pyarrow as pa
 
 from .common import (DataLossError, Options, connect, decode_tags, record_batch,
                      rfc3339_to_times)
+
+PREFETCH = 2  # requests in flight per task
+NO_BYTE_LIMIT = 1 << 62  # DGET's MAX_BYTES: a page is bounded by pageSize, never cut short
 
 # Replies that mean "this server or stream cannot serve DGET": fall back to TREAD.
 _NO_DGET = ("unknown command", "503")
@@ -40,106 +51,179 @@ def loss_message(key: str, lo: int, hi: int, first: int) -> str:
             "failOnDataLoss to false.")
 
 
+def pages(lo: int, hi: int, size: int) -> Iterator[tuple[int, int]]:
+    """``(a, b)`` inclusive pages covering ``lo..hi``, cut at multiples of ``size``."""
+    a = lo
+    while a <= hi:
+        b = min((a - 1) // size * size + size, hi)
+        yield a, b
+        a = b + 1
+
+
 def read_range(options: Options, lo: int, hi: int, fail_on_loss: bool = False,
                client=None) -> Iterator[pa.RecordBatch]:
-    """Record batches of the entries held at offsets ``lo..hi`` (inclusive), by
-    offset, about one page each (``pageSize`` offsets, ending on macro-node
-    boundaries where the page size is a multiple of the node size)."""
+    """Record batches (one per page) of the entries held at offsets ``lo..hi``
+    (inclusive), by offset."""
+    if hi < lo:
+        return
     own = client is None
     if own:
         client = connect(options)
     try:
         key = options.require_key()
-        pages = None
         if options.with_time:
-            pages = _dget_pages(client, key, lo, hi, options.page_size, fail_on_loss)
+            reader = _PageReader(client, key, lo, hi, options.page_size, fail_on_loss, dget=True)
             try:
-                first_page = next(pages)
+                first = next(reader)
             except StopIteration:
                 return
-            except Exception as exc:  # redis ResponseError: no DGET here
+            except Exception as exc:  # a ResponseError: no DGET on this server or stream
                 if not any(text in str(exc) for text in _NO_DGET):
                     raise
-                pages = None
             else:
-                yield first_page
-                yield from pages
+                yield first
+                yield from reader
                 return
-        yield from _tread_pages(client, key, lo, hi, options.page_size, fail_on_loss)
+        yield from _PageReader(client, key, lo, hi, options.page_size, fail_on_loss, dget=False)
     finally:
         if own:
             client.close()
 
 
-def _check_loss(key: str, cursor: int, hi: int, first: int, fail_on_loss: bool) -> None:
-    if fail_on_loss and first > cursor:
-        raise DataLossError(loss_message(key, cursor, min(hi, first - 1), first))
+class _PageReader:
+    """Iterator of record batches over the pages of one range, ``PREFETCH``
+    requests in flight on one connection of ``client``'s pool."""
 
+    def __init__(self, client, key: str, lo: int, hi: int, size: int, fail_on_loss: bool,
+                 dget: bool) -> None:
+        self.client = client
+        self.key = key
+        self.hi = hi
+        self.fail_on_loss = fail_on_loss
+        self.dget = dget
+        self.pages = pages(lo, hi, size)
+        self.skip_to = lo          # pages ending below this hold nothing any more
+        self.inflight: deque = deque()
+        self.conn = None
+        self.done = False
 
-def _page_end(cursor: int, hi: int, page: int) -> int:
-    """Last offset of the page starting at ``cursor``: aligned so that pages after
-    the first one start on a multiple of ``page`` (node boundaries)."""
-    end = (cursor - 1) // page * page + page
-    return end if end < hi else hi
+    def __iter__(self):
+        return self
 
+    def _send_next(self) -> bool:
+        for a, b in self.pages:
+            if b < self.skip_to:
+                continue
+            a = max(a, self.skip_to) if not self.fail_on_loss else a
+            conn = self.conn
+            if self.dget:
+                if self.fail_on_loss:  # [first, last] just before the DGET, same round trip
+                    conn.send_command("TREAD", self.key, a, 0, "WITHINFO")
+                conn.send_command("DGET", self.key, "SEQ", a, "BATCH", b - a + 1, "MAX_BYTES", NO_BYTE_LIMIT)
+            else:
+                conn.send_command("TREAD", self.key, a, b - a + 1, "WITHINFO")
+            self.inflight.append((a, b))
+            return True
+        return False
 
-def _tread_pages(client, key: str, lo: int, hi: int, page: int,
-                 fail_on_loss: bool) -> Iterator[pa.RecordBatch]:
-    cursor = lo
-    while cursor <= hi:
-        end = _page_end(cursor, hi, page)
-        reply = client.execute_command("TREAD", key, cursor, end - cursor + 1, "WITHINFO")
+    def __next__(self) -> pa.RecordBatch:
+        if self.conn is None:
+            pool = self.client.connection_pool
+            try:
+                self.conn = pool.get_connection()
+            except TypeError:  # redis-py < 5.3 wants a command name
+                self.conn = pool.get_connection("TREAD")
+        try:
+            while True:
+                while not self.done and len(self.inflight) < PREFETCH and self._send_next():
+                    pass
+                if not self.inflight:
+                    self._release()
+                    raise StopIteration
+                a, b = self.inflight.popleft()
+                batch = self._dget_page(a, b) if self.dget else self._tread_page(a, b)
+                if batch is not None:
+                    return batch
+        except StopIteration:
+            raise
+        except BaseException:
+            self._release(broken=True)  # replies may still be owed on the connection
+            raise
+
+    def close(self) -> None:
+        self._release()
+
+    def __del__(self) -> None:
+        try:
+            self._release()
+        except Exception:  # at interpreter exit the pool may be gone
+            pass
+
+    def _release(self, broken: bool = False) -> None:
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return
+        if broken or self.inflight:  # replies still owed: the connection cannot be reused
+            self.inflight.clear()
+            conn.disconnect()
+        self.client.connection_pool.release(conn)
+
+    def _check_loss(self, a: int, b: int, first: int) -> None:
+        if self.fail_on_loss and first > a:
+            raise DataLossError(loss_message(self.key, a, min(self.hi, first - 1), first))
+
+    def _tread_page(self, a: int, b: int) -> pa.RecordBatch | None:
+        reply = self.conn.read_response()
         first, last = reply[0]
-        _check_loss(key, cursor, hi, first, fail_on_loss)
+        self._check_loss(a, b, first)
+        if first > self.skip_to:
+            self.skip_to = first
+        if last < b or first > self.hi:  # the log ends in this page: nothing after it
+            self.done = True
         rows = [row for row in reply[1:] if row is not None]
-        if rows:
-            offsets, tags, entries = zip(*rows)
-            yield record_batch(pa.array(offsets, pa.int64()), decode_tags(tags),
-                               pa.array(entries, pa.binary()), None)
-        if first > end:  # the whole page was evicted: jump to what is held
-            cursor = first
-        else:
-            cursor = end + 1
-        if cursor > last:  # nothing more written (or the stream is gone)
-            return
+        if not rows:
+            return None
+        offsets, tags, entries = zip(*rows)
+        return record_batch(pa.array(offsets, pa.int64()), decode_tags(tags),
+                            pa.array(entries, pa.binary()), None)
 
-
-def _dget_pages(client, key: str, lo: int, hi: int, page: int,
-                fail_on_loss: bool) -> Iterator[pa.RecordBatch]:
-    cursor = lo
-    while cursor <= hi:
-        end = _page_end(cursor, hi, page)
-        if fail_on_loss:
-            # [first, last] just before the DGET, in the same round trip.
-            pipe = client.pipeline(transaction=False)
-            pipe.execute_command("TREAD", key, cursor, 0, "WITHINFO")
-            pipe.execute_command("DGET", key, "SEQ", cursor, "BATCH", end - cursor + 1)
-            info, reply = pipe.execute(raise_on_error=True)
-            _check_loss(key, cursor, hi, info[0][0], fail_on_loss)
-        else:
-            reply = client.execute_command("DGET", key, "SEQ", cursor, "BATCH", end - cursor + 1)
-        if reply is None:  # nothing held at or after cursor
-            return
+    def _dget_page(self, a: int, b: int) -> pa.RecordBatch | None:
+        if self.fail_on_loss:
+            info = self.conn.read_response()
+            self._check_loss(a, b, info[0][0])
+        reply = self.conn.read_response()
+        if reply is None:  # nothing held at or after a
+            self.done = True
+            return None
         offsets, tags, entries, times = [], [], [], []
-        past_hi = False
         pending = None
+        beyond = False
         for message in reply:
             if isinstance(message, list):  # RESP2: flat arrays
                 message = dict(zip(message[0::2], message[1::2]))
             seq = message.get(b"seq")
             if seq is None:  # the end-of-batch marker
                 pending = message.get(b"num_pending")
+                if pending == 0:
+                    self.done = True
                 continue
-            if seq > hi:
-                past_hi = True
+            if seq > b:  # past this page: the next page has it; nothing held in (last kept, seq)
+                beyond = True
+                if seq > self.skip_to:
+                    self.skip_to = seq
+                if seq > self.hi:
+                    self.done = True
                 break
             offsets.append(seq)
             tags.append(message[b"subject"])
             entries.append(message[b"data"])
             times.append(message[b"time"])
-        if offsets:
-            yield record_batch(pa.array(offsets, pa.int64()), decode_tags(tags),
-                               pa.array(entries, pa.binary()), rfc3339_to_times(times))
-        if past_hi or not offsets or pending == 0:
-            return
-        cursor = offsets[-1] + 1
+        if pending and not beyond and offsets and offsets[-1] < b:
+            # Fewer messages than asked, none past the page, more held: the server cut
+            # the batch short (it must not, given MAX_BYTES); rows would be lost.
+            raise RuntimeError(f"tstream: DGET returned a batch cut short at {offsets[-1]} "
+                               f"(page {a} to {b} of key {self.key!r})")
+        if not offsets:
+            return None
+        return record_batch(pa.array(offsets, pa.int64()), decode_tags(tags),
+                            pa.array(entries, pa.binary()), rfc3339_to_times(times))

@@ -42,13 +42,6 @@ class KeyRecords:
     def node_entries(self) -> int:
         return int(self.meta["node_entries"])
 
-    @property
-    def first_node(self) -> int:
-        """Index ``k`` (offsets ``k*N+1 .. (k+1)*N``) of the first node record.
-        The first node held is the one holding ``first`` (older nodes are
-        released): an estimate for planning, tasks filter on real offsets."""
-        return (int(self.meta["first"]) - 1) // self.node_entries
-
 
 def open_snapshot(path: str) -> mmap.mmap:
     """The file, memory-mapped read-only."""

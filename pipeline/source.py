@@ -8,8 +8,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from . import offline
-from .common import (COLUMNS, SCHEMA_DDL, OptionError, Options, batch_rows, connect, node_entries,
-                     node_ranges, stream_info)
+from .common import (COLUMNS, SCHEMA_DDL, OptionError, Options, batch_range, batch_rows, connect,
+                     node_entries, node_ranges, stream_info)
 from .server_read import read_range
 
 
@@ -51,10 +51,7 @@ class TStreamReader(DataSourceReader):
             n = node_entries(client, options)
         finally:
             client.close()
-        lo = info.first if options.starting in ("earliest", "latest") else max(info.first, options.starting)
-        if options.starting == "latest":
-            lo = info.next_offset
-        hi = info.last if options.ending in ("earliest", "latest") else min(info.last, options.ending)
+        lo, hi = batch_range(info.first, info.last, options)
         ranges = node_ranges(lo, hi, n, options)
         return [ServerRange(a, b) for a, b in ranges]
 

@@ -49,14 +49,26 @@ class TStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.key = options.require_key()
         self._target: int | None = None  # availableNow: stop at this next-offset
+        self._client = None              # the driver's connection, kept between micro-batches
+
+    def __getstate__(self) -> dict:  # tasks get the options, not the driver's connection
+        state = dict(self.__dict__)
+        state["_client"] = None
+        return state
+
+    def _conn(self):
+        if self._client is None:
+            self._client = connect(self.options)
+        return self._client
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     # -- offsets ----------------------------------------------------------------
     def _info(self):
-        client = connect(self.options)
-        try:
-            return stream_info(client, self.key)
-        finally:
-            client.close()
+        return stream_info(self._conn(), self.key)
 
     def _offset(self, n: int) -> dict:
         return {"key": self.key, "offset": int(n)}
@@ -88,6 +100,11 @@ class TStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = self._start(start)
         info = self._info()
         end = info.next_offset
+        if end < begin and self.options.fail_on_data_loss:
+            raise DataLossError(
+                f"tstream: key {self.key!r} ends at offset {info.last}, below the offset {begin} the "
+                "query already reached: the key was deleted and written again. Use a new checkpoint "
+                "location, or set failOnDataLoss to false to wait until it passes that offset.")
         if self._target is not None:
             end = min(end, self._target)
         if isinstance(limit, ReadMaxRows):
@@ -105,14 +122,11 @@ class TStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lo, stop = self._start(start), self._start(end)
         if stop <= lo:
             return []
-        client = connect(self.options)
-        try:
-            info = stream_info(client, self.key)
-            if self.options.fail_on_data_loss and info.first > lo:
-                raise DataLossError(loss_message(self.key, lo, min(stop - 1, info.first - 1), info.first))
-            n = node_entries(client, self.options)
-        finally:
-            client.close()
+        client = self._conn()
+        info = stream_info(client, self.key)
+        if self.options.fail_on_data_loss and info.first > lo:
+            raise DataLossError(loss_message(self.key, lo, min(stop - 1, info.first - 1), info.first))
+        n = node_entries(client, self.options)
         return [OffsetRange(a, b) for a, b in node_ranges(lo, stop - 1, n, self.options)]
 
     def read(self, partition: OffsetRange) -> Iterator:

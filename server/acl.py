@@ -13,8 +13,9 @@ A user is described by Redis's rule words::
 - ``+@category``/``-@category``, ``+command``/``-command``, ``allcommands``
   (``+@all``), ``nocommands`` (``-@all``); categories as COMMAND INFO shows them
   (read, write, admin, dangerous, fast, slow, stream, keyspace, connection, blocking).
-- ``&pattern``: the subjects DGET/MLAST may return (ADR-31's reason for the
-  subject-appended form); ``allchannels`` (``&*``) all of them.
+- ``&pattern``, ``allchannels`` (``&*``), ``resetchannels``: accepted for
+  redis.conf compatibility and shown by ACL LIST, not enforced yet (restricting
+  the subjects DGET/MLAST may return is left to do).
 
 The ``default`` user is the one clients are before AUTH; ``requirepass`` sets its
 password (without one it is ``nopass``, so clients need no AUTH).
@@ -111,8 +112,7 @@ class User:
 
     @property
     def restricted(self) -> bool:
-        return not self.all_keys or self.categories != {"all": True} or bool(self.commands) \
-            or not self.all_subjects
+        return not self.all_keys or self.categories != {"all": True} or bool(self.commands)
 
     def check_password(self, password: bytes) -> bool:
         if not self.enabled:
@@ -135,11 +135,6 @@ class User:
 
     def may_access(self, key: bytes) -> bool:
         return self.all_keys or any(m.match(key) for m in self._matchers)
-
-    def may_see_subject(self, subject: bytes) -> bool:
-        if self.all_subjects:
-            return True
-        return any(compile_glob(p).match(subject) for p in self.subject_patterns)
 
     def describe(self) -> str:
         flags = ["on" if self.enabled else "off"]

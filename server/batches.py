@@ -27,6 +27,9 @@ MAX_ID_LENGTH = 64
 
 REASONS = ("incomplete", "timeout", "large", "rejected")
 
+# batch-seq arguments as clients spell them, for the staging hot path
+SEQ_ARGS = [b"%d" % i for i in range(MAX_MESSAGES + 2)]
+
 
 class Batch:
     """One batch being staged."""
@@ -53,7 +56,7 @@ class Batch:
         self.flat.append(subject)
         self.flat.append(data)
         self.next_seq += 1
-        self.next_arg = b"%d" % self.next_seq
+        self.next_arg = SEQ_ARGS[self.next_seq]
         self.last_active = time.monotonic()
 
     def has_subject(self, subject: bytes) -> bool:
@@ -66,28 +69,28 @@ class BatchRegistry:
 
     def __init__(self, stats) -> None:
         self.stats = stats
-        self._batches: dict[tuple[bytes, bytes], Batch] = {}
+        self.by_id: dict[tuple[bytes, bytes], Batch] = {}  # (key, batch id) -> batch; read only
         self._per_key: dict[bytes, int] = {}
 
     def __len__(self) -> int:
-        return len(self._batches)
+        return len(self.by_id)
 
     def get(self, key: bytes, batch_id: bytes) -> Batch | None:
-        return self._batches.get((key, batch_id))
+        return self.by_id.get((key, batch_id))
 
     def room_for(self, key: bytes) -> bool:
         """True if one more batch may start on ``key`` (50 per stream, 1000 in all)."""
-        return len(self._batches) < MAX_PER_SERVER and self._per_key.get(key, 0) < MAX_PER_STREAM
+        return len(self.by_id) < MAX_PER_SERVER and self._per_key.get(key, 0) < MAX_PER_STREAM
 
     def start(self, key: bytes, batch_id: bytes) -> Batch:
         batch = Batch(key, batch_id)
-        self._batches[(key, batch_id)] = batch
+        self.by_id[(key, batch_id)] = batch
         self._per_key[key] = self._per_key.get(key, 0) + 1
         return batch
 
     def remove(self, batch: Batch) -> None:
         """Forget a batch (committed or abandoned)."""
-        if self._batches.pop((batch.key, batch.id), None) is None:
+        if self.by_id.pop((batch.key, batch.id), None) is None:
             return
         left = self._per_key[batch.key] - 1
         if left:
@@ -106,15 +109,15 @@ class BatchRegistry:
 
     def expire(self, timeout_ms: int, now: float | None = None) -> int:
         """Abandon the batches idle for ``timeout_ms`` or more; returns how many."""
-        if not self._batches:
+        if not self.by_id:
             return 0
         now = time.monotonic() if now is None else now
         limit = timeout_ms / 1000.0
-        stale = [b for b in self._batches.values() if now - b.last_active >= limit]
+        stale = [b for b in self.by_id.values() if now - b.last_active >= limit]
         for batch in stale:
             self.abandon(batch, "timeout")
         return len(stale)
 
     def clear(self) -> None:
-        self._batches.clear()
+        self.by_id.clear()
         self._per_key.clear()

@@ -40,11 +40,20 @@ class BlockingRegistry:
     def __init__(self, server) -> None:
         self.server = server
         self.plain: dict[bytes, list[Waiter]] = {}
-        self.groups: dict[tuple[bytes, bytes], deque[Waiter]] = {}
+        self.groups: dict[bytes, dict[bytes, deque[Waiter]]] = {}  # key -> group -> FIFO
         self._ready: set[bytes] = set()
         self._scheduled = False
-        self._group_timers: dict[tuple[bytes, bytes], asyncio.TimerHandle] = {}
+        # (key, group) -> (due time in ms, timer): re-armed only when the due time changes
+        self._group_timers: dict[tuple[bytes, bytes], tuple[int, asyncio.TimerHandle]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.count = 0
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        # Cached: asyncio.get_running_loop() checks the process id on every call.
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
 
     # --- blocking --------------------------------------------------------------------
 
@@ -55,12 +64,11 @@ class BlockingRegistry:
         if request.group is None:
             self.plain.setdefault(key, []).append(waiter)
         else:
-            self.groups.setdefault((key, request.group), deque()).append(waiter)
+            self.groups.setdefault(key, {}).setdefault(request.group, deque()).append(waiter)
             self._arm_group_timer(key, request.group)
         self.server.waiting_keys.add(key)
         if request.block_ms:
-            loop = asyncio.get_running_loop()
-            waiter.timer = loop.call_later(request.block_ms / 1000, self._timed_out, waiter)
+            waiter.timer = self.loop.call_later(request.block_ms / 1000, self._timed_out, waiter)
         client.blocked = waiter
         self.count += 1
 
@@ -93,15 +101,18 @@ class BlockingRegistry:
                 if not waiters:
                     del self.plain[key]
         else:
-            queue = self.groups.get((key, request.group))
+            queues = self.groups.get(key)
+            queue = queues.get(request.group) if queues is not None else None
             if queue is not None:
                 queue.remove(waiter)
                 if not queue:
-                    del self.groups[(key, request.group)]
-                    timer = self._group_timers.pop((key, request.group), None)
-                    if timer is not None:
-                        timer.cancel()
-        if key not in self.plain and not any(k == key for k, _ in self.groups):
+                    del queues[request.group]
+                    if not queues:
+                        del self.groups[key]
+                    armed = self._group_timers.pop((key, request.group), None)
+                    if armed is not None:
+                        armed[1].cancel()
+        if key not in self.plain and key not in self.groups:
             self.server.waiting_keys.discard(key)
 
     # --- waking ----------------------------------------------------------------------
@@ -111,14 +122,12 @@ class BlockingRegistry:
         self._ready.add(key)
         if not self._scheduled:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._serve_ready)
+            self.loop.call_soon(self._serve_ready)
 
     def key_deleted(self, key: bytes) -> None:
         """DEL/FLUSHALL: group readers get an error (their group is gone); plain
         readers stay blocked and wake when the key is written again, as in Redis."""
-        for (wkey, group), queue in list(self.groups.items()):
-            if wkey != key:
-                continue
+        for queue in list(self.groups.get(key, {}).values()):
             for waiter in list(queue):
                 self._remove(waiter)
                 waiter.client.unblock(encode_error(
@@ -145,9 +154,7 @@ class BlockingRegistry:
             next_offset = stream.next_offset
             for waiter in [w for w in waiters if w.request.offset < next_offset]:
                 self._deliver(waiter, perform_read(server, waiter.request, blocking=False))
-        for (wkey, group_name), queue in list(self.groups.items()):
-            if wkey != key:
-                continue
+        for group_name, queue in list(self.groups.get(key, {}).items()):
             while queue:
                 waiter = queue[0]
                 reply = perform_read(server, waiter.request, blocking=True)
@@ -167,11 +174,17 @@ class BlockingRegistry:
         stream = self.server.streams.get(key)
         group = stream.groups.get(group_name) if stream is not None else None
         due = group.next_due_ms() if group is not None else None
-        old = self._group_timers.pop((key, group_name), None)
-        if old is not None:
-            old.cancel()
+        armed = self._group_timers.get((key, group_name))
+        if armed is not None:
+            if armed[0] == due:
+                return  # already set for that time
+            armed[1].cancel()
+            del self._group_timers[(key, group_name)]
         if due is None:
             return
         delay = max(0.0, due / 1000 - time.time()) + 0.0005
-        loop = asyncio.get_running_loop()
-        self._group_timers[(key, group_name)] = loop.call_later(delay, self.key_ready, key)
+        self._group_timers[(key, group_name)] = (due, self.loop.call_later(delay, self._group_due, key, group_name))
+
+    def _group_due(self, key: bytes, group_name: bytes) -> None:
+        self._group_timers.pop((key, group_name), None)
+        self.key_ready(key)

@@ -52,6 +52,9 @@ class ClientConnection(asyncio.Protocol):
         self.created = time.time()
         self.last_interaction = self.created
         self.last_command = b"NULL"
+        self.net_in = 0
+        self.net_out = 0
+        self.commands = 0
         self.closing = False
         self.blocked = None  # the Waiter of a TREAD BLOCK in progress
         self._write_paused = False
@@ -87,6 +90,7 @@ class ClientConnection(asyncio.Protocol):
             return
         self.last_interaction = time.time()
         self.server.stats.net_input += len(data)
+        self.net_in += len(data)
         parser = self.parser
         parser.feed(data)
         pending = parser.pending_bytes()
@@ -141,10 +145,13 @@ class ClientConnection(asyncio.Protocol):
                 break
         server.stats.commands += commands
         if last is not None:
-            self.last_command = last[0]
+            name = last[0].lower()
+            self.last_command = name + b"|" + last[1].lower() if name in _CONTAINERS and len(last) > 1 else name
+        self.commands += commands
         if replies:
             out = b"".join(replies) if len(replies) > 1 else replies[0]
             server.stats.net_output += len(out)
+            self.net_out += len(out)
             if server.hold_replies:
                 server.persistence.hold(self, out, self.closing)
                 return
@@ -198,6 +205,7 @@ class ClientConnection(asyncio.Protocol):
         if self.closing:
             return
         self.server.stats.net_output += len(reply)
+        self.net_out += len(reply)
         if self.server.hold_replies:
             self.server.persistence.hold(self, reply, False)
         else:
@@ -239,20 +247,28 @@ class ClientConnection(asyncio.Protocol):
         return self.blocked is not None
 
     def describe(self) -> str:
-        """One CLIENT LIST line."""
+        """One CLIENT LIST line, with Redis 7's fields (honest zeros for what tstream lacks)."""
         now = time.time()
+        qbuf = self.parser.pending_bytes()
+        omem = self.transport.get_write_buffer_size() if self.transport else 0
+        flags = ("b" if self.is_blocked() else "") + ("c" if self.closing else "") or "N"
+        events = ("" if self._write_paused else "r") + ("w" if omem else "")
         return (
             f"id={self.id} addr={self.addr} laddr={self.laddr} fd={self.fd} "
             f"name={self.name.decode(errors='replace')} age={int(now - self.created)} "
-            f"idle={int(now - self.last_interaction)} flags={'b' if self.is_blocked() else 'N'} "
-            f"db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={self.parser.pending_bytes()} qbuf-free=0 "
-            f"argv-mem=0 multi-mem=0 obl=0 oll=0 "
-            f"omem={self.transport.get_write_buffer_size() if self.transport else 0} tot-mem=0 "
-            f"events=r cmd={self.last_command.decode(errors='replace').lower()} "
+            f"idle={int(now - self.last_interaction)} flags={flags} "
+            f"db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={qbuf} qbuf-free=0 "
+            f"argv-mem=0 multi-mem=0 rbs={qbuf} rbp={qbuf} obl=0 oll=0 omem={omem} tot-mem={qbuf + omem} "
+            f"events={events} cmd={self.last_command.decode(errors='replace')} "
             f"user={self.user.name if self.user is not None else 'default'} redir=-1 "
             f"resp={self.protocol} lib-name={self.lib_name.decode(errors='replace')} "
-            f"lib-ver={self.lib_ver.decode(errors='replace')}"
+            f"lib-ver={self.lib_ver.decode(errors='replace')} "
+            f"tot-net-in={self.net_in} tot-net-out={self.net_out} tot-cmds={self.commands}"
         )
+
+
+# Commands whose first argument is a subcommand, shown as "client|list" in CLIENT LIST.
+_CONTAINERS = {b"client", b"config", b"acl", b"command", b"slowlog", b"latency"}
 
 
 PROTECTED_MODE_MESSAGE = (

@@ -131,6 +131,29 @@ def r3(server):
     client.close()
 
 
+def read_until_quiet(sock: socket.socket, wait: float = 0.3) -> bytes:
+    """Everything the server sends before going quiet for ``wait`` s; ends with <closed> if it closed."""
+    sock.settimeout(wait)
+    chunks = []
+    try:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                chunks.append(b"<closed>")
+                break
+            chunks.append(data)
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return b"".join(chunks)
+
+
+def raw_exchange(port: int, payload: bytes, wait: float = 0.3) -> bytes:
+    """Send bytes on a fresh socket and return what comes back before it goes quiet."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(payload)
+        return read_until_quiet(sock, wait)
+
+
 def redis_cli_path() -> str:
     path = shutil.which("redis-cli")
     if path is None:

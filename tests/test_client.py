@@ -258,3 +258,42 @@ async def test_async_client(server, protocol):
         assert await ats.tread("k", "$", 1, block=20) is None
     finally:
         await conn.aclose()
+
+
+# --- the load test's command mix (loadtest/workload.py) -----------------------------------
+
+def test_load_mix_runs_without_errors(server):
+    """Every step of the locust/soak mix against the real server: no error reply."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "loadtest"))
+    try:
+        import workload
+    finally:
+        sys.path.pop(0)
+    conn = server.client(protocol=3)
+    seen: dict[str, int] = {}
+
+    def call(name, *argv):
+        seen[name] = seen.get(name, 0) + 1
+        return conn.execute_command(*argv)  # raises on an error reply
+
+    load = workload.Workload(call, prefix="t", seed=7)
+    load.setup()
+    for _ in range(300):
+        load.produce()
+        load.publish_batch()
+        load.consume()
+        load.read()
+    writer = server.client()
+    writer.execute_command("TWRITE", load.events, "event.eu", "x")
+    timer = threading.Timer(0.1, lambda: writer.execute_command("TWRITE", load.events, "event.eu", "y"))
+    timer.start()
+    assert load.follow(block_ms=5000) == 1
+    timer.join()  # its TWRITE has its reply: only now close the connection under it
+    writer.close()
+    assert set(seen) >= {"TWRITE", "TWRITE ENTRIES", "BATCH", "BATCH COMMIT", "TREAD GROUP", "TACK",
+                         "DGET LAST_BY_SUBJ", "DGET SUBJECT", "DGET SEQ", "MLAST", "TREAD", "TREAD BLOCK"}
+    assert TStream(conn).tconfig_get(load.orders[0]).max_len == workload.MAX_LEN
+    conn.close()

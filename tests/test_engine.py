@@ -703,3 +703,342 @@ def test_offset_table_widens_when_a_node_buffer_outgrows_it():
     clone = Stream.from_state(s.export_state())
     clone._check()
     assert clone.read(1, 4) == want
+
+
+# ---------------------------------------------------------------------------
+# blocks: a sealed node is compressed as independently decompressible blocks
+# ---------------------------------------------------------------------------
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """~400-byte blocks: 5 entries of ~80 raw bytes, block boundaries everywhere."""
+    monkeypatch.setattr(stream_mod, "BLOCK_BYTES", 400)
+
+
+def blocky_payload(i: int) -> bytes:
+    return text(i)[:60 + i % 7]
+
+
+def blocky(n: int = 95, node_entries: int = 20) -> tuple[Stream, dict]:
+    """A stream of ``n`` compressible entries with distinct times, and its model."""
+    s = Stream(node_entries)
+    model = {}
+    for i in range(1, n + 1):
+        tag = b"t%d" % (i % 3)
+        assert s.append(tag, blocky_payload(i), T0 + 10 * i) == i
+        model[i] = (tag, blocky_payload(i), T0 + 10 * i)
+    s._check()
+    return s, model
+
+
+def model_read(model: dict, nxt: int, off: int, count: int) -> list:
+    return [None if o not in model else [o, model[o][0], model[o][1]]
+            for o in range(off, min(off + count, nxt))]
+
+
+def counting_decompressor(monkeypatch) -> list:
+    calls = []
+    real = stream_mod._DCTX.decompress
+    monkeypatch.setattr(stream_mod, "_DCTX", type("D", (), {
+        "decompress": staticmethod(lambda b: calls.append(1) or real(b))})())
+    return calls
+
+
+def test_block_geometry_follows_block_bytes(small_blocks):
+    s, _ = blocky()
+    sealed = [n for n in s.node_list() if n.sealed]
+    assert len(sealed) == 4
+    for node in sealed:
+        assert node.compressed and node.block_entries == 5 and node.nblocks == 4
+        assert len(node.block_offs) == 5 and node.block_offs[-1] == len(node.data)
+        assert node.raw_len / node.nblocks < 2 * stream_mod.BLOCK_BYTES
+    assert s._active.nblocks == 0
+
+
+def test_default_blocks_are_about_4_kib():
+    s = Stream(1000)
+    for i in range(1000):
+        s.append(b"tag%05d" % (i % 100), (text(i) * 2)[:100], T0 + i)
+    node = s.node_list()[0]
+    assert node.sealed and node.compressed
+    # 100-byte payloads + 16 bytes of tables: 35 entries (~4 KiB) per block
+    assert node.block_entries == 35 and node.nblocks == 29
+    assert 3500 < node.raw_len / node.nblocks < 4700
+    s._check()
+
+
+def test_block_size_adapts_to_huge_and_tiny_entries(small_blocks):
+    big = Stream(6)
+    for i in range(6):
+        big.append(b"t", text(i) * 10, T0)  # ~1.4 KB each: one entry per block
+    node = big.node_list()[0]
+    assert node.block_entries == 1 and node.nblocks == 6
+    assert [e.data for e in big.iter_from(1)] == [text(i) * 10 for i in range(6)]
+    tiny = Stream(7)
+    for i in range(7):
+        tiny.append(b"t", b"x", T0)  # 7 entries fit one block
+    assert tiny.node_list()[0].nblocks == 1
+    big._check()
+    tiny._check()
+
+
+def test_reads_spanning_blocks_and_nodes_match_a_model(small_blocks):
+    set_decoded_cache_limits(2, 1 << 30)  # blocks are decompressed over and over
+    s, model = blocky()
+    nxt = s.next_offset
+    for off in range(1, nxt + 2):
+        for count in (0, 1, 2, 4, 5, 6, 9, 11, 19, 21, 45):
+            assert s.read(off, count) == model_read(model, nxt, off, count), (off, count)
+        if off < nxt:
+            assert tuple(s.get(off)) == (off, *model[off])
+            assert s.time_of(off) == model[off][2]
+    for off in (1, 5, 6, 20, 21, 40, 41, 77, 81, 95):
+        want = [(o, *model[o]) for o in range(off, nxt)]
+        assert [tuple(e) for e in s.iter_from(off)] == want
+    s._check()
+
+
+def test_read_decompresses_only_the_blocks_it_touches(small_blocks, monkeypatch):
+    set_decoded_cache_limits(1000, 1 << 30)
+    s, model = blocky()
+    stream_mod.clear_decoded_cache()
+    calls = counting_decompressor(monkeypatch)
+    assert s.read(7, 3) == model_read(model, 96, 7, 3)         # inside block 1 of node 0
+    assert len(calls) == 1
+    assert s.read(9, 3) == model_read(model, 96, 9, 3)         # blocks 1 and 2
+    assert len(calls) == 2
+    assert s.read(19, 4) == model_read(model, 96, 19, 4)       # node 0 block 3, node 1 block 0
+    assert len(calls) == 4
+    assert s.read(6, 15) == model_read(model, 96, 6, 15)       # all cached now
+    assert len(calls) == 4
+    s.get(33)                                                  # node 1, block 2
+    assert len(calls) == 5
+    s.read(1, 200)                                             # the 16 - 5 others
+    assert len(calls) == 16
+    s._check()
+
+
+def test_fresh_blocks_are_cached_and_tail_reads_do_not_decompress(small_blocks, monkeypatch):
+    set_decoded_cache_limits(1000, 1 << 30)
+    stream_mod.clear_decoded_cache()
+    calls = counting_decompressor(monkeypatch)
+    s, model = blocky(40)
+    calls.clear()  # _check() decompresses privately
+    # the newest FRESH_CACHED_BLOCKS blocks of each sealed node are decoded
+    assert stream_mod.FRESH_CACHED_BLOCKS == 2
+    assert sorted((b.node.start, b.index) for b in stream_mod._lru) == [(1, 2), (1, 3), (21, 2), (21, 3)]
+    assert s.read(31, 10) == model_read(model, 41, 31, 10)
+    assert calls == []
+    assert s.read(1, 40) == model_read(model, 41, 1, 40)
+    assert len(calls) == 4
+
+
+def test_block_cache_is_bounded_by_count_and_bytes(small_blocks, monkeypatch):
+    set_decoded_cache_limits(3, 1 << 30)
+    s, model = blocky()
+    assert len(stream_mod._lru) == 3
+    s.read(1, 95)
+    assert len(stream_mod._lru) == 3
+    s._check()
+    one = max(b.nbytes for b in stream_mod._lru)
+    set_decoded_cache_limits(100, 2 * one)
+    s.read(1, 95)
+    assert 1 <= len(stream_mod._lru) <= 2 and decoded_cache_bytes() <= 2 * one
+    assert decoded_cache_bytes() == sum(b.nbytes for b in stream_mod._lru)
+    s._check()
+    set_decoded_cache_limits(100, 1)  # the byte budget keeps one block at least
+    assert len(stream_mod._lru) == 1
+    s._check()
+
+
+def test_whole_node_decode_is_one_cached_entry(small_blocks, monkeypatch):
+    set_decoded_cache_limits(1000, 1 << 30)
+    s, model = blocky()
+    stream_mod.clear_decoded_cache()
+    node = s.node_list()[1]
+    calls = counting_decompressor(monkeypatch)
+    buf, ends, tags, times = node.decoded()
+    assert len(calls) == node.nblocks
+    assert len(stream_mod._lru) == 1 and node.whole is next(iter(stream_mod._lru))
+    for p in range(node.count):
+        o = node.start + p
+        assert bytes(buf[ends[p]:ends[p + 1]]) == model[o][1]
+        assert s._tag_list[tags[p]] == model[o][0] and times[p] == model[o][2]
+        assert node.tag_id_at(p) == tags[p] and node.time_at(p) == times[p]
+    node.decoded()
+    assert len(calls) == 2 * node.nblocks  # whole hit; tag_id_at/time_at decoded each block once
+    s._check()
+    s.clear_cache()
+    assert node.whole is None and not stream_mod._lru and decoded_cache_bytes() == 0
+    s._check()
+
+
+def test_deletes_inside_blocks(small_blocks):
+    set_decoded_cache_limits(2, 1 << 30)
+    s, model = blocky()
+    # first, last and middle entries of blocks, a whole block, across nodes
+    for off in (5, 6, 10, 13, 16, 17, 18, 19, 20, 21, 40, 41, 58, 94, 95):
+        assert s.delete(off) is True
+        del model[off]
+        assert s.delete(off) is False
+        s._check()
+    nxt = s.next_offset
+    for off in range(1, nxt + 1):
+        for count in (1, 3, 5, 7, 22):
+            assert s.read(off, count) == model_read(model, nxt, off, count)
+        assert (s.get(off) is None) == (off not in model)
+    assert [e.offset for e in s.iter_from(1)] == sorted(model)
+    # evict into the middle of a block, then delete the new first entry
+    s.evict_through(23)
+    model = {o: v for o, v in model.items() if o > 23}
+    assert s.first == 24 and s.delete(24) and s.first == 25
+    del model[24]
+    s._check()
+    assert s.read(1, 100) == model_read(model, nxt, 1, 100)
+    assert s.length == len(model)
+    clone = Stream.from_state(s.export_state())
+    clone._check()
+    assert clone.read(1, 100) == s.read(1, 100)
+
+
+def test_offset_at_time_bisects_blocks(small_blocks):
+    set_decoded_cache_limits(2, 1 << 30)
+    s, model = blocky()
+    for t in range(T0, T0 + 10 * 97, 3):
+        want = min((o for o, v in model.items() if v[2] >= t), default=s.next_offset)
+        assert s.offset_at_time(t) == want, t
+    s.evict_through(27)  # first inside block 1 of node 1
+    for t in range(T0, T0 + 10 * 40, 7):
+        want = min((o for o, v in model.items() if v[2] >= t and o > 27), default=s.next_offset)
+        assert s.offset_at_time(t) == want, t
+    assert s.evict_older_than(T0 + 10 * 33 + 1) == 6 and s.first == 34
+    s._check()
+
+
+def test_block_blob_roundtrip(small_blocks):
+    s, model = blocky(95)
+    s.append(b"r", os.urandom(4000), T0 + 10_000)  # an incompressible node (raw, one block)
+    for i in range(19):
+        s.append(b"r", os.urandom(40), T0 + 10_000)
+    s.append(b"a", b"active", T0 + 20_000)
+    s._check()
+    kinds = set()
+    for node in s.node_list():
+        header, body = node.blob_parts()
+        assert header[2] == 2  # version
+        clone = Node.from_blob(header + body, 20)
+        assert (clone.base, clone.start, clone.count, clone.sealed) == (
+            node.base, node.start, node.count, node.sealed)
+        if node.sealed:
+            kinds.add("compressed" if node.compressed else "raw")
+            assert body is node.data and clone.data == node.data  # stored body reused
+            assert (clone.nblocks, clone.block_entries, list(clone.block_offs)) == (
+                node.nblocks, node.block_entries, list(node.block_offs))
+            assert clone.compressed == node.compressed and clone.mem == node.mem
+            assert clone.whole is None and (clone.blocks == [None] * clone.nblocks
+                                             or not clone.compressed)
+        else:
+            kinds.add("active")
+        for p in range(node.count):
+            a, b = node.tables_at(p), clone.tables_at(p)
+            assert bytes(a[0][a[1][a[4]]:a[1][a[4] + 1]]) == bytes(b[0][b[1][b[4]]:b[1][b[4] + 1]])
+            assert a[2][a[4]] == b[2][b[4]] and a[3][a[4]] == b[3][b[4]]
+    assert kinds == {"compressed", "raw", "active"}
+    clone = Stream.from_state(s.export_state())
+    clone._check()
+    assert clone.read(1, 200) == s.read(1, 200)
+
+
+def _v1_blob(node) -> bytes:
+    """A node serialised the way blob version 1 did: one frame per node."""
+    code = node.ends_code if node.sealed else node.ends.typecode
+    if node.sealed:
+        body = stream_mod._block_body(*stream_mod._concat_tables(node._block_list(), code))
+    else:
+        body = node._body()
+    flags = 1 if node.sealed and node.compressed else 0
+    stored = stream_mod._CCTX.compress(body) if flags else body
+    return stream_mod._HDR.pack(b"TN", 1, flags, code.encode(), node.count, node.start,
+                                node.buf_len if node.sealed else len(node.buf)) + stored
+
+
+def test_version_1_blobs_still_load(small_blocks):
+    s, model = blocky(50)
+    s.append(b"r", os.urandom(3000), T0 + 1000)
+    s.append(b"r", os.urandom(3000), T0 + 1000)
+    for i in range(8):
+        s.append(b"r", os.urandom(10), T0 + 1000)
+    s.append(b"a", b"active", T0 + 2000)
+    state = s.export_state()
+    state["nodes"] = [(_v1_blob(node), None if node.deleted is None else bytes(node.deleted))
+                      for node in s.node_list()]
+    r = Stream.from_state(state)
+    r._check()
+    assert r.read(1, 100) == s.read(1, 100)
+    old, new = s.node_list(), r.node_list()
+    assert new[0].compressed and new[0].nblocks == old[0].nblocks  # re-blocked
+    assert not new[2].compressed and new[2].nblocks == 1            # raw stays one block
+    assert not new[-1].sealed
+    assert not stream_mod._lru or all(b.node not in new for b in stream_mod._lru)
+
+
+def test_damaged_block_blobs_are_rejected(small_blocks):
+    s, _ = blocky(20)
+    node = s.node_list()[0]
+    assert node.nblocks == 4
+    header, body = node.blob_parts()
+    hsize = stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
+    offs = list(node.block_offs)
+    pack = lambda o: stream_mod.struct.pack(f"<{len(o)}Q", *o)  # noqa: E731
+    bad = [
+        header[:hsize - 4] + (5).to_bytes(4, "little") + header[hsize:] + body,    # nblocks
+        header[:hsize - 8] + (3).to_bytes(4, "little") + header[hsize - 4:] + body,  # block_entries
+        header[:hsize] + pack([offs[0], offs[2], offs[1], *offs[3:]]) + body,        # offsets
+        header[:hsize] + pack([0, offs[1] - 1, *offs[2:]]) + body,                   # frame cut
+        header + body[:offs[1]] + bytes(offs[2] - offs[1]) + body[offs[2]:],         # zeroed frame
+        header[:2] + b"\x03" + header[3:] + body,                                    # version 3
+    ]
+    for blob in bad:
+        with pytest.raises(ValueError):
+            Node.from_blob(blob, 20)
+    raw = node.blob_parts()
+    raw_header = raw[0][:3] + b"\x00" + raw[0][4:]  # "raw" flag on zstd frames
+    with pytest.raises(ValueError):
+        Node.from_blob(raw_header + raw[1], 20)
+
+
+def test_memory_bytes_counts_blocks_and_not_the_cache(small_blocks):
+    s, _ = blocky()
+    before = s.memory_bytes()
+    stream_mod.clear_decoded_cache()
+    assert s.memory_bytes() == before
+    s.read(1, 95)
+    assert s.memory_bytes() == before
+    node = s.node_list()[0]
+    import sys
+    assert node.mem == (sys.getsizeof(node) + sys.getsizeof(node.data) + sys.getsizeof(node.tag_set)
+                        + sys.getsizeof(node.block_offs) + sys.getsizeof(node.blocks))
+    sealed = [n for n in s.node_list() if n.sealed]
+    assert s.memory_bytes() > sum(len(n.data) for n in sealed)
+    s._check()
+
+
+def test_wide_offset_table_in_blocks(small_blocks):
+    # as test_offset_table_widens_when_a_node_buffer_outgrows_it, with a node
+    # of several blocks: 64-bit ends rebased per block
+    s = Stream(8)
+    s.append(b"t", b"small", T0)
+    s._active.ends = stream_mod.array("B", s._active.ends)
+    want = [[1, b"t", b"small"]]
+    for i in range(2, 9):
+        s.append(b"t", text(i) * 2, T0)
+        want.append([i, b"t", text(i) * 2])
+    node = s.node_list()[0]
+    assert node.sealed and node.ends_code == "Q" and node.compressed and node.nblocks > 2
+    s._check()
+    stream_mod.clear_decoded_cache()
+    assert s.read(1, 8) == want
+    assert [list(e)[:3] for e in s.iter_from(1)] == want
+    clone = Stream.from_state(s.export_state())
+    clone._check()
+    assert clone.read(1, 8) == want

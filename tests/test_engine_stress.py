@@ -180,6 +180,15 @@ def test_random_against_model(seed, node_entries):
     run_random(seed * 1000 + node_entries, 700, node_entries)
 
 
+@pytest.mark.parametrize("block_bytes", [1, 60, 200])
+@pytest.mark.parametrize("node_entries", [5, 16, 40])
+@pytest.mark.parametrize("seed", range(2))
+def test_random_against_model_small_blocks(seed, node_entries, block_bytes, monkeypatch):
+    """Sealed nodes of many blocks (1 byte: one entry per block)."""
+    monkeypatch.setattr(stream_mod, "BLOCK_BYTES", block_bytes)
+    run_random(seed * 1000 + node_entries + 7 * block_bytes, 500, node_entries)
+
+
 def test_random_long_unique_tags_do_not_leak():
     s = Stream(4)
     for i in range(5000):
@@ -201,8 +210,10 @@ DATA = st.binary(max_size=24)
 
 
 class StreamMachine(RuleBasedStateMachine):
-    @initialize(node_entries=st.integers(1, 6))
-    def setup(self, node_entries):
+    @initialize(node_entries=st.integers(1, 6), block_bytes=st.sampled_from([4096, 40, 1]))
+    def setup(self, node_entries, block_bytes):
+        self.old_block_bytes = stream_mod.BLOCK_BYTES
+        stream_mod.BLOCK_BYTES = block_bytes  # small: nodes of several blocks
         self.s = Stream(node_entries)
         self.m = Model()
         self.now = 10**12
@@ -257,6 +268,10 @@ class StreamMachine(RuleBasedStateMachine):
     def consistent(self):
         if hasattr(self, "s"):
             compare(self.s, self.m)
+
+    def teardown(self):
+        if hasattr(self, "old_block_bytes"):
+            stream_mod.BLOCK_BYTES = self.old_block_bytes
 
 
 StreamMachine.TestCase.settings = settings(

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from pipeline.common import DataLossError, OptionError, Options, as_map, node_ranges
-from pipeline.server_read import read_range
+from pipeline.server_read import PREFETCH, read_range
 from pipeline.sink import write_rows
 
 from .conftest import free_port
@@ -302,7 +302,7 @@ def test_node_ranges():
 
 def test_options_are_checked():
     for bad in ({"numPartitions": "0"}, {"startingOffset": "first"}, {"withTime": "maybe"},
-                {"batchSize": "x"}):
+                {"batchSize": "x"}, {"endingOffset": "earliest"}, {"maxOffsetsPerTrigger": "-1"}):
         with pytest.raises(OptionError):
             Options.parse({"key": "k", **bad})
     with pytest.raises(OptionError, match="key"):
@@ -317,24 +317,29 @@ def test_read_range_eviction_between_pages(server, with_time):
     fill(r, "k", 1000)
     pages = read_range(opts(server, pageSize=100, withTime=with_time), 1, 1000)
     got = [next(pages), next(pages)]          # offsets 1..200 read
-    r.execute_command("TEVICT", "k", 450)     # 201..450 go before they are read
+    r.execute_command("TEVICT", "k", 450)     # 201..450 go, unless already served (prefetch)
     got += list(pages)
-    assert offsets_of(got) == list(range(1, 201)) + list(range(451, 1001))
+    offsets = offsets_of(got)
+    served = [o for o in offsets if 200 < o <= 450]
+    assert served == list(range(201, 201 + len(served))) and len(served) <= 100 * PREFETCH
+    assert offsets == list(range(1, 201)) + served + list(range(451, 1001))
     # The streaming reader calls it with fail_on_loss: same eviction is data loss.
     r.delete("k")
     fill(r, "k", 1000)
     pages = read_range(opts(server, pageSize=100, withTime=with_time), 1, 1000, fail_on_loss=True)
     next(pages)
     r.execute_command("TEVICT", "k", 450)
-    with pytest.raises(DataLossError, match=r"offsets 101 to 450 .*failOnDataLoss"):
+    with pytest.raises(DataLossError, match=r"offsets [12]01 to 450 .*failOnDataLoss"):
         list(pages)
     # Deleted entries above `first` (per-subject limit) are not loss, just absent.
     r.delete("k")
-    fill(r, "k", 100, tags=2)
-    r.execute_command("TWRITE", "k", "t0", "last")
+    fill(r, "k", 100, tags=2)  # t0 at odd offsets, t1 at even ones, then 20 more t1
+    r.execute_command("TWRITE", "k", "ENTRIES", *["t1", "x"] * 20)
     r.execute_command("TCONFIG", "k", "SET", "max_msgs_per_subject", 30)
-    rows = offsets_of(read_range(opts(server, pageSize=7, withTime=with_time), 1, 101, fail_on_loss=True))
+    first = as_map(r.execute_command("TINFO", "k"))["first"]
+    rows = offsets_of(read_range(opts(server, pageSize=7, withTime=with_time), first, 120, fail_on_loss=True))
     assert rows == [o for o, _, _ in held(r, "k")] and len(rows) == 60
+    assert first == 41 and 42 not in rows  # even offsets 42..80 are deleted, not evicted
 
 
 def test_read_range_times_and_fallback(server):
@@ -382,6 +387,13 @@ def test_stream_reader_offsets(server):
                                                      {"key": "k", "offset": 200})
     with pytest.raises(ValueError, match="new checkpoint"):
         s.partitions({"key": "other", "offset": 1}, {"key": "other", "offset": 5})
+    r.delete("k")
+    fill(r, "k", 10)  # the key is written again from offset 1: the checkpoint is ahead of it
+    with pytest.raises(DataLossError, match="deleted and written again"):
+        reader().latestOffset({"key": "k", "offset": 601}, ReadAllAvailable())
+    assert reader(failOnDataLoss="false").latestOffset({"key": "k", "offset": 601},
+                                                       ReadAllAvailable())["offset"] == 601
+    s.stop()
 
 
 def test_snapshot_reader_walks_keys(make_server, tmp_path):

@@ -12,27 +12,15 @@ import redis
 
 from server.connection import is_loopback
 
-from .test_server import raw_exchange
+from .conftest import raw_exchange, read_until_quiet
 
 
 def connect(port: int) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-    return sock
+    return socket.create_connection(("127.0.0.1", port), timeout=5)
 
 
 def read_all(sock: socket.socket, wait: float = 0.5) -> bytes:
-    sock.settimeout(wait)
-    chunks = []
-    try:
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                chunks.append(b"<closed>")
-                break
-            chunks.append(data)
-    except (socket.timeout, ConnectionResetError):
-        pass
-    return b"".join(chunks)
+    return read_until_quiet(sock, wait)
 
 
 class TestAuthentication:

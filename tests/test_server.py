@@ -10,23 +10,7 @@ import pytest
 import redis
 import redis.asyncio
 
-
-def raw_exchange(port: int, payload: bytes, wait: float = 0.3) -> bytes:
-    """Send bytes on a fresh socket and return whatever comes back before it goes quiet."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(payload)
-        sock.settimeout(wait)
-        chunks = []
-        try:
-            while True:
-                data = sock.recv(65536)
-                if not data:
-                    chunks.append(b"<closed>")
-                    break
-                chunks.append(data)
-        except socket.timeout:
-            pass
-        return b"".join(chunks)
+from .conftest import raw_exchange
 
 
 def raw_command(client: redis.Redis, *args):
@@ -90,6 +74,9 @@ class TestConnection:
         listing = listing.decode() if isinstance(listing, bytes) else listing
         line = next(l for l in listing.splitlines() if f"id={my_id} " in l)
         assert "name=worker-1" in line and "resp=3" in line and "lib-name=redis-py" in line
+        fields = dict(part.split("=", 1) for part in line.split())
+        assert fields["cmd"] == "client|list" and fields["flags"] == "N" and fields["events"] == "r"
+        assert int(fields["tot-net-in"]) > 0 and int(fields["tot-net-out"]) > 0 and int(fields["tot-cmds"]) >= 3
         with pytest.raises(redis.ResponseError, match="cannot contain spaces"):
             c.execute_command("CLIENT", "SETNAME", "a b")
         with pytest.raises(redis.ResponseError, match="unknown subcommand"):

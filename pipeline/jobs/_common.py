@@ -9,8 +9,8 @@ import sys
 from ..common import DEFAULT_URL
 
 
-def parser(description: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description)
+def parser(module: str, description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"python -m {module}", description=description.replace("``", "`"))
     p.add_argument("--url", default=DEFAULT_URL, help=f"tstream server (default {DEFAULT_URL})")
     p.add_argument("--key", required=True, help="the stream to read")
     p.add_argument("--snapshot", metavar="PATH",

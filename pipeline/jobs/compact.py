@@ -27,7 +27,7 @@ def compact(df: DataFrame) -> DataFrame:
 
 
 def main(argv: list[str] | None = None, spark=None) -> int:
-    p = parser(__doc__.splitlines()[0])
+    p = parser(__name__ if __name__ != "__main__" else __spec__.name, __doc__.splitlines()[0])
     p.add_argument("--target", required=True, help="the key to append the compacted log to")
     p.add_argument("--batch-size", type=int, default=500, help="entries per atomic write (500)")
     args = p.parse_args(argv)

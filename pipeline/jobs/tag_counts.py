@@ -26,7 +26,7 @@ def tag_counts(df: DataFrame) -> DataFrame:
 
 
 def main(argv: list[str] | None = None, spark=None) -> int:
-    p = parser(__doc__.splitlines()[0])
+    p = parser(__name__ if __name__ != "__main__" else __spec__.name, __doc__.splitlines()[0])
     p.add_argument("--output", required=True, help="the Parquet directory to write (replaced)")
     args = p.parse_args(argv)
     spark = spark or session(args.master, "tstream-tag-counts")
