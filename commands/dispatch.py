@@ -19,23 +19,25 @@ from .table import COMMANDS
 
 log = logging.getLogger("tstream.commands")
 
-# The table in the shape the hot path wants: name -> (handler, fewest words, most
-# words, is fast, the Command).  Derived once from COMMANDS, never edited by hand.
-_DISPATCH = {
-    name: (cmd.handler, abs(cmd.arity), cmd.arity if cmd.arity > 0 else 1 << 62, bool(cmd.flags & FAST), cmd)
-    for name, cmd in COMMANDS.items()
-}
+# The table in the shape the hot path wants: name -> (canonical name, handler, fewest
+# words, most words, is fast, the Command), under the lower- and the upper-case
+# spelling (clients send one or the other; other spellings go through .lower()).
+# Derived once from COMMANDS, never edited by hand.
+_DISPATCH = {}
+for _name, _cmd in COMMANDS.items():
+    _entry = (_name, _cmd.handler, abs(_cmd.arity), _cmd.arity if _cmd.arity > 0 else 1 << 62,
+              bool(_cmd.flags & FAST), _cmd)
+    _DISPATCH[_name] = _DISPATCH[_name.upper()] = _entry
 
 
 def execute(client, argv: list) -> bytes | None:
     """The encoded reply to ``argv`` for ``client``; None when nothing is to be sent."""
-    name = argv[0].lower()
     server = client.server
-    try:
-        handler, fewest, most, fast, command = _DISPATCH[name]
-    except KeyError:
+    entry = _DISPATCH.get(argv[0]) or _DISPATCH.get(argv[0].lower())
+    if entry is None:
         server.stats.errors += 1
         return encode_error(UnknownCommand(argv[0], argv[1:]).message)
+    name, handler, fewest, most, fast, command = entry
     stats = server.command_stats.get(name)
     if stats is None:
         stats = server.command_stats[name] = CommandStats()

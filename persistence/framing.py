@@ -67,10 +67,12 @@ def unpack(payload) -> object:
     return msgpack.unpackb(payload, raw=True, use_list=True, strict_map_key=False)
 
 
-def iter_frames(data, start: int = 0, path: str = "") -> Iterator[tuple[int, memoryview]]:
+def iter_frames(data, start: int = 0, path: str = "", check_crc: bool = True) -> Iterator[tuple[int, memoryview]]:
     """(offset, payload) of every record in ``data[start:]``.
 
     Raises TornTail when the data ends inside a record, CorruptFile on damage.
+    ``check_crc=False`` skips the per-record checksums, for data whose integrity
+    was already verified as a whole (a snapshot's whole-file checksum).
     """
     view = memoryview(data)
     size = len(view)
@@ -89,7 +91,7 @@ def iter_frames(data, start: int = 0, path: str = "") -> Iterator[tuple[int, mem
         if end > size:
             _raise_tail(view, pos, path, "the file ends inside a record")
         payload = view[pos + HEADER.size : end]
-        if crc32(payload) != crc:
+        if check_crc and crc32(payload) != crc:
             raise CorruptFile("record checksum mismatch", path, pos)
         yield pos, payload
         pos = end

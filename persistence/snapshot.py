@@ -33,10 +33,12 @@ import zlib
 from dataclasses import asdict
 from typing import Iterator
 
+import msgpack
+
 from engine import Keyspace, Stream
 from engine.groups import Group
 
-from .framing import CorruptFile, PersistenceError, TornTail, frame, iter_frames, pack, unpack
+from .framing import CorruptFile, PersistenceError, TornTail, frame, iter_frames, unpack
 
 FILE_MAGIC = b"TSTREAM\x00"
 FILE_HEADER = struct.Struct("<8sHHQ")
@@ -182,7 +184,8 @@ def load(data: bytes, path: str = "") -> dict[bytes, Stream]:
         streams[pending["key"]] = stream
         pending = None
 
-    for offset, payload in iter_frames(body, start, path):
+    # verify() checked the whole-file checksum: the records need no second pass.
+    for offset, payload in iter_frames(body, start, path, check_crc=False):
         if ended:
             raise CorruptFile("records after the end record", path, offset)
         kind = bytes(payload[:1])
@@ -196,7 +199,8 @@ def load(data: bytes, path: str = "") -> dict[bytes, Stream]:
                 (bitmap_len,) = _NODE_PREFIX.unpack_from(payload, 1)
                 at = 1 + _NODE_PREFIX.size
                 bitmap = bytes(payload[at : at + bitmap_len]) or None
-                pending["nodes"].append((bytes(payload[at + bitmap_len :]), bitmap))
+                # A view: Node.from_blob copies what it keeps, once.
+                pending["nodes"].append((payload[at + bitmap_len :], bitmap))
             elif kind == KIND_GROUP:
                 key, group_state = unpack(payload[1:])
                 group_state = {k.decode(): v for k, v in group_state.items()}
@@ -224,9 +228,7 @@ def load_file(path: str) -> dict[bytes, Stream]:
 
 
 def _packb(value) -> bytes:
-    import msgpack
-
     return msgpack.packb(value, use_bin_type=True)
 
 
-__all__ = ["capture", "write", "load", "load_file", "verify", "records", "pack"]
+__all__ = ["capture", "write", "load", "load_file", "verify", "records"]

@@ -26,7 +26,8 @@ Options (names are case-insensitive, as every Spark option):
 ``failOnDataLoss``     streaming: fail when offsets to read were evicted (true)
 ``numPartitions``      split the range into this many partitions of whole
                        macro nodes (default: ``nodesPerPartition`` nodes each)
-``nodesPerPartition``  macro nodes per partition (50)
+``nodesPerPartition``  macro nodes per partition (250 from a server, 1000
+                       from a snapshot file)
 ``nodeEntries``        the stream's node size, if not the server's ``node-entries``
 ``pageSize``           offsets per TREAD/DGET round trip (1000)
 ``withTime``           fill ``time`` through DGET (true); false reads with

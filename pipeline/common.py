@@ -7,14 +7,20 @@ Python workers, but it is plain Python that tests and benchmarks can call too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 import pyarrow as pa
 
 DEFAULT_URL = "redis://127.0.0.1:6380"
 DEFAULT_NODE_ENTRIES = 1000
-DEFAULT_NODES_PER_PARTITION = 50   # 50k entries per task with the default node size
+# Macro nodes per partition when numPartitions is not given. A Spark task that
+# runs Python costs ~50-130 ms on its own (measured: bench/RESULTS-spark.md), and
+# one server stops gaining from more than 2-4 concurrent readers, so partitions
+# are big: 250k entries (a second or so) from a server, 1M from a snapshot file,
+# which is read ~3x faster.
+DEFAULT_NODES_PER_PARTITION = 250
+DEFAULT_OFFLINE_NODES_PER_PARTITION = 1000
 DEFAULT_PAGE_SIZE = 1000           # entries per TREAD / DGET round trip
 DEFAULT_BATCH_SIZE = 500           # rows per atomic TWRITE ... ENTRIES of the sink
 
@@ -108,13 +114,13 @@ class Options:
     """The parsed options of one read or write (picklable: partitions carry it)."""
 
     url: str
-    password: str | None
+    password: str | None = field(repr=False)
     key: str | None
     path: str | None
     starting: str | int          # batch: startingOffset; streaming: startingOffsets
     ending: str | int            # batch only: endingOffset (inclusive)
     num_partitions: int | None
-    nodes_per_partition: int
+    nodes_per_partition: int | None  # None: the default of the reader (server or snapshot)
     node_entries: int | None     # None: ask the server (CONFIG GET node-entries)
     page_size: int
     with_time: bool
@@ -135,7 +141,7 @@ class Options:
             starting=_offset_spec(options, starting_names, "latest" if streaming else "earliest"),
             ending=_ending(options),
             num_partitions=_int(options, "numPartitions", None),
-            nodes_per_partition=_int(options, "nodesPerPartition", DEFAULT_NODES_PER_PARTITION),
+            nodes_per_partition=_int(options, "nodesPerPartition", None),
             node_entries=_int(options, "nodeEntries", None),
             page_size=_int(options, "pageSize", DEFAULT_PAGE_SIZE),
             with_time=_bool(options, "withTime", True),
@@ -255,7 +261,7 @@ def node_ranges(lo: int, hi: int, n: int, options: Options) -> list[tuple[int, i
         parts = min(options.num_partitions, total)
         bounds = [first_node + total * i // parts for i in range(parts + 1)]
     else:
-        step = options.nodes_per_partition
+        step = options.nodes_per_partition or DEFAULT_NODES_PER_PARTITION
         bounds = list(range(first_node, last_node + 1, step)) + [last_node + 1]
     ranges = []
     for a, b in zip(bounds, bounds[1:]):

@@ -24,7 +24,8 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .common import ARROW_SCHEMA, TIME_TYPE, OptionError, Options, batch_range
+from .common import (ARROW_SCHEMA, DEFAULT_OFFLINE_NODES_PER_PARTITION, TIME_TYPE, OptionError, Options,
+                     batch_range)
 from .snapshot_reader import find_key, footer_crc, iter_node_blobs, open_snapshot, read_meta
 
 
@@ -78,7 +79,8 @@ def plan(options: Options) -> list[SnapshotRange]:
         parts = min(options.num_partitions, total)
         bounds = [want_lo + total * i // parts for i in range(parts + 1)]
     else:
-        bounds = list(range(want_lo, want_hi + 1, options.nodes_per_partition)) + [want_hi + 1]
+        step = options.nodes_per_partition or DEFAULT_OFFLINE_NODES_PER_PARTITION
+        bounds = list(range(want_lo, want_hi + 1, step)) + [want_hi + 1]
     return [SnapshotRange(path, crc, item.meta_pos, item.node_pos[a], b - a, lo, hi)
             for a, b in zip(bounds, bounds[1:]) if b > a]
 

@@ -105,6 +105,11 @@ def test_round_trip_write_then_read(spark, server):
     assert all(before // 1000 <= t <= after // 1000 for t in times)  # filled from DGET
     assert times == sorted(times)
 
+    # A reader stopped early (limit) closes its pipelined requests cleanly.
+    assert len(read(spark, server, pageSize=100).limit(5).collect()) == 5
+    assert len(read(spark, server, pageSize=100, withTime="false").limit(150).collect()) == 150
+    assert r.ping()
+
     # TREAD path (no times) and rows as tuples instead of Arrow batches: same rows.
     plain = read(spark, server, withTime="false", arrow="false").orderBy("offset").collect()
     assert [(x.offset, x.tag, x.entry, x.time) for x in plain] == \
@@ -295,6 +300,7 @@ def test_node_ranges():
     assert node_ranges(1, 1000, 100, o) == [(1, 200), (201, 400), (401, 600), (601, 800), (801, 1000)]
     assert node_ranges(150, 420, 100, o) == [(150, 300), (301, 420)]
     assert node_ranges(5, 4, 100, o) == []
+    assert len(node_ranges(1, 10**6, 1000, Options.parse({"key": "k"}))) == 4  # 250 nodes each
     o = Options.parse({"key": "k", "numPartitions": "3"})
     assert node_ranges(1, 1000, 100, o) == [(1, 300), (301, 600), (601, 1000)]
     assert node_ranges(1, 150, 100, o) == [(1, 100), (101, 150)]  # never more than the nodes
