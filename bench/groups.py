@@ -52,6 +52,9 @@ from pathlib import Path
 import hiredis
 import redis
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import _cpu_model, _git, loadavg as _loadavg  # noqa: E402  (bench/ is not a package)
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 REDIS_SERVER = os.environ.get("REDIS_SERVER") or shutil.which("redis-server") or "redis-server"
@@ -562,30 +565,6 @@ class Watcher(threading.Thread):
 
 # --- report ----------------------------------------------------------------------------
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _loadavg() -> str:
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "?"
-
-
-def _git(*args) -> str:
-    try:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
 
 
 def _command() -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from resp import OK, Status, Verbatim
 
 from .args import text, to_int
-from .errors import CommandError, NoAuth, SyntaxErr, WrongArity, WrongPass
+from .errors import CommandError, NoAuth, SyntaxErr, WrongArity
 
 SERVER_NAME = "tstream"
 VERSION = "0.1.0"

@@ -50,11 +50,6 @@ class Keyspace:
     def __iter__(self):
         return iter(self._streams)
 
-    @property
-    def streams(self) -> dict:
-        """The key -> Stream dict itself, for lookups on hot paths (do not mutate)."""
-        return self._streams
-
     def items(self):
         """(key, stream) pairs in creation order (a live view). O(1)."""
         return self._streams.items()

@@ -4,7 +4,6 @@ background thread; the same start/serve/shutdown code as tstream-server."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import socket
 import subprocess

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from engine import Keyspace, Stream
+from engine import Keyspace
 from engine.groups import Group
 from persistence import aof, effects, snapshot
 from persistence.framing import CorruptFile, TornTail, iter_frames, pack, unpack
