@@ -81,15 +81,19 @@ chosen when sealing from the node's mean entry size so that a block's raw
 body is about ``BLOCK_BYTES`` = 4 KiB: ``block_entries = BLOCK_BYTES * count
 // raw size`` (at least 1, evened out over the node), e.g. 125 entries of
 16-byte payloads (8 blocks per node) or 35 of 100-byte payloads (29 blocks).
-The trade-off, measured on 1000-entry nodes: every frame restarts zstd's
-window and entropy tables, so the ratio drops as blocks shrink (half-text
-100-byte payloads: 60.5 -> ~66 B/entry with 4 KiB blocks; all repetitive text:
-8 -> ~14; 16-byte counters: 7.4 -> 8.3) and sealing costs ~4 us more per frame
-(~+0.1-0.2 us per appended entry, amortised); a miss costs ~1.4 us of
-decompression per KiB of block (4 KiB: ~5 us, 1 KiB: ~2 us but the ratio
-loses another 5-10%).  4 KiB keeps a random read within a few microseconds of
-a read at the head and the ratio well under redis's.  ``BLOCK_BYTES`` is read
-at sealing time only: each node records its own ``block_entries``.
+The trade-off, measured on 1000-entry nodes (memory_bytes per entry, one
+node vs 4 KiB blocks): every frame restarts zstd's window and entropy tables,
+so the ratio drops as blocks shrink (100-byte payloads half text half random:
+60.5 -> 66.4 B/entry; all repetitive text: 8.2 -> 14.4; all random: 110.2 ->
+112.0; 16-byte counters: 7.8 -> 8.6), and sealing costs ~4 us more per frame
+(~+0.1-0.2 us per appended entry, amortised).  A miss costs ~1.4 us of
+decompression per KiB of block, but below ~4 KiB the fixed costs of a miss
+(locating the frame, zstd's table set-up, the decoded block's objects, the
+LRU) dominate: in-process, a random ``read(offset, 10)`` takes 13 us with
+4 KiB blocks, 11 us with 2 KiB, 11 us with 1 KiB (whose ratio is 12 B/entry
+on 16-byte counters), vs 3 us at the head and 39 us with whole nodes.
+``BLOCK_BYTES`` is read at sealing time only: each node records its own
+``block_entries``.
 
 Reading a compressed block decompresses it through a **process-wide** LRU of
 decoded blocks (``DECODED_CACHE_BLOCKS`` blocks and at most
@@ -183,9 +187,10 @@ _CCTX = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL, write_content_size=Tru
 _CCTX_FAST = zstandard.ZstdCompressor(level=FAST_COMPRESSION_LEVEL, write_content_size=True)
 _DCTX = zstandard.ZstdDecompressor()
 
-# Target raw size of one block of a compressed sealed node (see "Blocks" in the
-# module docstring).  Read when a node is sealed; each node records its own
-# block size, so changing it never invalidates existing nodes or snapshots.
+# Target raw size of one block of a compressed sealed node (see "Sealing,
+# blocks and the decoded-block cache" above).  Read when a node is sealed;
+# each node records its own block size, so changing it never invalidates
+# existing nodes or snapshots.
 BLOCK_BYTES = 4096
 # A sealed node stays compressed when its frames save at least 1/2**_KEEP_SHIFT
 # of the raw size.  1/64: a read decompresses one small block, and a block
@@ -375,9 +380,6 @@ class _Block:
         blk.nbytes = (len(buf) + len(ends) * ends.itemsize + 12 * len(tags) + _BLOCK_OVERHEAD)
         blk.lru = False
         return blk
-
-    def payload_end(self) -> int:
-        return self.ends[len(self.ends) - 1]
 
 
 # What a decoded block costs besides its body: the object and its 3 views
@@ -1188,7 +1190,8 @@ class Stream:
                    and offset >= self.first):
                 bits = node.deleted
                 if bits is None or not bits[p >> 3] >> (p & 7) & 1:
-                    yield Entry(offset, tag_list[tags[i]], bytes(buf[ends[i]:ends[i + 1]]), times[i])
+                    yield Entry(offset, tag_list[tags[i]], bytes(buf[ends[i]:ends[i + 1]]),
+                                times[i])
                 offset += 1
                 p += 1
                 i += 1
@@ -1563,7 +1566,8 @@ class Stream:
                         assert blk.buf == raw and blk.nbytes == len(raw) + _BLOCK_OVERHEAD
                 assert raw_len == node.raw_len and payload == node.buf_len
                 if node.compressed:
-                    assert len(node.data) <= raw_len - (raw_len >> _KEEP_SHIFT), "useless compression kept"
+                    assert len(node.data) <= raw_len - (raw_len >> _KEEP_SHIFT), \
+                        "useless compression kept"
                 buf, ends, tags, times = _concat_tables(node._block_list(), node.ends_code)
                 whole = node.whole
                 if whole is not None:

@@ -826,7 +826,8 @@ def test_fresh_blocks_are_cached_and_tail_reads_do_not_decompress(small_blocks, 
     calls.clear()  # _check() decompresses privately
     # the newest FRESH_CACHED_BLOCKS blocks of each sealed node are decoded
     assert stream_mod.FRESH_CACHED_BLOCKS == 2
-    assert sorted((b.node.start, b.index) for b in stream_mod._lru) == [(1, 2), (1, 3), (21, 2), (21, 3)]
+    cached = sorted((b.node.start, b.index) for b in stream_mod._lru)
+    assert cached == [(1, 2), (1, 3), (21, 2), (21, 3)]
     assert s.read(31, 10) == model_read(model, 41, 31, 10)
     assert calls == []
     assert s.read(1, 40) == model_read(model, 41, 1, 40)
