@@ -125,19 +125,10 @@ class _Commands:
              batch: int | None = None, max_bytes: int | None = None):
         """Direct get: one ``Message`` (None when nothing matches); with ``batch``
         a ``Batch`` of up to that many messages (None when nothing matches)."""
-        args: list[Any] = ["DGET", key]
-        if seq is not None:
-            args += ["SEQ", seq]
-        if last_by_subj is not None:
-            args += ["LAST_BY_SUBJ", last_by_subj]
-        if next_by_subj is not None:
-            args += ["NEXT_BY_SUBJ", next_by_subj]
-        if start_time is not None:
-            args += ["START_TIME", T.format_time(start_time)]
-        if batch is not None:
-            args += ["BATCH", batch]
-        if max_bytes is not None:
-            args += ["MAX_BYTES", max_bytes]
+        args = ["DGET", key, *_keywords(
+            ("SEQ", seq), ("LAST_BY_SUBJ", last_by_subj), ("NEXT_BY_SUBJ", next_by_subj),
+            ("START_TIME", None if start_time is None else T.format_time(start_time)),
+            ("BATCH", batch), ("MAX_BYTES", max_bytes))]
         return self._run(args, self._message_parser(batch is not None))
 
     def dget_subject(self, key: Text, subject: Text) -> T.Message | None:
@@ -159,18 +150,10 @@ class _Commands:
         ``upto_seq``), None when none matches."""
         if not filters:
             raise ValueError("mlast needs at least one subject filter")
-        args: list[Any] = ["MLAST", key]
-        if up_to_seq is not None:
-            args += ["UP_TO_SEQ", up_to_seq]
-        if up_to_time is not None:
-            args += ["UP_TO_TIME", T.format_time(up_to_time)]
-        if seq is not None:
-            args += ["SEQ", seq]
-        if batch is not None:
-            args += ["BATCH", batch]
-        if max_bytes is not None:
-            args += ["MAX_BYTES", max_bytes]
-        args += ["SUBJECTS", *filters]
+        args = ["MLAST", key, *_keywords(
+            ("UP_TO_SEQ", up_to_seq),
+            ("UP_TO_TIME", None if up_to_time is None else T.format_time(up_to_time)),
+            ("SEQ", seq), ("BATCH", batch), ("MAX_BYTES", max_bytes)), "SUBJECTS", *filters]
         return self._run(args, self._message_parser(True))
 
     def _message_parser(self, batched: bool) -> Callable[[Any], Any]:
@@ -292,3 +275,8 @@ class AsyncTStream(_Commands):
         results = await pipe.execute(raise_on_error=False)
         _raise_first_error(results)
         return parse(results[-1])
+
+
+def _keywords(*pairs) -> list:
+    """``KEYWORD value`` arguments for the pairs whose value is given (not None)."""
+    return [word_or_value for word, value in pairs if value is not None for word_or_value in (word, value)]
