@@ -32,14 +32,12 @@ temporary directories with persistence off, and always stops them. Writes bench/
 from __future__ import annotations
 
 import argparse
-import ctypes
 import multiprocessing as mp
 import os
 import platform
 import re
 import shlex
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -53,7 +51,8 @@ import hiredis
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import _cpu_model, _git, loadavg as _loadavg  # noqa: E402  (bench/ is not a package)
+from common import _cpu_model, _die_with_parent, _git, free_port, loadavg as _loadavg  # noqa: E402
+from common import sigterm_as_exit as _sigterm_as_exit  # noqa: E402  (bench/ is not a package)
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -69,26 +68,7 @@ TAG = "orders.new"
 
 # --- process hygiene -----------------------------------------------------------------
 
-def _die_with_parent() -> None:
-    """preexec_fn / child start: get SIGTERM when the benchmark process dies, however it dies."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def _sigterm_as_exit() -> None:
-    def handler(signum, frame):
-        raise SystemExit(128 + signum)
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGHUP, handler)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# _die_with_parent, _sigterm_as_exit and free_port come from bench/common.py (imported above).
 
 
 # --- a raw RESP client (latency test, server control) ---------------------------------
