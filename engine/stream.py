@@ -138,14 +138,39 @@ inside one block).
 
 Snapshots
 ---------
-``Node.blob()`` returns a self-describing serialisation of a node (for a sealed
-node: the stored frames behind a small header carrying the block geometry and
-the frame offsets, no recompression) and ``Node.from_blob(blob, node_entries)``
-rebuilds it (blob version 2; version-1 blobs, one frame per node, still load:
-a full compressed one is re-cut into blocks).  Tag ids inside a blob refer
-to the stream's tag table, so a snapshot uses :meth:`Stream.export_state` /
-:meth:`Stream.from_state`, which carry the tag table, the node blobs, the
-deleted bitmaps, offsets and config as plain ``bytes``/``int``/``list`` values.
+``Node.blob()`` (or ``blob_parts()``: header and body apart) returns a
+self-describing serialisation of a node, version 3, little-endian::
+
+    +----+---------+-------+------------+-------+-------+---------+  _HDR, 32 bytes
+    | TN | version | flags | ends code  | count | start | buf_len |  flags: 1 = zstd
+    +----+---------+-------+------------+-------+-------+---------+
+    | block_entries u32 | nblocks u32 |                               _BLOCKS_HDR (v2+)
+    +-------------------+-------------+-------------+--------------+
+    | first_time i64 | last_time i64 | raw_len u64 | tag-id code c |  _SUMMARY (v3),
+    |                                 number of tag ids u32        |  32 bytes
+    +--------------------------------------------------------------+
+    | nblocks + 1 frame offsets into the body, u64 each            |
+    | the distinct tag ids, sorted, u16 ('H') or u32 ('I') each    |  (v3)
+    +--------------------------------------------------------------+
+    | body: a sealed node's stored data as is (its zstd frames, or |
+    | its one raw body; no recompression); the active node's raw   |
+    | body (one block)                                             |
+    +--------------------------------------------------------------+
+
+The header holds everything a sealed node keeps besides its body, so
+``Node.from_parts(header, body, node_entries, check=False)`` rebuilds one
+without decompressing anything, keeping ``body`` itself as its data (a
+snapshot load reads each node's body straight into its own ``bytes``):
+structural checks only, for data whose checksum was verified.  ``check=True``
+(the default of ``Node.from_blob(blob, node_entries)``) decompresses every
+block and compares the summary with it.  Version-2 blobs (no summary) and
+version-1 blobs (one frame per node; a full compressed one is re-cut into
+blocks) still load, decompressed.  Tag ids inside a blob refer to the
+stream's tag table, so a snapshot uses :meth:`Stream.export_state` /
+:meth:`Stream.from_state`, which carry the tag table, its reference counts
+(``tag_refs``: with ``check=False`` they are taken as given instead of being
+recounted from every node's tag set), the node blobs, the deleted bitmaps,
+offsets and config as plain ``bytes``/``int``/``list`` values.
 
 Thread safety: none.  The engine is meant to be driven by one thread (the
 event loop); the zstd contexts and the decoded-block cache are module globals.
@@ -208,14 +233,20 @@ _lru_bytes = 0
 
 _LITTLE = sys.byteorder == "little"
 
-# Blob header: magic, version, flags, ends typecode, count, start, buf_len;
-# version 2 follows it with _BLOCKS_HDR (block_entries, nblocks) and the
-# nblocks + 1 frame offsets of the body as little-endian u64.
+# Blob header (see "Snapshots" above): magic, version, flags, ends typecode,
+# count, start, buf_len; versions 2+ follow it with _BLOCKS_HDR
+# (block_entries, nblocks); version 3 then with _SUMMARY (first_time,
+# last_time, raw_len, tag-id typecode, number of tag ids); then the
+# nblocks + 1 frame offsets of the body as little-endian u64; version 3
+# then the node's sorted distinct tag ids (u16 or u32 each).
 _HDR = struct.Struct("<2sBBcxxxIqQ")
 _BLOCKS_HDR = struct.Struct("<II")
+_SUMMARY = struct.Struct("<qqQcxxxI")
 _MAGIC = b"TN"
-_VERSION = 2  # 1: one frame (or raw body) per node; still loaded
+_VERSION = 3  # 1: one frame (or raw body) per node; 2: no summary; both still loaded
 _FLAG_ZSTD = 1
+# Bytes of a blob that always suffice to compute its header's length.
+BLOB_PREFIX = _HDR.size + _BLOCKS_HDR.size + _SUMMARY.size
 
 
 def set_decoded_cache_limits(max_blocks: int, max_bytes: int) -> None:
@@ -392,8 +423,26 @@ _BLOCK_OVERHEAD = _VIEWS_OVERHEAD + sys.getsizeof(b"")
 # ---------------------------------------------------------------------------
 
 def _pack_ids(ids: set[int]) -> array:
-    """Distinct tag ids of a node, 2 bytes each while ids fit."""
-    return array("H" if not ids or max(ids) < 65536 else "I", ids)
+    """Distinct tag ids of a node, sorted, 2 bytes each while ids fit."""
+    ordered = sorted(ids)
+    return array("H" if not ordered or ordered[-1] < 65536 else "I", ordered)
+
+
+def _le_bytes(values: array) -> bytes:
+    """An array's items as little-endian bytes."""
+    if not _LITTLE:  # pragma: no cover - big-endian hosts
+        values = array(values.typecode, values)
+        values.byteswap()
+    return values.tobytes()
+
+
+def _le_array(code: str, data) -> array:
+    """An array of ``code`` items from little-endian bytes (copied)."""
+    values = array(code)
+    values.frombytes(data)  # any bytes-like (array(code, view) would take bytes as items)
+    if not _LITTLE:  # pragma: no cover - big-endian hosts
+        values.byteswap()
+    return values
 
 
 def _popcount_range(bits: bytearray, a: int, b: int) -> int:
@@ -436,7 +485,7 @@ class Node:
     See the module docstring for the layout.  Nodes are managed by
     :class:`Stream`; the public surface for snapshots is :meth:`blob`
     (alias :meth:`sealed_bytes`), :meth:`blob_parts`, :meth:`from_blob`,
-    :attr:`count`, :attr:`sealed` and :attr:`deleted`; readers use
+    :meth:`from_parts`, :meth:`header_length`, :attr:`count`, :attr:`sealed` and :attr:`deleted`; readers use
     :meth:`tables_at` (one block) or :meth:`decoded` (the whole node).
     """
 
@@ -608,49 +657,102 @@ class Node:
     def blob_parts(self) -> tuple[bytes, bytes]:
         """``(header, body)`` of :meth:`blob` without concatenating them: a
         snapshot writer can write both and skip one copy.  For a sealed node
-        ``body`` is the stored object itself (no copy, immutable); for the
-        active node it is serialised now (raw, O(size))."""
+        ``body`` is the stored object itself (no copy, immutable) and the
+        header is O(blocks + distinct tags); for the active node the body is
+        serialised now (raw, O(size))."""
         if self.sealed:
             offs = self.block_offs
+            ids = self.tag_set
             return (_HDR.pack(_MAGIC, _VERSION, _FLAG_ZSTD if self.compressed else 0,
                               self.ends_code.encode(), self.cap_end - self.start, self.start,
                               self.buf_len)
                     + _BLOCKS_HDR.pack(self.block_entries, len(self.blocks))
-                    + struct.pack(f"<{len(offs)}Q", *offs), self.data)
+                    + _SUMMARY.pack(self.first_time, self.last_time, self.raw_len,
+                                    ids.typecode.encode(), len(ids))
+                    + struct.pack(f"<{len(offs)}Q", *offs) + _le_bytes(ids), self.data)
         body = self._body()
-        count = len(self.times)
+        times = self.times
+        count = len(times)
+        ids = _pack_ids(set(self.tags))
         return (_HDR.pack(_MAGIC, _VERSION, 0, self.ends.typecode.encode(), count, self.start,
                           len(self.buf))
-                + _BLOCKS_HDR.pack(max(count, 1), 1) + struct.pack("<QQ", 0, len(body)), body)
+                + _BLOCKS_HDR.pack(max(count, 1), 1)
+                + _SUMMARY.pack(times[0] if count else 0, times[-1] if count else 0, len(body),
+                                ids.typecode.encode(), len(ids))
+                + struct.pack("<QQ", 0, len(body)) + _le_bytes(ids), body)
 
     def blob(self) -> bytes:
-        """Self-describing serialisation of this node, for snapshots.
+        """Self-describing serialisation of this node, for snapshots
+        (version 3, see "Snapshots" in the module docstring).
 
-        Sealed node: a header (32 bytes, block geometry, the frame offsets)
-        then the stored body as is (the concatenated zstd frames of its
-        blocks, or its one raw body), no recompression.  Active node: its raw
-        body as one block.  Tag ids in the blob refer to the owning stream's
-        tag table.  Deleted bitmaps are not included (they change after
-        sealing): save ``node.deleted``.  Bodies are little-endian on every
-        host.  O(size) (one copy).
+        A header: geometry, block geometry, the summary a sealed node keeps
+        (first and last time, raw length, distinct tag ids) and the frame
+        offsets; then the body.  Sealed node: the stored body as is (the
+        concatenated zstd frames of its blocks, or its one raw body), no
+        recompression.  Active node: its raw body as one block.  Tag ids in
+        the blob refer to the owning stream's tag table.  Deleted bitmaps are
+        not included (they change after sealing): save ``node.deleted``.
+        Little-endian on every host.  O(size) (one copy).
         """
         header, body = self.blob_parts()
         return header + body
 
     sealed_bytes = blob
 
-    @classmethod
-    def from_blob(cls, blob: bytes, node_entries: int) -> "Node":
-        """Rebuild a node from :meth:`blob` (version 2, or version 1: one
-        frame per node, re-blocked when it is a full compressed node).  A
-        full node comes back sealed (a version-2 body is reused as is), a
-        partial one as an active node.  Raises ValueError on a damaged blob.
-        O(size)."""
-        if len(blob) < _HDR.size:
+    @staticmethod
+    def header_length(blob) -> int:
+        """Length of the header that starts ``blob`` (bytes-like), which
+        must hold the first :data:`BLOB_PREFIX` bytes of the blob (or all of
+        it when shorter).  Raises ValueError when they do not describe a
+        header.  O(1)."""
+        size = len(blob)
+        if size < _HDR.size:
             raise ValueError("node blob too short")
-        magic, version, flags, code, count, start, buf_len = _HDR.unpack_from(blob)
-        if magic != _MAGIC or version not in (1, _VERSION):
+        magic, version = struct.unpack_from("<2sB", blob)
+        if magic != _MAGIC or not 1 <= version <= _VERSION:
             raise ValueError("not a tstream node blob")
+        if version == 1:
+            return _HDR.size
+        if version == 2:
+            if size < _HDR.size + _BLOCKS_HDR.size:
+                raise ValueError("node blob too short")
+            return _HDR.size + _BLOCKS_HDR.size + 8 * (_BLOCKS_HDR.unpack_from(blob, _HDR.size)[1] + 1)
+        if size < BLOB_PREFIX:
+            raise ValueError("node blob too short")
+        nb = _BLOCKS_HDR.unpack_from(blob, _HDR.size)[1]
+        tcode, ntags = _SUMMARY.unpack_from(blob, _HDR.size + _BLOCKS_HDR.size)[3:]
+        if tcode not in (b"H", b"I"):
+            raise ValueError("bad tag-id typecode in node blob")
+        return BLOB_PREFIX + 8 * (nb + 1) + (2 if tcode == b"H" else 4) * ntags
+
+    @classmethod
+    def from_blob(cls, blob, node_entries: int, check: bool = True) -> "Node":
+        """Rebuild a node from :meth:`blob` (any version: see
+        :meth:`from_parts`).  The body is copied once.  Raises ValueError
+        on a damaged blob."""
+        hlen = cls.header_length(blob)
+        view = memoryview(blob)
+        return cls.from_parts(view[:hlen], bytes(view[hlen:]), node_entries, check)
+
+    @classmethod
+    def from_parts(cls, header, body, node_entries: int, check: bool = True) -> "Node":
+        """Rebuild a node from the ``(header, body)`` of :meth:`blob_parts`
+        (``header`` exactly :meth:`header_length` bytes).  A full node comes
+        back sealed and keeps ``body`` itself as its stored data when it is a
+        ``bytes`` (else a copy); a partial one comes back as an active node.
+        Raises ValueError on a damaged blob.
+
+        Version 3, full node, ``check=False``: built from the header alone,
+        without decompressing anything: O(blocks + distinct tags), with
+        structural checks only (geometry, frame offsets, lengths).  For data
+        whose integrity is known otherwise (a checksum verified).
+        ``check=True``: every block is decompressed and checked, and the
+        summary compared with what the blocks hold, O(size).  Versions 1
+        and 2 carry no summary: always decompressed (a version-1 full
+        compressed node is re-cut into blocks)."""
+        if cls.header_length(header) != len(header):
+            raise ValueError("node blob header has the wrong length")
+        _, version, flags, code, count, start, buf_len = _HDR.unpack_from(header)
         if code not in (b"I", b"Q"):
             raise ValueError("bad ends typecode in node blob")
         code = code.decode()
@@ -658,27 +760,34 @@ class Node:
         cap_end = base + node_entries
         if start < 1 or count < 1 or start + count > cap_end:
             raise ValueError("node blob does not fit the node size")
-        pos = _HDR.size
+        if type(body) is not bytes:
+            body = bytes(body)
+        stored = body
+        summary = None
         if version == 1:
-            be, nb, offs = count, 1, None
+            be, nb, offs = count, 1, (0, len(stored))
         else:
-            if len(blob) < pos + _BLOCKS_HDR.size:
-                raise ValueError("node blob too short")
-            be, nb = _BLOCKS_HDR.unpack_from(blob, pos)
+            pos = _HDR.size
+            be, nb = _BLOCKS_HDR.unpack_from(header, pos)
             pos += _BLOCKS_HDR.size
+            if version >= 3:
+                summary = _SUMMARY.unpack_from(header, pos)
+                pos += _SUMMARY.size
             if be < 1 or nb != -(-count // be):
                 raise ValueError("node blob has a bad block geometry")
-            if len(blob) < pos + 8 * (nb + 1):
-                raise ValueError("node blob too short")
-            offs = struct.unpack_from(f"<{nb + 1}Q", blob, pos)
+            offs = struct.unpack_from(f"<{nb + 1}Q", header, pos)
             pos += 8 * (nb + 1)
-        stored = bytes(blob[pos:])
-        if offs is None:
-            offs = (0, len(stored))
-        if offs[0] != 0 or offs[-1] != len(stored) or any(
-                offs[k] > offs[k + 1] for k in range(nb)):
+            if summary is not None:
+                ids = _le_array(summary[3].decode(), memoryview(header)[pos:])
+                if not 1 <= len(ids) <= count or ids[0] < 1:
+                    raise ValueError("node blob has a bad tag set")
+                summary = (*summary[:3], ids)
+        if offs[0] != 0 or offs[-1] != len(stored) or list(offs) != sorted(offs):
             raise ValueError("node blob has damaged block offsets")
         zst = bool(flags & _FLAG_ZSTD)
+        full = start + count == cap_end
+        if full and summary is not None and not check:
+            return cls._from_summary(base, start, cap_end, code, buf_len, zst, be, offs, stored, summary)
         blocks = []
         raw_len = payload = 0
         view = memoryview(stored)
@@ -700,7 +809,6 @@ class Node:
         del view
         if payload != buf_len:
             raise ValueError("node blob has the wrong length")
-        full = start + count == cap_end
         if full and (version != 1 or not zst):
             if not zst and nb != 1:
                 raise ValueError("a raw node blob must be one block")
@@ -723,14 +831,62 @@ class Node:
             # decoded blocks are not kept: the node is not in the LRU
             node.blocks = [None] * nb if zst else [blocks[0]]
             node.mem = node._sealed_mem()
+            if summary is not None and summary != (node.first_time, node.last_time, raw_len,
+                                                    node.tag_set):
+                raise ValueError("node blob summary does not match its blocks")
             return node
         # An active node, or a version-1 compressed node to cut into blocks.
         payloads, ends, tags, times = _concat_tables(blocks, code)
+        if summary is not None and summary != (times[0], times[-1], raw_len, _pack_ids(set(tags))):
+            raise ValueError("node blob summary does not match its blocks")
         node = cls(base, start, cap_end)
         node.buf = bytearray(payloads)
         node.ends, node.tags, node.times = ends, tags, times
         if full:
             node._seal(cache=False)
+        return node
+
+    @classmethod
+    def _from_summary(cls, base: int, start: int, cap_end: int, code: str, buf_len: int, zst: bool,
+                      be: int, offs, stored: bytes, summary) -> "Node":
+        """A sealed node from a version-3 header and its stored body, not
+        decompressed: structural checks only. O(blocks + distinct tags)."""
+        first_time, last_time, raw_len, ids = summary
+        count = cap_end - start
+        nb = len(offs) - 1
+        esize = 4 if code == "I" else 8
+        tables = (count + nb) * esize + 12 * count  # every block's ends have a leading 0
+        if first_time > last_time:
+            raise ValueError("node blob summary has times going backwards")
+        node = cls(base, start, cap_end)
+        if zst:
+            if not (buf_len + tables <= raw_len <= buf_len + tables + 7 * nb
+                    and len(stored) <= raw_len - (raw_len >> _KEEP_SHIFT)):
+                raise ValueError("node blob summary does not match its geometry")
+            node.blocks = [None] * nb
+        else:
+            if nb != 1 or raw_len != len(stored):
+                raise ValueError("a raw node blob must be one block")
+            blk = _Block(None, 0, stored, count, code)  # permanent views; checks the size
+            last = blk.ends[count]
+            if (blk.ends[0] != 0 or last != buf_len
+                    or last + ((-last) & 7) + (count + 1) * esize + 12 * count != raw_len
+                    or blk.times[0] != first_time or blk.times[count - 1] != last_time):
+                raise ValueError("node blob has a damaged offset table")
+            node.blocks = [blk]
+        node.buf = node.ends = node.tags = node.times = None
+        node.sealed = True
+        node.data = stored
+        node.compressed = zst
+        node.block_entries = be
+        node.block_offs = array("I" if len(stored) < 1 << 32 else "Q", offs)
+        node.buf_len = buf_len
+        node.raw_len = raw_len
+        node.ends_code = code
+        node.first_time = first_time
+        node.last_time = last_time
+        node.tag_set = ids
+        node.mem = node._sealed_mem()
         return node
 
     # -- decoded access ---------------------------------------------------
@@ -1417,8 +1573,10 @@ class Stream:
         """Everything needed to rebuild the stream, as plain values:
         ``node_entries``, ``config`` (dict), ``first``, ``next_offset``,
         ``last_time``, ``tags`` (list indexed by tag id, None for free ids,
-        index 0 unused) and ``nodes``: a list of ``(blob, deleted)`` pairs
-        where ``deleted`` is the node's bitmap as bytes or None.  O(size)."""
+        index 0 unused), ``tag_refs`` (the reference count of every tag id:
+        sealed nodes using it, u32 little-endian bytes) and ``nodes``: a
+        list of ``(blob, deleted)`` pairs where ``deleted`` is the node's
+        bitmap as bytes or None.  O(size)."""
         return {
             "node_entries": self.node_entries,
             "config": asdict(self.config),
@@ -1426,51 +1584,83 @@ class Stream:
             "next_offset": self.next_offset,
             "last_time": self.last_time,
             "tags": list(self._tag_list),
+            "tag_refs": _le_bytes(self._tag_refs),
             "nodes": [(node.blob(), None if node.deleted is None else bytes(node.deleted))
                       for node in self._nodes],
         }
 
     @classmethod
-    def from_state(cls, state: dict) -> "Stream":
+    def from_state(cls, state: dict, check: bool = True) -> "Stream":
         """Rebuild a stream from :meth:`export_state`; raises ValueError on
-        inconsistent input.  O(size)."""
+        inconsistent input.  An item of ``nodes`` may also hold a
+        :class:`Node` already rebuilt (e.g. by :meth:`Node.from_parts`)
+        instead of a blob.  ``tag_refs`` is optional (snapshots of earlier
+        versions lack it).
+
+        ``check=True``: blobs are rebuilt with every block decompressed and
+        checked, and the tag reference counts are recounted from the nodes'
+        tag sets (and compared with ``tag_refs`` when given): O(size).
+        ``check=False``, for input whose integrity is known (a verified
+        checksum): version-3 blobs are not decompressed and ``tag_refs`` is
+        taken as given, with cheap consistency checks only (its length, zero
+        for free ids, its sum against the nodes' tag-set sizes, each tag
+        set's smallest and largest id): O(nodes + blocks + tags)."""
         s = cls(state["node_entries"])
         n = s.node_entries
         s.config = StreamConfig(**state["config"])
         tags = list(state["tags"])
         if not tags or tags[0] is not None:
             raise ValueError("tag table must start with None")
+        ntags = len(tags)
         s._tag_list = tags
-        s._tag_refs = array("I", bytes(4 * len(tags)))
         for tid, tag in enumerate(tags):
             if tid and tag is not None:
                 if type(tag) is not bytes or tag in s._tag_id:
                     raise ValueError("bad tag table")
                 s._tag_id[tag] = tid
                 s._tag_mem += sys.getsizeof(tag)
-        s._free_ids = [t for t in range(len(tags) - 1, 0, -1) if tags[t] is None]
+        s._free_ids = [t for t in range(ntags - 1, 0, -1) if tags[t] is None]
+        given = state.get("tag_refs")
+        if given is not None:
+            given = _le_array("I", given) if isinstance(given, (bytes, bytearray, memoryview)) \
+                else array("I", given)
+            if len(given) != ntags:
+                raise ValueError("tag reference counts do not match the tag table")
+        recount = check or given is None
+        refs = s._tag_refs = array("I", bytes(4 * ntags)) if recount else given
+        ids_total = 0  # sum of the sealed nodes' tag-set sizes
         s.first = state["first"]
         s.next_offset = state["next_offset"]
         s.last_time = state["last_time"]
-        blobs = state["nodes"]
+        items = state["nodes"]
         prev_time = -(1 << 63)
-        for i, (blob, deleted) in enumerate(blobs):
-            node = Node.from_blob(blob, n)
+        for i, (item, deleted) in enumerate(items):
+            node = item if isinstance(item, Node) else Node.from_blob(item, n, check)
             if i == 0:
                 s._first_node_index = (node.start - 1) // n
             elif node.base != (s._first_node_index + i) * n + 1 or node.start != node.base:
                 raise ValueError("node blobs are not consecutive")
+            if node.base != (s._first_node_index + i) * n + 1 or node.cap_end != node.base + n:
+                raise ValueError("node does not fit the node size")
             if node.sealed:
-                for tid in node.tag_set:
-                    if tid >= len(tags) or tags[tid] is None:
+                ids = node.tag_set
+                if recount:
+                    for tid in ids:
+                        if tid >= ntags or tags[tid] is None:
+                            raise ValueError("node uses an unknown tag id")
+                        refs[tid] += 1
+                else:
+                    # sorted ids: the ends bound them all
+                    if (not ids or ids[0] < 1 or ids[-1] >= ntags or tags[ids[0]] is None
+                            or tags[ids[-1]] is None):
                         raise ValueError("node uses an unknown tag id")
-                    s._tag_refs[tid] += 1
+                    ids_total += len(ids)
                 times = (node.first_time, node.last_time)
             else:
-                if i != len(blobs) - 1:
+                if i != len(items) - 1:
                     raise ValueError("only the last node may be partial")
                 for tid in set(node.tags):
-                    if tid >= len(tags) or tags[tid] is None:
+                    if tid >= ntags or tags[tid] is None:
                         raise ValueError("node uses an unknown tag id")
                 s._active = node
                 times = (node.times[0], node.times[-1])
@@ -1487,6 +1677,12 @@ class Stream:
             if node.sealed:
                 s._sealed_mem += node.mem
             s._nodes.append(node)
+        if given is not None:
+            if recount:
+                if refs != given:
+                    raise ValueError("tag reference counts do not match the nodes")
+            elif refs[0] or sum(refs) != ids_total or any(refs[t] for t in s._free_ids):
+                raise ValueError("tag reference counts do not match the nodes")
         if prev_time > s.last_time:
             raise ValueError("last_time is older than the newest entry")
         if s._nodes:
@@ -1504,7 +1700,7 @@ class Stream:
         s._deleted_held = held
         s._skip_deleted()
         s._drop_evicted_nodes()
-        s._free_unused([t for t in range(1, len(tags)) if tags[t] is not None])
+        s._free_unused([t for t in range(1, ntags) if tags[t] is not None])
         return s
 
     # -- invariants ----------------------------------------------------------
@@ -1577,7 +1773,7 @@ class Stream:
                             and list(whole.tags) == list(tags) and list(whole.times) == list(times))
                 assert node.first_time == times[0] and node.last_time == times[-1]
                 ids = set(tags)
-                assert sorted(node.tag_set) == sorted(ids) and len(ids) == len(node.tag_set)
+                assert node.tag_set.tolist() == sorted(ids), "tag set not sorted or wrong"
                 for tid in ids:
                     refs[tid] += 1
                 assert node.mem == node._sealed_mem()

@@ -3,9 +3,11 @@
     +----------------------------------------------------------+
     | "TSTREAM\\0" | version u16 | flags u16 | created_ms u64   |  file header (20 bytes)
     +----------------------------------------------------------+
-    | framed record  S  stream metadata (msgpack)               |  per key:
-    | framed record  N  node: deleted-bitmap length u32,        |   one S, its nodes in
-    |                   bitmap, node blob (zstd body as stored) |   order, its groups
+    | framed record  S  stream metadata (msgpack): node size,   |  per key:
+    |                   config, offsets, tag table, tag refcounts|   one S, its nodes in
+    | framed record  N  node: deleted-bitmap length u32,        |   order, its groups
+    |                   bitmap, node blob header, node body     |
+    |                   (the zstd frames as stored in memory)   |
     | framed record  G  group state (msgpack)                   |
     | ...                                                       |
     | framed record  E  end: key count (msgpack)                |
@@ -15,21 +17,43 @@
 
 Sealed macro nodes are stored exactly as they sit in memory: zstandard-compressed
 bodies (or raw where compression did not pay), written without recompression.
+The node blob's header (version 3, drawn in ``engine/stream.py``) carries what
+a sealed node keeps besides its body: block geometry and frame offsets, first
+and last time, raw length and its sorted distinct tag ids; the S record carries
+the stream's tag table and, since file version 2, its tag reference counts
+(``tag_refs``: u32 little-endian per tag id, sealed nodes using it).
+
+Loading (``load_file``) reads the file record by record with positioned reads:
+a record's first few KiB (its header, an N record's bitmap and blob header),
+then an N record's body straight into its own ``bytes`` object, which becomes
+the node's stored data: one copy from the page cache, no whole-file buffer, and
+every node owns its memory (eviction frees it a node at a time).  The
+whole-file CRC is computed along the way and compared at the end; since it
+covers every byte, nodes are rebuilt from their headers without decompressing
+anything and the tag reference counts come from the S record (cheap structural
+checks only: geometry, frame offsets, lengths, tag-set bounds, refcount sums).
+Nothing is returned before the checksum matched.  On any damage the file is
+scanned record by record (each record's own CRC) to name the first damaged
+record's offset.  Version-1 files (no ``tag_refs``, version-2 node blobs
+without summary) still load: their nodes are decompressed and their refcounts
+recounted, O(entries).
 
 Saving happens in two steps so that BGSAVE never stalls clients: ``capture``
 runs on the event loop and takes references to the sealed nodes (immutable) and
 copies of what may still change (the active node, deleted bitmaps, tag tables,
-groups); ``write`` then runs in a worker thread.  The file is written to a temp
-name, fsynced, renamed over the target and the directory fsynced, so a crash
-leaves either the old snapshot or the new one.
+refcounts, groups); ``write`` then runs in a worker thread.  The file is written
+to a temp name, fsynced, renamed over the target and the directory fsynced, so a
+crash leaves either the old snapshot or the new one.
 """
 
 from __future__ import annotations
 
 import os
 import struct
+import sys
 import time
 import zlib
+from array import array
 from dataclasses import asdict
 from typing import Iterator
 
@@ -37,17 +61,32 @@ import msgpack
 
 from engine import Keyspace, Stream
 from engine.groups import Group
+from engine.stream import BLOB_PREFIX, Node
 
-from .framing import CorruptFile, PersistenceError, TornTail, frame, iter_frames, unpack
+from .framing import HEADER, MAGIC, MAX_RECORD, CorruptFile, PersistenceError, frame, unpack
 
 FILE_MAGIC = b"TSTREAM\x00"
 FILE_HEADER = struct.Struct("<8sHHQ")
 FOOTER_MAGIC = b"TSEOF\x00\x00\x00"
 FOOTER = struct.Struct("<8sI")
-VERSION = 1
+VERSION = 2  # 2: S records carry tag_refs, node blobs version 3 (with summary)
+READ_VERSIONS = (1, 2)
 
 KIND_STREAM, KIND_NODE, KIND_GROUP, KIND_END = b"S", b"N", b"G", b"E"
 _NODE_PREFIX = struct.Struct("<I")
+# Bytes read at the start of a record: enough for its frame header and, for an
+# N record, usually its prefix, bitmap and node blob header (more is read when
+# not); the rest of an N record (the node's body) is read into its own object.
+_HEAD_READ = 4096
+_BAD_RECORD = (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError,
+               struct.error, msgpack.UnpackException)
+
+
+def _refs_bytes(refs: array) -> bytes:
+    if sys.byteorder != "little":  # pragma: no cover - big-endian hosts
+        refs = array(refs.typecode, refs)
+        refs.byteswap()
+    return refs.tobytes()
 
 
 class StreamCapture:
@@ -64,6 +103,7 @@ class StreamCapture:
             "next_offset": stream.next_offset,
             "last_time": stream.last_time,
             "tags": list(stream._tag_list),
+            "tag_refs": _refs_bytes(stream._tag_refs),
         }
         # (deleted bitmap copy or None, blob header, blob body); sealed bodies are
         # immutable and shared, the active node's body is serialised now.
@@ -135,39 +175,131 @@ def read_file(path: str) -> bytes:
         raise PersistenceError(f"cannot read: {exc.strerror}", path) from None
 
 
-def verify(data: bytes, path: str = "") -> int:
-    """Check header, footer and whole-file checksum; returns where the records start."""
+def verify(data, path: str = "") -> int:
+    """Check header, footer and whole-file checksum of a snapshot held in
+    memory (or mapped); returns where the records start."""
     if len(data) < FILE_HEADER.size + FOOTER.size:
         raise CorruptFile(f"too short to be a snapshot ({len(data)} bytes)", path, 0)
     magic, version, _flags, _created = FILE_HEADER.unpack_from(data, 0)
     if magic != FILE_MAGIC:
         raise CorruptFile("not a tstream snapshot (bad magic)", path, 0)
-    if version != VERSION:
+    if version not in READ_VERSIONS:
         raise CorruptFile(f"unsupported snapshot version {version}", path, 8)
     end = len(data) - FOOTER.size
     footer_magic, crc = FOOTER.unpack_from(data, end)
     if footer_magic != FOOTER_MAGIC:
         raise CorruptFile("missing end marker (truncated file?)", path, end)
-    if zlib.crc32(memoryview(data)[:end]) != crc:
-        # Find the first bad record to say where the damage is.
-        try:
-            for _ in iter_frames(memoryview(data)[:end], FILE_HEADER.size, path):
-                pass
-        except (CorruptFile, TornTail) as exc:
-            raise CorruptFile(f"checksum mismatch: {exc}", path, exc.offset) from None
-        raise CorruptFile("checksum mismatch in the file header or footer", path, end)
+    with memoryview(data) as view:
+        if zlib.crc32(view[:end]) != crc:
+            source = _BytesSource(view)
+            try:
+                _locate_damage(source, end, path)
+            finally:
+                source.view.release()
+            raise CorruptFile("checksum mismatch in the file header or footer", path, end)
     return FILE_HEADER.size
 
 
-def load(data: bytes, path: str = "") -> dict[bytes, Stream]:
-    """Rebuild every stream of a snapshot. Raises PersistenceError naming file and offset."""
-    start = verify(data, path)
-    body = memoryview(data)[: len(data) - FOOTER.size]
-    streams: dict[bytes, Stream] = {}
-    pending: dict | None = None  # the stream being assembled: meta + node blobs + groups
-    ended = False
+class _FileSource:
+    """Positioned reads of an open file.  ``os.pread`` reads straight into
+    the ``bytes`` object it returns: no intermediate buffer."""
 
-    def finish(at: int) -> None:
+    def __init__(self, fd: int, path: str) -> None:
+        self.fd = fd
+        self.path = path
+        self.size = os.fstat(fd).st_size
+
+    def read(self, pos: int, n: int) -> bytes:
+        """``n`` bytes at ``pos`` (fewer only at the end of the file)."""
+        try:
+            data = os.pread(self.fd, n, pos)
+            if len(data) < n:  # a short read (a record past 2 GiB): finish it
+                parts = [data]
+                got = len(data)
+                while got < n:
+                    more = os.pread(self.fd, n - got, pos + got)
+                    if not more:
+                        break
+                    parts.append(more)
+                    got += len(more)
+                data = b"".join(parts)
+        except OSError as exc:
+            raise PersistenceError(f"cannot read: {exc.strerror}", self.path, pos) from None
+        return data
+
+
+class _BytesSource:
+    """The same reads over a snapshot held in memory (each read a copy)."""
+
+    def __init__(self, data) -> None:
+        self.view = memoryview(data)
+        self.size = len(self.view)
+
+    def read(self, pos: int, n: int) -> bytes:
+        return bytes(self.view[pos:pos + n])
+
+
+def load(data, path: str = "") -> dict[bytes, Stream]:
+    """Rebuild every stream of a snapshot held in memory. Raises
+    PersistenceError naming file and offset.  ``load_file`` reads less."""
+    return _load(_BytesSource(data), path)
+
+
+def load_file(path: str) -> dict[bytes, Stream]:
+    """Rebuild every stream of the snapshot file ``path``, reading it record
+    by record.  Raises PersistenceError naming file and offset."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise PersistenceError(f"cannot read: {exc.strerror}", path) from None
+    try:
+        return _load(_FileSource(fd, path), path)
+    finally:
+        os.close(fd)
+
+
+def _load(src, path: str) -> dict[bytes, Stream]:
+    size = src.size
+    if size < FILE_HEADER.size + FOOTER.size:
+        raise CorruptFile(f"too short to be a snapshot ({size} bytes)", path, 0)
+    header = src.read(0, FILE_HEADER.size)
+    magic, version, _flags, _created = FILE_HEADER.unpack(header)
+    if magic != FILE_MAGIC:
+        raise CorruptFile("not a tstream snapshot (bad magic)", path, 0)
+    if version not in READ_VERSIONS:
+        raise CorruptFile(f"unsupported snapshot version {version}", path, 8)
+    end = size - FOOTER.size
+    footer_magic, stored_crc = FOOTER.unpack(src.read(end, FOOTER.size))
+    if footer_magic != FOOTER_MAGIC:
+        raise CorruptFile("missing end marker (truncated file?)", path, end)
+    try:
+        streams, crc = _read_records(src, end, zlib.crc32(header), path)
+    except CorruptFile:
+        # A damaged record says so by its own checksum: name the first one.
+        _locate_damage(src, end, path)
+        raise
+    if crc != stored_crc:
+        _locate_damage(src, end, path)
+        raise CorruptFile("checksum mismatch in the file header or footer", path, end)
+    return streams
+
+
+def _read_records(src, end: int, crc: int, path: str) -> tuple[dict[bytes, Stream], int]:
+    """Rebuild the streams of the records in ``[FILE_HEADER.size, end)``;
+    returns them with the running CRC over those bytes (not checked here:
+    the caller discards everything unless it matches).  Raises CorruptFile."""
+    streams: dict[bytes, Stream] = {}
+    pending: dict | None = None  # the stream being assembled: meta + nodes + groups
+    ended = False
+    crc32 = zlib.crc32
+    read = src.read
+    hsize = HEADER.size
+    unpack_header = HEADER.unpack_from
+    node_at = hsize + 1 + _NODE_PREFIX.size  # an N record's bitmap starts here
+    from_parts = Node.from_parts
+    header_length = Node.header_length
+
+    def finish() -> None:
         nonlocal pending
         if pending is None:
             return
@@ -175,40 +307,82 @@ def load(data: bytes, path: str = "") -> dict[bytes, Stream]:
         state["config"] = {k.decode() if isinstance(k, bytes) else k: v for k, v in state["config"].items()}
         state["nodes"] = pending["nodes"]
         try:
-            stream = Stream.from_state(state)
+            # The file's checksum covers every byte: no decompression, refcounts as stored.
+            stream = Stream.from_state(state, check=False)
             for group_state in pending["groups"]:
                 group = Group.from_state(group_state)
                 stream.groups[group.name] = group
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CorruptFile(f"stream {pending['key']!r} does not rebuild: {exc}", path, at) from None
+        except _BAD_RECORD as exc:
+            raise CorruptFile(f"stream {pending['key']!r} does not rebuild: {exc}", path, pending["at"]) from None
         streams[pending["key"]] = stream
         pending = None
 
-    # verify() checked the whole-file checksum: the records need no second pass.
-    for offset, payload in iter_frames(body, start, path, check_crc=False):
+    pos = FILE_HEADER.size
+    while pos < end:
+        if end - pos < hsize:
+            raise CorruptFile("not a record header", path, pos)
+        head = read(pos, min(_HEAD_READ, end - pos))
+        magic, length, _crc, inverted = unpack_header(head)
+        if magic != MAGIC or length ^ inverted != 0xFFFFFFFF or length > MAX_RECORD:
+            raise CorruptFile("not a record header", path, pos)
+        rec_len = hsize + length
+        if pos + rec_len > end:
+            raise CorruptFile("a record runs past the end of the records", path, pos)
         if ended:
-            raise CorruptFile("records after the end record", path, offset)
-        kind = bytes(payload[:1])
+            raise CorruptFile("records after the end record", path, pos)
+        kind = head[hsize:hsize + 1]
         try:
+            if kind == KIND_NODE:
+                if pending is None:
+                    raise ValueError("node record before any stream record")
+                if rec_len < node_at:
+                    raise ValueError("node record too short")
+                (bitmap_len,) = _NODE_PREFIX.unpack_from(head, hsize + 1)
+                blob_at = node_at + bitmap_len
+                if blob_at > rec_len:
+                    raise ValueError("deleted bitmap runs past the record")
+                need = min(rec_len, blob_at + BLOB_PREFIX)
+                if len(head) < need:
+                    head = read(pos, need)
+                body_at = blob_at + header_length(memoryview(head)[blob_at:rec_len])
+                if body_at > rec_len:
+                    raise ValueError("node blob header runs past the record")
+                if len(head) < body_at:
+                    head = read(pos, body_at)
+                view = memoryview(head)
+                if len(head) >= rec_len:  # a small record: all of it is in head
+                    body = head[body_at:rec_len]
+                    crc = crc32(view[:rec_len], crc)
+                else:  # the body straight into its own object: the node's data
+                    body = read(pos + body_at, rec_len - body_at)
+                    crc = crc32(body, crc32(view[:body_at], crc))
+                bitmap = head[node_at:blob_at] or None
+                node = from_parts(view[blob_at:body_at], body, pending["node_entries"], check=False)
+                del view
+                pending["nodes"].append((node, bitmap))
+                pos += rec_len
+                continue
+            if len(head) >= rec_len:
+                payload = head[hsize:rec_len]
+            else:
+                payload = head[hsize:] + read(pos + len(head), rec_len - len(head))
+            crc = crc32(payload, crc32(head[:hsize], crc))
             if kind == KIND_STREAM:
-                finish(offset)
+                finish()
                 key, meta = unpack(payload[1:])
                 meta = {k.decode(): v for k, v in meta.items()}
-                pending = {"key": key, "meta": meta, "nodes": [], "groups": []}
-            elif kind == KIND_NODE:
-                (bitmap_len,) = _NODE_PREFIX.unpack_from(payload, 1)
-                at = 1 + _NODE_PREFIX.size
-                bitmap = bytes(payload[at : at + bitmap_len]) or None
-                # A view: Node.from_blob copies what it keeps, once.
-                pending["nodes"].append((payload[at + bitmap_len :], bitmap))
+                pending = {"key": key, "at": pos, "meta": meta, "nodes": [], "groups": [],
+                           "node_entries": int(meta["node_entries"])}
+                if pending["node_entries"] < 1:
+                    raise ValueError("bad node size")
             elif kind == KIND_GROUP:
                 key, group_state = unpack(payload[1:])
                 group_state = {k.decode(): v for k, v in group_state.items()}
-                if key != pending["key"]:
+                if pending is None or key != pending["key"]:
                     raise ValueError("group of another stream")
                 pending["groups"].append(group_state)
             elif kind == KIND_END:
-                finish(offset)
+                finish()
                 if unpack(payload[1:]) != len(streams):
                     raise ValueError("key count does not match")
                 ended = True
@@ -216,19 +390,41 @@ def load(data: bytes, path: str = "") -> dict[bytes, Stream]:
                 raise ValueError(f"unknown record kind {kind!r}")
         except CorruptFile:
             raise
-        except (ValueError, TypeError, KeyError, struct.error) as exc:
-            raise CorruptFile(f"bad record: {exc}", path, offset) from None
+        except _BAD_RECORD as exc:
+            raise CorruptFile(f"bad record: {exc}", path, pos) from None
+        pos += rec_len
     if not ended:
-        raise CorruptFile("no end record", path, len(body))
-    return streams
+        raise CorruptFile("no end record", path, end)
+    return streams, crc
 
 
-def load_file(path: str) -> dict[bytes, Stream]:
-    return load(read_file(path), path)
+def _locate_damage(src, end: int, path: str) -> None:
+    """Walk the records in ``[FILE_HEADER.size, end)`` checking each one's own
+    CRC; raise CorruptFile at the first damaged one.  Returns when every
+    record is intact.  The slow path of a load that failed."""
+    pos = FILE_HEADER.size
+    hsize = HEADER.size
+    while pos < end:
+        if end - pos < hsize:
+            raise CorruptFile("checksum mismatch: the records end inside a record header", path, pos)
+        magic, length, crc, inverted = HEADER.unpack(src.read(pos, hsize))
+        if magic != MAGIC or length ^ inverted != 0xFFFFFFFF or length > MAX_RECORD:
+            raise CorruptFile("checksum mismatch: not a record header", path, pos)
+        if pos + hsize + length > end:
+            raise CorruptFile("checksum mismatch: a record runs past the end of the records", path, pos)
+        checked = 0
+        value = 0
+        while checked < length:  # in pieces: a record may be large
+            n = min(length - checked, 1 << 24)
+            value = zlib.crc32(src.read(pos + hsize + checked, n), value)
+            checked += n
+        if value != crc:
+            raise CorruptFile("checksum mismatch: record checksum mismatch", path, pos)
+        pos += hsize + length
 
 
 def _packb(value) -> bytes:
     return msgpack.packb(value, use_bin_type=True)
 
 
-__all__ = ["capture", "write", "load", "load_file", "verify", "records"]
+__all__ = ["capture", "write", "load", "load_file", "verify", "records", "read_file"]

@@ -926,7 +926,7 @@ def test_block_blob_roundtrip(small_blocks):
     kinds = set()
     for node in s.node_list():
         header, body = node.blob_parts()
-        assert header[2] == 2  # version
+        assert header[2] == 3  # version
         clone = Node.from_blob(header + body, 20)
         assert (clone.base, clone.start, clone.count, clone.sealed) == (
             node.base, node.start, node.count, node.sealed)
@@ -989,19 +989,23 @@ def test_damaged_block_blobs_are_rejected(small_blocks):
     assert node.nblocks == 4
     header, body = node.blob_parts()
     hsize = stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
+    osize = stream_mod.BLOB_PREFIX  # the frame offsets follow the summary
     offs = list(node.block_offs)
     pack = lambda o: stream_mod.struct.pack(f"<{len(o)}Q", *o)  # noqa: E731
     bad = [
         header[:hsize - 4] + (5).to_bytes(4, "little") + header[hsize:] + body,    # nblocks
         header[:hsize - 8] + (3).to_bytes(4, "little") + header[hsize - 4:] + body,  # block_entries
-        header[:hsize] + pack([offs[0], offs[2], offs[1], *offs[3:]]) + body,        # offsets
-        header[:hsize] + pack([0, offs[1] - 1, *offs[2:]]) + body,                   # frame cut
+        header[:osize] + pack([offs[0], offs[2], offs[1], *offs[3:]]) + header[osize + 40:] + body,  # offsets
+        header[:osize] + pack([0, offs[1] - 1, *offs[2:]]) + header[osize + 40:] + body,  # frame cut
         header + body[:offs[1]] + bytes(offs[2] - offs[1]) + body[offs[2]:],         # zeroed frame
-        header[:2] + b"\x03" + header[3:] + body,                                    # version 3
+        header[:2] + b"\x04" + header[3:] + body,                                    # version 4
     ]
     for blob in bad:
         with pytest.raises(ValueError):
             Node.from_blob(blob, 20)
+    for blob in bad[:3] + bad[5:]:  # structural damage: seen without decompressing too
+        with pytest.raises(ValueError):
+            Node.from_blob(blob, 20, check=False)
     raw = node.blob_parts()
     raw_header = raw[0][:3] + b"\x00" + raw[0][4:]  # "raw" flag on zstd frames
     with pytest.raises(ValueError):
@@ -1043,3 +1047,202 @@ def test_wide_offset_table_in_blocks(small_blocks):
     clone = Stream.from_state(s.export_state())
     clone._check()
     assert clone.read(1, 8) == want
+
+
+# ---------------------------------------------------------------------------
+# blob version 3: the summary a sealed node keeps, loading without decompressing
+# ---------------------------------------------------------------------------
+
+def _v2_blob(node) -> bytes:
+    """A node serialised the way blob version 2 did: no summary, no tag ids."""
+    header, body = node.blob_parts()
+    fixed = stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
+    nb = stream_mod._BLOCKS_HDR.unpack_from(header, stream_mod._HDR.size)[1]
+    offs = header[stream_mod.BLOB_PREFIX:stream_mod.BLOB_PREFIX + 8 * (nb + 1)]
+    return header[:2] + b"\x02" + header[3:fixed] + offs + body
+
+
+def _summary_of(header: bytes):
+    at = stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
+    first, last, raw_len, code, ntags = stream_mod._SUMMARY.unpack_from(header, at)
+    size = 2 if code == b"H" else 4
+    ids = stream_mod._le_array(code.decode(), header[len(header) - size * ntags:])
+    return first, last, raw_len, code, list(ids)
+
+
+class _NoDecompression:
+    def decompress(self, data):
+        raise AssertionError("decompressed")
+
+
+def test_tag_sets_are_sorted():
+    assert stream_mod._pack_ids({70000, 3, 65535, 9}).tolist() == [3, 9, 65535, 70000]
+    assert stream_mod._pack_ids({70000, 3}).typecode == "I"
+    assert stream_mod._pack_ids({300, 2, 65535}).typecode == "H"
+    s = Stream(40)
+    for i in range(80):
+        s.append(b"tag-%d" % (37 * i % 29), b"x", T0 + i)
+    for node in s.node_list():
+        assert node.tag_set.tolist() == sorted(set(node.decoded()[2]))
+
+
+def test_blob_summary_fields(small_blocks):
+    s, _ = blocky(60)
+    s.append(b"r", os.urandom(2000), T0 + 10_000)  # a raw node
+    for i in range(19):
+        s.append(b"r", os.urandom(20), T0 + 10_000 + i)
+    s.append(b"zz", b"active", T0 + 20_000)
+    s.append(b"a", b"active", T0 + 20_001)
+    kinds = set()
+    for node in s.node_list():
+        header, body = node.blob_parts()
+        assert Node.header_length(header + body) == len(header)
+        assert Node.header_length((header + body)[:stream_mod.BLOB_PREFIX]) == len(header)
+        first, last, raw_len, code, ids = _summary_of(header)
+        assert code == b"H"
+        if node.sealed:
+            kinds.add("compressed" if node.compressed else "raw")
+            assert (first, last, raw_len) == (node.first_time, node.last_time, node.raw_len)
+            assert ids == node.tag_set.tolist() == sorted(set(node.decoded()[2]))
+        else:
+            kinds.add("active")
+            assert (first, last, raw_len) == (node.times[0], node.times[-1], len(body))
+            assert ids == sorted(set(node.tags))
+    assert kinds == {"compressed", "raw", "active"}
+
+
+def test_unchecked_blobs_are_built_from_the_header(small_blocks, monkeypatch):
+    s, model = blocky(95)
+    s.append(b"r", os.urandom(3000), T0 + 10_000)  # a raw node
+    for i in range(19):
+        s.append(b"r", os.urandom(20), T0 + 10_000 + i)
+    s.append(b"a", b"active", T0 + 20_000)
+    s.delete(33)
+    state = s.export_state()
+    parts = [node.blob_parts() for node in s.node_list()]
+    stream_mod.clear_decoded_cache()
+    real = stream_mod._DCTX
+    monkeypatch.setattr(stream_mod, "_DCTX", _NoDecompression())
+    clones = [Node.from_parts(header, body, 20, check=False) for header, body in parts]
+    clone = Stream.from_state(state, check=False)
+    monkeypatch.setattr(stream_mod, "_DCTX", real)
+    for node, copy, (header, body) in zip(s.node_list(), clones, parts):
+        assert (copy.base, copy.start, copy.count, copy.sealed) == (node.base, node.start, node.count, node.sealed)
+        if node.sealed:
+            assert copy.data is body  # the body object itself, no copy
+            assert (copy.first_time, copy.last_time, copy.raw_len, copy.tag_set.tolist(), copy.compressed,
+                    copy.block_entries, list(copy.block_offs), copy.buf_len, copy.ends_code) == (
+                node.first_time, node.last_time, node.raw_len, node.tag_set.tolist(), node.compressed,
+                node.block_entries, list(node.block_offs), node.buf_len, node.ends_code)
+            assert copy.blocks == [None] * copy.nblocks or not copy.compressed
+    clone._check()
+    assert clone.read(1, 200) == s.read(1, 200)
+    assert list(clone._tag_refs) == list(s._tag_refs)
+    assert [n.data for n in clone.node_list() if n.sealed] == [n.data for n in s.node_list() if n.sealed]
+    clone.evict_through(clone.last)
+    clone._check()
+    assert clone.tag_count() == 0 and not any(clone._tag_refs)
+
+
+def test_damaged_summaries_are_rejected(small_blocks):
+    s, _ = blocky(40)
+    node = s.node_list()[0]
+    assert node.sealed and node.compressed and node.nblocks == 4
+    header, body = node.blob_parts()
+    at = stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
+    first, last, raw_len, code, ids = _summary_of(header)
+    tail = len(header) - 2 * len(ids)
+
+    def with_summary(first=first, last=last, raw_len=raw_len, code=code, ntags=None, ids=ids) -> bytes:
+        ntags = len(ids) if ntags is None else ntags
+        return (header[:at] + stream_mod._SUMMARY.pack(first, last, raw_len, code, ntags)
+                + header[at + stream_mod._SUMMARY.size:tail] + stream_mod.array("H", ids).tobytes())
+
+    assert Node.from_parts(with_summary(), body, 20).tag_set.tolist() == ids
+    # values only the blocks contradict: decompressing sees them, the header alone cannot
+    plausible = [with_summary(first=first - 1), with_summary(last=last + 1),
+                 with_summary(raw_len=raw_len - 1), with_summary(ids=[*ids[:-1], 7]),
+                 with_summary(ids=ids[1:])]
+    for bad in plausible:
+        with pytest.raises(ValueError, match="summary does not match"):
+            Node.from_parts(bad, body, 20)
+        assert Node.from_parts(bad, body, 20, check=False).sealed
+    # structural damage: refused either way
+    structural = [
+        with_summary(first=last + 1),                      # times going backwards
+        with_summary(raw_len=raw_len + 100),               # raw length beyond the geometry
+        with_summary(raw_len=len(body)),                   # "compressed" but no smaller
+        with_summary(code=b"Q"),                           # tag-id typecode
+        with_summary(ntags=len(ids) + 1),                  # header length
+        with_summary(ntags=0, ids=[]),                     # no tag at all
+        with_summary(ids=[0] + ids[1:]),                   # tag id 0 is reserved
+        header + b"\0\0",                                  # trailing bytes in the header
+    ]
+    for bad in structural:
+        for check in (True, False):
+            with pytest.raises(ValueError):
+                Node.from_parts(bad, body, 20, check=check)
+    with pytest.raises(ValueError):
+        Node.header_length(header[:stream_mod.BLOB_PREFIX - 1])
+    # a raw node: its single block's views are checked against the summary
+    r = Stream(10)
+    for i in range(10):
+        r.append(b"r", os.urandom(100), T0 + i)
+    raw_node = r.node_list()[0]
+    assert raw_node.sealed and not raw_node.compressed
+    header, body = raw_node.blob_parts()
+    first, last, raw_len, code, ids = _summary_of(header)
+    for bad in (header[:at] + stream_mod._SUMMARY.pack(first - 1, last, raw_len, code, len(ids))
+                + header[at + stream_mod._SUMMARY.size:],
+                header[:at] + stream_mod._SUMMARY.pack(first, last, raw_len + 8, code, len(ids))
+                + header[at + stream_mod._SUMMARY.size:]):
+        with pytest.raises(ValueError):
+            Node.from_parts(bad, body, 10, check=False)
+
+
+def test_version_2_blobs_still_load(small_blocks, monkeypatch):
+    s, _ = blocky(70)
+    s.append(b"a", b"active", T0 + 2000)
+    s.delete(12)
+    state = s.export_state()
+    state["nodes"] = [(_v2_blob(node), None if node.deleted is None else bytes(node.deleted))
+                      for node in s.node_list()]
+    del state["tag_refs"]  # as a version-1 snapshot: recounted
+    for check in (True, False):
+        r = Stream.from_state(state, check=check)
+        r._check()
+        assert r.read(1, 100) == s.read(1, 100)
+        assert list(r._tag_refs) == list(s._tag_refs)
+        assert [n.tag_set.tolist() for n in r.node_list() if n.sealed] == [
+            n.tag_set.tolist() for n in s.node_list() if n.sealed]
+
+
+def test_from_state_tag_refs_are_checked():
+    s = Stream(4)
+    for i in range(1, 30):
+        s.append(b"u%d" % (i // 3), text(i), T0 + i)  # tags used by one or two nodes
+    s.evict_through(9)  # frees the first tags
+    s._check()
+    assert s._free_ids
+    state = s.export_state()
+    refs = stream_mod._le_array("I", state["tag_refs"]).tolist()
+    assert refs == list(s._tag_refs)
+    used = [t for t, n in enumerate(refs) if n]
+    for given in (refs, bytes(state["tag_refs"])):
+        for check in (True, False):
+            r = Stream.from_state(dict(state, tag_refs=given), check=check)
+            r._check()
+    swapped = list(refs)
+    swapped[used[0]] += 1
+    swapped[used[1]] -= 1  # the same sum: only a recount sees it
+    with pytest.raises(ValueError, match="reference counts"):
+        Stream.from_state(dict(state, tag_refs=swapped))
+    free = s._free_ids[0]
+    bad = [refs + [0],                                        # length
+           [1] + refs[1:],                                    # id 0
+           [n + (t == used[0]) for t, n in enumerate(refs)],  # sum
+           [n - (t == used[0]) + (t == free) for t, n in enumerate(refs)]]  # a free id in use
+    for given in bad:
+        for check in (True, False):
+            with pytest.raises(ValueError, match="reference counts"):
+                Stream.from_state(dict(state, tag_refs=given), check=check)

@@ -127,6 +127,233 @@ class TestSnapshot:
         assert snapshot.load_file(path) == {}
 
 
+def rich_keyspace() -> Keyspace:
+    """Several sealed nodes of several blocks, a raw (incompressible) node,
+    deleted entries, an eviction in the middle of a node, a freed tag, a
+    partial active node, groups with pending entries."""
+    rng = random.Random(5)
+    keyspace = Keyspace()
+    stream = keyspace.get_or_create(b"rich", 50)
+    t = 1_700_000_000_000_000_000
+    stream.append(b"once", b"only in the first node", t)
+    for i in range(1, 330):
+        if 150 <= i < 200:
+            data = rng.randbytes(300)  # a node that does not compress
+        else:
+            data = b"entry %d of a rich stream; " % i * (1 + i % 4)
+        stream.append(b"sub.%d.%s" % (i % 5, b"ab"[i % 2:i % 2 + 1]), data, t + i * 1000)
+    stream.evict_through(62)  # frees "once" and lands inside node 2
+    for offset in (63, 64, 80, 151, 199, 200, 320, 329):
+        stream.delete(offset)
+    stream.config.max_age_ms = 10**9
+    group = stream.groups[b"g1"] = Group(b"g1", 70)
+    group.read(stream, 20, 1000, (500, 60000), 100)
+    stream.groups[b"g2"] = Group(b"g2", 1)
+    keyspace.get_or_create(b"one", 7).append(b"t", b"x", 5)
+    return keyspace
+
+
+def node_record_spans(data: bytes) -> list[tuple[int, int, bytes]]:
+    """(start, end, kind) of every record of a snapshot file."""
+    body = memoryview(data)[: len(data) - snapshot.FOOTER.size]
+    return [(pos, pos + 14 + len(payload), bytes(payload[:1]))
+            for pos, payload in iter_frames(body, snapshot.FILE_HEADER.size)]
+
+
+def refreshed_checksums(data: bytearray, start: int, end: int) -> bytes:
+    """``data`` with the record at [start, end) and the whole file re-checksummed."""
+    import zlib
+    payload = bytes(data[start + 14:end])
+    data[start + 6:start + 10] = zlib.crc32(payload).to_bytes(4, "little")
+    footer = len(data) - snapshot.FOOTER.size
+    data[footer + 8:] = zlib.crc32(bytes(data[:footer])).to_bytes(4, "little")
+    return bytes(data)
+
+
+class TestSnapshotLoad:
+    """The fast load: node headers, stored refcounts, record-by-record reads."""
+
+    def test_loaded_stream_equals_the_original(self, tmp_path):
+        from engine.subjects import index_of, parse_filter
+
+        keyspace = rich_keyspace()
+        path = str(tmp_path / "dump.tsr")
+        snapshot.write(snapshot.capture(keyspace), path)
+        loaded = snapshot.load_file(path)
+        for key, left in keyspace.items():
+            right = loaded[key]
+            right._check()
+            assert (right.first, right.next_offset, right.length, right.last_time, right.config) == (
+                left.first, left.next_offset, left.length, left.last_time, left.config)
+            for offset in range(1, left.next_offset + 2):  # deleted and evicted ones too
+                assert right.get(offset) == left.get(offset)
+            assert right.read(1, left.next_offset) == left.read(1, left.next_offset)
+            assert list(right._tag_refs) == list(left._tag_refs)
+            assert right._tag_list == left._tag_list and right.tag_count() == left.tag_count()
+            assert {n: g.export_state() for n, g in right.groups.items()} == {
+                n: g.export_state() for n, g in left.groups.items()}
+            for node_l, node_r in zip(left.node_list(), right.node_list()):
+                assert (node_r.start, node_r.sealed, node_r.count, node_r.ndel) == (
+                    node_l.start, node_l.sealed, node_l.count, node_l.ndel)
+                if node_r.sealed:
+                    assert (node_r.first_time, node_r.last_time, node_r.raw_len, list(node_r.tag_set),
+                            node_r.compressed) == (
+                        node_l.first_time, node_l.last_time, node_l.raw_len, list(node_l.tag_set),
+                        node_l.compressed)
+                    assert type(node_r.data) is bytes and node_r.data == node_l.data
+        rich_l, rich_r = keyspace.get(b"rich"), loaded[b"rich"]
+        assert any(not n.compressed for n in rich_r.node_list() if n.sealed)
+        # tag-filtered reads
+        for raw in (b"sub.1.a", b"sub.*.b", b"sub.>", b"sub.3.*"):
+            flt = parse_filter(raw)
+            want = index_of(rich_l)
+            got = index_of(rich_r)
+            assert list(got.iter_from(got.entries(flt), 1)) == list(want.iter_from(want.entries(flt), 1))
+            assert got.last_matching(flt) == want.last_matching(flt)
+        rich_r._check()
+        # writes and eviction after the load: the stored refcounts fall to zero
+        for stream in (rich_l, rich_r):
+            stream.append(b"sub.9.a", b"after", 1_800_000_000_000_000_000)
+            stream.evict_through(200)
+        assert rich_r.read(1, 400) == rich_l.read(1, 400)
+        assert list(rich_r._tag_refs) == list(rich_l._tag_refs)
+        rich_r._check()
+        rich_r.evict_through(rich_r.last)
+        rich_r._check()
+        assert rich_r.length == 0 and rich_r.nodes == 0 and rich_r.tag_count() == 0
+        assert not any(rich_r._tag_refs)
+
+    def test_load_file_does_not_decompress(self, tmp_path, monkeypatch):
+        from engine import stream as stream_mod
+
+        keyspace = rich_keyspace()
+        path = str(tmp_path / "dump.tsr")
+        snapshot.write(snapshot.capture(keyspace), path)
+        stream_mod.clear_decoded_cache()
+
+        class NoDecompression:
+            def decompress(self, data):
+                raise AssertionError("a node was decompressed while loading")
+
+        real = stream_mod._DCTX
+        monkeypatch.setattr(stream_mod, "_DCTX", NoDecompression())
+        loaded = snapshot.load_file(path)
+        in_memory = snapshot.load(open(path, "rb").read(), path)
+        monkeypatch.setattr(stream_mod, "_DCTX", real)
+        for streams in (loaded, in_memory):
+            for key, stream in streams.items():
+                stream._check()
+                assert stream.read(1, 1000) == keyspace.get(key).read(1, 1000)
+
+    def test_version_1_snapshot_still_loads(self, tmp_path):
+        # written by the version-1 writer (commit 4414273) from build_keyspace()
+        path = os.path.join(os.path.dirname(__file__), "data", "snapshot-v1.tsr")
+        with open(path, "rb") as handle:
+            assert handle.read(10)[8:] == b"\x01\x00"
+        loaded = Keyspace()
+        for key, stream in snapshot.load_file(path).items():
+            loaded.put(key, stream)
+        same_state(build_keyspace(), loaded)
+        # saved again, it is a version-2 file with the same content
+        again = str(tmp_path / "again.tsr")
+        snapshot.write(snapshot.capture(loaded), again)
+        assert open(again, "rb").read(10)[8:] == b"\x02\x00"
+        reloaded = Keyspace()
+        for key, stream in snapshot.load_file(again).items():
+            reloaded.put(key, stream)
+        same_state(loaded, reloaded)
+
+    def test_any_flipped_byte_names_its_record(self, tmp_path):
+        path = tmp_path / "dump.tsr"
+        snapshot.write(snapshot.capture(rich_keyspace()), str(path))
+        data = path.read_bytes()
+        spans = node_record_spans(data)
+        end = len(data) - snapshot.FOOTER.size
+        rng = random.Random(3)
+        positions = rng.sample(range(len(data)), 40)
+        for start, stop, kind in spans:
+            if kind == snapshot.KIND_NODE:  # the node's prefix and blob header, where parsing happens
+                positions += [start + k for k in (1, 8, 14, 15, 19, 23, 26, 40, 60, 75, 100) if start + k < stop]
+        for position in positions:
+            damaged = bytearray(data)
+            damaged[position] ^= 0x24
+            path.write_bytes(bytes(damaged))
+            with pytest.raises(CorruptFile) as info:
+                snapshot.load_file(str(path))
+            assert str(path) in str(info.value)
+            inside = [start for start, stop, _ in spans if start <= position < stop]
+            if inside:
+                assert info.value.offset == inside[0], (position, str(info.value))
+            else:
+                assert info.value.offset in (0, 8, end), (position, str(info.value))
+
+    def test_damaged_node_header_with_good_checksums(self, tmp_path):
+        """The checksums cover the bytes, not the meaning: structural checks still
+        refuse nonsense a buggy writer could produce, naming the record."""
+        path = tmp_path / "dump.tsr"
+        snapshot.write(snapshot.capture(rich_keyspace()), str(path))
+        data = path.read_bytes()
+        spans = node_record_spans(data)
+        start, stop, _ = [span for span in spans if span[2] == snapshot.KIND_NODE][1]
+        (bitmap_len,) = snapshot._NODE_PREFIX.unpack_from(data, start + 15)
+        blob = start + 19 + bitmap_len
+        from engine import stream as stream_mod
+
+        nblocks = blob + stream_mod._HDR.size + 4
+        summary = blob + stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
+        first_offset = blob + stream_mod.BLOB_PREFIX + 8  # the second frame offset
+        edits = [
+            (nblocks, (1).to_bytes(4, "little")),                 # block geometry
+            (first_offset, (10**6).to_bytes(8, "little")),        # offsets not monotone
+            (summary, (2**62).to_bytes(8, "little")),             # first_time after last_time
+            (summary + 16, (10**9).to_bytes(8, "little")),        # raw length
+        ]
+        for at, value in edits:
+            damaged = bytearray(data)
+            damaged[at:at + len(value)] = value
+            path.write_bytes(refreshed_checksums(damaged, start, stop))
+            with pytest.raises(CorruptFile, match="bad record") as info:
+                snapshot.load_file(str(path))
+            assert info.value.offset == start
+        # the stored refcounts against the nodes' tag sets
+        s_start, s_stop, _ = spans[0]
+        key, meta = unpack(data[s_start + 15:s_stop])
+        refs = bytearray(meta[b"tag_refs"])
+        refs[4] += 1  # one more use of tag id 1 than the nodes hold
+        meta[b"tag_refs"] = bytes(refs)
+        from persistence.framing import frame
+        import msgpack
+        record = frame(snapshot.KIND_STREAM + msgpack.packb([key, meta], use_bin_type=True))
+        damaged = bytearray(data[:s_start] + record + data[s_stop:])
+        path.write_bytes(refreshed_checksums(damaged, s_start, s_start + len(record)))
+        with pytest.raises(CorruptFile, match="does not rebuild") as info:
+            snapshot.load_file(str(path))
+        assert info.value.offset == s_start
+
+    def test_snapshot_reader_and_offline_nodes(self, tmp_path):
+        """pipeline/snapshot_reader.py walks version-2 files; nodes rebuild from its blobs."""
+        from engine import Node
+        from pipeline.snapshot_reader import find_key, iter_node_blobs, open_snapshot
+
+        keyspace = rich_keyspace()
+        path = str(tmp_path / "dump.tsr")
+        snapshot.write(snapshot.capture(keyspace), path)
+        data = open_snapshot(path)
+        try:
+            item = find_key(data, b"rich", path)
+            assert item is not None and len(item.node_pos) == keyspace.get(b"rich").nodes
+            for (blob, deleted), node in zip(iter_node_blobs(data, item.node_pos[0], len(item.node_pos), path),
+                                             keyspace.get(b"rich").node_list()):
+                for check in (True, False):
+                    clone = Node.from_blob(blob, 50, check=check)
+                    assert clone.decoded()[2].tolist() == node.decoded()[2].tolist()
+                    assert bytes(clone.decoded()[0]) == bytes(node.decoded()[0])
+                assert deleted == (None if node.deleted is None else bytes(node.deleted))
+                del blob, clone
+        finally:
+            data.close()
+
+
 class TestReplay:
     def test_records_rebuild_the_state(self):
         keyspace = Keyspace()
