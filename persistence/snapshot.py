@@ -32,7 +32,9 @@ whole-file CRC is computed along the way and compared at the end; since it
 covers every byte, nodes are rebuilt from their headers without decompressing
 anything and the tag reference counts come from the S record (cheap structural
 checks only: geometry, frame offsets, lengths, tag-set bounds, refcount sums).
-Nothing is returned before the checksum matched.  On any damage the file is
+Nothing is returned before the checksum matched.  ``check=True`` (what
+``tstream-check`` uses) decompresses every node as well and compares headers
+and refcounts with the blocks, O(entries).  On any damage the file is
 scanned record by record (each record's own CRC) to name the first damaged
 record's offset.  Version-1 files (no ``tag_refs``, version-2 node blobs
 without summary) still load: their nodes are decompressed and their refcounts
@@ -239,26 +241,32 @@ class _BytesSource:
         return bytes(self.view[pos:pos + n])
 
 
-def load(data, path: str = "") -> dict[bytes, Stream]:
+def load(data, path: str = "", check: bool = False) -> dict[bytes, Stream]:
     """Rebuild every stream of a snapshot held in memory. Raises
     PersistenceError naming file and offset.  ``load_file`` reads less."""
-    return _load(_BytesSource(data), path)
+    return _load(_BytesSource(data), path, check)
 
 
-def load_file(path: str) -> dict[bytes, Stream]:
+def load_file(path: str, check: bool = False) -> dict[bytes, Stream]:
     """Rebuild every stream of the snapshot file ``path``, reading it record
-    by record.  Raises PersistenceError naming file and offset."""
+    by record.  Raises PersistenceError naming file and offset.
+
+    ``check=True`` (``tstream-check``) also decompresses every node, checks
+    every block and compares the node headers and the stored tag refcounts
+    with what the blocks hold: O(entries), for a verification tool; the
+    checksum already guards against damage, this guards against a writer's
+    mistakes."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as exc:
         raise PersistenceError(f"cannot read: {exc.strerror}", path) from None
     try:
-        return _load(_FileSource(fd, path), path)
+        return _load(_FileSource(fd, path), path, check)
     finally:
         os.close(fd)
 
 
-def _load(src, path: str) -> dict[bytes, Stream]:
+def _load(src, path: str, check: bool = False) -> dict[bytes, Stream]:
     size = src.size
     if size < FILE_HEADER.size + FOOTER.size:
         raise CorruptFile(f"too short to be a snapshot ({size} bytes)", path, 0)
@@ -273,7 +281,7 @@ def _load(src, path: str) -> dict[bytes, Stream]:
     if footer_magic != FOOTER_MAGIC:
         raise CorruptFile("missing end marker (truncated file?)", path, end)
     try:
-        streams, crc = _read_records(src, end, zlib.crc32(header), path)
+        streams, crc = _read_records(src, end, zlib.crc32(header), path, check)
     except CorruptFile:
         # A damaged record says so by its own checksum: name the first one.
         _locate_damage(src, end, path)
@@ -284,7 +292,7 @@ def _load(src, path: str) -> dict[bytes, Stream]:
     return streams
 
 
-def _read_records(src, end: int, crc: int, path: str) -> tuple[dict[bytes, Stream], int]:
+def _read_records(src, end: int, crc: int, path: str, check: bool = False) -> tuple[dict[bytes, Stream], int]:
     """Rebuild the streams of the records in ``[FILE_HEADER.size, end)``;
     returns them with the running CRC over those bytes (not checked here:
     the caller discards everything unless it matches).  Raises CorruptFile."""
@@ -308,7 +316,7 @@ def _read_records(src, end: int, crc: int, path: str) -> tuple[dict[bytes, Strea
         state["nodes"] = pending["nodes"]
         try:
             # The file's checksum covers every byte: no decompression, refcounts as stored.
-            stream = Stream.from_state(state, check=False)
+            stream = Stream.from_state(state, check=check)
             for group_state in pending["groups"]:
                 group = Group.from_state(group_state)
                 stream.groups[group.name] = group
@@ -357,7 +365,7 @@ def _read_records(src, end: int, crc: int, path: str) -> tuple[dict[bytes, Strea
                     body = read(pos + body_at, rec_len - body_at)
                     crc = crc32(body, crc32(view[:body_at], crc))
                 bitmap = head[node_at:blob_at] or None
-                node = from_parts(view[blob_at:body_at], body, pending["node_entries"], check=False)
+                node = from_parts(view[blob_at:body_at], body, pending["node_entries"], check=check)
                 del view
                 pending["nodes"].append((node, bitmap))
                 pos += rec_len

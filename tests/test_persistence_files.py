@@ -330,6 +330,31 @@ class TestSnapshotLoad:
             snapshot.load_file(str(path))
         assert info.value.offset == s_start
 
+    def test_deep_check_compares_headers_with_blocks(self, tmp_path, capsys):
+        """A node header that contradicts its blocks (checksums fine): the load takes
+        it as written, ``check=True`` and tstream-check decompress and refuse it."""
+        from engine import stream as stream_mod
+        from persistence import check
+
+        path = tmp_path / "dump.tsr"
+        snapshot.write(snapshot.capture(rich_keyspace()), str(path))
+        assert snapshot.load_file(str(path), check=True)
+        assert check.main([str(path)]) == 0
+        data = path.read_bytes()
+        start, stop, _ = [span for span in node_record_spans(data) if span[2] == snapshot.KIND_NODE][1]
+        (bitmap_len,) = snapshot._NODE_PREFIX.unpack_from(data, start + 15)
+        first_time = start + 19 + bitmap_len + stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
+        damaged = bytearray(data)
+        value = int.from_bytes(damaged[first_time:first_time + 8], "little") - 1
+        damaged[first_time:first_time + 8] = value.to_bytes(8, "little")
+        path.write_bytes(refreshed_checksums(damaged, start, stop))
+        assert snapshot.load_file(str(path))[b"rich"].length == rich_keyspace().get(b"rich").length
+        with pytest.raises(CorruptFile, match="summary does not match") as info:
+            snapshot.load_file(str(path), check=True)
+        assert info.value.offset == start
+        assert check.main([str(path)]) == 1
+        assert f"at offset {start}" in capsys.readouterr().out
+
     def test_snapshot_reader_and_offline_nodes(self, tmp_path):
         """pipeline/snapshot_reader.py walks version-2 files; nodes rebuild from its blobs."""
         from engine import Node
