@@ -484,7 +484,8 @@ class Node:
 
     See the module docstring for the layout.  Nodes are managed by
     :class:`Stream`; the public surface for snapshots is :meth:`blob`
-    (alias :meth:`sealed_bytes`), :meth:`blob_parts`, :meth:`from_blob`,
+    (alias :meth:`sealed_bytes`), :meth:`blob_parts` (:meth:`capture_parts`,
+    :meth:`parts_of`), :meth:`from_blob`,
     :meth:`from_parts`, :meth:`header_length`, :attr:`count`, :attr:`sealed` and :attr:`deleted`; readers use
     :meth:`tables_at` (one block) or :meth:`decoded` (the whole node).
     """
@@ -660,16 +661,19 @@ class Node:
         ``body`` is the stored object itself (no copy, immutable) and the
         header is O(blocks + distinct tags); for the active node the body is
         serialised now (raw, O(size))."""
+        return Node.parts_of(self.capture_parts())
+
+    def capture_parts(self) -> tuple:
+        """What :meth:`blob_parts` needs, taken now and turned into bytes
+        later (:meth:`parts_of`), from any thread: for a sealed node,
+        references to its immutable parts, O(1) (eviction may drop the node
+        meanwhile: the references stay valid); for the active node,
+        :meth:`blob_parts` itself, O(size).  A snapshot's capture runs on
+        the event loop, its writing in a worker thread."""
         if self.sealed:
-            offs = self.block_offs
-            ids = self.tag_set
-            return (_HDR.pack(_MAGIC, _VERSION, _FLAG_ZSTD if self.compressed else 0,
-                              self.ends_code.encode(), self.cap_end - self.start, self.start,
-                              self.buf_len)
-                    + _BLOCKS_HDR.pack(self.block_entries, len(self.blocks))
-                    + _SUMMARY.pack(self.first_time, self.last_time, self.raw_len,
-                                    ids.typecode.encode(), len(ids))
-                    + struct.pack(f"<{len(offs)}Q", *offs) + _le_bytes(ids), self.data)
+            return (self.start, self.cap_end - self.start, self.compressed, self.ends_code,
+                    self.buf_len, self.block_entries, self.first_time, self.last_time,
+                    self.raw_len, self.block_offs, self.tag_set, self.data)
         body = self._body()
         times = self.times
         count = len(times)
@@ -680,6 +684,19 @@ class Node:
                 + _SUMMARY.pack(times[0] if count else 0, times[-1] if count else 0, len(body),
                                 ids.typecode.encode(), len(ids))
                 + struct.pack("<QQ", 0, len(body)) + _le_bytes(ids), body)
+
+    @staticmethod
+    def parts_of(captured: tuple) -> tuple[bytes, bytes]:
+        """``(header, body)`` of a node from its :meth:`capture_parts`."""
+        if len(captured) == 2:
+            return captured
+        (start, count, compressed, code, buf_len, be, first_time, last_time, raw_len, offs, ids,
+         data) = captured
+        return (_HDR.pack(_MAGIC, _VERSION, _FLAG_ZSTD if compressed else 0, code.encode(), count,
+                          start, buf_len)
+                + _BLOCKS_HDR.pack(be, len(offs) - 1)
+                + _SUMMARY.pack(first_time, last_time, raw_len, ids.typecode.encode(), len(ids))
+                + struct.pack(f"<{len(offs)}Q", *offs) + _le_bytes(ids), data)
 
     def blob(self) -> bytes:
         """Self-describing serialisation of this node, for snapshots

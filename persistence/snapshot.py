@@ -107,10 +107,11 @@ class StreamCapture:
             "tags": list(stream._tag_list),
             "tag_refs": _refs_bytes(stream._tag_refs),
         }
-        # (deleted bitmap copy or None, blob header, blob body); sealed bodies are
-        # immutable and shared, the active node's body is serialised now.
+        # (deleted bitmap copy or None, Node.capture_parts()): references to the
+        # immutable parts of sealed nodes (their headers are built by the writer
+        # thread), the active node serialised now.
         self.nodes = [
-            (None if node.deleted is None else bytes(node.deleted), *node.blob_parts())
+            (None if node.deleted is None else bytes(node.deleted), node.capture_parts())
             for node in stream.node_list()
         ]
         self.groups = [group.export_state() for group in stream.groups.values()]
@@ -125,7 +126,8 @@ def records(captured: list[StreamCapture]) -> Iterator[bytes]:
     """The framed records of a snapshot body, in file order."""
     for item in captured:
         yield frame(KIND_STREAM + _packb([item.key, item.meta]))
-        for deleted, header, body in item.nodes:
+        for deleted, parts in item.nodes:
+            header, body = Node.parts_of(parts)
             bitmap = deleted or b""
             yield frame(b"".join((KIND_NODE, _NODE_PREFIX.pack(len(bitmap)), bitmap, header, body)))
         for group in item.groups:
