@@ -149,7 +149,7 @@ def client_(client, argv):
     if sub == b"info" and n == 2:
         return Verbatim(client.describe() + "\n")
     if sub == b"list":
-        client.last_command = b"client|list"  # what is running now, as Redis shows it
+        client.last_argv = argv  # what is running now, as Redis shows it
         clients = list(server.clients.values())
         if n > 2:
             if argv[2].lower() == b"id" and n > 3:

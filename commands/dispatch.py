@@ -1,7 +1,16 @@
-"""Run one command: look it up, check its arity and auth, call its handler.
+"""Run commands: look each up, check its arity and auth, call its handler.
 
 This is the one boundary where CommandError (and any bug) becomes a RESP error
 reply, so a bad command never breaks the connection or the server.
+
+Pipelined runs: a command whose table entry has a ``run`` handler (TWRITE) and
+that arrives several times in a row in one read, each time in its simplest
+form (exactly |arity| words) on the same key, is executed as one run: one call
+appends all the entries at once and produces all the replies.  Clients see the
+same replies and the same data as with one call per command (the entries of a
+run share one timestamp, as those of one ``TWRITE ... ENTRIES`` do).  INFO
+commandstats counts every command of the run; the slow log sees the run as
+its first command with the whole run's time.
 """
 
 from __future__ import annotations
@@ -19,39 +28,60 @@ from .table import COMMANDS
 
 log = logging.getLogger("tstream.commands")
 
-# The table in the shape the hot path wants: name -> (canonical name, handler, fewest
-# words, most words, is fast, the Command), under the lower- and the upper-case
-# spelling (clients send one or the other; other spellings go through .lower()).
-# Derived once from COMMANDS, never edited by hand.
-_DISPATCH = {}
-for _name, _cmd in COMMANDS.items():
-    _entry = (_name, _cmd.handler, abs(_cmd.arity), _cmd.arity if _cmd.arity > 0 else 1 << 62,
-              bool(_cmd.flags & FAST), _cmd)
-    _DISPATCH[_name] = _DISPATCH[_name.upper()] = _entry
+
+def build_dispatch() -> tuple[dict, dict]:
+    """A server's own dispatch table and its per-command statistics.
+
+    The table is COMMANDS in the shape the hot path wants: name -> (canonical
+    name, handler, fewest words, most words, is fast, the Command, its
+    CommandStats, its run handler or None), under the lower- and the upper-case
+    spelling (clients send one or the other; other spellings go through
+    .lower()).  The statistics are also returned as canonical name ->
+    CommandStats, for INFO commandstats.  Each server builds its own, so
+    embedded servers in one process keep separate counts.
+    """
+    table, stats = {}, {}
+    for name, cmd in COMMANDS.items():
+        stats[name] = CommandStats()
+        entry = (name, cmd.handler, abs(cmd.arity), cmd.arity if cmd.arity > 0 else 1 << 62,
+                 bool(cmd.flags & FAST), cmd, stats[name], cmd.run)
+        table[name] = table[name.upper()] = entry
+    return table, stats
 
 
 def execute(client, argv: list) -> bytes | None:
     """The encoded reply to ``argv`` for ``client``; None when nothing is to be sent."""
+    return execute_at(client, [argv], 0)[0]
+
+
+def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
+    """Execute ``commands[at]`` (or the run of commands starting there, see the
+    module docstring); returns the encoded reply (None when nothing is to be
+    sent) and the index of the next command to execute."""
+    argv = commands[at]
     server = client.server
-    entry = _DISPATCH.get(argv[0]) or _DISPATCH.get(argv[0].lower())
+    table = server.dispatch
+    entry = table.get(argv[0]) or table.get(argv[0].lower())
     if entry is None:
         server.stats.errors += 1
-        return encode_error(UnknownCommand(argv[0], argv[1:]).message)
-    name, handler, fewest, most, fast, command = entry
-    stats = server.command_stats.get(name)
-    if stats is None:
-        stats = server.command_stats[name] = CommandStats()
-    if not fewest <= len(argv) <= most:
+        return encode_error(UnknownCommand(argv[0], argv[1:]).message), at + 1
+    name, handler, fewest, most, fast, command, stats, run = entry
+    nargs = len(argv)
+    if not fewest <= nargs <= most:
         stats.rejected += 1
         server.stats.errors += 1
-        return encode_error(WrongArity(name.decode("utf-8", "replace")).message)
+        return encode_error(WrongArity(name.decode("utf-8", "replace")).message), at + 1
     if client.gate is not None:  # not authenticated yet, or an ACL user with limits
         try:
             client.gate(client, name, argv, command)
         except CommandError as exc:
             stats.rejected += 1
             server.stats.errors += 1
-            return encode_error(exc.message)
+            return encode_error(exc.message), at + 1
+    elif run is not None and nargs == fewest and at + 1 < len(commands):
+        end = _run_end(commands, at, nargs)
+        if end > at + 1:
+            return _execute_run(client, run, commands[at:end], stats, fast), end
     started = perf_counter_ns()
     try:
         reply = handler(client, argv)
@@ -75,4 +105,41 @@ def execute(client, argv: list) -> bytes | None:
     stats.nanos += elapsed
     if elapsed >= server.slow_threshold_ns:
         server.observe_slow(argv, elapsed, client, fast)
+    return out, at + 1
+
+
+def _run_end(commands: list, at: int, nargs: int) -> int:
+    """Where the run starting at ``commands[at]`` ends: the commands after it
+    spelled the same, with ``nargs`` words and the same key."""
+    first = commands[at]
+    name, key = first[0], first[1]
+    end = at + 1
+    count = len(commands)
+    while end < count:
+        argv = commands[end]
+        if len(argv) != nargs or argv[0] != name or argv[1] != key:
+            break
+        end += 1
+    return end
+
+
+def _execute_run(client, run, argvs: list, stats: CommandStats, fast: bool) -> bytes:
+    server = client.server
+    started = perf_counter_ns()
+    try:
+        out = run(client, argvs)
+    except CommandError as exc:  # a run fails as a whole, before any change
+        stats.failed += len(argvs)
+        server.stats.errors += len(argvs)
+        out = encode_error(exc.message) * len(argvs)
+    except Exception:
+        log.exception("run of %d %r commands failed", len(argvs), argvs[0][:2])
+        stats.failed += len(argvs)
+        server.stats.errors += len(argvs)
+        out = encode_error("ERR internal error while running the command (see the server log)") * len(argvs)
+    elapsed = perf_counter_ns() - started
+    stats.calls += len(argvs)
+    stats.nanos += elapsed
+    if elapsed >= server.slow_threshold_ns:
+        server.observe_slow(argvs[0], elapsed, client, fast)
     return out

@@ -100,6 +100,8 @@ def _cpu(server) -> dict:
 def _commandstats(server) -> dict:
     fields = {}
     for name, stats in sorted(server.command_stats.items()):
+        if not stats.used():  # as Redis: only the commands called since the last reset
+            continue
         usec = stats.nanos // 1000
         per_call = usec / stats.calls if stats.calls else 0.0
         fields[f"cmdstat_{name.decode()}"] = (f"calls={stats.calls},usec={usec},usec_per_call={per_call:.2f},"

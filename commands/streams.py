@@ -11,9 +11,9 @@ from time import time_ns
 
 from engine.groups import Group
 from persistence.effects import ACK, APPEND, CONFIG, EVICT, group_moved
-from resp import OK
+from resp import OK, Entries
 
-from .args import to_bool, to_int, to_nonnegative, to_positive
+from .args import to_bool, to_int, to_nonnegative, to_positive_list
 from .errors import CommandError, SyntaxErr
 
 # A handler's reply when the client gets no reply now (it blocked, or the
@@ -71,6 +71,34 @@ def twrite(client, argv):
     if server.waiting_keys:
         server.wake(argv[1])
     return offset
+
+
+def twrite_run(client, argvs: list) -> bytes:
+    """A pipelined run of ``TWRITE key tag entry`` on one key (see commands.dispatch).
+
+    Appends every entry with one Stream.append_many (one timestamp, limits
+    enforced once, one effect record) and replies each command's offset.
+    O(entries).
+    """
+    server = client.server
+    key = argvs[0][1]
+    count = len(argvs)
+    flat = [None] * (2 * count)
+    flat[0::2] = [argv[2] for argv in argvs]
+    flat[1::2] = [argv[3] for argv in argvs]
+    stream = server.streams.get(key)
+    if stream is None:
+        stream = server.create_stream(key)
+    first = stream.first
+    offset = stream.append_many(flat, time_ns())
+    server.dirty += count
+    if server.aof is not None:
+        server.aof.log([APPEND, key, offset, stream.last_time, *flat])
+        if stream.first != first:
+            server.aof.log([EVICT, key, stream.first])
+    if server.waiting_keys:
+        server.wake(key)
+    return b"".join([b":%d\r\n" % o for o in range(offset, offset + count)])
 
 
 def parse_offset(arg: bytes) -> int | bytes:
@@ -167,7 +195,8 @@ def perform_read(server, request: ReadRequest, blocking: bool):
             return None
     if request.withinfo:
         reply.insert(0, [stream.first, stream.last] if stream is not None else [1, 0])
-    return reply
+        return reply
+    return Entries(reply)
 
 
 def tread(client, argv):
@@ -199,7 +228,7 @@ def tack(client, argv):
         start, end = int(match.group(1)), int(match.group(2))
         offsets = None
     else:
-        offsets = [to_positive(arg, "offset") for arg in argv[3:]]
+        offsets = to_positive_list(argv[3:], "offset")
     server = client.server
     stream = server.streams.get(argv[1])
     group = stream.groups.get(argv[2]) if stream is not None else None
@@ -207,13 +236,14 @@ def tack(client, argv):
         return 0
     if offsets is None:
         offsets = group.pending_offsets(start, end)
+    was_full = group.pending_count >= server.config["group-max-pending"]
     acked = group.ack(offsets)
     if acked:
         server.dirty += 1
         if server.aof is not None:
             server.aof.log([ACK, argv[1], argv[2], *offsets])
-        if argv[1] in server.waiting_keys:
-            server.wake(argv[1])  # room in the pending list may unblock capped readers
+        if was_full and argv[1] in server.waiting_keys:
+            server.wake(argv[1])  # room in a full pending list: capped readers may go on
     return acked
 
 

@@ -1,10 +1,12 @@
 """The command table: every command the server knows, in one literal.
 
-name -> Command(handler, arity, flags, keys)
+name -> Command(handler, arity, flags, keys, run)
 
 arity follows Redis: N means exactly N words including the command name, -N at
 least N.  It is checked once, centrally, by the dispatcher.  keys is
-(first, last, step) of the key arguments, for COMMAND INFO/GETKEYS.
+(first, last, step) of the key arguments, for COMMAND INFO/GETKEYS.  run, when
+set, executes a pipelined run of the command's simplest form on one key in one
+call (see commands.dispatch).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class Command(NamedTuple):
     arity: int
     flags: int
     keys: tuple[int, int, int] = (0, 0, 0)
+    run: Callable | None = None
 
 
 ONE_KEY = (1, 1, 1)
@@ -27,7 +30,7 @@ ALL_KEYS = (1, -1, 1)
 
 COMMANDS: dict[bytes, Command] = {
     # RCP 11 streams
-    b"twrite": Command(streams.twrite, -4, WRITE | DENYOOM | FAST, ONE_KEY),
+    b"twrite": Command(streams.twrite, -4, WRITE | DENYOOM | FAST, ONE_KEY, streams.twrite_run),
     b"tread": Command(streams.tread, -4, READONLY | BLOCKING, ONE_KEY),
     b"tevict": Command(streams.tevict, 3, WRITE, ONE_KEY),
     b"tack": Command(streams.tack, -4, WRITE | FAST, ONE_KEY),

@@ -4,6 +4,7 @@ from .encode import (
     NULL_ARRAY,
     OK,
     BigNumber,
+    Entries,
     ErrorReply,
     Push,
     Raw,
@@ -18,6 +19,6 @@ from .parser import RequestParser, split_inline
 from .strict import StrictRequestParser
 
 __all__ = [
-    "NULL_ARRAY", "OK", "BigNumber", "ErrorReply", "Push", "Raw", "Set", "Status", "Verbatim",
+    "NULL_ARRAY", "OK", "BigNumber", "Entries", "ErrorReply", "Push", "Raw", "Set", "Status", "Verbatim",
     "encode", "encode_error", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
 ]

@@ -20,6 +20,7 @@ how each looks on the wire under RESP2 or RESP3:
     Verbatim              $ bulk                  = verbatim (txt:)
     BigNumber             $ bulk                  ( big number
     Push                  * array                 > push
+    Entries               * array of entries      * array of entries
     Raw                   the bytes as they are   the bytes as they are
     ====================  ======================  ==========================
 """
@@ -54,6 +55,14 @@ class Set(list):
 
 
 class Push(list):
+    __slots__ = ()
+
+
+class Entries(list):
+    """A list of stream entries, each ``[offset, tag, data]`` (int, bytes,
+    bytes-like) or None for a missing one: encoded like the plain list, by a
+    loop that skips the per-item type dispatch (it is the TREAD reply)."""
+
     __slots__ = ()
 
 
@@ -110,6 +119,16 @@ def _write(value, out: list, resp3: bool) -> None:
         out.append(b":%d\r\n" % value)
     elif cls is list or cls is tuple:
         _aggregate(b"*", value, out, resp3)
+    elif cls is Entries:
+        out.append(b"*%d\r\n" % len(value))
+        null = b"_\r\n" if resp3 else b"$-1\r\n"
+        append = out.append
+        for entry in value:
+            if entry is None:
+                append(null)
+            else:
+                offset, tag, data = entry
+                append(b"*3\r\n:%d\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (offset, len(tag), tag, len(data), data))
     elif cls is Raw:
         out.append(value)
     elif cls is str:

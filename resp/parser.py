@@ -5,6 +5,12 @@
     while (command := parser.next_command()) is not None:
         handle(command)             # a list of bytes: [name, arg1, ...]
 
+or, to take every complete command at once (what the server does, so that it
+can see a pipeline's commands together)::
+
+    for command in parser.pull():
+        handle(command)
+
 Clients send commands as RESP multibulk arrays (``*2\\r\\n$4\\r\\nPING...``), which
 ``hiredis.Reader`` decodes in C.  Redis also accepts *inline* commands, a plain line
 of space-separated words (what telnet and ``redis-cli`` pipes send); those are
@@ -25,7 +31,7 @@ INLINE_MAX_SIZE = 64 * 1024
 
 
 class RequestParser:
-    __slots__ = ("_reader", "_inline", "_partial")
+    __slots__ = ("_reader", "_inline", "_partial", "_error")
 
     def __init__(self) -> None:
         self._reader = hiredis.Reader()
@@ -34,6 +40,7 @@ class RequestParser:
         # cannot tell (it may have consumed a command's header), so this tracks it:
         # it becomes False only when hiredis returns a command and has nothing left.
         self._partial = False
+        self._error: ProtocolError | None = None  # met by pull() after some commands
 
     def feed(self, data: bytes) -> None:
         """Add bytes received from the client."""
@@ -71,6 +78,46 @@ class RequestParser:
         if self._inline:
             return self._next_inline()
         return None
+
+    def pull(self) -> list[list]:
+        """Every complete command received so far, in order; [] if more data is needed.
+
+        A protocol error raises ProtocolError, but only once the commands before
+        it have been returned (by this call; the error comes with the next).
+        """
+        if not self._partial and not self._inline:
+            if self._error is None:
+                return []
+            error, self._error = self._error, None
+            raise error
+        commands: list[list] = []
+        append = commands.append
+        reader = self._reader
+        try:
+            # The multibulk loop of next_command, inlined: this is the server's hot path.
+            while self._partial:
+                try:
+                    command = reader.gets()
+                except hiredis.ProtocolError as exc:
+                    raise ProtocolError(str(exc).replace("reply type byte", "command type byte")) from None
+                if command is False:
+                    return commands
+                self._partial = reader.has_data()
+                if command.__class__ is list and command:
+                    for arg in command:
+                        if arg.__class__ is not bytes:
+                            raise ProtocolError(f"expected '$', got '{_kind(arg)}'")
+                    append(command)
+                elif command is not None and command != []:  # Redis ignores "*-1" and "*0"
+                    raise ProtocolError(f"expected '*', got '{_kind(command)}'")
+            if self._inline:
+                while (command := self.next_command()) is not None:
+                    append(command)
+        except ProtocolError as exc:
+            if not commands:
+                raise
+            self._error = exc
+        return commands
 
     def _next_inline(self) -> list | None:
         buf = self._inline

@@ -6,7 +6,9 @@ header and refuses a count or length over its limits *before* buffering what it
 announces.  The server uses it for unauthenticated clients (Redis's limits:
 multibulk of at most 10, bulk of at most 16384 bytes), and the tests use it as
 the reference decoding that the hiredis-based parser is compared against.
-Same interface: ``feed(data)``, then ``next_command()`` until it returns None.
+Same interface: ``feed(data)``, then ``next_command()`` until it returns None,
+or ``pull()``, which here returns one command at a time (so that when AUTH
+succeeds, what follows it is parsed by the parser that then takes over).
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ class StrictRequestParser:
         data = bytes(self._buf)
         self._buf.clear()
         return data
+
+    def pull(self) -> list[list]:
+        """The next complete command as a one-element list, or []."""
+        command = self.next_command()
+        return [] if command is None else [command]
 
     def next_command(self) -> list | None:
         buf = self._buf

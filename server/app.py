@@ -13,6 +13,7 @@ import os
 import time
 
 from commands import jetstream
+from commands.dispatch import build_dispatch
 from engine import Keyspace
 from persistence import effects
 
@@ -80,7 +81,8 @@ class Server:
         for rules in config["user"]:
             name, *words = rules.split()
             self.acl.setuser(name, words)
-        self.command_stats: dict = {}  # name -> observability.CommandStats
+        # name -> handler entry, and name -> observability.CommandStats (see commands.dispatch)
+        self.dispatch, self.command_stats = build_dispatch()
         self.slowlog = SlowLog()
         self.latency = LatencyMonitor()
         self.slow_threshold_ns = 0
@@ -163,7 +165,8 @@ class Server:
 
     def reset_stats(self) -> None:
         self.stats.reset()
-        self.command_stats.clear()
+        for stats in self.command_stats.values():
+            stats.reset()
 
     def persistence_info(self) -> dict:
         return self.persistence.info()

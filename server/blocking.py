@@ -12,11 +12,24 @@ Two kinds of waiters:
 Writes, TACKs and group timers (a retry falling due, a pending entry expiring)
 mark keys *ready*; the ready keys are served once per event-loop turn (like
 Redis's handleClientsBlockedOnKeys), after the commands that made them ready.
+
+Timers are kept few, since creating and cancelling a loop timer costs more
+than the read it guards:
+
+- BLOCK timeouts: one heap of (deadline, sequence, waiter) and a single loop
+  timer for its earliest deadline; a served waiter leaves a stale heap entry,
+  skipped when it surfaces and compacted away when stale entries outnumber
+  live ones (so the heap stays O(blocked clients));
+- group timers: at most one per (key, group) with waiters, moved only to an
+  *earlier* time; firing early is harmless (the serve finds nothing and arms
+  the timer again for the real due time).
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import logging
 import time
 from collections import deque
@@ -27,12 +40,12 @@ log = logging.getLogger("tstream.blocking")
 
 
 class Waiter:
-    __slots__ = ("client", "request", "timer", "queued")
+    __slots__ = ("client", "request", "deadline", "queued")
 
     def __init__(self, client, request) -> None:
         self.client = client
         self.request = request  # a commands.streams.ReadRequest, offset already resolved
-        self.timer: asyncio.TimerHandle | None = None
+        self.deadline = 0.0  # loop time of the BLOCK timeout, 0.0 for none (BLOCK 0)
         self.queued = True
 
 
@@ -43,8 +56,14 @@ class BlockingRegistry:
         self.groups: dict[bytes, dict[bytes, deque[Waiter]]] = {}  # key -> group -> FIFO
         self._ready: set[bytes] = set()
         self._scheduled = False
-        # (key, group) -> (due time in ms, timer): re-armed only when the due time changes
+        # (key, group) -> (due time in ms, timer): moved only to an earlier time
         self._group_timers: dict[tuple[bytes, bytes], tuple[int, asyncio.TimerHandle]] = {}
+        # BLOCK timeouts: a heap of (deadline, sequence, waiter) with one loop timer
+        self._deadlines: list[tuple[float, int, Waiter]] = []
+        self._stale_deadlines = 0  # heap entries of waiters no longer queued
+        self._sequence = itertools.count()
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._deadline_armed = float("inf")
         self._loop: asyncio.AbstractEventLoop | None = None
         self.count = 0
 
@@ -65,17 +84,60 @@ class BlockingRegistry:
             self.plain.setdefault(key, []).append(waiter)
         else:
             self.groups.setdefault(key, {}).setdefault(request.group, deque()).append(waiter)
-            self._arm_group_timer(key, request.group)
+            stream = self.server.streams.get(key)
+            group = stream.groups.get(request.group) if stream is not None else None
+            if group is not None:
+                self._arm_group_timer(key, request.group, group)
         self.server.waiting_keys.add(key)
         if request.block_ms:
-            waiter.timer = self.loop.call_later(request.block_ms / 1000, self._timed_out, waiter)
+            deadline = waiter.deadline = self.loop.time() + request.block_ms / 1000
+            heapq.heappush(self._deadlines, (deadline, next(self._sequence), waiter))
+            if deadline < self._deadline_armed:
+                self._arm_deadline_timer(deadline)
         client.blocked = waiter
         self.count += 1
 
-    def _timed_out(self, waiter: Waiter) -> None:
-        waiter.timer = None
-        self._remove(waiter)
-        waiter.client.unblock(encode(NULL_ARRAY, waiter.client.protocol))
+    def _arm_deadline_timer(self, deadline: float) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+        self._deadline_armed = deadline
+        self._deadline_timer = self.loop.call_at(deadline, self._expire_deadlines)
+
+    def _expire_deadlines(self) -> None:
+        """The deadline timer fired: answer every waiter whose BLOCK timed out."""
+        self._deadline_timer = None
+        self._deadline_armed = float("inf")
+        heap = self._deadlines
+        now = self.loop.time()
+        while heap and heap[0][0] <= now:
+            waiter = heapq.heappop(heap)[2]
+            if not waiter.queued:
+                self._stale_deadlines -= 1
+                continue
+            waiter.deadline = 0.0  # its heap entry is gone: not stale
+            self._remove(waiter)
+            waiter.client.unblock(encode(NULL_ARRAY, waiter.client.protocol))
+        self._drop_stale_heads()
+        if heap:
+            self._arm_deadline_timer(heap[0][0])
+
+    def _drop_stale_heads(self) -> None:
+        heap = self._deadlines
+        while heap and not heap[0][2].queued:
+            heapq.heappop(heap)
+            self._stale_deadlines -= 1
+
+    def _deadline_removed(self) -> None:
+        """A waiter with a deadline left the queue: its heap entry is now stale."""
+        self._stale_deadlines += 1
+        if self._stale_deadlines > len(self._deadlines) - self._stale_deadlines + 64:
+            self._deadlines = [item for item in self._deadlines if item[2].queued]
+            heapq.heapify(self._deadlines)
+            self._stale_deadlines = 0
+        if not self._deadlines and self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
+            self._deadline_armed = float("inf")
 
     def forget(self, client) -> None:
         """The client left (disconnect, CLIENT KILL, SHUTDOWN): drop its wait, consume nothing."""
@@ -89,9 +151,8 @@ class BlockingRegistry:
             return
         waiter.queued = False
         self.count -= 1
-        if waiter.timer is not None:
-            waiter.timer.cancel()
-            waiter.timer = None
+        if waiter.deadline:
+            self._deadline_removed()
         request = waiter.request
         key = request.key
         if request.group is None:
@@ -109,9 +170,8 @@ class BlockingRegistry:
                     del queues[request.group]
                     if not queues:
                         del self.groups[key]
-                    armed = self._group_timers.pop((key, request.group), None)
-                    if armed is not None:
-                        armed[1].cancel()
+                    # An armed group timer stays: it may fire for nothing, which is
+                    # cheaper than cancelling it here and arming it at the next block.
         if key not in self.plain and key not in self.groups:
             self.server.waiting_keys.discard(key)
 
@@ -155,36 +215,45 @@ class BlockingRegistry:
             for waiter in [w for w in waiters if w.request.offset < next_offset]:
                 self._deliver(waiter, perform_read(server, waiter.request, blocking=False))
         for group_name, queue in list(self.groups.get(key, {}).items()):
+            group = stream.groups.get(group_name)
             while queue:
                 waiter = queue[0]
                 reply = perform_read(server, waiter.request, blocking=True)
                 if reply is None:
                     break  # nothing for the head of the queue: nothing for the others
                 self._deliver(waiter, reply)
-            if queue:
-                self._arm_group_timer(key, group_name)
+                if group is not None and _drained(group, stream):
+                    break
+            if queue and group is not None:
+                self._arm_group_timer(key, group_name, group)
 
     def _deliver(self, waiter: Waiter, reply) -> None:
         self._remove(waiter)
         client = waiter.client
         client.unblock(encode(reply, client.protocol))
 
-    def _arm_group_timer(self, key: bytes, group_name: bytes) -> None:
+    def _arm_group_timer(self, key: bytes, group_name: bytes, group) -> None:
         """Wake the group's waiters when its next retry falls due or pending entry expires."""
-        stream = self.server.streams.get(key)
-        group = stream.groups.get(group_name) if stream is not None else None
-        due = group.next_due_ms() if group is not None else None
+        due = group.next_due_ms()
+        if due is None:
+            return  # an armed timer may fire for nothing: cheaper than cancelling it
         armed = self._group_timers.get((key, group_name))
         if armed is not None:
-            if armed[0] == due:
-                return  # already set for that time
+            if armed[0] <= due:
+                return  # fires in time (early at worst, then re-armed)
             armed[1].cancel()
-            del self._group_timers[(key, group_name)]
-        if due is None:
-            return
         delay = max(0.0, due / 1000 - time.time()) + 0.0005
         self._group_timers[(key, group_name)] = (due, self.loop.call_later(delay, self._group_due, key, group_name))
 
     def _group_due(self, key: bytes, group_name: bytes) -> None:
         self._group_timers.pop((key, group_name), None)
         self.key_ready(key)
+
+
+def _drained(group, stream) -> bool:
+    """True when ``group`` certainly has nothing to hand out now: no new entry
+    and no retry due.  (False may still mean nothing: the read then says so.)"""
+    if group.next < stream.next_offset:
+        return False
+    due = group.next_due_ms()
+    return due is None or due > time.time_ns() // 1_000_000

@@ -23,7 +23,7 @@ import asyncio
 import logging
 import time
 
-from commands import execute
+from commands.dispatch import execute_at
 from resp import ProtocolError, RequestParser, StrictRequestParser, encode_error
 
 log = logging.getLogger("tstream.connection")
@@ -51,7 +51,10 @@ class ClientConnection(asyncio.Protocol):
         self.fd = -1
         self.created = time.time()
         self.last_interaction = self.created
-        self.last_command = b"NULL"
+        self.last_argv = None  # the last command executed (see last_command)
+        self._queue: list = []  # commands parsed but not executed yet (behind a blocked one)
+        self._queue_at = 0
+        self._unmeasured = 0  # bytes received since the unparsed input was last measured
         self.net_in = 0
         self.net_out = 0
         self.commands = 0
@@ -91,14 +94,19 @@ class ClientConnection(asyncio.Protocol):
         self.last_interaction = time.time()
         self.server.stats.net_input += len(data)
         self.net_in += len(data)
-        parser = self.parser
-        parser.feed(data)
-        pending = parser.pending_bytes()
-        if pending > 65536 and pending > self._query_limit():
-            log.warning("closing client %s: %d bytes of unparsed input are over the limit", self.addr, pending)
-            self.transport.write(encode_error("ERR Protocol error: query buffer limit reached"))
-            self.kill()
-            return
+        self.parser.feed(data)
+        # The unparsed input is measured every 64 KiB received: it can pass a
+        # limit by that much at most, and small requests never pay for it.
+        self._unmeasured += len(data)
+        if self._unmeasured > 65536:
+            self._unmeasured = 0
+            pending = self.parser.pending_bytes()
+            if pending > 65536 and pending > self._query_limit():
+                log.warning("closing client %s: %d bytes of unparsed input are over the limit",
+                            self.addr, pending)
+                self.transport.write(encode_error("ERR Protocol error: query buffer limit reached"))
+                self.kill()
+                return
         if self.blocked is None and not self._write_paused:
             self._run_commands()
 
@@ -115,39 +123,43 @@ class ClientConnection(asyncio.Protocol):
         in order, until it is served (as in Redis).
         """
         server = self.server
-        parser = self.parser
         replies = []
-        commands = 0
         produced = 0
-        last = None
+        queue, at = self._queue, self._queue_at
+        executed = 0
         while True:
-            try:
-                argv = parser.next_command()
-            except ProtocolError as exc:
-                replies.append(encode_error(f"ERR Protocol error: {exc}"))
-                self.closing = True
-                break
-            if argv is None:
-                break
-            commands += 1
-            last = argv
-            reply = execute(self, argv)
+            if at >= len(queue):
+                if queue:
+                    self.last_argv = queue[-1]
+                try:
+                    queue = self.parser.pull()
+                except ProtocolError as exc:
+                    replies.append(encode_error(f"ERR Protocol error: {exc}"))
+                    self.closing = True
+                    queue = []
+                at = 0
+                if not queue:
+                    break
+            before = at
+            reply, at = execute_at(self, queue, at)
+            executed += at - before
             if reply is not None:
                 replies.append(reply)
                 produced += len(reply)
             if self.closing or self.blocked is not None:
                 break
-            if parser is not self.parser:  # AUTH succeeded: the fast parser takes over
-                parser = self.parser
             if produced > REPLY_CHUNK:
                 # Let the replies drain before executing more of this client's commands.
                 asyncio.get_running_loop().call_soon(self._resume_commands)
                 break
-        server.stats.commands += commands
-        if last is not None:
-            name = last[0].lower()
-            self.last_command = name + b"|" + last[1].lower() if name in _CONTAINERS and len(last) > 1 else name
-        self.commands += commands
+        if at:
+            self.last_argv = queue[at - 1]
+        if self.closing:
+            queue, at = [], 0
+        self._queue, self._queue_at = queue, at
+        if executed:
+            server.stats.commands += executed
+            self.commands += executed
         if replies:
             out = b"".join(replies) if len(replies) > 1 else replies[0]
             server.stats.net_output += len(out)
@@ -160,15 +172,26 @@ class ClientConnection(asyncio.Protocol):
         if self.closing:
             self.transport.close()
 
+    @property
+    def last_command(self) -> bytes:
+        """The last command executed, as CLIENT LIST's cmd= shows it (client|list)."""
+        last = self.last_argv
+        if last is None:
+            return b"NULL"
+        name = last[0].lower()
+        return name + b"|" + last[1].lower() if name in _CONTAINERS and len(last) > 1 else name
+
     def _resume_commands(self) -> None:
         if not self.closing and self.blocked is None and not self._write_paused:
             self._run_commands()
 
     def _check_output_limit(self) -> None:
+        size = self.transport.get_write_buffer_size()
+        if not size and not self._soft_limit_since:
+            return  # everything was sent: the common case
         hard, soft, seconds = self.server.config["client-output-buffer-limit"]
         if not hard and not soft:
             return
-        size = self.transport.get_write_buffer_size()
         now = time.monotonic()
         if soft and size > soft:
             self._soft_limit_since = self._soft_limit_since or now

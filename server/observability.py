@@ -22,10 +22,16 @@ class CommandStats:
     __slots__ = ("calls", "nanos", "failed", "rejected")
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
         self.calls = 0
         self.nanos = 0
         self.failed = 0
         self.rejected = 0
+
+    def used(self) -> bool:
+        return bool(self.calls or self.failed or self.rejected)
 
 
 class SlowLog:

@@ -384,3 +384,44 @@ class TestConcurrentConsumers:
             t.join(5)
         assert sorted(seen) == list(range(1, total + 1))
         assert admin.execute_command("TPENDING", "work", "g") == []
+
+
+class TestBlockTimeouts:
+    """BLOCK timeouts live in one heap with one loop timer (server/blocking.py)."""
+
+    def test_timeouts_fire_in_deadline_order_and_served_readers_do_not_time_out(self, server):
+        admin = server.client()
+        readers = []
+        for i, ms in enumerate([600, 200, 400, 5000, 300]):
+            key = "tmo-served" if ms == 5000 else f"tmo-{i}"
+            readers.append((ms, tread_in_thread(server.client(), key, "$", 1, "BLOCK", ms)))
+        wait_blocked(admin, 5)
+        start = time.monotonic()
+        admin.execute_command("TWRITE", "tmo-served", "t", "v")
+        for _, (thread, _) in readers:
+            thread.join(10)
+        timed_out = sorted((box["at"], ms) for ms, (_, box) in readers if box["reply"] is None)
+        assert [ms for _, ms in timed_out] == [200, 300, 400, 600]
+        assert timed_out[-1][0] - start < 3  # nobody waits for the 5 s reader's deadline
+        served = [box for ms, (_, box) in readers if ms == 5000][0]
+        assert served["reply"] == [[1, b"t", b"v"]]
+        assert admin.info("clients")["blocked_clients"] == 0
+
+    def test_served_waiters_do_not_pile_up_in_the_timeout_heap(self, tmp_path):
+        from server.embed import ServerThread
+
+        with ServerThread(port=0, dir=tmp_path, save="") as srv:
+            reader = redis.Redis(port=srv.port)
+            writer = redis.Redis(port=srv.port)
+            for i in range(400):
+                thread, box = tread_in_thread(reader, "heap", "$", 1, "BLOCK", 60000)
+                while srv.call(lambda: srv.server.blocking.count) < 1:
+                    time.sleep(0.001)
+                writer.execute_command("TWRITE", "heap", "t", str(i))
+                thread.join(5)
+                assert box["reply"][0][2] == str(i).encode()
+            blocking = srv.server.blocking
+            size, stale = srv.call(lambda: (len(blocking._deadlines), blocking._stale_deadlines))
+            assert size <= 64 + 1 and stale == size  # compacted: bounded, all of them stale
+            reader.close()
+            writer.close()

@@ -154,6 +154,27 @@ class TestAppendOnlyFile:
         proc.start()
         assert state_of(proc.client()) == before
 
+    def test_pipelined_runs_replay_exactly(self, make_server):
+        """A pipelined run of TWRITEs is logged as one APPEND effect; replay gives the
+        same offsets, tags, data and times."""
+        proc = make_server("--save", "", "--appendonly", "yes", "--appendfsync", "always")
+        c = proc.client()
+        with c.pipeline(transaction=False) as pipe:
+            for i in range(300):
+                pipe.execute_command("TWRITE", "runs", f"t{i % 7}", f"v{i}")
+            pipe.execute_command("TWRITE", "other", "t", "x")
+            for i in range(5):
+                pipe.execute_command("TWRITE", "runs", "t", f"w{i}")
+            replies = pipe.execute()
+        assert replies == [*range(1, 301), 1, *range(301, 306)]
+        before = c.execute_command("TREAD", "runs", "-", 1000, "WITHINFO")
+        times = c.execute_command("DGET", "runs", "SEQ", 300)
+        proc.kill()
+        proc.start()
+        c = proc.client()
+        assert c.execute_command("TREAD", "runs", "-", 1000, "WITHINFO") == before
+        assert c.execute_command("DGET", "runs", "SEQ", 300) == times
+
     def test_rewrite_compacts_and_keeps_writes_made_during_it(self, make_server, tmp_path):
         proc = make_server("--save", "", "--appendonly", "yes")
         c = proc.client()

@@ -163,3 +163,62 @@ class TestEncoders:
         reader = hiredis.Reader()
         reader.feed(encode(value, 2))
         assert reader.gets() == [1, b"two", [b"three", None], [b"k", b"v"]]
+
+
+class TestPull:
+    """RequestParser.pull(): every complete command at once, errors after them."""
+
+    def test_pulls_every_complete_command(self):
+        parser = RequestParser()
+        parser.feed(multibulk(b"PING") * 3 + b"*2\r\n$4\r\nECHO\r\n$2\r\nh")
+        assert parser.pull() == [[b"PING"]] * 3
+        assert parser.pull() == []
+        parser.feed(b"i\r\n")
+        assert parser.pull() == [[b"ECHO", b"hi"]]
+        assert parser.pull() == []
+
+    def test_inline_and_multibulk_mixed(self):
+        parser = RequestParser()
+        parser.feed(b"PING\r\nECHO a\r\n" + multibulk(b"ECHO", b"b"))
+        assert parser.pull() == [[b"PING"], [b"ECHO", b"a"], [b"ECHO", b"b"]]
+
+    def test_protocol_error_comes_after_the_commands_before_it(self):
+        parser = RequestParser()
+        parser.feed(multibulk(b"PING") + multibulk(b"ECHO", b"x") + b"*1\r\n:5\r\n")
+        assert parser.pull() == [[b"PING"], [b"ECHO", b"x"]]
+        with pytest.raises(ProtocolError, match="expected '\\$'"):
+            parser.pull()
+
+    def test_protocol_error_alone_raises_at_once(self):
+        parser = RequestParser()
+        parser.feed(b"*1\r\n:7\r\n")
+        with pytest.raises(ProtocolError):
+            parser.pull()
+
+    def test_empty_multibulks_are_ignored(self):
+        parser = RequestParser()
+        parser.feed(b"*0\r\n*-1\r\n" + multibulk(b"PING"))
+        assert parser.pull() == [[b"PING"]]
+
+    @given(st.lists(st.lists(st.binary(max_size=20), min_size=1, max_size=5), max_size=8),
+           st.integers(min_value=1, max_value=40))
+    @settings(max_examples=150, deadline=None)
+    def test_pull_agrees_with_next_command_fed_in_pieces(self, commands, step):
+        data = b"".join(multibulk(*c) for c in commands)
+        parser = RequestParser()
+        pulled = []
+        for i in range(0, len(data), step):
+            parser.feed(data[i:i + step])
+            pulled += parser.pull()
+        assert pulled == commands == parse_all(data)
+
+
+class TestEntriesEncoding:
+    def test_entries_encode_like_the_plain_list(self):
+        from resp import Entries
+
+        entries = [[1, b"tag", b"data"], None, [3, b"", memoryview(b"xyz")]]
+        plain = [[1, b"tag", b"data"], None, [3, b"", b"xyz"]]
+        for protocol in (2, 3):
+            assert encode(Entries(entries), protocol) == encode(plain, protocol)
+        assert encode(Entries([]), 2) == b"*0\r\n"

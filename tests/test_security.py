@@ -254,3 +254,25 @@ class TestTls:
         done = subprocess.run([redis_cli_path(), "-p", str(port), "--tls", "--cacert", str(certificates / "ca.crt"),
                                "TWRITE", "clitls", "t", "v"], capture_output=True, text=True, timeout=30)
         assert done.stdout.strip() == "1", done.stderr
+
+
+def test_pipelined_writes_of_a_restricted_user_are_checked_one_by_one(make_server, tmp_path):
+    """Runs of TWRITE (commands/dispatch.py) are only taken for unrestricted users: an ACL
+    user's pipeline is checked command by command."""
+    from .conftest import raw_exchange
+
+    conf = tmp_path / "acl.conf"
+    conf.write_text('save ""\nuser app on >apppw ~app:* +@all -@admin\n')
+    proc = make_server(str(conf))
+
+    def mb(*args: bytes) -> bytes:
+        return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+    payload = (mb(b"AUTH", b"app", b"apppw") + mb(b"TWRITE", b"app:x", b"t", b"1")
+               + mb(b"TWRITE", b"app:x", b"t", b"2") + mb(b"TWRITE", b"other", b"t", b"3")
+               + mb(b"TWRITE", b"other", b"t", b"4") + mb(b"TWRITE", b"app:x", b"t", b"5"))
+    reply = raw_exchange(proc.port, payload)
+    assert reply.startswith(b"+OK\r\n:1\r\n:2\r\n-NOPERM")
+    assert reply.endswith(b":3\r\n")
+    assert reply.count(b"-NOPERM") == 2
+    assert proc.client().execute_command("EXISTS", "other") == 0

@@ -238,3 +238,71 @@ class TestTinfoTconfig:
                 break
             time.sleep(0.05)
         assert r.execute_command("TREAD", "s", "-", 0, "WITHINFO") == [[3, 2]]
+
+
+def _multibulk(*args) -> bytes:
+    args = [a if isinstance(a, bytes) else str(a).encode() for a in args]
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+
+class TestPipelinedRuns:
+    """Pipelined simple TWRITEs on one key are appended as one run (commands/dispatch.py):
+    the replies and the data must be exactly those of one call per command."""
+
+    def _pipeline(self, server, commands) -> bytes:
+        from .conftest import raw_exchange
+
+        return raw_exchange(server.port, b"".join(_multibulk(*c) for c in commands))
+
+    def test_runs_reply_each_offset_and_keep_order(self, server):
+        r = server.client()
+        commands = ([("TWRITE", "ra", f"t{i % 3}", f"a{i}") for i in range(20)]
+                    + [("twrite", "rb", "t", f"b{i}") for i in range(3)]
+                    + [("TWRITE", "ra", "ENTRIES", "x", "e1", "y", "e2")]
+                    + [("TWRITE", "ra", "t", f"c{i}") for i in range(5)]
+                    + [("twrite", "ra", "t", "d0"), ("TWRITE", "ra", "t", "d1")])
+        reply = self._pipeline(server, commands)
+        expected = [*range(1, 21), 1, 2, 3, 21, *range(23, 28), 28, 29]
+        assert reply == b"".join(b":%d\r\n" % n for n in expected)
+        got = r.execute_command("TREAD", "ra", "-", 100)
+        datas = [f"a{i}" for i in range(20)] + ["e1", "e2"] + [f"c{i}" for i in range(5)] + ["d0", "d1"]
+        assert [e[2].decode() for e in got] == datas
+        assert [e[0] for e in got] == list(range(1, 30))
+        assert [e[1] for e in got[:4]] == [b"t0", b"t1", b"t2", b"t0"]
+        assert [e[2] for e in r.execute_command("TREAD", "rb", "-", 10)] == [b"b0", b"b1", b"b2"]
+
+    def test_errors_in_a_pipeline_stay_with_their_command(self, server):
+        commands = [("TWRITE", "re", "t", "1"), ("TWRITE", "re", "t"), ("TWRITE", "re", "t", "2"),
+                    ("TWRITE", "re", "t", "3"), ("NOSUCH", "re"), ("TWRITE", "re", "t", "4")]
+        reply = self._pipeline(server, commands)
+        assert reply.startswith(b":1\r\n-ERR wrong number of arguments for 'twrite' command\r\n:2\r\n:3\r\n-ERR unknown command")
+        assert reply.endswith(b":4\r\n")
+
+    def test_commandstats_count_every_command_of_a_run(self, server):
+        r = server.client()
+        before = r.info("commandstats").get("cmdstat_twrite", {}).get("calls", 0)
+        self._pipeline(server, [("TWRITE", "rs", "t", str(i)) for i in range(50)])
+        assert r.info("commandstats")["cmdstat_twrite"]["calls"] == before + 50
+
+    def test_a_run_honours_max_len_and_wakes_blocked_readers(self, server):
+        import threading
+
+        r = server.client()
+        r.execute_command("TWRITE", "rl", "t", "seed")
+        r.execute_command("TCONFIG", "rl", "SET", "max_len", 5)
+        box = {}
+        reader = server.client()
+        thread = threading.Thread(target=lambda: box.setdefault(
+            "reply", reader.execute_command("TREAD", "rl", "$", 3, "BLOCK", 5000)), daemon=True)
+        thread.start()
+        deadline = __import__("time").monotonic() + 5
+        while r.info("clients")["blocked_clients"] < 1:
+            assert __import__("time").monotonic() < deadline
+        reply = self._pipeline(server, [("TWRITE", "rl", "t", f"v{i}") for i in range(12)])
+        assert reply == b"".join(b":%d\r\n" % n for n in range(2, 14))
+        thread.join(5)
+        info = info_map(r.execute_command("TINFO", "rl"))
+        assert (info["length"], info["first"], info["last"]) == (5, 9, 13)
+        # The reader waits from offset 2 on and is served after the commands of that
+        # read (as it would be without runs): 2-4 were evicted by then, so nulls.
+        assert box["reply"] == [None, None, None]
