@@ -32,6 +32,11 @@ the same filesystem (``--tmp``, default the system temp dir), deleted when the p
     .venv/bin/python bench/persistence.py [--quick] [--parts durable,snapshot,aof]
         [--entries 10000000] [--aof-bytes 1000000000] [--n-always 200000] [--source DIR] ...
 
+``--parts snapshot`` (for instance) re-measures one part: the parts left out keep their
+figures from the existing results file, marked as coming from that earlier run
+(``earlier_parts`` in the JSON, a note in the report); ``--replace`` writes only this
+run's parts instead.
+
 About 4 minutes on the 2-core machine (``--quick``: 20 s); up to ~3 GB of disk at a time.
 Wrap full runs in ``flock /tmp/tstream-bench.lock`` when other benchmarks share the machine.
 ``--source`` points the servers at another checkout (e.g. a clone of a commit) when the
@@ -45,6 +50,7 @@ their own processes and import it from the source tree.)
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import re
@@ -57,8 +63,8 @@ import tempfile
 import threading
 import time
 
-from common import (REDIS_SERVER, REPO, TSTREAM_SERVER, Client, _die_with_parent, as_map, encode, free_port,
-                    machine_facts, median, percentile, save_result, script_command, sigterm_as_exit)
+from common import (REDIS_SERVER, REPO, RESULTS_DIR, TSTREAM_SERVER, Client, _die_with_parent, as_map, encode,
+                    free_port, machine_facts, median, percentile, save_result, script_command, sigterm_as_exit)
 from throughput import benchmark_argv, run_benchmark
 
 TAG_COUNT = 1000
@@ -633,6 +639,31 @@ def part_aof(args, tmp: str) -> dict:
 
 # --- main ---------------------------------------------------------------------------------------
 
+ALL_PARTS = ("durable", "snapshot", "aof")
+
+
+def carry_over_parts(result: dict, path, skipped: list[str]) -> None:
+    """Copy the ``skipped`` parts' figures from the results file at ``path`` (an earlier
+    run) into ``result``, with where they came from under ``earlier_parts``."""
+    if not skipped or not path.exists():
+        return
+    old = json.loads(path.read_text())
+    if old.get("quick") != result.get("quick"):
+        return
+    earlier = dict(result.get("earlier_parts", {}))
+    for part in skipped:
+        if part not in old:
+            continue
+        result[part] = old[part]
+        m = old.get("machine", {})
+        earlier[part] = old.get("earlier_parts", {}).get(part) or {
+            "command": old.get("command"), "date": m.get("date"), "loadavg_at_start": m.get("loadavg_at_start"),
+            "loadavg_at_end": old.get("loadavg_at_end"), "tstream_source": m.get("tstream_source"),
+            "tstream_source_commit": m.get("tstream_source_commit")}
+    if earlier:
+        result["earlier_parts"] = earlier
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke test of the whole script")
@@ -656,6 +687,9 @@ def main() -> int:
                     help="tstream source tree the servers import (default: this work tree; e.g. a "
                          "`git worktree add --detach DIR COMMIT` to measure a commit while the tree changes)")
     ap.add_argument("--out", default="persistence", help="results file name in bench/results/")
+    ap.add_argument("--replace", action="store_true",
+                    help="with --parts leaving parts out: do not carry their figures over from the existing "
+                         "results file")
     args = ap.parse_args()
     global SOURCE
     SOURCE = os.path.abspath(args.source)
@@ -702,6 +736,9 @@ def main() -> int:
     result = {"benchmark": "persistence", "command": script_command(), "machine": facts, "quick": args.quick,
               "targets": TARGETS}
     t_all = time.monotonic()
+    unknown = [p for p in parts if p not in ALL_PARTS]
+    if unknown:
+        ap.error(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(ALL_PARTS)}")
     for part, fn in (("durable", part_durable), ("snapshot", part_snapshot), ("aof", part_aof)):
         if part not in parts:
             continue
@@ -711,6 +748,8 @@ def main() -> int:
         result[part]["elapsed_s"] = round(time.monotonic() - t0, 1)
         print(f"=== {part} done in {result[part]['elapsed_s']} s", flush=True)
     result["elapsed_s"] = round(time.monotonic() - t_all, 1)
+    if not args.replace:
+        carry_over_parts(result, RESULTS_DIR / f"{args.out}.json", [p for p in ALL_PARTS if p not in parts])
     path = save_result(args.out, result)
     print(f"wrote {path} ({result['elapsed_s']} s)")
     return 0

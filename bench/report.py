@@ -178,6 +178,16 @@ def persistence_section(r: dict) -> list[str]:
               "the same filesystem for both servers; each part's directories are deleted when it ends. "
               f"tstream code measured: `{m.get('tstream_source', '?')}` at commit "
               f"{m.get('tstream_source_commit', '?')}.", ""]
+    earlier = r.get("earlier_parts") or {}
+    if earlier:
+        names = {"durable": "durable writes", "snapshot": "snapshots", "aof": "AOF restart"}
+        fresh = [names[p] for p in names if r.get(p) and p not in earlier]
+        lines += ["This run re-measured only " + ", ".join(f"*{n}*" for n in fresh) + "; the other parts' "
+                  "figures are carried over from earlier runs: " + "; ".join(
+                      f"*{names.get(p, p)}* from {e.get('date', '?')} (tstream commit "
+                      f"{e.get('tstream_source_commit', '?')}, load average at its start/end "
+                      f"{e.get('loadavg_at_start', '?')} / {e.get('loadavg_at_end', '?')}, `{e.get('command', '?')}`)"
+                      for p, e in earlier.items()) + ".", ""]
     d = r.get("durable")
     if d:
         lines += [
