@@ -13,11 +13,32 @@ until TACK.  A pending entry whose retry time has come is handed out again (to
 any client of the group) before new entries; one whose expire time has come is
 dropped without delivery; one evicted from the stream is dropped.
 
-Pending entries are indexed three ways, so that nothing scans the whole list:
+Pending entries are kept in a dict and indexed three ways, so that nothing
+scans the whole list, with structures whose per-entry work runs in C (dict,
+list, heapq); removals are lazy, so TACK is a dict deletion and nothing else:
 
-- ``_by_offset``: SortedDict offset -> Pending (TACK, ranges, eviction purge),
-- ``_by_due``:    SortedList of (retry_at_ms, offset) (due retries, in due order),
-- ``_by_expiry``: SortedList of (expire_at_ms, offset) (expiry purge).
+- ``_by_offset``: dict offset -> Pending: the pending set itself (TACK, lookups).
+- ``_order``:     list of offsets, ascending from ``_head`` on (eviction purge of
+  the smallest offsets, TACK ranges, listing by offset).  New deliveries are
+  appended: ``next`` only grows, so they come in increasing order.  An acked or
+  dropped offset stays in the list, *stale*, and is skipped; the purge advances
+  ``_head`` over stale and evicted offsets at the front.  An offset inserted
+  out of order (``restore_pending`` replaying a log) sets ``_unsorted`` and
+  empties the list; the next ordered query rebuilds it from the dict.
+- ``_by_due``:    heap of (retry_at_ms, offset) (due retries, in due order),
+- ``_by_expiry``: heap of (expire_at_ms, offset) (expiry purge).
+  A heap item is *live* only while it is the very tuple its Pending holds
+  (``Pending.due_item`` / ``exp_item``, identity, not equality): a redelivery
+  replaces its due item at the top of the heap; ``restore_pending`` pushes new
+  items and leaves the old ones stale; an acked or dropped offset leaves both
+  of its items stale.  Stale items are popped when they reach the
+  top.  Identity (rather than comparing times) keeps an item stale even if its
+  offset becomes pending again with the same time (acked, then restored).
+
+Each index is compacted (rebuilt from the live Pending objects) when its stale
+items outnumber the live ones by more than :data:`SLACK`, so memory stays
+O(pending) and every operation is amortised O(1) index work per entry, plus
+O(log P) per heap push/pop (P pending entries).
 
 When the group holds ``max_pending`` pending entries, reads hand out only due
 retries (RCP 11's cap on the pending list).
@@ -28,15 +49,23 @@ in explicitly so that replaying a log of effects is deterministic.
 
 from __future__ import annotations
 
-from sortedcontainers import SortedDict, SortedList
+from bisect import bisect_left, bisect_right
+from heapq import heapify, heappop, heappush, heapreplace
 
 __all__ = ["Group", "Pending"]
 
+SLACK = 64  # an index is compacted when its stale items exceed live ones + SLACK
+
 
 class Pending:
-    """One delivered, unacknowledged entry."""
+    """One delivered, unacknowledged entry.
 
-    __slots__ = ("offset", "deliveries", "retry_at", "expire_at", "retry_ms")
+    ``due_item`` is ``(retry_at, offset)`` and ``exp_item`` is ``(expire_at,
+    offset)``: the tuples this entry has in the group's heaps (see the module
+    docstring).  Only :class:`Group` changes a Pending.
+    """
+
+    __slots__ = ("offset", "deliveries", "retry_at", "expire_at", "retry_ms", "due_item", "exp_item")
 
     def __init__(self, offset: int, deliveries: int, retry_at: int, expire_at: int, retry_ms: int) -> None:
         self.offset = offset
@@ -44,6 +73,8 @@ class Pending:
         self.retry_at = retry_at
         self.expire_at = expire_at
         self.retry_ms = retry_ms
+        self.due_item = (retry_at, offset)
+        self.exp_item = (expire_at, offset)
 
     def __repr__(self) -> str:
         return (f"Pending({self.offset}, deliveries={self.deliveries}, retry_at={self.retry_at}, "
@@ -51,14 +82,20 @@ class Pending:
 
 
 class Group:
-    __slots__ = ("name", "next", "_by_offset", "_by_due", "_by_expiry", "delivered", "acked")
+    __slots__ = ("name", "next", "_by_offset", "_order", "_head", "_unsorted", "_by_due", "_due_stale",
+                 "_by_expiry", "_exp_stale", "delivered", "acked")
 
     def __init__(self, name: bytes, next_offset: int) -> None:
         self.name = name
         self.next = next_offset  # the next new offset this group hands out
-        self._by_offset: SortedDict = SortedDict()
-        self._by_due: SortedList = SortedList()
-        self._by_expiry: SortedList = SortedList()
+        self._by_offset: dict[int, Pending] = {}
+        self._order: list[int] = []   # offsets, ascending from _head on; may hold stale ones
+        self._head = 0                # _order[:_head] is consumed (none of it pending)
+        self._unsorted = False        # _order is empty and must be rebuilt from _by_offset
+        self._by_due: list = []       # heap of Pending.due_item, plus stale items
+        self._due_stale = 0
+        self._by_expiry: list = []    # heap of Pending.exp_item, plus stale items
+        self._exp_stale = 0
         self.delivered = 0  # entries handed out, counting redeliveries
         self.acked = 0
 
@@ -76,50 +113,88 @@ class Group:
         skipping missing ones; with ``retry`` = (retry_ms, expire_ms) the new
         entries become pending, and no more new entries are handed out than keep
         the pending list within ``max_pending``.
-        O(log P) per entry handed out, plus the expired/evicted entries purged.
+        O(log P) per due retry handed out (one heap replace); per new pending
+        entry a dict set, a list append and two heap pushes (O(log P), O(1) in
+        the usual case where the new times are the latest); plus the purge and
+        the stale heap items popped (amortised O(1) each).
         """
         self.purge(stream, now_ms)
         out: list = []
+        by_offset = self._by_offset
         due = self._by_due
-        while len(out) < count and due and due[0][0] <= now_ms:
-            _, offset = due.pop(0)
-            pending = self._by_offset[offset]
+        while due and len(out) < count:
+            item = due[0]
+            if item[0] > now_ms:
+                break
+            offset = item[1]
+            pending = by_offset.get(offset)
+            if pending is None or pending.due_item is not item:
+                heappop(due)  # stale
+                self._due_stale -= 1
+                continue
             entry = stream.get(offset)
             if entry is None:  # deleted since (evicted ones were purged above)
-                self._forget(pending, due_removed=True)
+                heappop(due)
+                del by_offset[offset]
+                self._exp_stale += 1
                 continue
             if retry is not None:
                 pending.retry_ms = retry[0]
             pending.deliveries += 1
-            pending.retry_at = now_ms + pending.retry_ms
-            due.add((pending.retry_at, offset))
+            pending.retry_at = retry_at = now_ms + pending.retry_ms
+            pending.due_item = item = (retry_at, offset)
+            heapreplace(due, item)
             out.append([offset, entry.tag, entry.data])
         room = count - len(out)
         if retry is not None:
-            room = min(room, max_pending - len(self._by_offset))
+            room = min(room, max_pending - len(by_offset))
         if room > 0:
             if self.next < stream.first:
                 self.next = stream.first
             taken = 0
             last = self.next - 1
-            for entry in stream.iter_from(self.next):
-                if taken == room:
-                    break
-                out.append([entry.offset, entry.tag, entry.data])
-                last = entry.offset
-                taken += 1
-                if retry is not None:
-                    self._add(entry.offset, now_ms, retry)
+            if retry is None:
+                for entry in stream.iter_from(self.next):
+                    if taken == room:
+                        break
+                    out.append([entry.offset, entry.tag, entry.data])
+                    last = entry.offset
+                    taken += 1
+            else:
+                retry_ms, expire_ms = retry
+                retry_at, expire_at = now_ms + retry_ms, now_ms + expire_ms
+                expiry = self._by_expiry
+                order = self._order
+                for entry in stream.iter_from(self.next):
+                    if taken == room:
+                        break
+                    offset = entry.offset
+                    out.append([offset, entry.tag, entry.data])
+                    last = offset
+                    taken += 1
+                    pending = Pending(offset, 1, retry_at, expire_at, retry_ms)
+                    if self._unsorted or (order and offset <= order[-1]):
+                        self._insert(pending)  # not above every listed offset: next moved back
+                        continue
+                    by_offset[offset] = pending  # the common case, inlined
+                    heappush(due, pending.due_item)
+                    heappush(expiry, pending.exp_item)
+                    order.append(offset)
             if taken < room:
                 last = stream.next_offset - 1  # read to the end: skip trailing missing entries too
             self.next = last + 1
         self.delivered += len(out)
+        limit = len(by_offset) + SLACK
+        if self._due_stale > limit or self._exp_stale > limit or len(self._order) - len(by_offset) > limit:
+            self._tidy()
         return out
 
     def has_ready(self, stream, now_ms: int, max_pending: int, retry: bool) -> bool:
-        """Would a read hand out anything now? O(log P) (plus a scan over missing entries)."""
+        """Would a read hand out anything now? Amortised O(1) plus the purge and stale
+        heap items popped (plus a scan over missing entries)."""
         self.purge(stream, now_ms)
-        if self._by_due and self._by_due[0][0] <= now_ms:
+        item = self._live_top(self._by_due, True)
+        if item is not None and item[0] <= now_ms:
             return True
         if retry and len(self._by_offset) >= max_pending:
             return False
@@ -129,49 +204,88 @@ class Group:
         return next(stream.iter_from(start), None) is not None
 
     def next_due_ms(self) -> int | None:
-        """When the next retry becomes due or the next expiry happens (to wake readers)."""
-        times = []
-        if self._by_due:
-            times.append(self._by_due[0][0])
-        if self._by_expiry:
-            times.append(self._by_expiry[0][0])
-        return min(times) if times else None
+        """When the next retry becomes due or the next expiry happens (to wake readers).
+        O(1) plus the stale heap items popped off the tops."""
+        due = self._live_top(self._by_due, True)
+        expiry = self._live_top(self._by_expiry, False)
+        if due is None:
+            return None if expiry is None else expiry[0]
+        return due[0] if expiry is None else min(due[0], expiry[0])
 
     # --- acknowledging -------------------------------------------------------------
 
     def ack(self, offsets) -> int:
-        """Acknowledge these offsets; replies how many were pending. O(k log P)."""
+        """Acknowledge these offsets; replies how many were pending.
+        Amortised O(k): a dict deletion each, the indexes are cleaned lazily."""
+        by_offset = self._by_offset
+        pop = by_offset.pop
         acked = 0
         for offset in offsets:
-            pending = self._by_offset.get(offset)
-            if pending is not None:
-                self._forget(pending)
+            if pop(offset, None) is not None:
                 acked += 1
-        self.acked += acked
+        if acked:
+            self.acked += acked
+            self._due_stale = due_stale = self._due_stale + acked
+            self._exp_stale = exp_stale = self._exp_stale + acked
+            limit = len(by_offset) + SLACK
+            if due_stale > limit or exp_stale > limit or len(self._order) - len(by_offset) > limit:
+                self._tidy()
         return acked
-
 
     # --- housekeeping --------------------------------------------------------------
 
     def purge(self, stream, now_ms: int) -> int:
-        """Drop pending entries that expired or were evicted. O(dropped * log P)."""
+        """Drop pending entries that expired or were evicted.
+        O(dropped * log P) plus the stale items passed, amortised O(1) each."""
         dropped = 0
-        while self._by_expiry and self._by_expiry[0][0] <= now_ms:
-            self._forget(self._by_offset[self._by_expiry[0][1]])
+        by_offset = self._by_offset
+        expiry = self._by_expiry
+        while expiry and expiry[0][0] <= now_ms:
+            item = heappop(expiry)
+            pending = by_offset.get(item[1])
+            if pending is None or pending.exp_item is not item:
+                self._exp_stale -= 1
+                continue
+            del by_offset[item[1]]
+            self._due_stale += 1
             dropped += 1
+        order = self._sorted_order() if self._unsorted else self._order
         first = stream.first
-        while self._by_offset and self._by_offset.peekitem(0)[0] < first:
-            self._forget(self._by_offset.peekitem(0)[1])
-            dropped += 1
+        head = self._head
+        end = len(order)
+        while head < end:
+            offset = order[head]
+            if offset in by_offset:
+                if offset >= first:
+                    break
+                del by_offset[offset]
+                self._due_stale += 1
+                self._exp_stale += 1
+                dropped += 1
+            head += 1
+        self._head = head
+        if dropped:
+            self._tidy()
         return dropped
 
     def pending_list(self, now_ms: int) -> list:
-        """[offset, deliveries, ms until retry] for every pending entry, by offset. O(P)."""
-        return [[p.offset, p.deliveries, max(0, p.retry_at - now_ms)] for p in self._by_offset.values()]
+        """[offset, deliveries, ms until retry] for every pending entry, by offset. O(P)
+        (plus an O(P log P) sort after out-of-order restores)."""
+        get = self._by_offset.get
+        out = []
+        for offset in self._live_order():
+            p = get(offset)
+            if p is not None:
+                out.append([offset, p.deliveries, max(0, p.retry_at - now_ms)])
+        return out
 
     def pending_offsets(self, start: int = 1, end: int | None = None) -> list[int]:
-        """Pending offsets in [start, end], ascending. O(log P + k)."""
-        return list(self._by_offset.irange(start, end))
+        """Pending offsets in [start, end], ascending. O(log P + k + stale offsets in the range)."""
+        order = self._sorted_order()
+        lo = bisect_left(order, start, self._head)
+        hi = len(order) if end is None else bisect_right(order, end, lo)
+        by_offset = self._by_offset
+        return [offset for offset in order[lo:hi] if offset in by_offset]
 
     def pending_state(self, offset: int) -> tuple | None:
         """(offset, deliveries, retry_at, expire_at, retry_ms) of a pending entry, else None."""
@@ -184,52 +298,161 @@ class Group:
     # --- state for persistence ------------------------------------------------------
 
     def export_state(self) -> dict:
-        return {
-            "name": self.name,
-            "next": self.next,
-            "pending": [(p.offset, p.deliveries, p.retry_at, p.expire_at, p.retry_ms)
-                        for p in self._by_offset.values()],
-        }
+        get = self._by_offset.get
+        pending = []
+        for offset in self._live_order():
+            p = get(offset)
+            if p is not None:
+                pending.append((p.offset, p.deliveries, p.retry_at, p.expire_at, p.retry_ms))
+        return {"name": self.name, "next": self.next, "pending": pending}
 
     @classmethod
     def from_state(cls, state: dict) -> "Group":
+        """Rebuild a group from :meth:`export_state`. O(P) (O(P log P) if not by offset)."""
         group = cls(state["name"], state["next"])
+        by_offset = group._by_offset
         for offset, deliveries, retry_at, expire_at, retry_ms in state["pending"]:
-            group._insert(Pending(offset, deliveries, retry_at, expire_at, retry_ms))
+            by_offset[offset] = Pending(offset, deliveries, retry_at, expire_at, retry_ms)
+        group._order = sorted(by_offset)  # linear when already by offset
+        group._rebuild_heaps()
         return group
 
     def restore_pending(self, offset: int, deliveries: int, retry_at: int, expire_at: int,
                         retry_ms: int) -> None:
-        """Set one pending entry exactly (replaying a logged group move)."""
-        old = self._by_offset.get(offset)
-        if old is not None:
-            self._forget(old)
+        """Set one pending entry exactly (replaying a logged group move). O(log P) amortised."""
+        pending = self._by_offset.get(offset)
+        if pending is not None:
+            pending.deliveries = deliveries
+            pending.retry_ms = retry_ms
+            if pending.retry_at != retry_at:
+                pending.retry_at = retry_at
+                pending.due_item = (retry_at, offset)
+                heappush(self._by_due, pending.due_item)
+                self._due_stale += 1
+            if pending.expire_at != expire_at:
+                pending.expire_at = expire_at
+                pending.exp_item = (expire_at, offset)
+                heappush(self._by_expiry, pending.exp_item)
+                self._exp_stale += 1
+            self._tidy()
+            return
         self._insert(Pending(offset, deliveries, retry_at, expire_at, retry_ms))
 
     # --- internals -----------------------------------------------------------------
 
-    def _add(self, offset: int, now_ms: int, retry: tuple[int, int]) -> None:
-        retry_ms, expire_ms = retry
-        self._insert(Pending(offset, 1, now_ms + retry_ms, now_ms + expire_ms, retry_ms))
-
     def _insert(self, pending: Pending) -> None:
-        self._by_offset[pending.offset] = pending
-        self._by_due.add((pending.retry_at, pending.offset))
-        self._by_expiry.add((pending.expire_at, pending.offset))
+        """Make ``pending`` the pending entry of its offset (replacing any). O(log P)."""
+        offset = pending.offset
+        old = self._by_offset.get(offset)
+        self._by_offset[offset] = pending
+        heappush(self._by_due, pending.due_item)
+        heappush(self._by_expiry, pending.exp_item)
+        if old is not None:  # its heap items go stale; _order lists the offset already
+            self._due_stale += 1
+            self._exp_stale += 1
+            self._tidy()
+        elif not self._unsorted:
+            order = self._order
+            if order and offset <= order[-1]:
+                # out of order (or an offset still listed as stale): sort lazily
+                self._set_unsorted()
+            else:
+                order.append(offset)
 
-    def _forget(self, pending: Pending, due_removed: bool = False) -> None:
-        del self._by_offset[pending.offset]
-        if not due_removed:
-            self._by_due.remove((pending.retry_at, pending.offset))
-        self._by_expiry.remove((pending.expire_at, pending.offset))
+    def _live_top(self, heap: list, due: bool):
+        """Pop stale items off the top of a heap; return its live top item, or None."""
+        by_offset = self._by_offset
+        while heap:
+            item = heap[0]
+            pending = by_offset.get(item[1])
+            if pending is not None and (pending.due_item if due else pending.exp_item) is item:
+                return item
+            heappop(heap)
+            if due:
+                self._due_stale -= 1
+            else:
+                self._exp_stale -= 1
+        return None
+
+    def _set_unsorted(self) -> None:
+        self._unsorted = True
+        self._order.clear()
+        self._head = 0
+
+    def _sorted_order(self) -> list:
+        """``_order``, rebuilt first if out-of-order inserts left it unsorted."""
+        if self._unsorted:
+            self._order[:] = sorted(self._by_offset)
+            self._head = 0
+            self._unsorted = False
+        return self._order
+
+    def _live_order(self):
+        order = self._sorted_order()
+        return order[self._head:] if self._head else order
+
+    def _rebuild_heaps(self) -> None:
+        values = self._by_offset.values()
+        due = self._by_due
+        due[:] = [p.due_item for p in values]
+        heapify(due)
+        self._due_stale = 0
+        expiry = self._by_expiry
+        expiry[:] = [p.exp_item for p in values]
+        heapify(expiry)
+        self._exp_stale = 0
+
+    def _tidy(self) -> None:
+        """Compact any index whose stale items outnumber the live ones by more than SLACK.
+        Each compaction is O(live) and follows at least live + SLACK removals: amortised O(1)."""
+        by_offset = self._by_offset
+        limit = len(by_offset) + SLACK
+        if self._due_stale > limit:
+            due = self._by_due
+            due[:] = [p.due_item for p in by_offset.values()]
+            heapify(due)
+            self._due_stale = 0
+        if self._exp_stale > limit:
+            expiry = self._by_expiry
+            expiry[:] = [p.exp_item for p in by_offset.values()]
+            heapify(expiry)
+            self._exp_stale = 0
+        order = self._order
+        if len(order) - len(by_offset) > limit:  # stale and consumed offsets (never when unsorted: empty)
+            order[:] = [offset for offset in order[self._head:] if offset in by_offset]
+            self._head = 0
 
     def _check(self, stream=None) -> None:
-        """Assert the three indexes agree."""
-        assert len(self._by_due) == len(self._by_offset) == len(self._by_expiry)
-        for offset, pending in self._by_offset.items():
+        """Assert the indexes agree (live items, stale counters, order), see the module docstring."""
+        by_offset = self._by_offset
+        for offset, pending in by_offset.items():
             assert pending.offset == offset
-            assert (pending.retry_at, offset) in self._by_due
-            assert (pending.expire_at, offset) in self._by_expiry
+            assert pending.due_item == (pending.retry_at, offset)
+            assert pending.exp_item == (pending.expire_at, offset)
             assert offset < self.next, "a pending entry was handed out, so it is below next"
+        for heap, attr, stale in ((self._by_due, "due_item", self._due_stale),
+                                  (self._by_expiry, "exp_item", self._exp_stale)):
+            for i in range(1, len(heap)):
+                assert heap[(i - 1) // 2] <= heap[i], "heap property"
+            live = set()
+            for item in heap:
+                pending = by_offset.get(item[1])
+                if pending is not None and getattr(pending, attr) is item:
+                    assert id(item) not in live, f"{attr} {item} twice in its heap"
+                    live.add(id(item))
+            assert len(live) == len(by_offset), f"every pending entry has its {attr} in the heap"
+            assert len(heap) - len(live) == stale, f"{attr} stale counter {stale}, heap {len(heap)}"
+            assert stale <= len(by_offset) + SLACK, "compacted when stale items exceed live + SLACK"
+        order, head = self._order, self._head
+        assert 0 <= head <= len(order)
+        if self._unsorted:
+            assert not order and head == 0
+        else:
+            rest = order[head:]
+            assert all(a < b for a, b in zip(rest, rest[1:])), "order list ascending, no duplicates"
+            assert not any(offset in by_offset for offset in order[:head]), "consumed offsets are not pending"
+            listed = sum(offset in by_offset for offset in rest)
+            assert listed == len(by_offset), "every pending offset listed"
+            assert len(order) - len(by_offset) <= len(by_offset) + SLACK
         if stream is not None:
             assert self.next <= stream.next_offset

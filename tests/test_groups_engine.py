@@ -1,0 +1,395 @@
+"""Unit tests of engine.groups.Group: its lazily cleaned indexes against a plain model.
+
+The model keeps the pending list as a dict offset -> [deliveries, retry_at, expire_at,
+retry_ms] and recomputes everything by brute force; the Group must agree with it after
+every step, and ``Group._check()`` must hold (every pending entry live exactly once in
+each index, stale counters right, compaction bounds).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from engine import Stream
+from engine import groups as groups_mod
+from engine.groups import SLACK, Group  # SLACK: the default, 64
+
+T0 = 1_700_000_000_000_000_000
+
+
+class Entry:
+    __slots__ = ("offset", "tag", "data")
+
+    def __init__(self, offset: int) -> None:
+        self.offset, self.tag, self.data = offset, b"t%d" % (offset % 3), b"d%d" % offset
+
+
+class FakeStream:
+    """What Group uses of a stream: first, next_offset, get, iter_from (plus append/evict/delete)."""
+
+    def __init__(self) -> None:
+        self.first = 1
+        self.next_offset = 1
+        self.held: set[int] = set()
+
+    def append(self, n: int = 1) -> None:
+        for _ in range(n):
+            self.held.add(self.next_offset)
+            self.next_offset += 1
+
+    def evict_through(self, offset: int) -> None:
+        self.held = {o for o in self.held if o > offset}
+        self.first = max(self.first, min(offset + 1, self.next_offset))
+
+    def delete(self, offset: int) -> None:
+        self.held.discard(offset)
+
+    def get(self, offset: int):
+        return Entry(offset) if offset >= self.first and offset in self.held else None
+
+    def iter_from(self, offset: int):
+        for o in range(max(offset, self.first), self.next_offset):
+            if o in self.held:
+                yield Entry(o)
+
+
+class RealStream:
+    """engine.Stream with the same little driver interface as FakeStream."""
+
+    def __init__(self) -> None:
+        self.s = Stream(8)
+
+    def __getattr__(self, name):
+        return getattr(self.s, name)
+
+    def append(self, n: int = 1) -> None:
+        for _ in range(n):
+            o = self.s.next_offset
+            self.s.append(b"t%d" % (o % 3), b"d%d" % o, T0 + o)
+
+    def evict_through(self, offset: int) -> None:
+        self.s.evict_through(offset)
+
+    def delete(self, offset: int) -> None:
+        self.s.delete(offset)
+
+    def get(self, offset: int):
+        return self.s.get(offset)
+
+    def iter_from(self, offset: int):
+        return self.s.iter_from(offset)
+
+
+class Model:
+    """The group's behaviour by brute force."""
+
+    def __init__(self, next_offset: int) -> None:
+        self.next = next_offset
+        self.pending: dict[int, list] = {}  # offset -> [deliveries, retry_at, expire_at, retry_ms]
+        self.delivered = 0
+        self.acked = 0
+
+    def purge(self, stream, now: int) -> int:
+        gone = [o for o, (_, _, expire_at, _) in self.pending.items()
+                if expire_at <= now or o < stream.first]
+        for o in gone:
+            del self.pending[o]
+        return len(gone)
+
+    def read(self, stream, count: int, now: int, retry, max_pending: int) -> list:
+        self.purge(stream, now)
+        out = []
+        while len(out) < count:
+            due = [(p[1], o) for o, p in self.pending.items() if p[1] <= now]
+            if not due:
+                break
+            _, o = min(due)
+            entry = stream.get(o)
+            if entry is None:
+                del self.pending[o]
+                continue
+            p = self.pending[o]
+            if retry is not None:
+                p[3] = retry[0]
+            p[0] += 1
+            p[1] = now + p[3]
+            out.append([o, entry.tag, entry.data])
+        room = count - len(out)
+        if retry is not None:
+            room = min(room, max_pending - len(self.pending))
+        if room > 0:
+            self.next = max(self.next, stream.first)
+            taken, last = 0, self.next - 1
+            for o in range(self.next, stream.next_offset):
+                entry = stream.get(o)
+                if entry is None:
+                    continue
+                if taken == room:
+                    break
+                out.append([o, entry.tag, entry.data])
+                last, taken = o, taken + 1
+                if retry is not None:
+                    self.pending[o] = [1, now + retry[0], now + retry[1], retry[0]]
+            if taken < room:
+                last = stream.next_offset - 1
+            self.next = last + 1
+        self.delivered += len(out)
+        return out
+
+    def has_ready(self, stream, now: int, max_pending: int, retry: bool) -> bool:
+        self.purge(stream, now)
+        if any(p[1] <= now for p in self.pending.values()):
+            return True
+        if retry and len(self.pending) >= max_pending:
+            return False
+        return any(stream.get(o) is not None
+                   for o in range(max(self.next, stream.first), stream.next_offset))
+
+    def next_due_ms(self):
+        times = [t for p in self.pending.values() for t in (p[1], p[2])]
+        return min(times) if times else None
+
+    def ack(self, offsets) -> int:
+        n = 0
+        for o in offsets:
+            if self.pending.pop(o, None) is not None:
+                n += 1
+        self.acked += n
+        return n
+
+    def offsets(self, start: int = 1, end=None) -> list:
+        return sorted(o for o in self.pending if o >= start and (end is None or o <= end))
+
+    def state(self) -> list:
+        return [(o, *self.pending[o]) for o in sorted(self.pending)]
+
+
+def check(group: Group, stream) -> None:
+    if group.next <= max(group._by_offset, default=0):
+        # next was moved back below pending entries (a replayed record may do that): _check's
+        # "pending below next" holds again once reads pass them; check the rest meanwhile
+        saved, group.next = group.next, stream.next_offset
+        group._check(stream)
+        group.next = saved
+    else:
+        group._check(stream)
+
+
+def agree(group: Group, model: Model, stream, now: int) -> None:
+    check(group, stream)
+    assert group.next == model.next
+    assert group.pending_count == len(model.pending) == group.info()["pending"]
+    assert (group.delivered, group.acked) == (model.delivered, model.acked)
+    state = [(o, d, r, e, ms) for o, d, r, e, ms in model.state()]
+    assert [group.pending_state(o) for o, *_ in state] == state
+    assert group.pending_offsets() == [o for o, *_ in state]
+    assert group.pending_list(now) == [[o, d, max(0, r - now)] for o, d, r, _, _ in state]
+    assert group.export_state()["pending"] == state
+    assert group.next_due_ms() == model.next_due_ms()
+    check(group, stream)
+
+
+def run_random(seed: int, steps: int, stream_cls) -> Group:
+    rng = random.Random(seed)
+    stream = stream_cls()
+    stream.append(rng.randrange(0, 20))
+    start = rng.randrange(1, stream.next_offset + 1)
+    group, model = Group(b"g", start), Model(start)
+    now = 1_000
+    max_pending = rng.choice([3, 10, 40, 10**9])
+    for _ in range(steps):
+        r = rng.random()
+        if r < 0.10:
+            stream.append(rng.randrange(1, 25))
+        elif r < 0.40:  # read, mostly with RETRY
+            count = rng.randrange(0, 12)
+            retry = None if rng.random() < 0.25 else (rng.choice([0, 1, 5, 30, 200]),
+                                                       rng.choice([0, 3, 50, 400, 10**6]))
+            got = group.read(stream, count, now, retry, max_pending)
+            assert got == model.read(stream, count, now, retry, max_pending)
+        elif r < 0.55:  # ack a list: pending, acked, never delivered, duplicates
+            pool = list(model.pending) + [rng.randrange(1, stream.next_offset + 3) for _ in range(3)]
+            offsets = rng.sample(pool, min(len(pool), rng.randrange(0, 6)))
+            offsets += offsets[:rng.randrange(0, 2)]
+            assert group.ack(offsets) == model.ack(offsets)
+        elif r < 0.62:  # ack a range (TACK key g start-end)
+            a = rng.randrange(1, stream.next_offset + 2)
+            b = a + rng.randrange(-2, 30)
+            offsets = group.pending_offsets(a, b)
+            assert offsets == model.offsets(a, b)
+            assert group.ack(offsets) == model.ack(offsets)
+        elif r < 0.72:  # time passes: retries fall due, entries expire
+            now += rng.choice([0, 1, 3, 20, 100, 500, 5000])
+            if rng.random() < 0.5:
+                assert group.purge(stream, now) == model.purge(stream, now)
+            else:
+                retry = rng.random() < 0.5
+                assert group.has_ready(stream, now, max_pending, retry) == \
+                    model.has_ready(stream, now, max_pending, retry)
+        elif r < 0.77:  # eviction / deletion
+            if rng.random() < 0.6:
+                stream.evict_through(stream.first + rng.randrange(0, 6) - 1)
+            elif stream.next_offset > stream.first:
+                stream.delete(rng.randrange(stream.first, stream.next_offset))
+        elif r < 0.87:  # replay of logged group moves, in any order
+            if group.next > 1:
+                for _ in range(rng.randrange(1, 6)):
+                    o = rng.randrange(max(1, group.next - 40), group.next)
+                    old = model.pending.get(o)
+                    if old is not None and rng.random() < 0.3:  # same times, new deliveries
+                        args = (o, old[0] + 1, old[1], old[2], old[3])
+                    else:
+                        args = (o, rng.randrange(1, 5), now + rng.randrange(-50, 300),
+                                now + rng.randrange(0, 3000), rng.randrange(0, 100))
+                    group.restore_pending(*args)
+                    model.pending[o] = list(args[1:])
+        elif r < 0.90:  # a replayed record moves next (back, occasionally below pending entries)
+            new = min(max(1, model.next + rng.randrange(-15, 5)), stream.next_offset)
+            new = max(new, max(model.pending, default=0) + 1) if rng.random() < 0.8 else new
+            group.next = model.next = new
+        elif r < 0.95:  # snapshot round trip (counters are not part of the state)
+            state = group.export_state()
+            assert state == {"name": b"g", "next": model.next, "pending": model.state()}
+            group = Group.from_state(state)
+            model.delivered = model.acked = 0
+        else:
+            has = group.has_ready(stream, now, max_pending, True)
+            assert has == model.has_ready(stream, now, max_pending, True)
+        agree(group, model, stream, now)
+    return group
+
+
+@pytest.mark.parametrize("slack", [SLACK, 3, 0])
+@pytest.mark.parametrize("seed", range(6))
+def test_group_against_model(seed, slack, monkeypatch):
+    monkeypatch.setattr(groups_mod, "SLACK", slack)  # small: compactions all the time
+    run_random(seed * 10 + slack, 1500, FakeStream)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_group_against_model_real_stream(seed, monkeypatch):
+    monkeypatch.setattr(groups_mod, "SLACK", seed)
+    run_random(1000 + seed, 800, RealStream)
+
+
+def test_next_moved_back_hands_pending_out_again_as_new():
+    stream = FakeStream()
+    stream.append(10)
+    group, model = Group(b"g", 1), Model(1)
+    assert group.read(stream, 5, 0, (100, 1000), 99) == model.read(stream, 5, 0, (100, 1000), 99)
+    group.ack([2])
+    model.ack([2])
+    group.next = model.next = 2  # 3, 4, 5 pending: replaced by fresh deliveries
+    assert group.read(stream, 5, 10, (7, 70), 99) == model.read(stream, 5, 10, (7, 70), 99)
+    agree(group, model, stream, 10)
+    assert group.pending_state(3) == (3, 1, 17, 80, 7)
+
+
+def test_restore_after_ack_with_same_times():
+    """An acked offset restored with the very same times: its old heap items stay stale."""
+    stream = FakeStream()
+    stream.append(5)
+    group = Group(b"g", 1)
+    group.read(stream, 3, 0, (10, 100), 99)
+    assert group.ack([2]) == 1
+    group.restore_pending(2, 1, 10, 100, 10)  # what a replayed GROUP record after the ack could say
+    group._check(stream)
+    assert group.pending_offsets() == [1, 2, 3]
+    assert group.read(stream, 5, 10, None, 99) == [[o, b"t%d" % (o % 3), b"d%d" % o] for o in (1, 2, 3, 4, 5)]
+    group._check(stream)
+    assert [group.pending_state(o)[1] for o in (1, 2, 3)] == [2, 2, 2]
+    assert group.ack(range(1, 6)) == 3
+    group._check(stream)
+    assert group.next_due_ms() is None and group.pending_count == 0
+
+
+def test_out_of_order_restores_sort_lazily():
+    group = Group(b"g", 1000)
+    offsets = list(range(1, 500, 3))
+    random.Random(5).shuffle(offsets)
+    for i, o in enumerate(offsets):
+        group.restore_pending(o, 1, 50 + i % 7, 900 + i % 11, 10)
+    group._check()
+    assert group._unsorted
+    assert group.pending_offsets(100, 200) == [o for o in range(1, 500, 3) if 100 <= o <= 200]
+    assert not group._unsorted
+    group._check()
+    assert group.next_due_ms() == 50
+    stream = FakeStream()
+    stream.append(1000)
+    stream.evict_through(250)
+    assert group.purge(stream, 0) == len(range(1, 251, 3))
+    group._check(stream)
+    assert group.pending_offsets() == list(range(253, 500, 3))
+    clone = Group.from_state(group.export_state())
+    clone._check(stream)
+    assert clone.export_state() == group.export_state()
+
+
+def index_sizes(group: Group) -> tuple[int, int, int]:
+    return len(group._by_due), len(group._by_expiry), len(group._order) - group._head
+
+
+def test_stale_entries_are_compacted():
+    """A long run of read + ack keeps every index O(pending), around a pending set that stays."""
+    stream = FakeStream()
+    stream.append(50_000)
+    group = Group(b"g", 1)
+    group.read(stream, 100, 0, (10**9, 10**10), 10**9)  # 100 entries pending for the whole run
+    held = group.pending_count
+    now = 0
+    rng = random.Random(9)
+    for i in range(4000):
+        out = group.read(stream, rng.randrange(1, 11), now, (30_000, 600_000), 10**9)
+        offsets = [e[0] for e in out]
+        rng.shuffle(offsets)
+        keep = offsets[:1] if i % 50 == 0 else []  # a few stay pending
+        assert group.ack(offsets[len(keep):]) == len(offsets) - len(keep)
+        held += len(keep)
+        assert group.pending_count == held
+        bound = 2 * group.pending_count + SLACK + 11
+        assert max(len(group._by_due), len(group._by_expiry), len(group._order)) <= bound, index_sizes(group)
+        now += 1
+        if i % 500 == 0:
+            group._check(stream)
+    group._check(stream)
+    assert group.pending_count == 100 + 80
+    # everything acked: the indexes shrink back to a handful of items
+    assert group.ack(group.pending_offsets()) == 180
+    group.read(stream, 1, now, None, 10**9)
+    group.next_due_ms()
+    assert max(len(group._by_due), len(group._by_expiry), len(group._order)) <= SLACK + 1
+    group._check(stream)
+
+
+def test_stale_heads_are_popped_for_next_due_and_has_ready():
+    stream = FakeStream()
+    stream.append(10)
+    group = Group(b"g", 1)
+    group.read(stream, 2, 0, (5, 50), 99)     # 1, 2: due at 5, expire at 50
+    group.read(stream, 2, 1, (100, 200), 99)  # 3, 4: due at 101, expire at 201
+    assert group.next_due_ms() == 5
+    group.ack([1, 2])
+    assert group.next_due_ms() == 101  # not a stale 5 (nor 50)
+    assert group._due_stale == 0 and len(group._by_due) == 2
+    group.read(stream, 10, 2, None, 99)  # the rest, not pending
+    assert not group.has_ready(stream, 6, 99, False)  # stale 5s are not due retries
+    assert group.has_ready(stream, 101, 99, False)
+    group._check(stream)
+
+
+def test_deleted_due_entry_is_dropped():
+    stream = FakeStream()
+    stream.append(3)
+    group = Group(b"g", 1)
+    group.read(stream, 3, 0, (5, 500), 99)
+    stream.delete(2)
+    assert [e[0] for e in group.read(stream, 3, 5, None, 99)] == [1, 3]
+    assert group.pending_offsets() == [1, 3]
+    group._check(stream)
+
+
+def test_module_has_no_sortedcontainers():
+    assert not hasattr(groups_mod, "SortedDict") and not hasattr(groups_mod, "SortedList")
