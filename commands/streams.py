@@ -205,7 +205,7 @@ def tread(client, argv):
     Replies up to `count` elements from `offset` on: [offset, tag, entry] for an
     entry held, null for a missing one; with GROUP, the group's next entries
     (never nulls). BLOCK waits up to ms (0: forever) for something to read.
-    O(1) seek + O(count); group reads O(count log pending).
+    O(1) seek + O(count); group reads O(count log pending) for the due retries, amortised O(1) per new entry.
     """
     request = parse_tread(argv)
     reply = perform_read(client.server, request, blocking=request.block_ms is not None)
@@ -219,7 +219,7 @@ def tack(client, argv):
     """TACK key group offset [offset ...] | TACK key group start-end
 
     Acknowledges pending entries of the group; replies how many were pending.
-    O(k log pending).
+    Amortised O(k).
     """
     if len(argv) == 4 and b"-" in argv[3]:
         match = _RANGE.match(argv[3])
