@@ -98,7 +98,7 @@ def twrite_run(client, argvs: list) -> bytes:
             server.aof.log([EVICT, key, stream.first])
     if server.waiting_keys:
         server.wake(key)
-    return b"".join([b":%d\r\n" % o for o in range(offset, offset + count)])
+    return (b":%d\r\n" * count) % tuple(range(offset, offset + count))
 
 
 def parse_offset(arg: bytes) -> int | bytes:

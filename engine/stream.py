@@ -1179,10 +1179,13 @@ class Stream:
             return first_offset
         datas = flat[start + 1::2]
         joined = b"".join(datas)  # validates every payload before any change
-        get = self._tag_id.get
+        tags = flat[start::2]
         try:
-            # id 0 is reserved, so "or" falls back to interning on a miss only
-            tids = [get(tag) or self._intern(tag) for tag in flat[start::2]]
+            get = self._tag_id.get
+            tids = list(map(get, tags))
+            if not all(tids):  # id 0 is reserved, so a falsy id is a miss (None):
+                # intern, looking each tag up again (a new tag may repeat in the batch)
+                tids = [get(tag) or self._intern(tag) for tag in tags]
         except TypeError:
             self._free_unused(list(self._tag_id.values()))  # forget new tags
             raise
@@ -1198,15 +1201,17 @@ class Stream:
             if node is None:
                 node = self._open_node()
             k = min(npairs - i, node.cap_end - self.next_offset)
+            whole = k == npairs  # the usual case: no slicing
             buf = node.buf
-            lens = list(map(len, datas[i:i + k]))
+            lens = list(map(len, datas if whole else datas[i:i + k]))
             chunk_len = sum(lens)
             ends = node.ends
             if ends.typecode == "I" and len(buf) + chunk_len > 0xFFFFFFFF:
                 node.ends = ends = array("Q", ends)  # the buffer outgrows 4 GiB
-            ends.extend(islice(accumulate(lens, initial=len(buf)), 1, None))
+            lens[0] += len(buf)  # the running sum then gives the end positions
+            ends.extend(accumulate(lens))
             buf += jview[jpos:jpos + chunk_len]
-            node.tags.extend(array("I", tids[i:i + k]))
+            node.tags.fromlist(tids if whole else tids[i:i + k])
             node.times.extend(array("q", (now_ns,)) * k)
             jpos += chunk_len
             i += k

@@ -85,31 +85,32 @@ class RequestParser:
         A protocol error raises ProtocolError, but only once the commands before
         it have been returned (by this call; the error comes with the next).
         """
-        if not self._partial and not self._inline:
-            if self._error is None:
-                return []
+        if self._error is not None:
             error, self._error = self._error, None
             raise error
+        if not self._partial and not self._inline:
+            return []
         commands: list[list] = []
         append = commands.append
-        reader = self._reader
         try:
-            # The multibulk loop of next_command, inlined: this is the server's hot path.
-            while self._partial:
+            if self._partial:
+                # The multibulk loop of next_command, inlined (the server's hot path).
+                # Whether hiredis holds bytes of a command must be asked after each
+                # command: once it has consumed a header, has_data() says False.
+                reader = self._reader
+                gets, has_data = reader.gets, reader.has_data
                 try:
-                    command = reader.gets()
+                    while self._partial and (command := gets()) is not False:
+                        self._partial = has_data()
+                        if command.__class__ is list and command:
+                            for arg in command:
+                                if arg.__class__ is not bytes:
+                                    raise ProtocolError(f"expected '$', got '{_kind(arg)}'")
+                            append(command)
+                        elif command is not None and command != []:  # Redis ignores "*-1" and "*0"
+                            raise ProtocolError(f"expected '*', got '{_kind(command)}'")
                 except hiredis.ProtocolError as exc:
                     raise ProtocolError(str(exc).replace("reply type byte", "command type byte")) from None
-                if command is False:
-                    return commands
-                self._partial = reader.has_data()
-                if command.__class__ is list and command:
-                    for arg in command:
-                        if arg.__class__ is not bytes:
-                            raise ProtocolError(f"expected '$', got '{_kind(arg)}'")
-                    append(command)
-                elif command is not None and command != []:  # Redis ignores "*-1" and "*0"
-                    raise ProtocolError(f"expected '*', got '{_kind(command)}'")
             if self._inline:
                 while (command := self.next_command()) is not None:
                     append(command)
