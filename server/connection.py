@@ -168,7 +168,8 @@ class ClientConnection(asyncio.Protocol):
                 server.persistence.hold(self, out, self.closing)
                 return
             self.transport.write(out)
-            self._check_output_limit()
+            if self._write_paused:  # the transport's buffer passed its high-water mark
+                self._check_output_limit()
         if self.closing:
             self.transport.close()
 
@@ -186,9 +187,9 @@ class ClientConnection(asyncio.Protocol):
             self._run_commands()
 
     def _check_output_limit(self) -> None:
+        """Called after writes while the transport is over its high-water mark
+        (pause_writing): below that, no limit can be near."""
         size = self.transport.get_write_buffer_size()
-        if not size and not self._soft_limit_since:
-            return  # everything was sent: the common case
         hard, soft, seconds = self.server.config["client-output-buffer-limit"]
         if not hard and not soft:
             return

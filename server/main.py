@@ -119,7 +119,10 @@ async def run(server: Server) -> int:
         loop.add_signal_handler(signum, server.request_shutdown, None)
     # What exists now (modules, the loaded data) lives as long as the process: keep it
     # out of the cyclic collector's full passes, which would otherwise walk it all.
+    # Requests allocate lists that die at once (no cycles): collect the young
+    # generation every 10,000 allocations rather than 700.
     gc.freeze()
+    gc.set_threshold(10_000, *gc.get_threshold()[1:])
     await serve(server, listeners)
     return 0
 
