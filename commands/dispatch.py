@@ -79,7 +79,16 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
             server.stats.errors += 1
             return encode_error(exc.message), at + 1
     elif run is not None and nargs == fewest and at + 1 < len(commands):
-        end = _run_end(commands, at, nargs)
+        # A run: the commands after this one spelled the same, with as many words
+        # and the same key (the scan is inlined: this is the pipelined hot path).
+        name0, key = argv[0], argv[1]
+        end = at + 1
+        count = len(commands)
+        while end < count:
+            other = commands[end]
+            if len(other) != nargs or other[0] != name0 or other[1] != key:
+                break
+            end += 1
         if end > at + 1:
             return _execute_run(client, run, commands[at:end], stats, fast), end
     started = perf_counter_ns()
@@ -106,21 +115,6 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
     if elapsed >= server.slow_threshold_ns:
         server.observe_slow(argv, elapsed, client, fast)
     return out, at + 1
-
-
-def _run_end(commands: list, at: int, nargs: int) -> int:
-    """Where the run starting at ``commands[at]`` ends: the commands after it
-    spelled the same, with ``nargs`` words and the same key."""
-    first = commands[at]
-    name, key = first[0], first[1]
-    end = at + 1
-    count = len(commands)
-    while end < count:
-        argv = commands[end]
-        if len(argv) != nargs or argv[0] != name or argv[1] != key:
-            break
-        end += 1
-    return end
 
 
 def _execute_run(client, run, argvs: list, stats: CommandStats, fast: bool) -> bytes:

@@ -98,7 +98,12 @@ def twrite_run(client, argvs: list) -> bytes:
             server.aof.log([EVICT, key, stream.first])
     if server.waiting_keys:
         server.wake(key)
-    return (b":%d\r\n" * count) % tuple(range(offset, offset + count))
+    fmt = _OFFSET_REPLIES[count] if count < len(_OFFSET_REPLIES) else b":%d\r\n" * count
+    return fmt % tuple(range(offset, offset + count))
+
+
+# Format strings of the replies of runs of up to 64 commands, made once.
+_OFFSET_REPLIES = [b":%d\r\n" * n for n in range(65)]
 
 
 def parse_offset(arg: bytes) -> int | bytes:
