@@ -142,7 +142,7 @@ class ServerProcess:
     """A tstream-server or redis-server child on a free loopback port in a temp dir."""
 
     def __init__(self, kind: str, extra: list[str] | None = None) -> None:
-        assert kind in ("tstream", "redis")
+        assert kind in ("tstream", "redis", "ceiling")
         self.kind = kind
         self.dir = tempfile.mkdtemp(prefix=f"bench-{kind}-")
         self.port = free_port()
@@ -150,6 +150,8 @@ class ServerProcess:
         if kind == "tstream":
             self.argv = [TSTREAM_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
                          "--dir", self.dir, "--save", "", "--appendonly", "no", *(extra or [])]
+        elif kind == "ceiling":  # bench/ceiling_server.py: uvloop + hiredis, no tstream
+            self.argv = [sys.executable, str(REPO / "bench" / "ceiling_server.py"), str(self.port)]
         else:
             self.argv = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
                          "--dir", self.dir, "--save", "", "--appendonly", "no",

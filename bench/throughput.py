@@ -2,9 +2,13 @@
 """Write throughput: tstream ``TWRITE bench:key tag value`` vs redis-server ``XADD bench:key * tag value``.
 
 redis-benchmark drives both (50 clients), unpipelined and with ``-P 16``. Each case runs
-``--repeat`` times, interleaved (redis, tstream, redis, tstream, ...), and the median
+``--repeat`` times, interleaved (redis, tstream, ceiling, redis, ...), and the median
 requests/s of each server and the ratio tstream/redis are reported. The key is deleted
 before every run so each starts from an empty stream.
+
+*ceiling* is bench/ceiling_server.py, uvloop + hiredis appending to a Python list and
+nothing else, driven with the same TWRITE: what Python's event loop and parser alone
+reach on this machine, for context (``--no-ceiling`` leaves it out).
 
     .venv/bin/python bench/throughput.py [--n 200000] [--n-pipelined 2000000] [--repeat 3]
 """
@@ -58,6 +62,7 @@ def main() -> int:
     ap.add_argument("--pipeline", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=240, help="seconds allowed for one run")
+    ap.add_argument("--no-ceiling", action="store_true", help="skip bench/ceiling_server.py")
     args = ap.parse_args()
     sigterm_as_exit()
 
@@ -67,18 +72,27 @@ def main() -> int:
     result = {"benchmark": "throughput", "command": script_command(), "clients": args.clients,
               "repeat": args.repeat, "cases": []}
 
-    with servers(("tstream", []), ("redis", [])) as (ts, rs):
+    specs = [("tstream", []), ("redis", [])] + ([] if args.no_ceiling else [("ceiling", [])])
+    with servers(*specs) as started:
+        ts, rs = started[:2]
+        cs = started[2] if len(started) > 2 else None
         result["machine"] = machine_facts(ts, rs)
         result["servers"] = {"tstream": ts.command_line(), "redis": rs.command_line()}
         tc, rc = ts.client(), rs.client()
+        order = [("redis", rc), ("tstream", tc)]
+        if cs is not None:
+            result["servers"]["ceiling"] = cs.command_line()
+            order.append(("ceiling", cs.client()))
         print(f"tstream on :{ts.port} ({result['machine']['tstream_multiplexing_api']}), "
               f"redis on :{rs.port}", flush=True)
         for pipeline, n in cases:
-            runs = {"redis": [], "tstream": []}
+            runs = {name: [] for name, _ in order}
             argvs = {"redis": benchmark_argv(rs.port, args.clients, n, pipeline, xadd),
                      "tstream": benchmark_argv(ts.port, args.clients, n, pipeline, twrite)}
+            if cs is not None:
+                argvs["ceiling"] = benchmark_argv(cs.port, args.clients, n, pipeline, twrite)
             for i in range(args.repeat):
-                for name, client in (("redis", rc), ("tstream", tc)):
+                for name, client in order:
                     client.execute("DEL", "bench:key")
                     r = run_benchmark(argvs[name], args.timeout)
                     length = (client.execute("XLEN", "bench:key") if name == "redis"
@@ -93,6 +107,9 @@ def main() -> int:
                           flush=True)
             med = {k: median(x["rps"] for x in v) for k, v in runs.items()}
             ratio = med["tstream"] / med["redis"]
+            if "ceiling" in med:
+                print(f"P={pipeline}: ceiling (uvloop + hiredis only) {med['ceiling']:,.0f} req/s, "
+                      f"{med['ceiling'] / med['redis']:.2f}x redis", flush=True)
             target = TARGETS.get(pipeline, TARGETS[16] if pipeline > 1 else TARGETS[1])
             case = {"pipeline": pipeline, "n": n, "runs": runs,
                     "median_rps": med, "ratio": ratio, "target_ratio": target, "meets_target": ratio >= target,
@@ -101,8 +118,8 @@ def main() -> int:
             print(f"P={pipeline}: redis {med['redis']:,.0f} req/s, tstream {med['tstream']:,.0f} req/s, "
                   f"ratio {ratio:.2f}x (target >= {target}x: {'met' if ratio >= target else 'MISSED'})",
                   flush=True)
-        tc.close()
-        rc.close()
+        for _, client in order:
+            client.close()
     path = save_result("throughput", result)
     print(f"wrote {path}")
     return 0
