@@ -830,17 +830,8 @@ class Node:
             if not zst and nb != 1:
                 raise ValueError("a raw node blob must be one block")
             node = cls(base, start, cap_end)
-            node.buf = node.ends = node.tags = node.times = None
-            node.sealed = True
-            node.data = stored
-            node.compressed = zst
-            node.block_entries = be
-            node.block_offs = array("I" if len(stored) < 1 << 32 else "Q", offs)
-            node.buf_len = buf_len
-            node.raw_len = raw_len
-            node.ends_code = code
-            node.first_time = blocks[0].times[0]
-            node.last_time = blocks[-1].times[len(blocks[-1].times) - 1]
+            node._set_sealed(stored, zst, be, offs, buf_len, raw_len, code, blocks[0].times[0],
+                             blocks[-1].times[len(blocks[-1].times) - 1])
             ids: set[int] = set()
             for blk in blocks:
                 ids.update(blk.tags)
@@ -862,6 +853,21 @@ class Node:
         if full:
             node._seal(cache=False)
         return node
+
+    def _set_sealed(self, stored: bytes, zst: bool, be: int, offs, buf_len: int, raw_len: int,
+                    code: str, first_time: int, last_time: int) -> None:
+        """Make this fresh node a sealed one holding ``stored`` (loading a blob)."""
+        self.buf = self.ends = self.tags = self.times = None
+        self.sealed = True
+        self.data = stored
+        self.compressed = zst
+        self.block_entries = be
+        self.block_offs = array("I" if len(stored) < 1 << 32 else "Q", offs)
+        self.buf_len = buf_len
+        self.raw_len = raw_len
+        self.ends_code = code
+        self.first_time = first_time
+        self.last_time = last_time
 
     @classmethod
     def _from_summary(cls, base: int, start: int, cap_end: int, code: str, buf_len: int, zst: bool,
@@ -891,17 +897,7 @@ class Node:
                     or blk.times[0] != first_time or blk.times[count - 1] != last_time):
                 raise ValueError("node blob has a damaged offset table")
             node.blocks = [blk]
-        node.buf = node.ends = node.tags = node.times = None
-        node.sealed = True
-        node.data = stored
-        node.compressed = zst
-        node.block_entries = be
-        node.block_offs = array("I" if len(stored) < 1 << 32 else "Q", offs)
-        node.buf_len = buf_len
-        node.raw_len = raw_len
-        node.ends_code = code
-        node.first_time = first_time
-        node.last_time = last_time
+        node._set_sealed(stored, zst, be, offs, buf_len, raw_len, code, first_time, last_time)
         node.tag_set = ids
         node.mem = node._sealed_mem()
         return node
