@@ -286,7 +286,8 @@ def persistence_section(r: dict) -> list[str]:
             "`auto-aof-rewrite-percentage 0`; redis-server got the same entries as single `XADD`s "
             "(`aof-use-rdb-preamble no`). Then SIGKILL and a restart, timed from spawning the process until "
             "PING answers with the data loaded (every key's length checked). *Records*: tstream's effect "
-            "records (one per command), redis's commands.",
+            "records (one per command, or per pipelined run of simple TWRITEs on one key, which the "
+            "server appends as one batch), redis's commands.",
             "",
             "| server | AOF size | entries | records | restart s | server-logged load s | records/s | entries/s | MB/s | empty start s |",
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
