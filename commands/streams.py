@@ -76,24 +76,25 @@ def twrite(client, argv):
 def twrite_run(client, argvs: list) -> bytes:
     """A pipelined run of ``TWRITE key tag entry`` on one key (see commands.dispatch).
 
-    Appends every entry with one Stream.append_many (one timestamp, limits
+    Appends every entry with one Stream.append_columns (one timestamp, limits
     enforced once, one effect record) and replies each command's offset.
     O(entries).
     """
     server = client.server
     key = argvs[0][1]
     count = len(argvs)
-    flat = [None] * (2 * count)
-    flat[0::2] = [argv[2] for argv in argvs]
-    flat[1::2] = [argv[3] for argv in argvs]
+    tags = [argv[2] for argv in argvs]
+    datas = [argv[3] for argv in argvs]
     stream = server.streams.get(key)
     if stream is None:
         stream = server.create_stream(key)
     first = stream.first
-    offset = stream.append_many(flat, time_ns())
+    offset = stream.append_columns(tags, datas, time_ns())
     server.dirty += count
     if server.aof is not None:
-        server.aof.log([APPEND, key, offset, stream.last_time, *flat])
+        record = [APPEND, key, offset, stream.last_time, *tags, *datas]
+        record[4::2], record[5::2] = tags, datas  # interleaved: tag, data, tag, data, ...
+        server.aof.log(record)
         if stream.first != first:
             server.aof.log([EVICT, key, stream.first])
     if server.waiting_keys:

@@ -1169,13 +1169,18 @@ class Stream:
         after the whole batch."""
         if (len(flat) - start) & 1:
             raise ValueError("append_many needs tag/data pairs")
-        npairs = (len(flat) - start) // 2
+        return self.append_columns(flat[start::2], flat[start + 1::2], now_ns)
+
+    def append_columns(self, tags: list, datas: list, now_ns: int) -> int:
+        """:meth:`append_many` of the pairs ``zip(tags, datas)`` (two lists of
+        the same length), for callers that hold the columns already."""
+        npairs = len(tags)
+        if len(datas) != npairs:
+            raise ValueError("append_columns needs as many tags as entries")
         first_offset = self.next_offset
         if npairs <= 0:
             return first_offset
-        datas = flat[start + 1::2]
         joined = b"".join(datas)  # validates every payload before any change
-        tags = flat[start::2]
         try:
             get = self._tag_id.get
             tids = list(map(get, tags))
@@ -1217,7 +1222,7 @@ class Stream:
         jview.release()
         # --- JetStream subject index hook (engine/subjects.py): once built only ---
         if self._subjects is not None:
-            self._subjects.appended_many(flat, start, first_offset)
+            self._subjects.appended_many(tags, first_offset)
         cfg = self.config
         if cfg.max_len or cfg.max_age_ms or cfg.max_msgs_per_subject:
             self.enforce_limits(now_ns)

@@ -254,12 +254,12 @@ class SubjectIndex:
         elif self.enforced_limit:
             self.enforced_limit = 0
 
-    def appended_many(self, flat: list, start: int, first_offset: int) -> None:
-        """``flat[start:]`` = [tag, data, ...] was appended from ``first_offset`` on."""
+    def appended_many(self, tags: list, first_offset: int) -> None:
+        """Entries with these ``tags`` were appended from ``first_offset`` on."""
         subjects = self.subjects
         get = subjects.get
         offset = first_offset
-        for tag in islice(flat, start, None, 2):
+        for tag in tags:
             entry = get(tag)
             if entry is None:
                 entry = subjects[tag] = _Seqs()
@@ -267,7 +267,7 @@ class SubjectIndex:
             offset += 1
         limit = self.stream.config.max_msgs_per_subject
         if limit:
-            for tag in set(islice(flat, start, None, 2)):
+            for tag in set(tags):
                 entry = get(tag)
                 if entry is not None and len(entry.seqs) - entry.head > limit:
                     self._trim(entry, limit)
