@@ -74,7 +74,7 @@ class Server:
         self.waiting_keys: set[bytes] = set()  # keys some blocked client waits on
         self.blocking = BlockingRegistry(self)
         self.aof: Persistence | None = None  # set while appendonly is on: handlers log effects to it
-        self.hold_replies = False  # appendfsync always: replies wait for the turn's fsync
+        self.hold_replies = False  # replies wait for the end of the loop turn (set by Persistence.attach)
         self.persistence = Persistence(self)
         self.acl = AccessControl()
         self.acl.set_requirepass(config["requirepass"])

@@ -193,6 +193,11 @@ class BlockingRegistry:
                 waiter.client.unblock(encode_error(
                     "UNBLOCKED the stream key no longer exists, the consumer group is gone"))
 
+    def serve_ready(self) -> None:
+        """Serve the ready keys now (the end of a loop turn) if there are any."""
+        if self._ready:
+            self._serve_ready()
+
     def _serve_ready(self) -> None:
         self._scheduled = False
         ready, self._ready = self._ready, set()

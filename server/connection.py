@@ -216,10 +216,12 @@ class ClientConnection(asyncio.Protocol):
                 self.parser.feed(leftover)
 
     def write_now(self, data: bytes, close: bool) -> None:
-        """Send replies that waited for the append-only file's fsync."""
+        """Send replies held until the end of the loop turn (see Persistence.end_turn)."""
         if self.transport.is_closing():
             return
         self.transport.write(data)
+        if self._write_paused:  # the transport's buffer passed its high-water mark
+            self._check_output_limit()
         if close:
             self.transport.close()
 
