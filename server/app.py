@@ -74,7 +74,7 @@ class Server:
         self.waiting_keys: set[bytes] = set()  # keys some blocked client waits on
         self.blocking = BlockingRegistry(self)
         self.aof: Persistence | None = None  # set while appendonly is on: handlers log effects to it
-        self.hold_replies = False  # replies wait for the end of the loop turn (set by Persistence.attach)
+        self.hold_replies = False  # AOF on: every reply waits for the turn's records (Persistence.attach)
         self.persistence = Persistence(self)
         self.acl = AccessControl()
         self.acl.set_requirepass(config["requirepass"])

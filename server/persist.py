@@ -102,12 +102,9 @@ class Persistence:
         # records are written (and fsynced with "always"): even with "everysec" a
         # client is never told "done" before its change reached the OS, so killing
         # the process (unlike losing the machine) loses nothing acknowledged, as in
-        # Redis.  Without an AOF they wait too: the turn's replies then leave in one
-        # burst after every ready client was read, as Redis writes replies before it
-        # sleeps, which wakes a client process once per burst rather than once per
-        # reply (on a 2-core machine under redis-benchmark -P 16: ~1.6x the
-        # throughput, half the system time per request).
-        self.server.hold_replies = True
+        # Redis.  (Without an AOF the replies of pipelined reads wait too: see
+        # ClientConnection._run_commands.)
+        self.server.hold_replies = self.file is not None
 
     # --- the effect log (handlers call server.aof.log) ---------------------------
 

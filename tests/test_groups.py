@@ -425,3 +425,24 @@ class TestBlockTimeouts:
             assert size <= 64 + 1 and stale == size  # compacted: bounded, all of them stale
             reader.close()
             writer.close()
+
+
+def test_replies_keep_their_order_when_a_pipelined_read_blocks_and_is_served_in_the_same_turn(server):
+    """A pipelined read's replies wait for the end of the loop turn; a blocked command of
+    that pipeline served in the same turn must still reply after them."""
+    from .conftest import read_until_quiet
+
+    def mb(*args: bytes) -> bytes:
+        return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+    for i in range(40):
+        key = b"order-%d" % i
+        with socket.create_connection(("127.0.0.1", server.port)) as a, \
+                socket.create_connection(("127.0.0.1", server.port)) as b:
+            a.sendall(mb(b"PING"))
+            b.sendall(mb(b"PING"))
+            assert read_until_quiet(a, 0.05) == b"+PONG\r\n" and read_until_quiet(b, 0.05) == b"+PONG\r\n"
+            a.sendall(mb(b"TWRITE", key + b"-other", b"t", b"x") + mb(b"TREAD", key, b"1", b"1", b"BLOCK", b"2000"))
+            b.sendall(mb(b"TWRITE", key, b"t", b"from-b"))  # often read in the same turn as a's
+            reply = read_until_quiet(a, 0.3)
+            assert reply == b":1\r\n*1\r\n*3\r\n:1\r\n$1\r\nt\r\n$6\r\nfrom-b\r\n", reply
