@@ -192,7 +192,7 @@ def perform_read(server, request: ReadRequest, blocking: bool):
         reply = []
         if request.count:
             reply = group.read(stream, request.count, time_ns() // 1_000_000, request.retry,
-                               server.config["group-max-pending"])
+                               server.config.values["group-max-pending"])
             if reply:
                 server.dirty += 1
                 if server.aof is not None:
@@ -242,7 +242,7 @@ def tack(client, argv):
         return 0
     if offsets is None:
         offsets = group.pending_offsets(start, end)
-    was_full = group.pending_count >= server.config["group-max-pending"]
+    was_full = group.pending_count >= server.config.values["group-max-pending"]
     acked = group.ack(offsets)
     if acked:
         server.dirty += 1

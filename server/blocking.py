@@ -66,6 +66,9 @@ class BlockingRegistry:
         self._deadline_armed = float("inf")
         self._loop: asyncio.AbstractEventLoop | None = None
         self.count = 0
+        # commands.streams imports the server's modules: import it once the server exists
+        from commands.streams import perform_read
+        self._perform_read = perform_read
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -208,8 +211,7 @@ class BlockingRegistry:
                 log.exception("serving clients blocked on %r failed", key)
 
     def _serve_key(self, key: bytes) -> None:
-        from commands.streams import perform_read
-
+        perform_read = self._perform_read
         server = self.server
         stream = server.streams.get(key)
         if stream is None:
