@@ -37,12 +37,9 @@ import os
 import platform
 import re
 import shlex
-import shutil
 import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -51,12 +48,11 @@ import hiredis
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import _cpu_model, _die_with_parent, _git, free_port, loadavg as _loadavg  # noqa: E402
+from common import ServerProcess, _cpu_model, _die_with_parent, _git, loadavg as _loadavg  # noqa: E402
 from common import sigterm_as_exit as _sigterm_as_exit  # noqa: E402  (bench/ is not a package)
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
-REDIS_SERVER = os.environ.get("REDIS_SERVER") or shutil.which("redis-server") or "redis-server"
 
 THROUGHPUT_TARGET = 0.8       # tstream/redis messages/s
 LATENCY_TARGET_US = 1000.0    # tstream p50 wake-up latency
@@ -144,48 +140,8 @@ class RawClient:
 
 # --- servers --------------------------------------------------------------------------
 
-class Server:
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        self.dir = tempfile.mkdtemp(prefix=f"bench-groups-{kind}-")
-        self.port = free_port()
-        self.log_path = os.path.join(self.dir, "server.log")
-        common = ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-                  "--save", "", "--appendonly", "no"]
-        if kind == "tstream":
-            self.argv = [sys.executable, "-m", "server", *common]
-        else:
-            self.argv = [REDIS_SERVER, *common, "--daemonize", "no"]
-        self.proc: subprocess.Popen | None = None
-        self._log = None
-
-    def command_line(self) -> str:
-        return shlex.join(self.argv)
-
-    def start(self, timeout: float = 30.0) -> "Server":
-        self._log = open(self.log_path, "wb")
-        env = dict(os.environ)
-        if self.kind == "tstream":
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
-                                     stderr=subprocess.STDOUT, cwd=self.dir, env=env,
-                                     preexec_fn=_die_with_parent)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.kind} exited with {self.proc.returncode} at start:\n{self.log_tail()}")
-            try:
-                c = RawClient(self.port, timeout=5)
-                try:
-                    if c.execute("PING") == b"PONG":
-                        return self
-                finally:
-                    c.close()
-            except (OSError, RuntimeError):
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.kind} did not answer PING in {timeout}s:\n{self.log_tail()}")
-            time.sleep(0.05)
+class Server(ServerProcess):
+    """A server of bench/common.py, with the counters this benchmark reports."""
 
     def cpu_seconds(self) -> tuple[float, float]:
         """(user, system) CPU time the server process used so far."""
@@ -202,25 +158,6 @@ class Server:
                 k, _, v = line.partition(":")
                 io[k] = int(v)
         return io["syscr"], io["syscw"]
-
-    def log_tail(self, n: int = 30) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                return b"\n".join(f.read().splitlines()[-n:]).decode(errors="replace")
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        if self._log is not None:
-            self._log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def flushall(self) -> None:
         c = RawClient(self.port)
