@@ -201,6 +201,20 @@ _KEYWORDS = {b"seq": "seq", b"last_by_subj": "last_by_subj", b"next_by_subj": "n
              b"start_time": "start_time", b"batch": "batch", b"max_bytes": "max_bytes"}
 
 
+def _keyword(args: list, i: int, word: bytes, keywords: dict, seen: set) -> str:
+    """The field named by ``args[i]`` (``word``, lower-cased), which needs a value
+    after it and may be given once; records it in ``seen``."""
+    name = keywords.get(word)
+    if name is None:
+        raise BadRequest(f"unknown field '{args[i].decode('utf-8', 'replace')}'")
+    if i + 1 >= len(args):
+        raise BadRequest(f"{word.upper().decode()} needs a value")
+    if name in seen:
+        raise BadRequest(f"{word.upper().decode()} is given twice")
+    seen.add(name)
+    return name
+
+
 def parse_keywords(args: list) -> Request:
     """``DGET key [SEQ n] [LAST_BY_SUBJ s] [NEXT_BY_SUBJ f] [START_TIME t] [BATCH n] [MAX_BYTES n]``."""
     req = Request()
@@ -208,16 +222,9 @@ def parse_keywords(args: list) -> Request:
     i = 0
     while i < len(args):
         word = args[i].lower()
-        name = _KEYWORDS.get(word)
-        if name is None:
-            if word == b"subject":
-                raise BadRequest("SUBJECT takes one subject and nothing else")
-            raise BadRequest(f"unknown field '{args[i].decode('utf-8', 'replace')}'")
-        if i + 1 >= len(args):
-            raise BadRequest(f"{word.upper().decode()} needs a value")
-        if name in seen:
-            raise BadRequest(f"{word.upper().decode()} is given twice")
-        seen.add(name)
+        if word == b"subject":
+            raise BadRequest("SUBJECT takes one subject and nothing else")
+        name = _keyword(args, i, word, _KEYWORDS, seen)
         value = args[i + 1]
         if name in ("last_by_subj", "next_by_subj"):
             setattr(req, name, _filter(value, name))
@@ -403,14 +410,7 @@ def mlast(client, argv):
                 raise BadRequest("SUBJECTS needs at least one subject filter")
             req.multi_last = [_filter(f, "filter") for f in filters]
             break
-        name = _MLAST_KEYWORDS.get(word)
-        if name is None:
-            raise BadRequest(f"unknown field '{args[i].decode('utf-8', 'replace')}'")
-        if i + 1 >= len(args):
-            raise BadRequest(f"{word.upper().decode()} needs a value")
-        if name in seen:
-            raise BadRequest(f"{word.upper().decode()} is given twice")
-        seen.add(name)
+        name = _keyword(args, i, word, _MLAST_KEYWORDS, seen)
         if name == "up_to_time":
             req.up_to_time = _time_arg(args[i + 1], name)
         else:
