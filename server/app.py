@@ -23,6 +23,7 @@ from .acl import AccessControl
 from .config import Config
 from .observability import LatencyMonitor, SlowLog
 from .persist import Persistence
+from .turns import TurnEnd
 
 log = logging.getLogger("tstream.server")
 
@@ -75,6 +76,7 @@ class Server:
         self.blocking = BlockingRegistry(self)
         self.aof: Persistence | None = None  # set while appendonly is on: handlers log effects to it
         self.hold_replies = False  # AOF on: every reply waits for the turn's records (Persistence.attach)
+        self.turn_end = TurnEnd(self)  # what waits for the end of the loop turn
         self.persistence = Persistence(self)
         self.acl = AccessControl()
         self.acl.set_requirepass(config["requirepass"])

@@ -226,10 +226,10 @@ class ClientConnection(asyncio.Protocol):
     def _hold(self, data: bytes, close: bool) -> None:
         """Keep replies until the end of the loop turn; later ones then wait too, in order."""
         self._holding = True
-        self.server.persistence.hold(self, data, close)
+        self.server.turn_end.hold(self, data, close)
 
     def write_now(self, data: bytes, close: bool) -> None:
-        """Send replies held until the end of the loop turn (see Persistence.end_turn)."""
+        """Send replies held until the end of the loop turn (see server.turns)."""
         self._holding = False
         if self.transport.is_closing():
             return

@@ -8,8 +8,8 @@ second) in worker threads.
 Group commit: the records logged by every command of one event-loop turn are
 written with one ``write`` at the end of the turn (and with ``appendfsync
 always`` made durable with one ``fsync``), and the replies of that turn are held
-until then (``hold``), so no client hears "done" before its change is in the
-file (on disk, with ``always``).
+until then (server.turns), so no client hears "done" before its change is in
+the file (on disk, with ``always``).
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ class Persistence:
         self.rewrite_scheduled = False
         self.last_rewrite_ok = True
         self.last_rewrite_seconds = -1
-        self._held: list[tuple[object, bytes, bool]] = []
-        self._turn_scheduled = False
         self._fsync_thread: threading.Thread | None = None
         self._stop_fsync = threading.Event()
 
@@ -98,7 +96,7 @@ class Persistence:
     def attach(self) -> None:
         """Make handlers log effects (called once the server is ready to serve)."""
         self.server.aof = self if self.file is not None else None
-        # Replies wait for the end of the loop turn (end_turn), when the turn's
+        # Replies wait for the end of the loop turn (server.turns), when the turn's
         # records are written (and fsynced with "always"): even with "everysec" a
         # client is never told "done" before its change reached the OS, so killing
         # the process (unlike losing the machine) loses nothing acknowledged, as in
@@ -110,26 +108,11 @@ class Persistence:
 
     def log(self, record: list) -> None:
         self.file.buffer.append(pack(record))
-        if not self._turn_scheduled:
-            self._schedule_turn_end()
+        self.server.turn_end.schedule()
 
-    def hold(self, connection, data: bytes, close: bool) -> None:
-        """Keep a reply until this turn's records are durable."""
-        self._held.append((connection, data, close))
-        if not self._turn_scheduled:
-            self._schedule_turn_end()
-
-    def _schedule_turn_end(self) -> None:
-        self._turn_scheduled = True
-        asyncio.get_running_loop().call_soon(self.end_turn)
-
-    def end_turn(self) -> None:
-        """Serve the clients blocked on keys this turn changed, write (and with
-        ``always``, fsync) this turn's records, then release the turn's replies."""
-        # First the blocked clients (Redis's handleClientsBlockedOnKeys before its
-        # writes): their replies and records join this turn's instead of the next.
-        self.server.blocking.serve_ready()
-        self._turn_scheduled = False
+    def commit_turn(self) -> None:
+        """Write (and with ``always``, fsync) this turn's records (called by
+        server.turns.TurnEnd before it releases the turn's replies)."""
         file = self.file
         if file is not None:
             try:
@@ -149,9 +132,6 @@ class Persistence:
                     log.critical("can't write the append-only file with appendfsync always (%s): exiting", exc)
                     os._exit(1)
                 log.error("error writing the append-only file: %s", exc)
-        held, self._held = self._held, []
-        for connection, data, close in held:
-            connection.write_now(data, close)
 
     def _start_fsync_thread(self) -> None:
         def run() -> None:
@@ -283,7 +263,7 @@ class Persistence:
         self._stop_fsync.set()
         if self.file is not None:
             try:
-                self.end_turn()
+                self.server.turn_end.run()
                 self.file.close()
             except OSError as exc:
                 log.error("error flushing the append-only file at shutdown: %s", exc)
