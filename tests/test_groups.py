@@ -268,6 +268,13 @@ class TestRetryAndAck:
         (["5-"], "invalid range"),
         (["7-x"], "invalid range"),
         (["1", "-2"], "must be positive"),
+        # the list of plain numbers is checked in one pass (commands/args.py): each of
+        # these must still fall back to the per-offset error
+        (["1", "01"], "not an integer"),
+        (["1", ""], "not an integer"),
+        (["2", "0", "3"], "must be positive"),
+        (["1", "+2"], "not an integer"),
+        (["1", "9" * 19], "not an integer"),
     ])
     def test_ack_bad_input(self, r, args, error):
         r.execute_command("TWRITE", "s", "t", "e")

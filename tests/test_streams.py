@@ -306,3 +306,12 @@ class TestPipelinedRuns:
         # The reader waits from offset 2 on and is served after the commands of that
         # read (as it would be without runs): 2-4 were evicted by then, so nulls.
         assert box["reply"] == [None, None, None]
+
+
+@pytest.mark.parametrize("count", ["01", "+1", " 1", "1 ", "", "9223372036854775808", "1.0"])
+def test_integer_arguments_are_strict(r, count):
+    """to_int's fast path (plain digits) and its regular-expression path agree with
+    Redis's string2ll: no leading zeros, signs, spaces or overflow."""
+    r.execute_command("TWRITE", "ints", "t", "e")
+    with pytest.raises(redis.ResponseError, match="not an integer"):
+        r.execute_command("TREAD", "ints", 1, count)
