@@ -131,17 +131,43 @@ class ReadRequest:
 
     __slots__ = ("key", "offset", "count", "block_ms", "group", "retry", "withinfo")
 
-    def __init__(self, key: bytes, offset, count: int) -> None:
+    def __init__(self, key: bytes, offset, count: int, block_ms: int | None = None,
+                 group: bytes | None = None, retry: tuple[int, int] | None = None,
+                 withinfo: bool = False) -> None:
         self.key = key
         self.offset = offset  # int, or b"-"/b"$" until resolved
         self.count = count
-        self.block_ms: int | None = None
-        self.group: bytes | None = None
-        self.retry: tuple[int, int] | None = None
-        self.withinfo = False
+        self.block_ms = block_ms
+        self.group = group
+        self.retry = retry
+        self.withinfo = withinfo
+
+    def fields(self) -> tuple:
+        return (self.key, self.offset, self.count, self.block_ms, self.group, self.retry, self.withinfo)
+
+
+# A group's consumers send the very same TREAD over and over: its parse is
+# kept, by its words, so a repeat costs one dict lookup (at most
+# _PARSED_GROUP_READS_MAX of them, forgotten all at once when full; plain
+# reads are not kept, their offsets change from one read to the next).
+_parsed_group_reads: dict[tuple, tuple] = {}
+_PARSED_GROUP_READS_MAX = 1024
 
 
 def parse_tread(argv) -> ReadRequest:
+    words = tuple(argv)
+    fields = _parsed_group_reads.get(words)
+    if fields is not None:
+        return ReadRequest(*fields)
+    request = _parse_tread(argv)
+    if request.group is not None:
+        if len(_parsed_group_reads) >= _PARSED_GROUP_READS_MAX:
+            _parsed_group_reads.clear()
+        _parsed_group_reads[words] = request.fields()
+    return request
+
+
+def _parse_tread(argv) -> ReadRequest:
     request = ReadRequest(argv[1], parse_offset(argv[2]), to_nonnegative(argv[3], "count"))
     i = 4
     n = len(argv)

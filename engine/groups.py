@@ -122,6 +122,28 @@ class Group:
         out: list = []
         by_offset = self._by_offset
         due = self._by_due
+        if due and due[0][0] <= now_ms:
+            self._read_due(stream, count, now_ms, retry, out)
+        room = count - len(out)
+        if retry is not None and room > max_pending - len(by_offset):
+            room = max_pending - len(by_offset)
+        if room > 0:
+            start = self.next if self.next >= stream.first else stream.first
+            new, self.next = stream.read_held(start, room)
+            if new:
+                if retry is not None:
+                    self._add_pending(new, now_ms, retry)
+                out += new
+        self.delivered += len(out)
+        limit = len(by_offset) + SLACK
+        if self._due_stale > limit or self._exp_stale > limit or len(self._order) - len(by_offset) > limit:
+            self._tidy()
+        return out
+
+    def _read_due(self, stream, count: int, now_ms: int, retry, out: list) -> None:
+        """Hand out the due retries (in due order) into ``out``, up to ``count``."""
+        by_offset = self._by_offset
+        due = self._by_due
         while due and len(out) < count:
             item = due[0]
             if item[0] > now_ms:
@@ -145,49 +167,24 @@ class Group:
             pending.due_item = item = (retry_at, offset)
             heapreplace(due, item)
             out.append([offset, entry.tag, entry.data])
-        room = count - len(out)
-        if retry is not None:
-            room = min(room, max_pending - len(by_offset))
-        if room > 0:
-            if self.next < stream.first:
-                self.next = stream.first
-            taken = 0
-            last = self.next - 1
-            if retry is None:
-                for entry in stream.iter_from(self.next):
-                    if taken == room:
-                        break
-                    out.append([entry.offset, entry.tag, entry.data])
-                    last = entry.offset
-                    taken += 1
-            else:
-                retry_ms, expire_ms = retry
-                retry_at, expire_at = now_ms + retry_ms, now_ms + expire_ms
-                expiry = self._by_expiry
-                order = self._order
-                for entry in stream.iter_from(self.next):
-                    if taken == room:
-                        break
-                    offset = entry.offset
-                    out.append([offset, entry.tag, entry.data])
-                    last = offset
-                    taken += 1
-                    pending = Pending(offset, 1, retry_at, expire_at, retry_ms)
-                    if self._unsorted or (order and offset <= order[-1]):
-                        self._insert(pending)  # not above every listed offset: next moved back
-                        continue
-                    by_offset[offset] = pending  # the common case, inlined
-                    heappush(due, pending.due_item)
-                    heappush(expiry, pending.exp_item)
-                    order.append(offset)
-            if taken < room:
-                last = stream.next_offset - 1  # read to the end: skip trailing missing entries too
-            self.next = last + 1
-        self.delivered += len(out)
-        limit = len(by_offset) + SLACK
-        if self._due_stale > limit or self._exp_stale > limit or len(self._order) - len(by_offset) > limit:
-            self._tidy()
-        return out
+
+    def _add_pending(self, entries: list, now_ms: int, retry: tuple[int, int]) -> None:
+        """Make newly handed-out entries (ascending offsets, none pending) pending."""
+        retry_ms, expire_ms = retry
+        retry_at, expire_at = now_ms + retry_ms, now_ms + expire_ms
+        order = self._order
+        if self._unsorted or (order and entries[0][0] <= order[-1]):
+            for entry in entries:  # not above every listed offset: next moved back
+                self._insert(Pending(entry[0], 1, retry_at, expire_at, retry_ms))
+            return
+        by_offset = self._by_offset
+        due, expiry = self._by_due, self._by_expiry
+        for entry in entries:  # the common case, inlined
+            offset = entry[0]
+            pending = by_offset[offset] = Pending(offset, 1, retry_at, expire_at, retry_ms)
+            heappush(due, pending.due_item)
+            heappush(expiry, pending.exp_item)
+            order.append(offset)
 
     def has_ready(self, stream, now_ms: int, max_pending: int, retry: bool) -> bool:
         """Would a read hand out anything now? Amortised O(1) plus the purge and stale

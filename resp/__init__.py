@@ -12,6 +12,7 @@ from .encode import (
     Status,
     Verbatim,
     encode,
+    encode_entries,
     encode_error,
 )
 from .errors import ProtocolError
@@ -20,5 +21,5 @@ from .strict import StrictRequestParser
 
 __all__ = [
     "NULL_ARRAY", "OK", "BigNumber", "Entries", "ErrorReply", "Push", "Raw", "Set", "Status", "Verbatim",
-    "encode", "encode_error", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
+    "encode", "encode_entries", "encode_error", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
 ]

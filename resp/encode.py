@@ -91,6 +91,20 @@ def encode(value, protocol: int) -> bytes:
     return b"".join(out)
 
 
+def encode_entries(entries: Entries, resp3: bool) -> bytes:
+    """The TREAD reply: ``encode(entries, protocol)``, without the per-item type
+    dispatch (this is the reply the server sends most after integers)."""
+    out = [b"*%d\r\n" % len(entries)]
+    append = out.append
+    for entry in entries:
+        if entry is None:
+            append(b"_\r\n" if resp3 else b"$-1\r\n")
+        else:
+            offset, tag, data = entry
+            append(b"*3\r\n:%d\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (offset, len(tag), tag, len(data), data))
+    return b"".join(out)
+
+
 def encode_error(message: str) -> bytes:
     """An error reply; newlines would break the framing, so they become spaces."""
     return b"-" + message.replace("\r", " ").replace("\n", " ").encode("utf-8", "replace") + b"\r\n"
@@ -120,15 +134,7 @@ def _write(value, out: list, resp3: bool) -> None:
     elif cls is list or cls is tuple:
         _aggregate(b"*", value, out, resp3)
     elif cls is Entries:
-        out.append(b"*%d\r\n" % len(value))
-        null = b"_\r\n" if resp3 else b"$-1\r\n"
-        append = out.append
-        for entry in value:
-            if entry is None:
-                append(null)
-            else:
-                offset, tag, data = entry
-                append(b"*3\r\n:%d\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (offset, len(tag), tag, len(data), data))
+        out.append(encode_entries(value, resp3))
     elif cls is Raw:
         out.append(value)
     elif cls is str:

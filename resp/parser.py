@@ -141,6 +141,11 @@ class RequestParser:
                 return words
         return None
 
+    def has_input(self) -> bool:
+        """Whether bytes wait to be returned as commands (or an error to be raised):
+        if not, pull() returns []."""
+        return self._partial or bool(self._inline) or self._error is not None
+
     def pending_bytes(self) -> int:
         """Bytes received but not yet returned as commands (for query buffer limits)."""
         return len(self._inline) + (self._reader.len() if self._partial else 0)

@@ -33,6 +33,10 @@ class StrictRequestParser:
     def pending_bytes(self) -> int:
         return len(self._buf)
 
+    def has_input(self) -> bool:
+        """Whether bytes wait to be returned as commands (or refused)."""
+        return bool(self._buf)
+
     def take_buffer(self) -> bytes:
         """The bytes not yet returned as commands (to hand them to another parser)."""
         data = bytes(self._buf)

@@ -34,7 +34,7 @@ import logging
 import time
 from collections import deque
 
-from resp import NULL_ARRAY, encode, encode_error
+from resp import NULL_ARRAY, Entries, encode, encode_entries, encode_error
 
 log = logging.getLogger("tstream.blocking")
 
@@ -229,7 +229,7 @@ class BlockingRegistry:
                 if reply is None:
                     break  # nothing for the head of the queue: nothing for the others
                 self._deliver(waiter, reply)
-                if group is not None and _drained(group, stream):
+                if queue and group is not None and _drained(group, stream):
                     break
             if queue and group is not None:
                 self._arm_group_timer(key, group_name, group)
@@ -237,7 +237,10 @@ class BlockingRegistry:
     def _deliver(self, waiter: Waiter, reply) -> None:
         self._remove(waiter)
         client = waiter.client
-        client.unblock(encode(reply, client.protocol))
+        if reply.__class__ is Entries:
+            client.unblock(encode_entries(reply, client.protocol == 3))
+        else:
+            client.unblock(encode(reply, client.protocol))
 
     def _arm_group_timer(self, key: bytes, group_name: bytes, group) -> None:
         """Wake the group's waiters when its next retry falls due or pending entry expires."""

@@ -250,7 +250,8 @@ class ClientConnection(asyncio.Protocol):
             self._hold(reply, False)
         else:
             self.transport.write(reply)
-        self._run_commands()
+        if self._queue_at < len(self._queue) or self.parser.has_input():
+            self._run_commands()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True

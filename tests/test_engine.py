@@ -268,6 +268,29 @@ def test_delete_in_the_middle():
     s._check()
 
 
+def test_read_held_skips_missing_entries_and_says_where_to_go_on():
+    s = filled(12, node_entries=4)
+    s.delete(6)
+    s.delete(7)
+    s.evict_through(2)
+    # from before first: evicted offsets are skipped like deleted ones
+    assert s.read_held(1, 3) == ([row(3), row(4), row(5)], 6)
+    # a gap inside the count: reads on past it, then goes on after the last returned
+    assert s.read_held(5, 3) == ([row(5), row(8), row(9)], 10)
+    # fewer than count to the end: goes on at next_offset
+    assert s.read_held(10, 5) == ([row(10), row(11), row(12)], 13)
+    assert s.read_held(13, 5) == ([], 13)
+    s.delete(12)
+    assert s.read_held(11, 5) == ([row(11)], 13)  # a trailing missing entry is passed over too
+    # reads spanning sealed and active nodes, one entry or many, match read()
+    t = filled(40, node_entries=16)
+    for start in (1, 7, 15, 16, 17, 30):
+        for count in (1, 2, 8, 9, 20):
+            expected = [r for r in t.read(start, count) if r is not None]
+            assert t.read_held(start, count)[0] == expected
+            assert all(type(r[2]) is bytes for r in expected)  # never a view of a buffer
+
+
 def test_delete_first_moves_first():
     s = filled(10, node_entries=4)
     s.delete(3)

@@ -169,6 +169,23 @@ class TestGroups:
         r.execute_command("TWRITE", "s", "t", "e")
         assert offsets(r.execute_command("TREAD", "s", "$", 10, "GROUP", "new")) == [4]
 
+    def test_repeated_group_read_words_are_parsed_once_and_stay_correct(self, r):
+        # The server keeps the parse of a group read by its words (consumers repeat
+        # theirs): a repeat must still see the stream as it is now, and a bad read
+        # must fail every time.
+        read = ("TREAD", "s", "$", 2, "GROUP", "g", "RETRY", 60000, 60000)
+        r.execute_command("TWRITE", "s", "ENTRIES", *["t", "e"] * 3)
+        assert r.execute_command(*read) == []  # the group starts at the next offset
+        r.execute_command("TWRITE", "s", "ENTRIES", *["t", "e"] * 3)
+        assert offsets(r.execute_command(*read)) == [4, 5]
+        assert offsets(r.execute_command(*read)) == [6]
+        assert r.execute_command(*read) == []
+        assert [p[:2] for p in r.execute_command("TPENDING", "s", "g")] == [[4, 1], [5, 1], [6, 1]]
+        assert offsets(r.execute_command("tread", "s", "$", 2, "GROUP", "h")) == []  # another spelling, group
+        for _ in range(2):
+            with pytest.raises(redis.ResponseError, match="must be positive or zero"):
+                r.execute_command("TREAD", "s", "$", 2, "GROUP", "g", "RETRY", -1, 10)
+
     def test_group_read_creates_stream(self, r):
         assert r.execute_command("TREAD", "fresh", "-", 10, "GROUP", "g") == []
         assert r.exists("fresh") == 1
@@ -453,3 +470,19 @@ def test_replies_keep_their_order_when_a_pipelined_read_blocks_and_is_served_in_
             b.sendall(mb(b"TWRITE", key, b"t", b"from-b"))  # often read in the same turn as a's
             reply = read_until_quiet(a, 0.3)
             assert reply == b":1\r\n*1\r\n*3\r\n:1\r\n$1\r\nt\r\n$6\r\nfrom-b\r\n", reply
+
+
+def test_kept_group_read_parses_are_bounded():
+    from commands import streams
+
+    streams._parsed_group_reads.clear()
+    for i in range(streams._PARSED_GROUP_READS_MAX + 10):
+        request = streams.parse_tread([b"TREAD", b"k%d" % i, b"-", b"10", b"GROUP", b"g"])
+        assert (request.key, request.count, request.group) == (b"k%d" % i, 10, b"g")
+        assert len(streams._parsed_group_reads) <= streams._PARSED_GROUP_READS_MAX
+    streams.parse_tread([b"TREAD", b"k", b"5", b"1"])  # a plain read is not kept
+    assert (b"TREAD", b"k", b"5", b"1") not in streams._parsed_group_reads
+    first = streams.parse_tread([b"TREAD", b"k", b"$", b"1", b"GROUP", b"g", b"BLOCK", b"0"])
+    first.offset = 42  # what blocking does with a resolved "$": the kept parse is untouched
+    again = streams.parse_tread([b"TREAD", b"k", b"$", b"1", b"GROUP", b"g", b"BLOCK", b"0"])
+    assert again is not first and again.offset == b"$" and again.block_ms == 0

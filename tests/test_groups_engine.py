@@ -27,7 +27,7 @@ class Entry:
 
 
 class FakeStream:
-    """What Group uses of a stream: first, next_offset, get, iter_from (plus append/evict/delete)."""
+    """What Group uses of a stream: first, next_offset, get, iter_from, read_held (plus append/evict/delete)."""
 
     def __init__(self) -> None:
         self.first = 1
@@ -53,6 +53,14 @@ class FakeStream:
         for o in range(max(offset, self.first), self.next_offset):
             if o in self.held:
                 yield Entry(o)
+
+    def read_held(self, offset: int, count: int):
+        rows = []
+        for entry in self.iter_from(offset):
+            rows.append([entry.offset, entry.tag, entry.data])
+            if len(rows) == count:
+                return rows, entry.offset + 1
+        return rows, self.next_offset
 
 
 class RealStream:
