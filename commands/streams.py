@@ -19,6 +19,8 @@ from .errors import CommandError, SyntaxErr
 # A handler's reply when the client gets no reply now (it blocked, or the
 # connection closes, as after SHUTDOWN).
 NO_REPLY = object()
+# A handler's reply when the command must run again at the end of the loop turn.
+DEFER = object()
 
 NO_SUCH_KEY = "ERR no such key"
 
@@ -237,9 +239,13 @@ def tread(client, argv):
     Replies up to `count` elements from `offset` on: [offset, tag, entry] for an
     entry held, null for a missing one; with GROUP, the group's next entries
     (never nulls). BLOCK waits up to ms (0: forever) for something to read.
+    A group read runs at the end of the loop turn it arrives in (server.turns),
+    behind the group's blocked readers; the client's next commands wait for it.
     O(1) seek + O(count); group reads O(count log pending) for the due retries, amortised O(1) per new entry.
     """
     request = parse_tread(argv)
+    if request.group is not None and not client.server.turn_end.ending:
+        return DEFER
     reply = perform_read(client.server, request, blocking=request.block_ms is not None)
     if reply is None:
         client.server.blocking.block(client, request)

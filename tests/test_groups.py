@@ -486,3 +486,60 @@ def test_kept_group_read_parses_are_bounded():
     first.offset = 42  # what blocking does with a resolved "$": the kept parse is untouched
     again = streams.parse_tread([b"TREAD", b"k", b"$", b"1", b"GROUP", b"g", b"BLOCK", b"0"])
     assert again is not first and again.offset == b"$" and again.block_ms == 0
+
+
+class TestGroupReadsAtTheEndOfTheTurn:
+    """Group reads run at the end of the loop turn they arrive in (server/turns.py)."""
+
+    @staticmethod
+    def mb(*args) -> bytes:
+        args = [a if isinstance(a, bytes) else str(a).encode() for a in args]
+        return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+    def test_a_new_reader_queues_behind_the_blocked_ones(self, server):
+        # The write and the new reader's read arrive in one read of one connection: the
+        # reader blocked before gets the entry, the newcomer finds nothing left.
+        from .conftest import read_until_quiet
+
+        admin = server.client()
+        admin.execute_command("TREAD", "fifo", "$", 0, "GROUP", "g")
+        thread, box = tread_in_thread(server.client(), "fifo", "-", 10, "GROUP", "g", "BLOCK", 5000)
+        wait_blocked(admin, 1)
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            sock.sendall(self.mb("TWRITE", "fifo", "t", "x") + self.mb("TREAD", "fifo", "-", 10, "GROUP", "g"))
+            assert read_until_quiet(sock, 0.3) == b":1\r\n*0\r\n"
+        thread.join(5)
+        assert box["reply"] == [[1, b"t", b"x"]]
+
+    def test_pipelined_commands_after_a_group_read_keep_their_order(self, server):
+        from .conftest import read_until_quiet
+
+        admin = server.client()
+        admin.execute_command("TWRITE", "pipe", "t", "a")
+        calls_before = admin.info("commandstats").get("cmdstat_tread", {}).get("calls", 0)
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            sock.sendall(self.mb("TWRITE", "pipe", "t", "b") + self.mb("TWRITE", "pipe", "t", "c")
+                         + self.mb("TREAD", "pipe", "-", 10, "GROUP", "g")
+                         + self.mb("PING") + self.mb("TWRITE", "pipe", "t", "d")
+                         + self.mb("TREAD", "pipe", "-", 10, "GROUP", "g"))
+            reply = read_until_quiet(sock, 0.3)
+        # the first read sees the writes before it, not the one after it
+        assert reply == (b":2\r\n:3\r\n"
+                         b"*3\r\n*3\r\n:1\r\n$1\r\nt\r\n$1\r\na\r\n*3\r\n:2\r\n$1\r\nt\r\n$1\r\nb\r\n"
+                         b"*3\r\n:3\r\n$1\r\nt\r\n$1\r\nc\r\n"
+                         b"+PONG\r\n:4\r\n"
+                         b"*1\r\n*3\r\n:4\r\n$1\r\nt\r\n$1\r\nd\r\n"), reply
+        calls = admin.info("commandstats")["cmdstat_tread"]["calls"]
+        assert calls - calls_before == 2  # a read that waited for the end of the turn counts once
+
+    def test_a_client_that_leaves_before_the_end_of_the_turn_reads_nothing(self, server):
+        admin = server.client()
+        admin.execute_command("TWRITE", "gone", "t", "a")
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(self.mb("TREAD", "gone", "-", 10, "GROUP", "g", "RETRY", 60000, 60000))
+        sock.close()
+        time.sleep(0.2)
+        # Either the read ran before the close was seen, or nothing was handed out.
+        pending = admin.execute_command("TPENDING", "gone", "g")
+        assert pending in ([], [[1, 1, pending[0][2] if pending else 0]])
+        assert admin.execute_command("PING") is True
