@@ -23,7 +23,7 @@ from server.observability import CommandStats
 
 from .errors import CommandError, UnknownCommand, WrongArity
 from .flags import FAST
-from .streams import DEFER, NO_REPLY
+from .streams import NO_REPLY
 from .table import COMMANDS
 
 log = logging.getLogger("tstream.commands")
@@ -94,8 +94,6 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
     started = perf_counter_ns()
     try:
         reply = handler(client, argv)
-        if reply is DEFER:
-            return DEFER, at
         if reply.__class__ is int:  # the common TWRITE/TACK reply, without a trip through encode()
             out = b":%d\r\n" % reply
         elif reply.__class__ is Entries:  # TREAD's

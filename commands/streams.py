@@ -19,8 +19,6 @@ from .errors import CommandError, SyntaxErr
 # A handler's reply when the client gets no reply now (it blocked, or the
 # connection closes, as after SHUTDOWN).
 NO_REPLY = object()
-# A handler's reply when the command must run again at the end of the loop turn.
-DEFER = object()
 
 NO_SUCH_KEY = "ERR no such key"
 
@@ -244,8 +242,9 @@ def tread(client, argv):
     O(1) seek + O(count); group reads O(count log pending) for the due retries, amortised O(1) per new entry.
     """
     request = parse_tread(argv)
-    if request.group is not None and not client.server.turn_end.ending:
-        return DEFER
+    if request.group is not None:
+        client.server.blocking.defer(client, request)
+        return NO_REPLY
     reply = perform_read(client.server, request, blocking=request.block_ms is not None)
     if reply is None:
         client.server.blocking.block(client, request)

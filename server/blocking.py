@@ -34,6 +34,7 @@ import logging
 import time
 from collections import deque
 
+from commands.errors import CommandError
 from resp import NULL_ARRAY, Entries, encode, encode_entries, encode_error
 
 log = logging.getLogger("tstream.blocking")
@@ -55,7 +56,7 @@ class BlockingRegistry:
         self.plain: dict[bytes, list[Waiter]] = {}
         self.groups: dict[bytes, dict[bytes, deque[Waiter]]] = {}  # key -> group -> FIFO
         self._ready: set[bytes] = set()
-        self._scheduled = False
+        self.deferred: list[Waiter] = []  # group reads held until the end of the turn
         # (key, group) -> (due time in ms, timer): moved only to an earlier time
         self._group_timers: dict[tuple[bytes, bytes], tuple[int, asyncio.TimerHandle]] = {}
         # BLOCK timeouts: a heap of (deadline, sequence, waiter) with one loop timer
@@ -99,6 +100,37 @@ class BlockingRegistry:
                 self._arm_deadline_timer(deadline)
         client.blocked = waiter
         self.count += 1
+
+    def defer(self, client, request) -> None:
+        """Hold ``client`` until the end of this loop turn, then serve the group read
+        ``request`` (see server.turns): it queues behind the group's blocked readers
+        and sees everything the turn wrote.  The client's next commands wait."""
+        waiter = Waiter(client, request)
+        waiter.queued = False  # not in a queue: forget() only clears client.blocked
+        self.deferred.append(waiter)
+        client.blocked = waiter
+        self.server.turn_end.schedule()
+
+    def serve_deferred(self) -> None:
+        """Serve the reads deferred this turn, in arrival order; one that finds
+        nothing and has BLOCK starts waiting."""
+        deferred, self.deferred = self.deferred, []
+        server = self.server
+        for waiter in deferred:
+            client = waiter.client
+            if client.blocked is not waiter:  # the client left meanwhile
+                continue
+            client.blocked = None
+            request = waiter.request
+            try:
+                reply = self._perform_read(server, request, blocking=request.block_ms is not None)
+            except CommandError as exc:
+                client.unblock(encode_error(exc.message))
+                continue
+            if reply is None:
+                self.block(client, request)
+            else:
+                client.unblock(_encoded(reply, client))
 
     def _arm_deadline_timer(self, deadline: float) -> None:
         if self._deadline_timer is not None:
@@ -181,11 +213,10 @@ class BlockingRegistry:
     # --- waking ----------------------------------------------------------------------
 
     def key_ready(self, key: bytes) -> None:
-        """Something changed at ``key`` (write, TACK): serve its waiters this loop turn."""
+        """Something changed at ``key`` (write, TACK): serve its waiters at the end
+        of this loop turn (server.turns)."""
         self._ready.add(key)
-        if not self._scheduled:
-            self._scheduled = True
-            self.loop.call_soon(self._serve_ready)
+        self.server.turn_end.schedule()
 
     def key_deleted(self, key: bytes) -> None:
         """DEL/FLUSHALL: group readers get an error (their group is gone); plain
@@ -198,11 +229,8 @@ class BlockingRegistry:
 
     def serve_ready(self) -> None:
         """Serve the ready keys now (the end of a loop turn) if there are any."""
-        if self._ready:
-            self._serve_ready()
-
-    def _serve_ready(self) -> None:
-        self._scheduled = False
+        if not self._ready:
+            return
         ready, self._ready = self._ready, set()
         for key in ready:
             try:
@@ -237,10 +265,7 @@ class BlockingRegistry:
     def _deliver(self, waiter: Waiter, reply) -> None:
         self._remove(waiter)
         client = waiter.client
-        if reply.__class__ is Entries:
-            client.unblock(encode_entries(reply, client.protocol == 3))
-        else:
-            client.unblock(encode(reply, client.protocol))
+        client.unblock(_encoded(reply, client))
 
     def _arm_group_timer(self, key: bytes, group_name: bytes, group) -> None:
         """Wake the group's waiters when its next retry falls due or pending entry expires."""
@@ -258,6 +283,13 @@ class BlockingRegistry:
     def _group_due(self, key: bytes, group_name: bytes) -> None:
         self._group_timers.pop((key, group_name), None)
         self.key_ready(key)
+
+
+def _encoded(reply, client) -> bytes:
+    """A read's reply for ``client`` (TREAD's Entries by the fast encoder)."""
+    if reply.__class__ is Entries:
+        return encode_entries(reply, client.protocol == 3)
+    return encode(reply, client.protocol)
 
 
 def _drained(group, stream) -> bool:

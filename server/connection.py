@@ -24,7 +24,6 @@ import logging
 import time
 
 from commands.dispatch import execute_at
-from commands.streams import DEFER
 from resp import ProtocolError, RequestParser, StrictRequestParser, encode_error
 
 log = logging.getLogger("tstream.connection")
@@ -62,7 +61,6 @@ class ClientConnection(asyncio.Protocol):
         self.commands = 0
         self.closing = False
         self.blocked = None  # the Waiter of a TREAD BLOCK in progress
-        self.deferred = False  # a command waits for the end of the loop turn
         self._write_paused = False
         self._soft_limit_since = 0.0
 
@@ -110,7 +108,7 @@ class ClientConnection(asyncio.Protocol):
                 self.transport.write(encode_error("ERR Protocol error: query buffer limit reached"))
                 self.kill()
                 return
-        if self.blocked is None and not self._write_paused and not self.deferred:
+        if self.blocked is None and not self._write_paused:
             self._run_commands()
 
     def _query_limit(self) -> int:
@@ -145,10 +143,6 @@ class ClientConnection(asyncio.Protocol):
                     break
             before = at
             reply, at = execute_at(self, queue, at)
-            if reply is DEFER:
-                self.deferred = True
-                server.turn_end.defer(self)
-                break
             executed += at - before
             if reply is not None:
                 replies.append(reply)
@@ -197,13 +191,8 @@ class ClientConnection(asyncio.Protocol):
         return name + b"|" + last[1].lower() if name in _CONTAINERS and len(last) > 1 else name
 
     def _resume_commands(self) -> None:
-        if not self.closing and self.blocked is None and not self._write_paused and not self.deferred:
+        if not self.closing and self.blocked is None and not self._write_paused:
             self._run_commands()
-
-    def run_deferred(self) -> None:
-        """The end of the loop turn: run the command that waited for it, and the next ones."""
-        self.deferred = False
-        self._resume_commands()
 
     def _check_output_limit(self) -> None:
         """Called after writes while the transport is over its high-water mark
@@ -279,7 +268,7 @@ class ClientConnection(asyncio.Protocol):
         self._write_paused = False
         if not self.closing:
             self.transport.resume_reading()
-            if self.blocked is None and not self.deferred:
+            if self.blocked is None:
                 self._run_commands()  # what arrived before the pause
 
     # --- what handlers call ---------------------------------------------------------

@@ -7,8 +7,10 @@ does what Redis does before it sleeps:
 
 1. serve the clients blocked on keys the turn changed (their replies and
    records join this turn's);
-2. run the group reads that arrived during the turn (``defer``), in arrival
-   order, then serve again what they unblocked.  A group read waits for the
+2. serve the group reads that arrived during the turn (BlockingRegistry.defer),
+   in arrival order (one that finds nothing and has BLOCK starts waiting, at
+   the back of its group's queue), then serve again the keys written by the
+   commands they had held up.  A group read waits for the
    end of its turn so that it queues behind the readers already blocked on
    its group (FIFO across old and new readers) and gets everything the turn
    wrote: busy consumers read bigger batches, hence fewer reads and acks per
@@ -29,15 +31,16 @@ class TurnEnd:
     def __init__(self, server) -> None:
         self.server = server
         self._held: list[tuple[object, bytes, bool]] = []
-        self._deferred: list = []
         self._scheduled = False
-        self.ending = False  # True while the deferred commands run
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def schedule(self) -> None:
         """Make sure the end of this turn runs (once)."""
         if not self._scheduled:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self.run)
+            if self._loop is None:  # cached: get_running_loop() checks the process id each call
+                self._loop = asyncio.get_running_loop()
+            self._loop.call_soon(self.run)
 
     def hold(self, connection, data: bytes, close: bool) -> None:
         """Keep a reply (and whether to close after it) until the end of the turn."""
@@ -45,25 +48,15 @@ class TurnEnd:
         if not self._scheduled:
             self.schedule()
 
-    def defer(self, connection) -> None:
-        """Run ``connection``'s next command at the end of the turn."""
-        self._deferred.append(connection)
-        if not self._scheduled:
-            self.schedule()
-
     def run(self) -> None:
-        """Serve the ready blocked clients, commit the AOF records, release the replies."""
+        """Serve the ready blocked clients and the turn's group reads, commit the
+        AOF records, release the replies."""
         server = self.server
-        server.blocking.serve_ready()
-        while self._deferred:
-            deferred, self._deferred = self._deferred, []
-            self.ending = True
-            try:
-                for connection in deferred:
-                    connection.run_deferred()
-            finally:
-                self.ending = False
-            server.blocking.serve_ready()
+        blocking = server.blocking
+        blocking.serve_ready()
+        while blocking.deferred:
+            blocking.serve_deferred()
+            blocking.serve_ready()  # keys written by the commands the reads had held up
         self._scheduled = False
         server.persistence.commit_turn()
         held, self._held = self._held, []
