@@ -12,6 +12,8 @@ Two kinds of waiters:
 Writes, TACKs and group timers (a retry falling due, a pending entry expiring)
 mark keys *ready*; the ready keys are served once per event-loop turn (like
 Redis's handleClientsBlockedOnKeys), after the commands that made them ready.
+Group reads themselves wait for the end of the turn they arrive in (``defer``),
+then are served after the group's blocked readers (see server.turns).
 
 Timers are kept few, since creating and cancelling a loop timer costs more
 than the read it guards:
@@ -126,6 +128,10 @@ class BlockingRegistry:
                 reply = self._perform_read(server, request, blocking=request.block_ms is not None)
             except CommandError as exc:
                 client.unblock(encode_error(exc.message))
+                continue
+            except Exception:  # a bug: this client gets an error, the others their reads
+                log.exception("serving a group read on %r failed", request.key)
+                client.unblock(encode_error("ERR internal error while running the command (see the server log)"))
                 continue
             if reply is None:
                 self.block(client, request)

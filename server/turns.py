@@ -10,13 +10,13 @@ does what Redis does before it sleeps:
 2. serve the group reads that arrived during the turn (BlockingRegistry.defer),
    in arrival order (one that finds nothing and has BLOCK starts waiting, at
    the back of its group's queue), then serve again the keys written by the
-   commands they had held up.  A group read waits for the
-   end of its turn so that it queues behind the readers already blocked on
-   its group (FIFO across old and new readers) and gets everything the turn
-   wrote: busy consumers read bigger batches, hence fewer reads and acks per
-   entry (1.1x the messages/s of bench/groups.py).  The reply waits for the
-   rest of the turn's work, microseconds; Redis too writes its replies only
-   before it sleeps;
+   commands they had held up.  A group read waits for the end of its turn so
+   that it queues behind the readers already blocked on its group (FIFO
+   across old and new readers) and gets everything the turn wrote: busy
+   consumers read bigger batches, hence fewer reads and acks per entry (1.1x
+   the messages/s of bench/groups.py).  Its reply waits for the rest of the
+   turn's work, microseconds; Redis too writes its replies only before it
+   sleeps;
 3. write the turn's AOF records, fsynced with ``appendfsync always`` (group
    commit: one write and one fsync per turn, see server.persist);
 4. release the held replies, in the order they were held.

@@ -554,3 +554,41 @@ class TestGroupReadsAtTheEndOfTheTurn:
             assert offsets(admin.execute_command("TREAD", "gone", "-", 10, "GROUP", "g")) == [1]
             assert admin.info("clients")["blocked_clients"] == 0
             admin.close()
+
+    def test_a_failing_read_at_the_end_of_the_turn_spares_the_others(self, tmp_path):
+        from server.embed import ServerThread
+
+        from .conftest import read_until_quiet
+
+        with ServerThread(port=0, dir=tmp_path, save="") as srv:
+            admin = redis.Redis(port=srv.port)
+            admin.execute_command("TWRITE", "ok", "t", "a")
+            socks = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(2)]
+            ids = []
+            for sock in socks:
+                sock.sendall(self.mb("CLIENT", "ID"))
+                ids.append(int(read_until_quiet(sock, 0.2)[1:-2]))
+            blocking = srv.server.blocking
+            real = blocking._perform_read
+
+            def perform_read(server, request, blocking):
+                if request.key == b"boom":
+                    raise RuntimeError("a bug")
+                return real(server, request, blocking)
+
+            def both_in_one_turn():  # on the loop thread: both reads wait for the same turn end
+                blocking._perform_read = perform_read
+                srv.server.clients[ids[0]].data_received(self.mb("TREAD", "boom", "-", 1, "GROUP", "g"))
+                srv.server.clients[ids[1]].data_received(self.mb("TREAD", "ok", "-", 1, "GROUP", "g"))
+
+            try:
+                srv.call(both_in_one_turn)
+                assert read_until_quiet(socks[0], 0.3).startswith(b"-ERR internal error")
+                assert read_until_quiet(socks[1], 0.3) == b"*1\r\n*3\r\n:1\r\n$1\r\nt\r\n$1\r\na\r\n"
+            finally:
+                srv.call(lambda: setattr(blocking, "_perform_read", real))
+            for sock in socks:  # both connections go on
+                sock.sendall(self.mb("PING"))
+                assert read_until_quiet(sock, 0.2) == b"+PONG\r\n"
+                sock.close()
+            admin.close()
