@@ -20,7 +20,7 @@ import time
 from bisect import bisect_left
 from time import monotonic, time_ns
 
-from engine.subjects import (PENDING, InvalidSubject, TooManySubjects, held_from, index_of,
+from engine.subjects import (InvalidSubject, TooManySubjects, held_from, index_of,
                              parse_filter)
 from persistence.effects import APPEND, DELETE, EVICT
 from resp import NULL_ARRAY, OK, Raw
@@ -478,11 +478,12 @@ def _log_limit_deletes(server, key: bytes, stream) -> None:
 def take_limit_deletes(server) -> None:
     """Housekeeping: log the deletions made by ``max_msgs_per_subject`` during
     writes this module did not make (TWRITE, TCONFIG, ...)."""
-    if not PENDING:
+    pending = server.keyspace.limit_pending
+    if not pending:
         return
     streams = server.streams
     lost = False
-    for index in list(PENDING):
+    for index in list(pending):
         key = index.owner
         if key is not None and streams.get(key) is index.stream:
             _log_limit_deletes(server, key, index.stream)
@@ -491,10 +492,10 @@ def take_limit_deletes(server) -> None:
     if lost:  # indexes the engine built itself: find their keys once
         for key, stream in list(server.keyspace.items()):
             index = stream._subjects
-            if index is not None and index in PENDING:
+            if index is not None and index in pending:
                 index.owner = key
                 _log_limit_deletes(server, key, stream)
-    PENDING.clear()  # what is left belongs to streams deleted since
+    pending.clear()  # what is left belongs to streams deleted since
 
 
 def batch(client, argv):

@@ -23,13 +23,18 @@ __all__ = ["Keyspace"]
 
 
 class Keyspace:
-    __slots__ = ("_streams", "_ids", "_by_id", "_next_id")
+    __slots__ = ("_streams", "_ids", "_by_id", "_next_id", "limit_pending")
 
     def __init__(self) -> None:
         self._streams: dict[bytes, Stream] = {}
         self._ids: dict[bytes, int] = {}
         self._by_id: SortedDict = SortedDict()
         self._next_id = 1  # cursor 0 means "start", so ids start at 1
+        # The subject indexes (engine/subjects.py) of this keyspace's streams whose
+        # max_msgs_per_subject deleted entries not yet taken (take_deleted) by the
+        # server, which logs them.  Per keyspace: servers embedded in one process
+        # each see their own.
+        self.limit_pending: set = set()
 
     @property
     def streams(self) -> dict:
@@ -64,6 +69,9 @@ class Keyspace:
         self._streams[key] = stream
         self._ids[key] = kid
         self._by_id[kid] = key
+        stream.limit_pending = self.limit_pending
+        if stream._subjects is not None and stream._subjects.limit_deleted:
+            self.limit_pending.add(stream._subjects)
 
     def get_or_create(self, key: bytes, node_entries: int = 1000) -> Stream:
         """The stream at ``key``, created empty (with ``node_entries`` per
@@ -91,11 +99,16 @@ class Keyspace:
             return False
         del self._by_id[self._ids.pop(key)]
         stream.clear_cache()
+        stream.limit_pending = None
+        self.limit_pending.discard(stream._subjects)
         return True
 
     def flush(self) -> None:
         """Remove every key. O(keys)."""
         clear_decoded_cache()
+        for stream in self._streams.values():
+            stream.limit_pending = None
+        self.limit_pending.clear()
         self._streams.clear()
         self._ids.clear()
         self._by_id.clear()

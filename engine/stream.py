@@ -984,7 +984,8 @@ class Stream:
     held; ``== next_offset`` when nothing is held), ``next_offset``,
     ``last_time`` (time of the newest write, ns), ``groups`` (a dict the
     command layer keeps its consumer groups in; the engine never reads it and
-    does not snapshot it); properties ``last``, ``length``, ``nodes``.
+    does not snapshot it), ``limit_pending`` (set by the Keyspace holding the
+    stream, see engine/keyspace.py); properties ``last``, ``length``, ``nodes``.
     ``first`` never points at a deleted entry while anything is held.
     """
 
@@ -994,6 +995,7 @@ class Stream:
         "_tag_id", "_tag_list", "_tag_refs", "_free_ids", "_tag_mem",
         "_deleted_held", "_sealed_mem", "_age_floor", "_fast_seal",
         "_subjects",  # JetStream subject index (engine/subjects.py), None until first needed
+        "limit_pending",  # its keyspace's set of subject indexes with deletions to log, or None
     )
 
     def __init__(self, node_entries: int = 1000) -> None:
@@ -1018,6 +1020,7 @@ class Stream:
         self._age_floor = -(1 << 63)       # every held entry has time >= this
         self._fast_seal = False            # last node did not compress
         self._subjects = None              # JetStream subject index: built on first need
+        self.limit_pending: set | None = None  # set by the Keyspace holding the stream
 
     # -- simple properties ---------------------------------------------------
     @property

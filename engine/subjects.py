@@ -46,8 +46,8 @@ JetStream command pays one ``is not None`` test per append.
 ``max_msgs_per_subject`` (KV history): when an append makes a subject hold more
 than N entries, its oldest ones are deleted with ``stream.delete`` (they read as
 nulls in TREAD).  The offsets deleted that way are also queued in
-``limit_deleted`` (and the index in :data:`PENDING`) so that the server can log
-them as DELETE effect records.
+``limit_deleted`` (and the index in its keyspace's ``limit_pending`` set, see
+engine/keyspace.py) so that the server can log them as DELETE effect records.
 
 The index is derived state: it is never saved, and is rebuilt from the stream's
 entries (tags and deleted bitmaps only, no payload copies) on first need, e.g.
@@ -62,7 +62,6 @@ is a literal.
 from __future__ import annotations
 
 import gc
-import weakref
 from array import array
 from bisect import bisect_left, bisect_right
 from functools import lru_cache
@@ -73,7 +72,6 @@ from sortedcontainers import SortedDict
 
 __all__ = [
     "InvalidSubject",
-    "PENDING",
     "SubjectFilter",
     "SubjectIndex",
     "TooManySubjects",
@@ -83,10 +81,6 @@ __all__ = [
     "parse_filter",
     "peek",
 ]
-
-# Indexes with offsets in ``limit_deleted`` not yet taken by the server (weak: an
-# index of a stream that was dropped goes away with it).
-PENDING: "weakref.WeakSet[SubjectIndex]" = weakref.WeakSet()
 
 _WHITESPACE = frozenset(b" \t\r\n\f\v")
 _COMPACT_MIN = 32  # compact an array once this many leading slots are dead (and half of it)
@@ -191,8 +185,7 @@ class SubjectIndex:
     """Subject -> offsets of one stream.  Built from the stream's entries by
     :func:`index_of`, then kept up to date by the stream's hooks."""
 
-    __slots__ = ("stream", "subjects", "limit_deleted", "enforced_limit", "owner", "_trimming",
-                 "__weakref__")
+    __slots__ = ("stream", "subjects", "limit_deleted", "enforced_limit", "owner", "_trimming")
 
     def __init__(self, stream) -> None:
         self.stream = stream
@@ -347,7 +340,9 @@ class SubjectIndex:
         entry.head = h + excess
         self._maybe_compact(entry)
         self.limit_deleted.extend(doomed)
-        PENDING.add(self)
+        pending = self.stream.limit_pending
+        if pending is not None:
+            pending.add(self)
         delete = self.stream.delete
         self._trimming = True  # their offsets are dropped from the array already
         try:
@@ -378,7 +373,9 @@ class SubjectIndex:
         """The offsets deleted by the per-subject limit since the last call."""
         out = self.limit_deleted
         self.limit_deleted = []
-        PENDING.discard(self)
+        pending = self.stream.limit_pending
+        if pending is not None:
+            pending.discard(self)
         return out
 
     # -- queries ----------------------------------------------------------------

@@ -694,6 +694,34 @@ class TestPerSubjectLimit:
         assert c.execute_command("TREAD", "kv", 2, 1) == [None]
 
 
+def test_limit_deletions_are_logged_by_their_own_server_when_two_share_a_process(tmp_path):
+    # Each keyspace keeps its own set of subject indexes with deletions to log:
+    # one embedded server's housekeeping must not take (and drop) the other's.
+    from server.embed import ServerThread
+
+    dirs = [tmp_path / "one", tmp_path / "two"]
+    for d in dirs:
+        d.mkdir()
+    with ServerThread(port=0, dir=dirs[0], save="", appendonly=True) as one, \
+            ServerThread(port=0, dir=dirs[1], save="", appendonly=True) as two:
+        clients = [redis.Redis(port=srv.port) for srv in (one, two)]
+        for c in clients:
+            write(c, "kv", ("k.a", "1"), ("k.a", "2"))
+            c.execute_command("TCONFIG", "kv", "SET", "max_msgs_per_subject", 1)  # deletes 1
+        for c in clients:
+            c.execute_command("TWRITE", "kv", "k.a", "3")                       # deletes 2
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            logged = [sorted(o for rec in aof_records(d) if rec[0] == 8 and rec[1] == b"kv" for o in rec[2:])
+                      for d in dirs]
+            if logged == [[1, 2], [1, 2]]:
+                break
+            time.sleep(0.05)
+        assert logged == [[1, 2], [1, 2]]
+        for c in clients:
+            c.close()
+
+
 def aof_records(directory: Path) -> list:
     """Every record of the append-only file's incremental parts, in order."""
     from persistence.framing import iter_frames, unpack

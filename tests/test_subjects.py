@@ -7,7 +7,6 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from engine import Stream
-from engine import subjects as subj_mod
 from engine.subjects import (InvalidSubject, SubjectIndex, TooManySubjects, held_from, index_of,
                              parse_filter, peek)
 
@@ -343,12 +342,31 @@ TestIndexMachine.settings = settings(max_examples=150, stateful_step_count=40, d
                                      suppress_health_check=[HealthCheck.too_slow])
 
 
-def test_pending_registry_is_cleared_by_take():
-    s = stream_of(b"a", b"a")
+def test_pending_registry_is_per_keyspace_and_cleared_by_take():
+    from engine import Keyspace
+
+    loose = stream_of(b"a", b"a")  # in no keyspace: the deletions only wait in the index
+    loose.config.max_msgs_per_subject = 1
+    loose.enforce_limits(T0)
+    assert peek(loose).limit_deleted == [1] and loose.limit_pending is None
+    one, two = Keyspace(), Keyspace()
+    for keyspace in (one, two):
+        s = keyspace.get_or_create(b"k")
+        s.append(b"a", b"x", T0)
+        s.append(b"a", b"y", T0)
+    s = one.get(b"k")
     s.config.max_msgs_per_subject = 1
     s.enforce_limits(T0)
     index = peek(s)
-    assert index in subj_mod.PENDING
-    assert index.take_deleted() == [1]
-    assert index not in subj_mod.PENDING
     assert isinstance(index, SubjectIndex)
+    assert one.limit_pending == {index} and two.limit_pending == set()  # two servers, one process
+    assert index.take_deleted() == [1]
+    assert one.limit_pending == set()
+    s.append(b"a", b"z", T0)  # appends keep the limit: 2 deleted, queued again
+    assert one.limit_pending == {index}
+    one.delete(b"k")
+    assert one.limit_pending == set() and s.limit_pending is None
+    one.put(b"k2", loose)  # a stream that comes in with deletions queued is registered
+    assert one.limit_pending == {peek(loose)}
+    one.flush()
+    assert one.limit_pending == set()
