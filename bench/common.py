@@ -25,6 +25,8 @@ from pathlib import Path
 
 import hiredis
 
+from client.types import as_map  # noqa: F401  (the scripts import it from here)
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
@@ -125,15 +127,6 @@ class Client:
                 k, _, v = line.partition(":")
                 out[k] = v
         return out
-
-
-def as_map(reply) -> dict:
-    """A RESP2 flat map [k1, v1, ...] (or a RESP3 dict) as a dict with str keys."""
-    if isinstance(reply, dict):
-        items = reply.items()
-    else:
-        items = zip(reply[0::2], reply[1::2])
-    return {(k.decode() if isinstance(k, bytes) else k): v for k, v in items}
 
 
 # --- servers --------------------------------------------------------------------------

@@ -195,7 +195,7 @@ def spark_write(spark, port: int, key: str, rows: int, partitions: int, batch: i
     df.write.format("tstream").option("url", f"redis://127.0.0.1:{port}").option("key", key) \
         .option("batchSize", batch).mode("append").save()
     elapsed = time.perf_counter() - t0
-    from pipeline.common import as_map
+    from client.types import as_map
 
     written = int(as_map(r.execute_command("TINFO", key))["last"])
     assert written == rows, (written, rows)

@@ -12,6 +12,8 @@ from typing import Mapping
 
 import pyarrow as pa
 
+from client.types import as_map
+
 DEFAULT_URL = "redis://127.0.0.1:6380"
 DEFAULT_NODE_ENTRIES = 1000
 # Macro nodes per partition when numPartitions is not given. A Spark task that
@@ -176,15 +178,6 @@ def connect(options: Options):
     if options.password is not None:
         kwargs["password"] = options.password
     return redis.Redis.from_url(options.url, **kwargs)
-
-
-def as_map(reply) -> dict:
-    """A map reply as a dict with str keys (RESP3 dict or RESP2 flat array)."""
-    if isinstance(reply, dict):
-        items = reply.items()
-    else:
-        items = zip(reply[0::2], reply[1::2])
-    return {(k.decode() if isinstance(k, bytes) else k): v for k, v in items}
 
 
 @dataclass(frozen=True)
