@@ -84,12 +84,25 @@ class BlockingRegistry:
 
     def block(self, client, request) -> None:
         """Park ``client`` until ``request`` can be served or its timeout passes."""
-        waiter = Waiter(client, request)
+        self._park(Waiter(client, request))
+
+    def _park(self, waiter: Waiter) -> None:
+        request = waiter.request
         key = request.key
+        waiter.queued = True
         if request.group is None:
-            self.plain.setdefault(key, []).append(waiter)
+            waiters = self.plain.get(key)
+            if waiters is None:
+                waiters = self.plain[key] = []
+            waiters.append(waiter)
         else:
-            self.groups.setdefault(key, {}).setdefault(request.group, deque()).append(waiter)
+            queues = self.groups.get(key)
+            if queues is None:
+                queues = self.groups[key] = {}
+            queue = queues.get(request.group)
+            if queue is None:
+                queue = queues[request.group] = deque()
+            queue.append(waiter)
             stream = self.server.streams.get(key)
             group = stream.groups.get(request.group) if stream is not None else None
             if group is not None:
@@ -100,7 +113,7 @@ class BlockingRegistry:
             heapq.heappush(self._deadlines, (deadline, next(self._sequence), waiter))
             if deadline < self._deadline_armed:
                 self._arm_deadline_timer(deadline)
-        client.blocked = waiter
+        waiter.client.blocked = waiter
         self.count += 1
 
     def defer(self, client, request) -> None:
@@ -134,7 +147,7 @@ class BlockingRegistry:
                 client.unblock(encode_error("ERR internal error while running the command (see the server log)"))
                 continue
             if reply is None:
-                self.block(client, request)
+                self._park(waiter)  # a wait now, at the back of its group's queue
             else:
                 client.unblock(_encoded(reply, client))
 
@@ -255,7 +268,8 @@ class BlockingRegistry:
             next_offset = stream.next_offset
             for waiter in [w for w in waiters if w.request.offset < next_offset]:
                 self._deliver(waiter, perform_read(server, waiter.request, blocking=False))
-        for group_name, queue in list(self.groups.get(key, {}).items()):
+        queues = self.groups.get(key)
+        for group_name, queue in list(queues.items()) if queues else ():
             group = stream.groups.get(group_name)
             while queue:
                 waiter = queue[0]
