@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from time import perf_counter_ns
 
-from resp import Entries, encode, encode_entries, encode_error
+from resp import encode, encode_error
 from server.observability import CommandStats
 
 from .errors import CommandError, UnknownCommand, WrongArity
@@ -96,8 +96,6 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
         reply = handler(client, argv)
         if reply.__class__ is int:  # the common TWRITE/TACK reply, without a trip through encode()
             out = b":%d\r\n" % reply
-        elif reply.__class__ is Entries:  # TREAD's
-            out = encode_entries(reply, client.protocol == 3)
         elif reply is NO_REPLY:
             out = None
         else:

@@ -86,6 +86,8 @@ OK = Raw(b"+OK\r\n")
 
 def encode(value, protocol: int) -> bytes:
     """Encode ``value`` as a RESP2 (``protocol`` 2) or RESP3 (3) reply."""
+    if value.__class__ is Entries:  # TREAD's reply, the most frequent after integers
+        return encode_entries(value, protocol == 3)
     out: list[bytes] = []
     _write(value, out, protocol == 3)
     return b"".join(out)

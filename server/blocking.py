@@ -37,7 +37,7 @@ import time
 from collections import deque
 
 from commands.errors import CommandError
-from resp import NULL_ARRAY, Entries, encode, encode_entries, encode_error
+from resp import NULL_ARRAY, encode, encode_error
 
 log = logging.getLogger("tstream.blocking")
 
@@ -149,7 +149,7 @@ class BlockingRegistry:
             if reply is None:
                 self._park(waiter)  # a wait now, at the back of its group's queue
             else:
-                client.unblock(_encoded(reply, client))
+                client.unblock(encode(reply, client.protocol))
 
     def _arm_deadline_timer(self, deadline: float) -> None:
         if self._deadline_timer is not None:
@@ -285,7 +285,7 @@ class BlockingRegistry:
     def _deliver(self, waiter: Waiter, reply) -> None:
         self._remove(waiter)
         client = waiter.client
-        client.unblock(_encoded(reply, client))
+        client.unblock(encode(reply, client.protocol))
 
     def _arm_group_timer(self, key: bytes, group_name: bytes, group) -> None:
         """Wake the group's waiters when its next retry falls due or pending entry expires."""
@@ -303,13 +303,6 @@ class BlockingRegistry:
     def _group_due(self, key: bytes, group_name: bytes) -> None:
         self._group_timers.pop((key, group_name), None)
         self.key_ready(key)
-
-
-def _encoded(reply, client) -> bytes:
-    """A read's reply for ``client`` (TREAD's Entries by the fast encoder)."""
-    if reply.__class__ is Entries:
-        return encode_entries(reply, client.protocol == 3)
-    return encode(reply, client.protocol)
 
 
 def _drained(group, stream) -> bool:

@@ -13,6 +13,7 @@ from resp import (
     ErrorReply,
     ProtocolError,
     RequestParser,
+    StrictRequestParser,
     Set,
     Status,
     Verbatim,
@@ -194,6 +195,28 @@ class TestPull:
         parser.feed(b"*1\r\n:7\r\n")
         with pytest.raises(ProtocolError):
             parser.pull()
+
+    def test_has_input_says_whether_pull_can_return_anything(self):
+        # The server skips pull() after an unblock when has_input() is False.
+        parser = RequestParser()
+        assert not parser.has_input()
+        parser.feed(multibulk(b"PING") + b"*1\r\n$4\r\nPI")
+        assert parser.has_input()
+        assert parser.pull() == [[b"PING"]]
+        assert parser.has_input()  # a partial command
+        parser.feed(b"NG\r\n")
+        assert parser.pull() == [[b"PING"]] and not parser.has_input() and parser.pull() == []
+        parser.feed(b"PING\r\n")  # inline
+        assert parser.has_input() and parser.pull() == [[b"PING"]] and not parser.has_input()
+        parser.feed(multibulk(b"PING") + b"*1\r\n:5\r\n")
+        assert parser.pull() == [[b"PING"]]
+        assert parser.has_input()  # the protocol error still to raise
+        with pytest.raises(ProtocolError):
+            parser.pull()
+        strict = StrictRequestParser()
+        assert not strict.has_input()
+        strict.feed(multibulk(b"PING"))
+        assert strict.has_input() and strict.pull() == [[b"PING"]] and not strict.has_input()
 
     def test_empty_multibulks_are_ignored(self):
         parser = RequestParser()
