@@ -556,6 +556,7 @@ class TestGroupReadsAtTheEndOfTheTurn:
             admin.close()
 
     def test_a_failing_read_at_the_end_of_the_turn_spares_the_others(self, tmp_path):
+        from commands.errors import CommandError
         from server.embed import ServerThread
 
         from .conftest import read_until_quiet
@@ -574,6 +575,8 @@ class TestGroupReadsAtTheEndOfTheTurn:
             def perform_read(server, request, blocking):
                 if request.key == b"boom":
                     raise RuntimeError("a bug")
+                if request.key == b"refused":
+                    raise CommandError("ERR refused at the end of the turn")
                 return real(server, request, blocking)
 
             def both_in_one_turn():  # on the loop thread: both reads wait for the same turn end
@@ -581,10 +584,19 @@ class TestGroupReadsAtTheEndOfTheTurn:
                 srv.server.clients[ids[0]].data_received(self.mb("TREAD", "boom", "-", 1, "GROUP", "g"))
                 srv.server.clients[ids[1]].data_received(self.mb("TREAD", "ok", "-", 1, "GROUP", "g"))
 
+            def refused_then_ok():  # a command error reaches its client as is
+                srv.server.clients[ids[0]].data_received(self.mb("TREAD", "refused", "-", 1, "GROUP", "g"))
+                srv.server.clients[ids[1]].data_received(self.mb("TREAD", "ok", "-", 1, "GROUP", "g"))
+
             try:
                 srv.call(both_in_one_turn)
                 assert read_until_quiet(socks[0], 0.3).startswith(b"-ERR internal error")
                 assert read_until_quiet(socks[1], 0.3) == b"*1\r\n*3\r\n:1\r\n$1\r\nt\r\n$1\r\na\r\n"
+                admin.execute_command("TWRITE", "ok", "t", "b")
+                srv.call(refused_then_ok)
+                assert read_until_quiet(socks[0], 0.3) == b"-ERR refused at the end of the turn\r\n"
+                assert read_until_quiet(socks[1], 0.3) == b"*1\r\n*3\r\n:2\r\n$1\r\nt\r\n$1\r\nb\r\n"
+                assert admin.exists("refused") == 0  # nothing was created
             finally:
                 srv.call(lambda: setattr(blocking, "_perform_read", real))
             for sock in socks:  # both connections go on
