@@ -25,7 +25,7 @@ from pathlib import Path
 
 import hiredis
 
-from client.types import as_map  # noqa: F401  (the scripts import it from here)
+from tstream.client.types import as_map  # noqa: F401  (the scripts import it from here)
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent

@@ -156,7 +156,7 @@ def spark_session():
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    import pipeline
+    from tstream import pipeline
 
     spark = (SparkSession.builder.master("local[2]").appName("tstream-bench")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
@@ -195,7 +195,7 @@ def spark_write(spark, port: int, key: str, rows: int, partitions: int, batch: i
     df.write.format("tstream").option("url", f"redis://127.0.0.1:{port}").option("key", key) \
         .option("batchSize", batch).mode("append").save()
     elapsed = time.perf_counter() - t0
-    from client.types import as_map
+    from tstream.client.types import as_map
 
     written = int(as_map(r.execute_command("TINFO", key))["last"])
     assert written == rows, (written, rows)
@@ -268,7 +268,7 @@ def main() -> int:
         tread_spark = [measure(f"spark, {k} partition(s), withTime=false",
                                lambda k=k: spark_read(spark, {**base, "withTime": "false", "numPartitions": k}),
                                n, args.repeat, results, kind="spark-tread", partitions=k) for k in parts]
-        from pipeline.common import DEFAULT_NODES_PER_PARTITION as per
+        from tstream.pipeline.common import DEFAULT_NODES_PER_PARTITION as per
 
         default_parts = -(-n // 1000 // per)
         default = measure(f"spark, default partitioning (nodesPerPartition={per}: {default_parts} partitions), "

@@ -1,6 +1,7 @@
 """A small typed client for tstream on top of redis-py.
 
-    import redis, client
+    import redis
+    from tstream import client
     ts = client.TStream(redis.Redis(port=6380))            # or protocol=3, decode_responses=True
     offset = ts.twrite("orders", "orders.eu.created", b'{"id": 1}')
     entries = ts.tread("orders", "-", 10, group="billing", retry=(30000, 600000))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 import time
 
-from resp import OK, Verbatim
+from tstream.resp import OK, Verbatim
 
 from . import docs, info
 from .args import text, to_int
@@ -18,7 +18,7 @@ def config(client, argv):
 
     Reads or changes the server configuration. O(options).
     """
-    from server.config import OPTIONS, ConfigError, show
+    from tstream.server.config import OPTIONS, ConfigError, show
 
     sub = argv[1].lower()
     server = client.server

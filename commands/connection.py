@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from resp import OK, Status, Verbatim
+from tstream.resp import OK, Status, Verbatim
 
 from .args import text, to_int
 from .errors import CommandError, NoAuth, SyntaxErr, WrongArity

@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 from time import perf_counter_ns
 
-from resp import encode, encode_error
-from server.observability import CommandStats
+from tstream.resp import encode, encode_error
+from tstream.server.observability import CommandStats
 
 from .errors import CommandError, UnknownCommand, WrongArity
 from .flags import FAST

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from resp import Set, Status
+from tstream.resp import Set, Status
 
 from . import flags as F
 

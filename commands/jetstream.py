@@ -20,11 +20,11 @@ import time
 from bisect import bisect_left
 from time import monotonic, time_ns
 
-from engine.subjects import (InvalidSubject, TooManySubjects, held_from, index_of,
+from tstream.engine.subjects import (InvalidSubject, TooManySubjects, held_from, index_of,
                              parse_filter)
-from persistence.effects import APPEND, DELETE, EVICT
-from resp import NULL_ARRAY, OK, Raw
-from server import batches as B
+from tstream.persistence.effects import APPEND, DELETE, EVICT
+from tstream.resp import NULL_ARRAY, OK, Raw
+from tstream.server import batches as B
 
 from .args import to_int
 from .errors import CommandError, SyntaxErr

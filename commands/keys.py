@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from persistence.effects import DELKEY, FLUSH
-from resp import OK, Status
+from tstream.persistence.effects import DELKEY, FLUSH
+from tstream.resp import OK, Status
 
 from .args import to_int, to_positive
 from .errors import CommandError, SyntaxErr

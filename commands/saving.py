@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from resp import OK, Status
+from tstream.resp import OK, Status
 
 from .errors import CommandError, SyntaxErr
 

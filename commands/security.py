@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from resp import OK
+from tstream.resp import OK
 
 from .args import text
 from .errors import CommandError

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from time import time_ns
 
-from engine.groups import Group
-from persistence.effects import ACK, APPEND, CONFIG, EVICT, group_moved
-from resp import OK, Entries
+from tstream.engine.groups import Group
+from tstream.persistence.effects import ACK, APPEND, CONFIG, EVICT, group_moved
+from tstream.resp import OK, Entries
 
 from .args import to_bool, to_int, to_nonnegative, to_positive_list
 from .errors import CommandError, SyntaxErr

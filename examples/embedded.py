@@ -25,8 +25,8 @@ import redis.asyncio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout too
 
-from client import AsyncTStream, TStream  # noqa: E402
-from server.embed import ServerThread, tstream_server  # noqa: E402
+from tstream.client import AsyncTStream, TStream  # noqa: E402
+from tstream.server.embed import ServerThread, tstream_server  # noqa: E402
 
 
 async def asyncio_program(data_dir: str) -> None:

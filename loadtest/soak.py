@@ -135,7 +135,7 @@ def worker(role: str, port: int, t0: float, duration: float, interval: float, ou
 # --- the server -----------------------------------------------------------------------
 
 def start_server(directory: str, port: int) -> subprocess.Popen:
-    command = [sys.executable, "-m", "server", "--port", str(port), "--dir", directory,
+    command = [sys.executable, "-m", "tstream.server", "--port", str(port), "--dir", directory,
                "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
                "--auto-aof-rewrite-min-size", "32mb", "--latency-monitor-threshold", "5"]
     log = open(os.path.join(directory, "server.log"), "ab")

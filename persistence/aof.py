@@ -34,7 +34,7 @@ import re
 import threading
 from dataclasses import dataclass
 
-from engine import Keyspace
+from tstream.engine import Keyspace
 
 from . import effects, snapshot
 from .framing import CorruptFile, PersistenceError, TornTail, iter_frames, pack, unpack

@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 
-from engine import Keyspace
+from tstream.engine import Keyspace
 
 from . import aof, effects, snapshot
 from .framing import HEADER, CorruptFile, PersistenceError, TornTail, iter_frames, unpack

@@ -23,7 +23,7 @@ the file, see ``persistence.framing``):
 
 from __future__ import annotations
 
-from engine.groups import Group
+from tstream.engine.groups import Group
 
 CREATE, APPEND, EVICT, CONFIG, DELKEY, FLUSH, GROUP, ACK, DELETE = range(9)
 

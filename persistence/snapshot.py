@@ -61,9 +61,9 @@ from typing import Iterator
 
 import msgpack
 
-from engine import Keyspace, Stream
-from engine.groups import Group
-from engine.stream import BLOB_PREFIX, Node
+from tstream.engine import Keyspace, Stream
+from tstream.engine.groups import Group
+from tstream.engine.stream import BLOB_PREFIX, Node
 
 from .framing import HEADER, MAGIC, MAX_RECORD, CorruptFile, PersistenceError, frame, unpack
 

@@ -1,6 +1,6 @@
 """tstream for Apache Spark: a PySpark (4.2+) Python data source and sink.
 
-    import pipeline
+    from tstream import pipeline
     pipeline.register(spark)
     df = spark.read.format("tstream").option("url", "redis://host:6380").option("key", "events").load()
 

@@ -12,7 +12,7 @@ from typing import Mapping
 
 import pyarrow as pa
 
-from client.types import as_map
+from tstream.client.types import as_map
 
 DEFAULT_URL = "redis://127.0.0.1:6380"
 DEFAULT_NODE_ENTRIES = 1000

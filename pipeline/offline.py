@@ -57,7 +57,7 @@ def plan(options: Options) -> list[SnapshotRange]:
             return []
         n = item.node_entries
         # Node records are consecutive aligned nodes: the first one's start places them all.
-        from engine.stream import Node
+        from tstream.engine.stream import Node
 
         blobs = iter_node_blobs(data, item.node_pos[0], 1, path)
         blob, _ = next(blobs)
@@ -87,7 +87,7 @@ def plan(options: Options) -> list[SnapshotRange]:
 
 def read(part: SnapshotRange) -> Iterator[pa.RecordBatch]:
     """Record batches (one per node) of the entries of ``part``."""
-    from engine.stream import Node
+    from tstream.engine.stream import Node
 
     data = open_snapshot(part.path)
     blobs = None

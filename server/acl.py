@@ -26,9 +26,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from commands import flags as F
-from commands.errors import CommandError, NoAuth, WrongPass
-from engine.glob import compile_glob
+from tstream.commands import flags as F
+from tstream.commands.errors import CommandError, NoAuth, WrongPass
+from tstream.engine.glob import compile_glob
 
 
 class NoPerm(CommandError):

@@ -12,10 +12,10 @@ import logging
 import os
 import time
 
-from commands import jetstream
-from commands.dispatch import build_dispatch
-from engine import Keyspace
-from persistence import effects
+from tstream.commands import jetstream
+from tstream.commands.dispatch import build_dispatch
+from tstream.engine import Keyspace
+from tstream.persistence import effects
 
 from .batches import BatchRegistry
 from .blocking import BlockingRegistry

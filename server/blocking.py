@@ -36,8 +36,8 @@ import logging
 import time
 from collections import deque
 
-from commands.errors import CommandError
-from resp import NULL_ARRAY, encode, encode_error
+from tstream.commands.errors import CommandError
+from tstream.resp import NULL_ARRAY, encode, encode_error
 
 log = logging.getLogger("tstream.blocking")
 
@@ -70,7 +70,7 @@ class BlockingRegistry:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.count = 0
         # commands.streams imports the server's modules: import it once the server exists
-        from commands.streams import perform_read
+        from tstream.commands.streams import perform_read
         self._perform_read = perform_read
 
     @property

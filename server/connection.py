@@ -23,8 +23,8 @@ import asyncio
 import logging
 import time
 
-from commands.dispatch import execute_at
-from resp import ProtocolError, RequestParser, StrictRequestParser, encode_error
+from tstream.commands.dispatch import execute_at
+from tstream.resp import ProtocolError, RequestParser, StrictRequestParser, encode_error
 
 log = logging.getLogger("tstream.connection")
 

@@ -1,7 +1,7 @@
 """Run a tstream server inside another Python program.
 
 Two forms, both built on the code ``tstream-server`` itself runs
-(``server.main.open_server`` then ``server.main.serve``), so loading, the
+(``tstream.server.main.open_server`` then ``tstream.server.main.serve``), so loading, the
 append-only file, the final flush and snapshot behave exactly as in the process:
 
 - in an asyncio program, an async context manager on the running loop::

@@ -9,7 +9,7 @@ import signal
 import ssl
 import sys
 
-from persistence.framing import PersistenceError
+from tstream.persistence.framing import PersistenceError
 
 from .app import Server
 from .config import Config, ConfigError
@@ -130,7 +130,7 @@ async def run(server: Server) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] in ("-v", "--version"):
-        from commands.connection import VERSION
+        from tstream.commands.connection import VERSION
         print(f"tstream-server v={VERSION}")
         return 0
     if args and args[0] in ("-h", "--help"):

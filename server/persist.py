@@ -20,8 +20,8 @@ import os
 import threading
 import time
 
-from persistence import aof, snapshot
-from persistence.framing import PersistenceError, pack
+from tstream.persistence import aof, snapshot
+from tstream.persistence.framing import PersistenceError, pack
 
 log = logging.getLogger("tstream.persistence")
 

@@ -36,7 +36,7 @@ class ServerProcess:
     def start(self, *extra: str, wait: bool = True) -> "ServerProcess":
         args = [*self.args, *extra]
         config_file = [args.pop(0)] if args and not args[0].startswith("--") else []
-        command = [sys.executable, "-m", "server", *config_file, "--port", str(self.port),
+        command = [sys.executable, "-m", "tstream.server", *config_file, "--port", str(self.port),
                    "--dir", str(self.dir), *args]
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(command, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)

@@ -12,8 +12,8 @@ import pytest
 import redis
 import redis.asyncio
 
-import client
-from client import (Batch, Entry, GroupInfo, Message, Pending, PubAck, StreamConfig, StreamInfo,
+from tstream import client
+from tstream.client import (Batch, Entry, GroupInfo, Message, Pending, PubAck, StreamConfig, StreamInfo,
                     TStream, TStreamError, Window)
 
 

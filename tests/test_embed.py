@@ -15,9 +15,9 @@ import pytest
 import redis
 import redis.asyncio
 
-from persistence.framing import PersistenceError
-from server.config import ConfigError
-from server.embed import EmbeddedServer, ServerThread, make_config, tstream_server
+from tstream.persistence.framing import PersistenceError
+from tstream.server.config import ConfigError
+from tstream.server.embed import EmbeddedServer, ServerThread, make_config, tstream_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -176,7 +176,7 @@ def test_server_thread_start_errors(tmp_path):
 def test_cli_still_starts_and_stops(tmp_path):
     """tstream-server runs the same open_server/serve code: SIGTERM saves, exits 0."""
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "server", "--port", str(port), "--dir", str(tmp_path)],
+    proc = subprocess.Popen([sys.executable, "-m", "tstream.server", "--port", str(port), "--dir", str(tmp_path)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         r = _wait(port)

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from engine import (Entry, Keyspace, Node, Stream, StreamConfig, compile_glob,
+from tstream.engine import (Entry, Keyspace, Node, Stream, StreamConfig, compile_glob,
                     decoded_cache_bytes, glob_match, set_decoded_cache_limits)
-from engine import stream as stream_mod
+from tstream.engine import stream as stream_mod
 
 T0 = 1_700_000_000_000_000_000  # a plausible "now" in ns
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from engine import Keyspace, Stream, glob_match, set_decoded_cache_limits
-from engine import stream as stream_mod
+from tstream.engine import Keyspace, Stream, glob_match, set_decoded_cache_limits
+from tstream.engine import stream as stream_mod
 
 
 @pytest.fixture(autouse=True)

@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commands import COMMANDS
-from commands.docs import syntax_line
-from resp import ProtocolError, RequestParser, StrictRequestParser
+from tstream.commands import COMMANDS
+from tstream.commands.docs import syntax_line
+from tstream.resp import ProtocolError, RequestParser, StrictRequestParser
 
 
 def decode_all(parser, chunks) -> tuple[list, bool]:

@@ -432,7 +432,7 @@ class TestBlockTimeouts:
         assert admin.info("clients")["blocked_clients"] == 0
 
     def test_served_waiters_do_not_pile_up_in_the_timeout_heap(self, tmp_path):
-        from server.embed import ServerThread
+        from tstream.server.embed import ServerThread
 
         with ServerThread(port=0, dir=tmp_path, save="") as srv:
             reader = redis.Redis(port=srv.port)
@@ -473,7 +473,7 @@ def test_replies_keep_their_order_when_a_pipelined_read_blocks_and_is_served_in_
 
 
 def test_kept_group_read_parses_are_bounded():
-    from commands import streams
+    from tstream.commands import streams
 
     streams._parsed_group_reads.clear()
     for i in range(streams._PARSED_GROUP_READS_MAX + 10):
@@ -535,7 +535,7 @@ class TestGroupReadsAtTheEndOfTheTurn:
     def test_a_client_killed_before_the_end_of_the_turn_reads_nothing(self, tmp_path):
         # The read arrives and the client goes in one loop turn (run on the loop
         # thread, so nothing else can interleave): nothing is handed out.
-        from server.embed import ServerThread
+        from tstream.server.embed import ServerThread
 
         with ServerThread(port=0, dir=tmp_path, save="") as srv:
             admin = redis.Redis(port=srv.port)
@@ -556,8 +556,8 @@ class TestGroupReadsAtTheEndOfTheTurn:
             admin.close()
 
     def test_a_failing_read_at_the_end_of_the_turn_spares_the_others(self, tmp_path):
-        from commands.errors import CommandError
-        from server.embed import ServerThread
+        from tstream.commands.errors import CommandError
+        from tstream.server.embed import ServerThread
 
         from .conftest import read_until_quiet
 

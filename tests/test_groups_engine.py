@@ -12,9 +12,9 @@ import random
 
 import pytest
 
-from engine import Stream
-from engine import groups as groups_mod
-from engine.groups import SLACK, Group  # SLACK: the default, 64
+from tstream.engine import Stream
+from tstream.engine import groups as groups_mod
+from tstream.engine.groups import SLACK, Group  # SLACK: the default, 64
 
 T0 = 1_700_000_000_000_000_000
 

@@ -697,7 +697,7 @@ class TestPerSubjectLimit:
 def test_limit_deletions_are_logged_by_their_own_server_when_two_share_a_process(tmp_path):
     # Each keyspace keeps its own set of subject indexes with deletions to log:
     # one embedded server's housekeeping must not take (and drop) the other's.
-    from server.embed import ServerThread
+    from tstream.server.embed import ServerThread
 
     dirs = [tmp_path / "one", tmp_path / "two"]
     for d in dirs:
@@ -724,7 +724,7 @@ def test_limit_deletions_are_logged_by_their_own_server_when_two_share_a_process
 
 def aof_records(directory: Path) -> list:
     """Every record of the append-only file's incremental parts, in order."""
-    from persistence.framing import iter_frames, unpack
+    from tstream.persistence.framing import iter_frames, unpack
 
     records = []
     for path in sorted((directory / "appendonlydir").glob("*.incr.aof")):

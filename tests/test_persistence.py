@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from persistence import aof as aof_files
-from persistence.framing import pack
+from tstream.persistence import aof as aof_files
+from tstream.persistence.framing import pack
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,7 +56,7 @@ def sha(path: Path) -> str:
 
 
 def run_check(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "persistence.check", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "tstream.persistence.check", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
 
 

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from engine import Keyspace
-from engine.groups import Group
-from persistence import aof, effects, snapshot
-from persistence.framing import CorruptFile, TornTail, iter_frames, pack, unpack
+from tstream.engine import Keyspace
+from tstream.engine.groups import Group
+from tstream.persistence import aof, effects, snapshot
+from tstream.persistence.framing import CorruptFile, TornTail, iter_frames, pack, unpack
 
 
 def records_of(data: bytes) -> list:
@@ -174,7 +174,7 @@ class TestSnapshotLoad:
     """The fast load: node headers, stored refcounts, record-by-record reads."""
 
     def test_loaded_stream_equals_the_original(self, tmp_path):
-        from engine.subjects import index_of, parse_filter
+        from tstream.engine.subjects import index_of, parse_filter
 
         keyspace = rich_keyspace()
         path = str(tmp_path / "dump.tsr")
@@ -224,7 +224,7 @@ class TestSnapshotLoad:
         assert not any(rich_r._tag_refs)
 
     def test_load_file_does_not_decompress(self, tmp_path, monkeypatch):
-        from engine import stream as stream_mod
+        from tstream.engine import stream as stream_mod
 
         keyspace = rich_keyspace()
         path = str(tmp_path / "dump.tsr")
@@ -297,7 +297,7 @@ class TestSnapshotLoad:
         start, stop, _ = [span for span in spans if span[2] == snapshot.KIND_NODE][1]
         (bitmap_len,) = snapshot._NODE_PREFIX.unpack_from(data, start + 15)
         blob = start + 19 + bitmap_len
-        from engine import stream as stream_mod
+        from tstream.engine import stream as stream_mod
 
         nblocks = blob + stream_mod._HDR.size + 4
         summary = blob + stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
@@ -321,7 +321,7 @@ class TestSnapshotLoad:
         refs = bytearray(meta[b"tag_refs"])
         refs[4] += 1  # one more use of tag id 1 than the nodes hold
         meta[b"tag_refs"] = bytes(refs)
-        from persistence.framing import frame
+        from tstream.persistence.framing import frame
         import msgpack
         record = frame(snapshot.KIND_STREAM + msgpack.packb([key, meta], use_bin_type=True))
         damaged = bytearray(data[:s_start] + record + data[s_stop:])
@@ -333,8 +333,8 @@ class TestSnapshotLoad:
     def test_deep_check_compares_headers_with_blocks(self, tmp_path, capsys):
         """A node header that contradicts its blocks (checksums fine): the load takes
         it as written, ``check=True`` and tstream-check decompress and refuse it."""
-        from engine import stream as stream_mod
-        from persistence import check
+        from tstream.engine import stream as stream_mod
+        from tstream.persistence import check
 
         path = tmp_path / "dump.tsr"
         snapshot.write(snapshot.capture(rich_keyspace()), str(path))
@@ -357,8 +357,8 @@ class TestSnapshotLoad:
 
     def test_snapshot_reader_and_offline_nodes(self, tmp_path):
         """pipeline/snapshot_reader.py walks version-2 files; nodes rebuild from its blobs."""
-        from engine import Node
-        from pipeline.snapshot_reader import find_key, iter_node_blobs, open_snapshot
+        from tstream.engine import Node
+        from tstream.pipeline.snapshot_reader import find_key, iter_node_blobs, open_snapshot
 
         keyspace = rich_keyspace()
         path = str(tmp_path / "dump.tsr")

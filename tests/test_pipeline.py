@@ -17,9 +17,9 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pytest
 
-from pipeline.common import DataLossError, OptionError, Options, as_map, node_ranges
-from pipeline.server_read import PREFETCH, read_range
-from pipeline.sink import write_rows
+from tstream.pipeline.common import DataLossError, OptionError, Options, as_map, node_ranges
+from tstream.pipeline.server_read import PREFETCH, read_range
+from tstream.pipeline.sink import write_rows
 
 from .conftest import free_port
 
@@ -66,7 +66,7 @@ def spark():
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    import pipeline
+    from tstream import pipeline
 
     session = (SparkSession.builder.master("local[2]").appName("tstream-tests")
                .config("spark.ui.enabled", "false")
@@ -265,7 +265,7 @@ def test_sink_failed_task_leaves_whole_chunks_only(spark, server):
 
 
 def test_jobs_compaction_and_tag_counts(spark, server, tmp_path):
-    from pipeline.jobs import compact, tag_counts
+    from tstream.pipeline.jobs import compact, tag_counts
 
     r = server.client()
     fill(r, "k", 2000, tags=6)
@@ -362,7 +362,7 @@ def test_read_range_times_and_fallback(server):
 def test_stream_reader_offsets(server):
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-    from pipeline.streaming import TStreamStreamReader
+    from tstream.pipeline.streaming import TStreamStreamReader
 
     r = server.client()
 
@@ -403,7 +403,7 @@ def test_stream_reader_offsets(server):
 
 
 def test_snapshot_reader_walks_keys(make_server, tmp_path):
-    from pipeline.snapshot_reader import iter_keys, iter_node_blobs, open_snapshot
+    from tstream.pipeline.snapshot_reader import iter_keys, iter_node_blobs, open_snapshot
 
     server = make_server("--save", "", "--node-entries", "10", directory=tmp_path)
     r = server.client()

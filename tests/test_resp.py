@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resp import (
+from tstream.resp import (
     NULL_ARRAY,
     OK,
     BigNumber,
@@ -238,7 +238,7 @@ class TestPull:
 
 class TestEntriesEncoding:
     def test_entries_encode_like_the_plain_list(self):
-        from resp import Entries
+        from tstream.resp import Entries
 
         entries = [[1, b"tag", b"data"], None, [3, b"", memoryview(b"xyz")]]
         plain = [[1, b"tag", b"data"], None, [3, b"", b"xyz"]]

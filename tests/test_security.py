@@ -10,7 +10,7 @@ import time
 import pytest
 import redis
 
-from server.connection import is_loopback
+from tstream.server.connection import is_loopback
 
 from .conftest import raw_exchange, read_until_quiet
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from engine import Stream
-from engine.subjects import (InvalidSubject, SubjectIndex, TooManySubjects, held_from, index_of,
+from tstream.engine import Stream
+from tstream.engine.subjects import (InvalidSubject, SubjectIndex, TooManySubjects, held_from, index_of,
                              parse_filter, peek)
 
 T0 = 1_700_000_000_000_000_000
@@ -343,7 +343,7 @@ TestIndexMachine.settings = settings(max_examples=150, stateful_step_count=40, d
 
 
 def test_pending_registry_is_per_keyspace_and_cleared_by_take():
-    from engine import Keyspace
+    from tstream.engine import Keyspace
 
     loose = stream_of(b"a", b"a")  # in no keyspace: the deletions only wait in the index
     loose.config.max_msgs_per_subject = 1

@@ -1,4 +1,4 @@
-"""Example Spark jobs over tstream logs, each runnable as ``python -m pipeline.jobs.<name>``:
+"""Example Spark jobs over tstream logs, each runnable as ``python -m tstream.pipeline.jobs.<name>``:
 
 - ``compact``: log compaction, the newest entry of every tag copied to another key;
 - ``tag_counts``: entries per tag and per minute, written as a Parquet directory.

@@ -24,7 +24,7 @@ def session(master: str | None, app: str):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    import pipeline
+    from tstream import pipeline
 
     builder = SparkSession.builder.appName(app).config("spark.sql.session.timeZone", "UTC")
     if master:

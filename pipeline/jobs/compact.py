@@ -1,7 +1,7 @@
 """Log compaction: copy the newest entry of every tag of ``--key`` into ``--target``.
 
-    python -m pipeline.jobs.compact --url redis://127.0.0.1:6380 --key orders --target orders.compact
-    python -m pipeline.jobs.compact --snapshot dump.tsr --key orders --target orders.compact
+    python -m tstream.pipeline.jobs.compact --url redis://127.0.0.1:6380 --key orders --target orders.compact
+    python -m tstream.pipeline.jobs.compact --snapshot dump.tsr --key orders --target orders.compact
 
 The compacted entries are written in offset order (one writer task, atomic
 chunks of ``--batch-size``), each with its tag and entry; the ``--target`` key

@@ -1,7 +1,7 @@
 """Entries per tag and per minute of ``--key``, written as a Parquet directory.
 
-    python -m pipeline.jobs.tag_counts --url redis://127.0.0.1:6380 --key orders --output counts.parquet
-    python -m pipeline.jobs.tag_counts --snapshot dump.tsr --key orders --output counts.parquet
+    python -m tstream.pipeline.jobs.tag_counts --url redis://127.0.0.1:6380 --key orders --output counts.parquet
+    python -m tstream.pipeline.jobs.tag_counts --snapshot dump.tsr --key orders --output counts.parquet
 
 Columns: ``minute`` (timestamp, start of the minute, UTC), ``tag``, ``count``.
 The minutes come from the entries' write times: read from a server they need
