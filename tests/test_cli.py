@@ -56,3 +56,13 @@ def test_the_defaults_shown_are_the_values_the_server_starts_with():
         args += [f"--{name}", default] if default else [f"--{name}"]
     config.load_args(args)
     assert config.values == Config().values
+
+
+def test_the_configuration_page_lists_every_option():
+    """docs/configuration.md's table is generated from config.OPTIONS and up to date."""
+    done = subprocess.run([sys.executable, str(ROOT / "docs" / "gen_configuration.py"), "--check"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    for name, option in OPTIONS.items():
+        assert f"| `{name}` | `{option.default or chr(34) * 2}` |" in page, name
