@@ -29,7 +29,11 @@ from tstream.client.types import as_map  # noqa: F401  (the scripts import it fr
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
-RESULTS_DIR = BENCH_DIR / "results"
+# Where a run writes its results (*.json) and reports (RESULTS*.md): bench/runs/, ignored
+# by git, unless TSTREAM_BENCH_OUT names another directory.  The committed results
+# change only when asked: TSTREAM_BENCH_OUT=bench (bench/run_all.sh --out bench).
+OUT_DIR = Path(os.environ.get("TSTREAM_BENCH_OUT") or BENCH_DIR / "runs").resolve()
+RESULTS_DIR = OUT_DIR / "results"
 TSTREAM_SERVER = os.environ.get("TSTREAM_SERVER") or str(Path(sys.executable).parent / "tstream-server")
 REDIS_SERVER = os.environ.get("REDIS_SERVER") or shutil.which("redis-server") or "redis-server"
 REDIS_BENCHMARK = os.environ.get("REDIS_BENCHMARK") or shutil.which("redis-benchmark") or "redis-benchmark"
@@ -311,7 +315,7 @@ def machine_facts(tstream: ServerProcess | None = None, redis: ServerProcess | N
 
 def save_result(name: str, result: dict) -> Path:
     result.setdefault("loadavg_at_end", loadavg())
-    RESULTS_DIR.mkdir(exist_ok=True)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
     path.write_text(json.dumps(result, indent=2, default=str) + "\n")
     return path
