@@ -21,6 +21,8 @@ Three ways to call it (the image's ENTRYPOINT is this script, its CMD
         address the health check must use to TSTREAM_HEALTH_FILE (default
         /tmp/tstream-health.json), then run the server in this process: the
         password never appears on a command line (``ps``, /proc/*/cmdline).
+        (the first argument may also be an option, ``--port 7000``, or a ``*.conf``
+        file: then ``tstream-server`` is implied, as in Redis's image)
     tstream-entrypoint --healthcheck
         the HEALTHCHECK: connect to the port the server was configured with, AUTH
         with the same password when one is set, PING; exit 0 on +PONG (or on
@@ -153,6 +155,8 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ)
     if argv[:1] == ["--healthcheck"]:
         return healthcheck(env)
+    if argv and (argv[0].startswith("-") or argv[0].endswith(".conf")):
+        argv = ["tstream-server", *argv]  # `docker run tstream --port 7000`: options for the server
     if argv[:1] == ["tstream-server"]:
         os.environ.pop("TSTREAM_PASSWORD", None)  # read once; nothing the server starts inherits it
         return run_server(argv[1:], env)

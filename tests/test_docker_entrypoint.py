@@ -28,9 +28,9 @@ def environment(tmp_path, **extra: str) -> dict[str, str]:
     return env
 
 
-def start(tmp_path, env, *args: str) -> tuple[subprocess.Popen, int]:
+def start(tmp_path, env, *args: str, command: tuple[str, ...] = ("tstream-server",)) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(ENTRYPOINT), "tstream-server", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, str(ENTRYPOINT), *command, "--port", str(port),
                              "--dir", str(tmp_path), "--save", "", *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 15
@@ -137,6 +137,18 @@ def test_an_empty_password_file_refuses_to_start(tmp_path):
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 1
     assert "is empty" in done.stderr
+
+
+def test_options_alone_are_for_the_server(tmp_path):
+    """``docker run tstream --port 7000``: the image's command is replaced by options."""
+    env = environment(tmp_path, TSTREAM_PASSWORD="pw")
+    proc, port = start(tmp_path, env, command=())
+    try:
+        assert redis.Redis(port=port, password="pw").ping() is True
+        assert healthcheck(env).returncode == 0
+    finally:
+        code, err = stop(proc)
+    assert code == 0, err
 
 
 def test_other_commands_are_executed_as_given(tmp_path):
