@@ -11,7 +11,7 @@ from .errors import CommandError
 def acl(client, argv):
     """ACL WHOAMI | ACL LIST | ACL USERS | ACL SETUSER username [rule ...] | ACL DELUSER username [username ...]
 
-    Users, passwords and permissions (see the README's security section). O(users).
+    Users, passwords and permissions (see docs/operations.md, "Security"). O(users).
     """
     sub = argv[1].lower()
     control = client.server.acl
