@@ -18,12 +18,11 @@ from __future__ import annotations
 import logging
 from time import perf_counter_ns
 
-from tstream.resp import encode, encode_error
-from tstream.server.observability import CommandStats
+from tstream.resp import NO_REPLY, encode, encode_error
 
 from .errors import CommandError, UnknownCommand, WrongArity
 from .flags import FAST
-from .streams import NO_REPLY
+from .stats import CommandStats
 from .table import COMMANDS
 
 log = logging.getLogger("tstream.commands")

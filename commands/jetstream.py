@@ -24,7 +24,7 @@ from tstream.engine.subjects import (InvalidSubject, TooManySubjects, held_from,
                              parse_filter)
 from tstream.persistence.effects import APPEND, DELETE, EVICT
 from tstream.resp import NULL_ARRAY, OK, Raw
-from tstream.server import batches as B
+from tstream.engine import batches as B
 
 from .args import to_int
 from .errors import CommandError, SyntaxErr

@@ -11,14 +11,10 @@ from time import time_ns
 
 from tstream.engine.groups import Group
 from tstream.persistence.effects import ACK, APPEND, CONFIG, EVICT, group_moved
-from tstream.resp import OK, Entries
+from tstream.resp import NO_REPLY, OK, Entries
 
 from .args import to_bool, to_int, to_nonnegative, to_positive_list
 from .errors import CommandError, SyntaxErr
-
-# A handler's reply when the client gets no reply now (it blocked, or the
-# connection closes, as after SHUTDOWN).
-NO_REPLY = object()
 
 NO_SUCH_KEY = "ERR no such key"
 

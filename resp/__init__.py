@@ -1,6 +1,7 @@
 """RESP2/RESP3 protocol: request parsing and reply encoding, no I/O."""
 
 from .encode import (
+    NO_REPLY,
     NULL_ARRAY,
     OK,
     BigNumber,
@@ -20,6 +21,6 @@ from .parser import RequestParser, split_inline
 from .strict import StrictRequestParser
 
 __all__ = [
-    "NULL_ARRAY", "OK", "BigNumber", "Entries", "ErrorReply", "Push", "Raw", "Set", "Status", "Verbatim",
+    "NO_REPLY", "NULL_ARRAY", "OK", "BigNumber", "Entries", "ErrorReply", "Push", "Raw", "Set", "Status", "Verbatim",
     "encode", "encode_entries", "encode_error", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
 ]

@@ -81,6 +81,18 @@ class _NullArray:
 
 NULL_ARRAY = _NullArray()
 
+
+class _NoReply:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_REPLY"
+
+
+# A handler's reply when the client gets no reply now: it blocked (the reply comes
+# when it is served), or the connection closes without one (SHUTDOWN).
+NO_REPLY = _NoReply()
+
 OK = Raw(b"+OK\r\n")
 
 

@@ -12,12 +12,12 @@ import logging
 import os
 import time
 
-from tstream.commands import jetstream
+from tstream.commands import COMMANDS, jetstream
 from tstream.commands.dispatch import build_dispatch
 from tstream.engine import Keyspace
+from tstream.engine.batches import BatchRegistry
 from tstream.persistence import effects
 
-from .batches import BatchRegistry
 from .blocking import BlockingRegistry
 from .acl import AccessControl
 from .config import Config
@@ -47,11 +47,6 @@ class Stats:
         self.evicted = 0
         self.hits = 0
         self.misses = 0
-        # JetStream atomic batches abandoned, by reason (server/batches.py)
-        self.batch_abandoned_incomplete = 0
-        self.batch_abandoned_timeout = 0
-        self.batch_abandoned_large = 0
-        self.batch_abandoned_rejected = 0
 
     def sample(self, now: float) -> None:
         """Keep a second of (time, commands) samples for instantaneous_ops_per_sec."""
@@ -83,8 +78,9 @@ class Server:
         for rules in config["user"]:
             name, *words = rules.split()
             self.acl.setuser(name, words)
-        # name -> handler entry, and name -> observability.CommandStats (see commands.dispatch)
+        # name -> handler entry, and name -> commands.stats.CommandStats (see commands.dispatch)
         self.dispatch, self.command_stats = build_dispatch()
+        self.command_table = COMMANDS  # for COMMAND (commands.admin), which the table imports
         self.slowlog = SlowLog()
         self.latency = LatencyMonitor()
         self.slow_threshold_ns = 0
@@ -92,7 +88,7 @@ class Server:
         self.clients: dict[int, object] = {}
         self.next_client_id = 1
         self.stats = Stats()
-        self.batches = BatchRegistry(self.stats)  # JetStream atomic batches in flight
+        self.batches = BatchRegistry()  # JetStream atomic batches in flight
         self.started = time.time()
         self.run_id = os.urandom(20).hex()
         self.dirty = 0  # changes since the last snapshot
@@ -167,6 +163,7 @@ class Server:
 
     def reset_stats(self) -> None:
         self.stats.reset()
+        self.batches.reset_counts()
         for stats in self.command_stats.values():
             stats.reset()
 

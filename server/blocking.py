@@ -37,6 +37,7 @@ import time
 from collections import deque
 
 from tstream.commands.errors import CommandError
+from tstream.commands.streams import perform_read
 from tstream.resp import NULL_ARRAY, encode, encode_error
 
 log = logging.getLogger("tstream.blocking")
@@ -69,9 +70,6 @@ class BlockingRegistry:
         self._deadline_armed = float("inf")
         self._loop: asyncio.AbstractEventLoop | None = None
         self.count = 0
-        # commands.streams imports the server's modules: import it once the server exists
-        from tstream.commands.streams import perform_read
-        self._perform_read = perform_read
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -138,7 +136,7 @@ class BlockingRegistry:
             client.blocked = None
             request = waiter.request
             try:
-                reply = self._perform_read(server, request, blocking=request.block_ms is not None)
+                reply = perform_read(server, request, blocking=request.block_ms is not None)
             except CommandError as exc:
                 client.unblock(encode_error(exc.message))
                 continue
@@ -258,7 +256,6 @@ class BlockingRegistry:
                 log.exception("serving clients blocked on %r failed", key)
 
     def _serve_key(self, key: bytes) -> None:
-        perform_read = self._perform_read
         server = self.server
         stream = server.streams.get(key)
         if stream is None:
