@@ -22,7 +22,6 @@ from time import monotonic, time_ns
 
 from tstream.engine.subjects import (InvalidSubject, TooManySubjects, held_from, index_of,
                              parse_filter)
-from tstream.persistence.effects import APPEND, DELETE, EVICT
 from tstream.resp import NULL_ARRAY, OK, Raw
 from tstream.engine import batches as B
 
@@ -466,38 +465,6 @@ def _multi_last(proto: int, key: bytes, stream, req: Request):
 # BATCH
 # ---------------------------------------------------------------------------
 
-def _log_limit_deletes(server, key: bytes, stream) -> None:
-    """DELETE records for entries the per-subject limit just deleted."""
-    index = stream._subjects
-    if index is not None and index.limit_deleted:
-        offsets = index.take_deleted()
-        if server.aof is not None:
-            server.aof.log([DELETE, key, *offsets])
-
-
-def take_limit_deletes(server) -> None:
-    """Housekeeping: log the deletions made by ``max_msgs_per_subject`` during
-    writes this module did not make (TWRITE, TCONFIG, ...)."""
-    pending = server.keyspace.limit_pending
-    if not pending:
-        return
-    streams = server.streams
-    lost = False
-    for index in list(pending):
-        key = index.owner
-        if key is not None and streams.get(key) is index.stream:
-            _log_limit_deletes(server, key, index.stream)
-        else:
-            lost = True
-    if lost:  # indexes the engine built itself: find their keys once
-        for key, stream in list(server.keyspace.items()):
-            index = stream._subjects
-            if index is not None and index in pending:
-                index.owner = key
-                _log_limit_deletes(server, key, stream)
-    pending.clear()  # what is left belongs to streams deleted since
-
-
 def batch(client, argv):
     """BATCH key batch-id batch-seq subject data [EXPECT_LAST_SEQ n] [EXPECT_LAST_SUBJECT_SEQ n] [COMMIT] | BATCH key batch-id batch-seq EOB
 
@@ -643,13 +610,6 @@ def _commit(server, current):
     flat = current.flat
     offset = stream.append_many(flat, time_ns())
     count = len(flat) >> 1
-    server.dirty += count
-    if server.aof is not None:
-        # one record for the whole batch, exactly as TWRITE ENTRIES logs it
-        server.aof.log([APPEND, key, offset, stream.last_time, *flat])
-        if stream.first != first:
-            server.aof.log([EVICT, key, stream.first])
-    _log_limit_deletes(server, key, stream)
-    if server.waiting_keys:
-        server.wake(key)
+    # one record for the whole batch, exactly as TWRITE ENTRIES logs it
+    server.writes.appended(key, stream, first, offset, flat, 0, count)
     return {"stream": key, "seq": offset + count - 1, "batch": current.id, "count": count}

@@ -12,11 +12,11 @@ import logging
 import os
 import time
 
-from tstream.commands import COMMANDS, jetstream
+from tstream.commands import COMMANDS
 from tstream.commands.dispatch import build_dispatch
+from tstream.commands.writes import Writes
 from tstream.engine import Keyspace
 from tstream.engine.batches import BatchRegistry
-from tstream.persistence import effects
 
 from .blocking import BlockingRegistry
 from .acl import AccessControl
@@ -69,7 +69,11 @@ class Server:
         self.streams = self.keyspace.streams  # key -> Stream, for the hot paths' lookups
         self.waiting_keys: set[bytes] = set()  # keys some blocked client waits on
         self.blocking = BlockingRegistry(self)
-        self.aof: Persistence | None = None  # set while appendonly is on: handlers log effects to it
+        self.dirty = 0  # changes since the last snapshot
+        # The write path: handlers describe their changes, the dispatcher commits them
+        # (logged to the effect sinks, counted in dirty, blocked readers woken).
+        self.writes = Writes(self)
+        self._aof: Persistence | None = None
         self.hold_replies = False  # AOF on: every reply waits for the turn's records (Persistence.attach)
         self.turn_end = TurnEnd(self)  # what waits for the end of the loop turn
         self.persistence = Persistence(self)
@@ -91,7 +95,6 @@ class Server:
         self.batches = BatchRegistry()  # JetStream atomic batches in flight
         self.started = time.time()
         self.run_id = os.urandom(20).hex()
-        self.dirty = 0  # changes since the last snapshot
         self.port = 0
         self.event_loop_name = "asyncio"
         self.node_entries = config["node-entries"]
@@ -99,23 +102,32 @@ class Server:
         self._shutdown: asyncio.Future | None = None
         self._cron_handle: asyncio.TimerHandle | None = None
 
+    @property
+    def aof(self) -> Persistence | None:
+        """The append-only file while appendonly is on (Persistence.attach sets it):
+        one of the write path's effect sinks."""
+        return self._aof
+
+    @aof.setter
+    def aof(self, sink: Persistence | None) -> None:
+        if self._aof is not None:
+            self.writes.remove_sink(self._aof)
+        self._aof = sink
+        if sink is not None:
+            self.writes.add_sink(sink)
+
     # --- what handlers call -------------------------------------------------------
 
     def create_stream(self, key: bytes):
         """A new, empty stream at ``key`` (which must not exist), logged."""
         stream = self.keyspace.get_or_create(key, self.node_entries)
-        if self.aof is not None:
-            self.aof.log([effects.CREATE, key, stream.node_entries])
+        self.writes.created(key, stream)
         return stream
 
     def stream_for_write(self, key: bytes):
         """The stream at ``key``, created if needed."""
         stream = self.streams.get(key)
         return stream if stream is not None else self.create_stream(key)
-
-    def wake(self, key: bytes) -> None:
-        """``key``, which blocked clients wait on, changed (a write, a TACK)."""
-        self.blocking.key_ready(key)
 
     def key_deleted(self, key: bytes) -> None:
         """``key`` is about to disappear (DEL, FLUSHALL)."""
@@ -205,17 +217,18 @@ class Server:
             now = time.time()
             self.stats.sample(now)
             now_ns = time.time_ns()
+            writes = self.writes
             for key, stream in list(self.keyspace.items()):
                 if stream.config.max_age_ms:
+                    first = stream.first
                     evicted = stream.enforce_limits(now_ns)
                     if evicted:
                         self.stats.evicted += evicted
-                        self.dirty += evicted
-                        if self.aof is not None:
-                            self.aof.log([effects.EVICT, key, stream.first])
+                        writes.wrote(key, stream, first, evicted, wake=False)
             # JetStream: abandon idle atomic batches; log per-subject limit deletions
             self.batches.expire(self.config["batch-timeout-ms"])
-            jetstream.take_limit_deletes(self)
+            writes.limit_deletes(self.keyspace)
+            writes.commit()
             self.persistence.cron()
             idle_limit = self.config["timeout"]
             if idle_limit:

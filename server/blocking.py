@@ -9,11 +9,14 @@ Two kinds of waiters:
   group has something to hand out, the head of the queue is served; a served
   client that blocks again joins the back, which spreads entries evenly.
 
-Writes, TACKs and group timers (a retry falling due, a pending entry expiring)
-mark keys *ready*; the ready keys are served once per event-loop turn (like
-Redis's handleClientsBlockedOnKeys), after the commands that made them ready.
-Group reads themselves wait for the end of the turn they arrive in (``defer``),
-then are served after the group's blocked readers (see server.turns).
+Writes, TACKs (through the write path's commit, commands/writes.py) and group
+timers (a retry falling due, a pending entry expiring) mark keys *ready*; the
+ready keys are served once per event-loop turn (like Redis's
+handleClientsBlockedOnKeys), after the commands that made them ready.  Group
+reads themselves wait for the end of the turn they arrive in (``defer``), then
+are served after the group's blocked readers (see server.turns).  The group
+moves the reads served here describe go through the same write path: it is
+committed once per pass, before the turn's AOF records are written.
 
 Timers are kept few, since creating and cancelling a loop timer costs more
 than the read it guards:
@@ -70,6 +73,7 @@ class BlockingRegistry:
         self._deadline_armed = float("inf")
         self._loop: asyncio.AbstractEventLoop | None = None
         self.count = 0
+        self._perform_read = perform_read  # commands.streams.perform_read (tests put a failing one here)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -136,7 +140,7 @@ class BlockingRegistry:
             client.blocked = None
             request = waiter.request
             try:
-                reply = perform_read(server, request, blocking=request.block_ms is not None)
+                reply = self._perform_read(server, request, blocking=request.block_ms is not None)
             except CommandError as exc:
                 client.unblock(encode_error(exc.message))
                 continue
@@ -148,6 +152,9 @@ class BlockingRegistry:
                 self._park(waiter)  # a wait now, at the back of its group's queue
             else:
                 client.unblock(encode(reply, client.protocol))
+        writes = server.writes
+        if writes.pending:  # the group moves of these reads (commands/writes.py)
+            writes.commit()
 
     def _arm_deadline_timer(self, deadline: float) -> None:
         if self._deadline_timer is not None:
@@ -254,8 +261,12 @@ class BlockingRegistry:
                 self._serve_key(key)
             except Exception:
                 log.exception("serving clients blocked on %r failed", key)
+        writes = self.server.writes
+        if writes.pending:  # the group moves of these reads (commands/writes.py)
+            writes.commit()
 
     def _serve_key(self, key: bytes) -> None:
+        perform_read = self._perform_read
         server = self.server
         stream = server.streams.get(key)
         if stream is None:
