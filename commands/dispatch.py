@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from time import perf_counter_ns
 
-from tstream.resp import NO_REPLY, encode, encode_error
+from tstream.resp import NO_REPLY, encode, encode_error, encode_integer
 
 from .errors import CommandError, UnknownCommand, WrongArity
 from .flags import FAST
@@ -98,7 +98,7 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
     try:
         reply = handler(client, argv)
         if reply.__class__ is int:  # the common TWRITE/TACK reply, without a trip through encode()
-            out = b":%d\r\n" % reply
+            out = encode_integer(reply)
         elif reply is NO_REPLY:
             out = None
         else:

@@ -13,7 +13,7 @@ import re
 from time import time_ns
 
 from tstream.engine.groups import Group
-from tstream.resp import NO_REPLY, OK, Entries
+from tstream.resp import NO_REPLY, OK, Entries, encode_integer_run
 
 from .args import to_bool, to_int, to_nonnegative, to_positive_list
 from .errors import CommandError, SyntaxErr
@@ -77,12 +77,7 @@ def twrite_run(client, argvs: list) -> bytes:
     first = stream.first
     offset = stream.append_columns(tags, datas, time_ns())
     server.writes.appended_columns(key, stream, first, offset, tags, datas)
-    fmt = _OFFSET_REPLIES[count] if count < len(_OFFSET_REPLIES) else b":%d\r\n" * count
-    return fmt % tuple(range(offset, offset + count))
-
-
-# Format strings of the replies of runs of up to 64 commands, made once.
-_OFFSET_REPLIES = [b":%d\r\n" * n for n in range(65)]
+    return encode_integer_run(offset, count)
 
 
 def parse_offset(arg: bytes) -> int | bytes:
@@ -124,28 +119,35 @@ class ReadRequest:
         return (self.key, self.offset, self.count, self.block_ms, self.group, self.retry, self.withinfo)
 
 
-# A group's consumers send the very same TREAD over and over: its parse is
-# kept, by its words, so a repeat costs one dict lookup (at most
-# _PARSED_GROUP_READS_MAX of them, forgotten all at once when full; plain
-# reads are not kept, their offsets change from one read to the next).
-_parsed_group_reads: dict[tuple, tuple] = {}
-_PARSED_GROUP_READS_MAX = 1024
+class TreadParses:
+    """TREAD's parser, with the parses of group reads kept.
+
+    A group's consumers send the very same TREAD over and over: its parse is
+    kept, by its words, so a repeat costs one dict lookup (at most MAX of them,
+    forgotten all at once when full; plain reads are not kept, their offsets
+    change from one read to the next).  One per server (``server.tread_parses``).
+    """
+
+    MAX = 1024
+
+    def __init__(self) -> None:
+        self.kept: dict[tuple, tuple] = {}  # the words of a group read -> ReadRequest.fields()
+
+    def parse(self, argv) -> ReadRequest:
+        words = tuple(argv)
+        fields = self.kept.get(words)
+        if fields is not None:
+            return ReadRequest(*fields)
+        request = parse_tread(argv)
+        if request.group is not None:
+            if len(self.kept) >= self.MAX:
+                self.kept.clear()
+            self.kept[words] = request.fields()
+        return request
 
 
 def parse_tread(argv) -> ReadRequest:
-    words = tuple(argv)
-    fields = _parsed_group_reads.get(words)
-    if fields is not None:
-        return ReadRequest(*fields)
-    request = _parse_tread(argv)
-    if request.group is not None:
-        if len(_parsed_group_reads) >= _PARSED_GROUP_READS_MAX:
-            _parsed_group_reads.clear()
-        _parsed_group_reads[words] = request.fields()
-    return request
-
-
-def _parse_tread(argv) -> ReadRequest:
+    """A TREAD's words as a ReadRequest; raises CommandError."""
     request = ReadRequest(argv[1], parse_offset(argv[2]), to_nonnegative(argv[3], "count"))
     i = 4
     n = len(argv)
@@ -215,7 +217,7 @@ def tread(client, argv):
     behind the group's blocked readers; the client's next commands wait for it.
     O(1) seek + O(count); group reads O(count log pending) for the due retries, amortised O(1) per new entry.
     """
-    request = parse_tread(argv)
+    request = client.server.tread_parses.parse(argv)
     if request.group is not None:
         client.server.blocking.defer(client, request)
         return NO_REPLY

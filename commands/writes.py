@@ -99,7 +99,15 @@ class Writes:
             record = [APPEND, key, offset, stream.last_time, *tags, *datas]
             record[4::2], record[5::2] = tags, datas  # interleaved: tag, data, tag, data, ...
             self.records.append(record)
-        self.wrote(key, stream, first, len(tags))
+        if self.stream is not stream:  # wrote(key, stream, first, len(tags)), inlined
+            if self.stream is not None:
+                self._settle()
+            self.key = key
+            self.stream = stream
+            self.first = first
+        self.wake = True
+        self.dirty += len(tags)
+        self.pending = True
 
     def configured(self, key: bytes, stream, first: int, names: list[str], dirty: int) -> None:
         """The stream's config values ``names`` were set (allow_direct may follow
@@ -193,18 +201,27 @@ class Writes:
     def commit(self) -> None:
         """Act on what was described since the last commit (see the module docstring)."""
         self.pending = False
-        if self.stream is not None:
-            self._settle()
         server = self.server
+        stream = self.stream
+        if stream is not None:  # _settle(), inlined: this is every TWRITE's path
+            key = self.key
+            self.stream = None
+            if stream.first != self.first and self.sinks:
+                self.records.append([EVICT, key, stream.first])
+            index = stream._subjects
+            if index is not None and index.limit_deleted:
+                index.owner = key
+                self._take_limit_deletes(key, index)
+            if self.wake and key in server.waiting_keys:
+                server.blocking.key_ready(key)
         records = self.records
         if records:
             for sink in self.sinks:
                 for record in records:
                     sink.log(record)
             records.clear()
-        if self.dirty:
-            server.dirty += self.dirty
-            self.dirty = 0
+        server.dirty += self.dirty
+        self.dirty = 0
         if self.ready:
             ready, self.ready = self.ready, []
             for key in ready:
@@ -218,7 +235,7 @@ class Writes:
     def _settle(self) -> None:
         """The written stream: EVICT/DELETE records of what its limits removed, wake its readers."""
         key, stream = self.key, self.stream
-        self.key = self.stream = None
+        self.stream = None
         if stream.first != self.first and self.sinks:
             self.records.append([EVICT, key, stream.first])
         index = stream._subjects

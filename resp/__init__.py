@@ -13,8 +13,12 @@ from .encode import (
     Status,
     Verbatim,
     encode,
+    encode_batched_message,
     encode_entries,
     encode_error,
+    encode_integer,
+    encode_integer_run,
+    encode_message,
 )
 from .errors import ProtocolError
 from .parser import RequestParser, split_inline
@@ -22,5 +26,6 @@ from .strict import StrictRequestParser
 
 __all__ = [
     "NO_REPLY", "NULL_ARRAY", "OK", "BigNumber", "Entries", "ErrorReply", "Push", "Raw", "Set", "Status", "Verbatim",
-    "encode", "encode_entries", "encode_error", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
+    "encode", "encode_batched_message", "encode_entries", "encode_error", "encode_integer", "encode_integer_run",
+    "encode_message", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
 ]

@@ -14,6 +14,8 @@ import time
 
 from tstream.commands import COMMANDS
 from tstream.commands.dispatch import build_dispatch
+from tstream.commands.jetstream import TimeTexts
+from tstream.commands.streams import TreadParses
 from tstream.commands.writes import Writes
 from tstream.engine import Keyspace
 from tstream.engine.batches import BatchRegistry
@@ -85,6 +87,9 @@ class Server:
         # name -> handler entry, and name -> commands.stats.CommandStats (see commands.dispatch)
         self.dispatch, self.command_stats = build_dispatch()
         self.command_table = COMMANDS  # for COMMAND (commands.admin), which the table imports
+        # the commands' caches: each server its own
+        self.tread_parses = TreadParses()  # TREAD ... GROUP parses kept
+        self.time_texts = TimeTexts()  # RFC 3339 texts of DGET/MLAST messages
         self.slowlog = SlowLog()
         self.latency = LatencyMonitor()
         self.slow_threshold_ns = 0
