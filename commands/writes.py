@@ -3,10 +3,11 @@
 Modelled on Redis's ``call()`` + ``propagate()`` + ``signalKeyAsReady()``.  A
 handler only changes the engine and *describes* the change to its server's
 ``Writes`` (``server.writes``), with one of the verbs below: ``appended``,
-``wrote``, ``group_moved``, ``acked``, ``configured``, ``created``,
-``deleted``, ``flushed``, ``propagate``.  A verb records the effect records
-(``persistence.effects``: what the append-only file logs and replays), the
-changes to count and the keys to wake; nothing else.
+``appended_columns``, ``wrote``, ``group_moved``, ``acked``, ``configured``,
+``created``, ``deleted``, ``flushed`` (and ``limit_deletes`` for
+housekeeping).  A verb notes the effect records (``persistence.effects``: what
+the append-only file logs and replays), the changes to count and the keys to
+wake; nothing else.
 
 Then ``commit`` (called by the dispatcher after every handler returns or
 raises, by the end of the turn after the group reads it serves, and by the
@@ -161,12 +162,6 @@ class Writes:
         self.gone.extend(self.server.waiting_keys)
         self.dirty += count
         self.pending = True
-
-    def propagate(self, record: list) -> None:
-        """Any other effect record, logged as it is."""
-        if self.sinks:
-            self.records.append(record)
-            self.pending = True
 
     def limit_deletes(self, keyspace) -> None:
         """Housekeeping: DELETE records for the entries ``max_msgs_per_subject``
