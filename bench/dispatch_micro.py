@@ -56,6 +56,8 @@ class Connection:
         self.user = None
         self.blocked = None
         self.replies = 0
+        self.addr = "127.0.0.1:0"  # a command slower than slowlog-log-slower-than is logged with these
+        self.name = b""
 
     def unblock(self, reply: bytes) -> None:
         self.blocked = None
