@@ -5,12 +5,11 @@ from __future__ import annotations
 import fnmatch
 import time
 
-from tstream.resp import OK, Verbatim
+from tstream.resp import NO_REPLY, OK, Verbatim
 
 from . import docs, info
 from .args import text, to_int
 from .errors import CommandError, SyntaxErr
-from .streams import NO_REPLY
 
 
 def config(client, argv):
@@ -18,17 +17,15 @@ def config(client, argv):
 
     Reads or changes the server configuration. O(options).
     """
-    from tstream.server.config import OPTIONS, ConfigError, show
-
     sub = argv[1].lower()
     server = client.server
     if sub == b"get" and len(argv) >= 3:
         found = {}
         for pattern in argv[2:]:
             pattern_text = text(pattern).lower()
-            for name in OPTIONS:
+            for name in server.config.values:  # every option, in the option table's order
                 if fnmatch.fnmatchcase(name, pattern_text):
-                    found[name] = show(name, server.config[name])
+                    found[name] = server.config.show(name)
         return found
     if sub == b"set" and len(argv) >= 4 and len(argv) % 2 == 0:
         # Check every pair before applying any, so a bad pair changes nothing.
@@ -36,7 +33,7 @@ def config(client, argv):
         try:
             for name, value in zip(argv[2::2], argv[3::2]):
                 pending.set(text(name), text(value), at_runtime=True)
-        except ConfigError as exc:
+        except ValueError as exc:  # server.config.ConfigError
             raise CommandError(f"ERR {exc}") from None
         server.apply_config(pending)
         return OK
@@ -94,8 +91,7 @@ def command(client, argv):
 
     Describes the command table (redis-cli asks COMMAND DOCS for its hints). O(commands).
     """
-    from .table import COMMANDS
-
+    COMMANDS = client.server.command_table  # commands.table.COMMANDS (which imports this module)
     sub = argv[1].lower() if len(argv) > 1 else b""
     if not sub:
         return [docs.command_info(name, cmd) for name, cmd in COMMANDS.items()]

@@ -1,7 +1,11 @@
 """Run commands: look each up, check its arity and auth, call its handler.
 
 This is the one boundary where CommandError (and any bug) becomes a RESP error
-reply, so a bad command never breaks the connection or the server.
+reply, so a bad command never breaks the connection or the server.  It is also
+where the write path acts: after the handler returns (or raises, having
+changed something first), ``server.writes.commit()`` logs the effects the
+handler described, counts its changes and wakes blocked readers (see
+commands/writes.py).
 
 Pipelined runs: a command whose table entry has a ``run`` handler (TWRITE) and
 that arrives several times in a row in one read, each time in its simplest
@@ -18,12 +22,11 @@ from __future__ import annotations
 import logging
 from time import perf_counter_ns
 
-from tstream.resp import encode, encode_error
-from tstream.server.observability import CommandStats
+from tstream.resp import NO_REPLY, encode, encode_error, encode_integer
 
 from .errors import CommandError, UnknownCommand, WrongArity
 from .flags import FAST
-from .streams import NO_REPLY
+from .stats import CommandStats
 from .table import COMMANDS
 
 log = logging.getLogger("tstream.commands")
@@ -95,7 +98,7 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
     try:
         reply = handler(client, argv)
         if reply.__class__ is int:  # the common TWRITE/TACK reply, without a trip through encode()
-            out = b":%d\r\n" % reply
+            out = encode_integer(reply)
         elif reply is NO_REPLY:
             out = None
         else:
@@ -109,6 +112,9 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
         stats.failed += 1
         server.stats.errors += 1
         out = encode_error("ERR internal error while running the command (see the server log)")
+    writes = server.writes
+    if writes.pending:  # the one after-write step: effects logged, changes counted, readers woken
+        writes.commit()
     elapsed = perf_counter_ns() - started
     stats.calls += 1
     stats.nanos += elapsed
@@ -131,6 +137,9 @@ def _execute_run(client, run, argvs: list, stats: CommandStats, fast: bool) -> b
         stats.failed += len(argvs)
         server.stats.errors += len(argvs)
         out = encode_error("ERR internal error while running the command (see the server log)") * len(argvs)
+    writes = server.writes
+    if writes.pending:
+        writes.commit()
     elapsed = perf_counter_ns() - started
     stats.calls += len(argvs)
     stats.nanos += elapsed

@@ -169,6 +169,10 @@ class Config:
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
 
+    def show(self, name: str) -> str:
+        """The value of option ``name`` as CONFIG GET shows it."""
+        return show(name, self.values[name])
+
     def set(self, name: str, text: str, *, at_runtime: bool = False) -> None:
         name = name.lower()
         option = OPTIONS.get(name)
