@@ -1,0 +1,118 @@
+"""The command table: the one description of every command, modelled on Redis's
+``src/commands/*.json``.
+
+Each command, and each subcommand of a container command (``config|get``,
+``client|setname``, ``acl|whoami``, ... as in Redis), is one ``Command`` entry
+written out literally in the module of its group (``stream``, ``generic``,
+``connection``, ``server``).  Everything else reads the entry; nothing guesses:
+
+- the dispatcher (commands.dispatch): handler, arity, the pipelined ``run``
+  handler, and for a container the subcommand to run (looked up once, centrally,
+  as ``name|sub``: handlers never parse their own subcommand word);
+- the ACL gate (server.acl): flags (no_auth), categories, key positions;
+- COMMAND COUNT/LIST/INFO/DOCS/GETKEYS, ``<CONTAINER> HELP`` and ACL CAT
+  (commands.docs, commands.admin, commands.security).
+
+Fields: ``arity`` follows Redis (N: exactly N words with the command name, -N:
+at least N; a subcommand's words count its container's).  ``keys`` is (first,
+last, step) of the key arguments.  ``syntax`` lists every form of the command,
+as in the docs (``UPPER`` tokens, lower-case arguments, ``[...]`` optional,
+``a|b`` one of, ``...`` repeats); COMMAND DOCS describes all of them and HELP
+shows all of them.  ``acl`` holds the explicit ACL categories; those implied by
+the flags are added here, once (commands.flags).  ``run``, when set, executes a
+pipelined run of the command's simplest form on one key in one call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from ..flags import categories_of
+
+ONE_KEY = (1, 1, 1)
+ALL_KEYS = (1, -1, 1)
+NO_KEYS = (0, 0, 0)
+SINCE = "0.1.0"  # tstream's first version: every command is in it
+
+
+@dataclass(frozen=True, eq=False)
+class Command:
+    name: bytes                   # lower case; b"config|get" for a subcommand
+    handler: Callable | None      # None: a container that needs a subcommand
+    arity: int
+    flags: int
+    group: str                    # COMMAND DOCS group: stream, generic, connection, server
+    syntax: tuple[str, ...]       # every form, e.g. ("TCONFIG key GET", "TCONFIG key SET ...")
+    summary: str
+    complexity: str
+    acl: tuple[str, ...] = ()     # explicit ACL categories ("@stream"); the implied ones are added
+    keys: tuple[int, int, int] = NO_KEYS
+    since: str = SINCE
+    run: Callable | None = None
+    subcommands: tuple[Command, ...] = ()
+    categories: tuple[str, ...] = field(init=False)  # every ACL category, without "@"
+    by_name: dict[bytes, Command] = field(init=False, repr=False)  # subcommand word -> entry
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "categories", categories_of(self.flags, self.acl))
+        by_name = {}
+        for sub in self.subcommands:
+            container, _, word = sub.name.partition(b"|")
+            if container != self.name or not word:
+                raise ValueError(f"subcommand {sub.name!r} is not named {self.name!r}|<sub>")
+            by_name[word] = sub
+        object.__setattr__(self, "by_name", by_name)
+
+    @property
+    def text_name(self) -> str:
+        return self.name.decode()
+
+    @property
+    def container(self) -> bytes | None:
+        """The container's name for a subcommand, else None."""
+        return self.name.partition(b"|")[0] if b"|" in self.name else None
+
+
+def command(name: str, handler, *, arity: int, syntax, summary: str, complexity: str, group: str,
+            flags: int = 0, acl: str = "", keys=NO_KEYS, run=None, subcommands=(), since: str = SINCE) -> Command:
+    """One table entry, written with keywords for readability.  ``syntax`` is one
+    form or a list of forms; ``acl`` is space-separated categories."""
+    return Command(
+        name=name.encode(), handler=handler, arity=arity, flags=flags, group=group,
+        syntax=(syntax,) if isinstance(syntax, str) else tuple(syntax), summary=summary,
+        complexity=complexity, acl=tuple(acl.split()), keys=keys, since=since, run=run,
+        subcommands=tuple(subcommands),
+    )
+
+
+def _build() -> dict[bytes, Command]:
+    from . import connection, generic, server, stream
+
+    table: dict[bytes, Command] = {}
+    for module in (stream, generic, connection, server):
+        for entry in module.COMMANDS:
+            if entry.name in table:
+                raise ValueError(f"command {entry.name!r} is in the table twice")
+            table[entry.name] = entry
+    return table
+
+
+COMMANDS: dict[bytes, Command] = _build()
+"""Top-level commands by lower-case name (subcommands hang off their container)."""
+
+
+def every_command() -> Iterator[Command]:
+    """Every entry: each command, then its subcommands."""
+    for entry in COMMANDS.values():
+        yield entry
+        yield from entry.subcommands
+
+
+def find(name: bytes) -> Command | None:
+    """The entry called ``name`` (any case): ``twrite`` or ``config|get``."""
+    top, _, sub = name.lower().partition(b"|")
+    entry = COMMANDS.get(top)
+    if entry is None or not sub:
+        return entry
+    return entry.by_name.get(sub)
