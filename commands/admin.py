@@ -17,7 +17,7 @@ from tstream.resp import OK, Verbatim
 from . import docs, info
 from . import table as command_table  # only read when a handler runs (the table imports this module)
 from .args import text, to_int
-from .errors import CommandError, SubcommandSyntax, SyntaxErr, WrongArity
+from .errors import CommandError, SubcommandSyntax, SyntaxErr
 from .streams import NO_REPLY
 
 
@@ -40,7 +40,7 @@ def config_set(client, argv):
     from tstream.server.config import ConfigError
 
     if len(argv) % 2:
-        raise WrongArity("config|set")
+        raise SyntaxErr()  # as Redis: a name without its value
     server = client.server
     # Check every pair before applying any, so a bad pair changes nothing.
     pending = server.config.copy_for_update()

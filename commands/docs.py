@@ -4,8 +4,9 @@ command table (commands.table), in the shapes Redis 7 gives them.
 The argument tree COMMAND DOCS gives clients (redis-cli draws its HELP and hints
 from it) is parsed from the entry's syntax forms, so the documentation and the
 hints cannot drift apart.  Grammar, as in Redis's docs: ``UPPER`` words are
-tokens, lower-case words are arguments, ``[...]`` is optional, ``a|b`` is one
-of, ``...`` repeats what precedes it.  Several forms become one tree: the
+tokens, lower-case words are arguments, ``[...]`` is optional, ``a|b`` (one
+word) is one of, ``x [x ...]`` repeats x.  Alternatives longer than a word are
+separate forms.  Several forms become one tree: the
 arguments they all start with, then a ``oneof`` of what each form goes on with
 (as Redis describes CLIENT KILL's two formats), so every form is documented.
 """
@@ -19,7 +20,7 @@ from tstream.resp import Set, Status
 
 from . import flags as F
 
-_TOKEN = re.compile(r"\[|\]|\||\.\.\.|[^\s\[\]|]+")
+_TOKEN = re.compile(r"\[|\]|\.\.\.|[^\s\[\]]+")
 _INTEGER_NAMES = {"count", "offset", "ms", "retry-ms", "expire-ms", "index", "cursor", "n", "batch-seq",
                   "protover", "timeout", "id", "client-id"}
 
@@ -43,9 +44,11 @@ def _add_flag(node: dict, flag: str) -> None:
 
 
 def _parse(tokens: list[str], pos: int, closing: str | None) -> tuple[list[dict], int]:
-    """Parse a sequence until ``closing``; returns (arguments, next position)."""
+    """Parse a sequence until ``closing``; returns (arguments, next position).
+
+    ``x [x ...]`` (and ``a b [a b ...]``) is one argument flagged multiple, as
+    Redis describes ``DEL key [key ...]``."""
     args: list[dict] = []
-    alternatives: list[list[dict]] = []
     while pos < len(tokens):
         tok = tokens[pos]
         if tok == closing:
@@ -53,34 +56,49 @@ def _parse(tokens: list[str], pos: int, closing: str | None) -> tuple[list[dict]
             break
         if tok == "[":
             inner, pos = _parse(tokens, pos + 1, "]")
-            node = _group(inner)
-            _add_flag(node, "optional")
+            repeats = tokens[pos - 2] == "..."
+            if repeats:
+                _drop_flag(inner[-1], "multiple")
+            if repeats and len(args) >= len(inner) and args[len(args) - len(inner):] == inner:
+                del args[len(args) - len(inner):]
+                node = _group(inner)
+                _add_flag(node, "multiple")
+            else:
+                node = _group(inner)
+                if repeats:
+                    _add_flag(node, "multiple")
+                _add_flag(node, "optional")
             args.append(node)
             continue
         if tok == "...":
             if args:
                 _add_flag(args[-1], "multiple")
-        elif tok == "|":
-            alternatives.append(args)
-            args = []
+        elif "|" in tok:
+            args.append(_oneof([_arg(word) for word in tok.split("|")]))
         else:
             args.append(_arg(tok))
         pos += 1
-    if alternatives:
-        alternatives.append(args)
-        return [_oneof([_group(a) for a in alternatives])], pos
     return args, pos
 
 
-def _oneof(choices: list[dict]) -> dict:
-    return {"name": "_".join(c["name"] for c in choices), "type": "oneof", "arguments": choices}
+def _drop_flag(node: dict, flag: str) -> None:
+    flags = node.get("flags")
+    if flags and flag in flags:
+        node["flags"] = Set(f for f in flags if f != flag)
+        if not node["flags"]:
+            del node["flags"]
+
+
+def _oneof(choices: list[dict], name: str = "") -> dict:
+    return {"name": name or "_".join(c["name"] for c in choices), "type": "oneof", "arguments": choices}
 
 
 def _group(args: list[dict]) -> dict:
     """One argument for a sequence: itself, a token+value, or a block."""
     if len(args) == 1:
         return dict(args[0])
-    if len(args) == 2 and args[0]["type"] == "pure-token" and args[1]["type"] != "pure-token":
+    if (len(args) == 2 and args[0]["type"] == "pure-token" and args[1]["type"] != "pure-token"
+            and "multiple" not in args[1].get("flags", ())):  # a token given once, before a value
         merged = dict(args[1])
         merged["token"] = args[0]["token"]
         return merged
@@ -98,7 +116,7 @@ def _merge(forms: list[list[dict]]) -> list[dict]:
         shared += 1
     rests = [f[shared:] for f in forms]
     choices = [_group(rest) for rest in rests if rest]
-    node = choices[0] if len(choices) == 1 else _oneof(choices)
+    node = choices[0] if len(choices) == 1 else _oneof(choices, "form")
     if len(choices) < len(rests):  # a form ends where the others go on
         _add_flag(node, "optional")
     return forms[0][:shared] + [node]
@@ -134,14 +152,13 @@ def command_docs(entry) -> dict:
 def _key_specs(entry) -> list:
     first, last, step = entry.keys
     if not first:
-        return []
-    access = ["RW", "update"] if entry.flags & F.WRITE else ["RO", "access"]
-    return [{
-        "flags": Set(Status(f) for f in access),
+        return Set()
+    return Set([{
+        "flags": Set(Status(f) for f in entry.key_access.split()),
         "begin_search": {"type": "index", "spec": {"index": first}},
         "find_keys": {"type": "range", "spec": {"lastkey": last - first if last >= 0 else last,
                                                  "keystep": step, "limit": 0}},
-    }]
+    }])
 
 
 def command_info(entry) -> list:
@@ -154,9 +171,10 @@ def command_info(entry) -> list:
         last,
         step,
         Set(Status("@" + c) for c in entry.categories),
-        [],  # tips
+        Set(),  # tips
         _key_specs(entry),
-        [command_info(sub) for sub in entry.subcommands],
+        # Redis replies an empty set, or an array of the subcommands
+        [command_info(sub) for sub in entry.subcommands] if entry.subcommands else Set(),
     ]
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from ..flags import categories_of
+from ..flags import WRITE, categories_of
 
 ONE_KEY = (1, 1, 1)
 ALL_KEYS = (1, -1, 1)
@@ -48,6 +48,7 @@ class Command:
     complexity: str
     acl: tuple[str, ...] = ()     # explicit ACL categories ("@stream"); the implied ones are added
     keys: tuple[int, int, int] = NO_KEYS
+    key_access: str = ""          # key spec flags (COMMAND INFO): "RO access", "RW update", "RM delete"
     since: str = SINCE
     run: Callable | None = None
     subcommands: tuple[Command, ...] = ()
@@ -75,14 +76,19 @@ class Command:
 
 
 def command(name: str, handler, *, arity: int, syntax, summary: str, complexity: str, group: str,
-            flags: int = 0, acl: str = "", keys=NO_KEYS, run=None, subcommands=(), since: str = SINCE) -> Command:
+            flags: int = 0, acl: str = "", keys=NO_KEYS, key_access: str = "", run=None, subcommands=(),
+            since: str = SINCE) -> Command:
     """One table entry, written with keywords for readability.  ``syntax`` is one
-    form or a list of forms; ``acl`` is space-separated categories."""
+    form or a list of forms; ``acl`` is space-separated categories; ``key_access``
+    defaults to what the flags say (``RW update`` for a write, else ``RO access``).
+    Summary and complexity are shown without a final period, as Redis's are."""
+    if keys[0] and not key_access:
+        key_access = "RW update" if flags & WRITE else "RO access"
     return Command(
         name=name.encode(), handler=handler, arity=arity, flags=flags, group=group,
-        syntax=(syntax,) if isinstance(syntax, str) else tuple(syntax), summary=summary,
-        complexity=complexity, acl=tuple(acl.split()), keys=keys, since=since, run=run,
-        subcommands=tuple(subcommands),
+        syntax=(syntax,) if isinstance(syntax, str) else tuple(syntax), summary=summary.rstrip("."),
+        complexity=complexity.rstrip("."), acl=tuple(acl.split()), keys=keys, key_access=key_access,
+        since=since, run=run, subcommands=tuple(subcommands),
     )
 
 

@@ -11,7 +11,8 @@ GROUP = "generic"
 
 COMMANDS = [
     command(
-        "del", keys.del_, arity=-2, flags=WRITE, acl="@keyspace", keys=ALL_KEYS, group=GROUP,
+        "del", keys.del_, arity=-2, flags=WRITE, acl="@keyspace", keys=ALL_KEYS, key_access="RM delete",
+        group=GROUP,
         syntax="DEL key [key ...]",
         summary="Removes the streams, with their consumer groups; replies how many existed.",
         complexity="O(keys).",

@@ -29,7 +29,10 @@ COMMANDS = [
             command(
                 "command|list", admin.command_list, arity=-2, flags=LOADING | STALE, acl="@connection",
                 group=GROUP,
-                syntax="COMMAND LIST [FILTERBY MODULE module-name|ACLCAT category|PATTERN pattern]",
+                syntax=["COMMAND LIST",
+                        "COMMAND LIST FILTERBY MODULE module-name",
+                        "COMMAND LIST FILTERBY ACLCAT category",
+                        "COMMAND LIST FILTERBY PATTERN pattern"],
                 summary="The name of every command and subcommand, or of those in an ACL category "
                         "or matching a glob-style pattern.",
                 complexity="O(commands).",
