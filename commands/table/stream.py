@@ -86,7 +86,7 @@ COMMANDS = [
         syntax=["BATCH key batch-id batch-seq subject data [EXPECT_LAST_SEQ n] "
                 "[EXPECT_LAST_SUBJECT_SEQ n] [COMMIT]",
                 "BATCH key batch-id batch-seq EOB"],
-        summary="JetStream atomic batch publish (ADR-50): stages a message; COMMIT or EOB appends "
+        summary="Atomic batch publish (JetStream ADR-50): stages a message; COMMIT or EOB appends "
                 "every staged message at once and replies the pub ack.",
         complexity="O(1) per message; the commit O(messages).",
     ),
