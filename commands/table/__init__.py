@@ -117,8 +117,8 @@ def every_command() -> Iterator[Command]:
 
 def find(name: bytes) -> Command | None:
     """The entry called ``name`` (any case): ``twrite`` or ``config|get``."""
-    top, _, sub = name.lower().partition(b"|")
+    top, bar, sub = name.lower().partition(b"|")
     entry = COMMANDS.get(top)
-    if entry is None or not sub:
+    if entry is None or not bar:
         return entry
     return entry.by_name.get(sub)
