@@ -292,7 +292,7 @@ def test_command_info_and_docs_have_redis_s_shape(oracle, server):
 
 
 def render_hint(args: list) -> str:
-    """The parameters line redis-cli (7.2+) shows for HELP <command>, drawn from COMMAND DOCS."""
+    """The parameters line redis-cli shows for HELP <command>, drawn from COMMAND DOCS."""
 
     def one(arg: dict) -> str:
         kind = arg[b"type"]
@@ -341,3 +341,15 @@ def test_command_getkeys(r):
     assert raw(r, "COMMAND", "GETKEYS", "TWRITE", "k", "t", "x") == [b"k"]
     assert raw(r, "COMMAND", "GETKEYS", "del", "a", "b") == [b"a", b"b"]
     assert "no key arguments" in error_text(raw(r, "COMMAND", "GETKEYS", "acl", "whoami"))
+
+
+def test_redis_cli_help_shows_every_form(cli):
+    """redis-cli draws HELP from COMMAND DOCS: every form of TWRITE and TCONFIG shows,
+    and HELP @stream lists DGET/MLAST/BATCH with the T* commands."""
+    out = re.sub(r"\x1b\[[0-9;]*m", "", cli(stdin="HELP TWRITE\nHELP TCONFIG\nHELP CONFIG GET\nHELP @stream\n"))
+    assert "TWRITE key tag entry|[BACKLOG count] ENTRIES tag entry [tag entry ...]" in out
+    assert "TCONFIG key GET|SET name value [name value ...]" in out
+    assert "CONFIG GET parameter [parameter ...]" in out
+    for name in ("DGET key", "MLAST key", "BATCH key", "TREAD key", "TACK key"):
+        assert name in out
+    assert "TYPE key" not in out
