@@ -116,6 +116,8 @@ def _merge(forms: list[list[dict]]) -> list[dict]:
         shared += 1
     rests = [f[shared:] for f in forms]
     choices = [_group(rest) for rest in rests if rest]
+    if not choices:  # the forms are the same
+        return forms[0]
     node = choices[0] if len(choices) == 1 else _oneof(choices, "form")
     if len(choices) < len(rests):  # a form ends where the others go on
         _add_flag(node, "optional")
