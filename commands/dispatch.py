@@ -24,7 +24,7 @@ from time import perf_counter_ns
 
 from tstream.resp import NO_REPLY, encode, encode_error, encode_integer
 
-from .errors import CommandError, UnknownCommand, WrongArity
+from .errors import CommandError, UnknownCommand, UnknownSubcommand, WrongArity
 from .flags import FAST
 from .stats import CommandStats
 from .table import COMMANDS
@@ -37,18 +37,30 @@ def build_dispatch() -> tuple[dict, dict]:
 
     The table is COMMANDS in the shape the hot path wants: name -> (canonical
     name, handler, fewest words, most words, is fast, the Command, its
-    CommandStats, its run handler or None), under the lower- and the upper-case
-    spelling (clients send one or the other; other spellings go through
-    .lower()).  The statistics are also returned as canonical name ->
-    CommandStats, for INFO commandstats.  Each server builds its own, so
-    embedded servers in one process keep separate counts.
+    CommandStats, its run handler or None, its subcommands or None), under the
+    lower- and the upper-case spelling (clients send one or the other; other
+    spellings go through .lower()).  A container command's subcommands are a
+    table of the same shape, by subcommand word (``get`` -> the ``config|get``
+    entry), so the dispatcher resolves ``CONFIG GET`` with one more lookup and
+    commands without subcommands pay nothing.  The statistics are also returned
+    as canonical name (``config|get`` for a subcommand) -> CommandStats, for INFO
+    commandstats.  Each server builds its own, so embedded servers in one
+    process keep separate counts.
     """
     table, stats = {}, {}
+
+    def entry_of(cmd, subcommands):
+        stats[cmd.name] = CommandStats()
+        return (cmd.name, cmd.handler, abs(cmd.arity), cmd.arity if cmd.arity > 0 else 1 << 62,
+                bool(cmd.flags & FAST), cmd, stats[cmd.name], cmd.run, subcommands)
+
     for name, cmd in COMMANDS.items():
-        stats[name] = CommandStats()
-        entry = (name, cmd.handler, abs(cmd.arity), cmd.arity if cmd.arity > 0 else 1 << 62,
-                 bool(cmd.flags & FAST), cmd, stats[name], cmd.run)
-        table[name] = table[name.upper()] = entry
+        subcommands = None
+        if cmd.subcommands:
+            subcommands = {}
+            for word, sub in cmd.by_name.items():
+                subcommands[word] = subcommands[word.upper()] = entry_of(sub, None)
+        table[name] = table[name.upper()] = entry_of(cmd, subcommands)
     return table, stats
 
 
@@ -68,12 +80,22 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
     if entry is None:
         server.stats.errors += 1
         return encode_error(UnknownCommand(argv[0], argv[1:]).message), at + 1
-    name, handler, fewest, most, fast, command, stats, run = entry
+    name, handler, fewest, most, fast, command, stats, run, subcommands = entry
     nargs = len(argv)
     if not fewest <= nargs <= most:
         stats.rejected += 1
         server.stats.errors += 1
         return encode_error(WrongArity(name.decode("utf-8", "replace")).message), at + 1
+    if subcommands is not None and nargs > 1:  # a container: CONFIG GET runs the config|get entry
+        entry = subcommands.get(argv[1]) or subcommands.get(argv[1].lower())
+        if entry is None:
+            server.stats.errors += 1
+            return encode_error(UnknownSubcommand(name, argv[1]).message), at + 1
+        name, handler, fewest, most, fast, command, stats, run, subcommands = entry
+        if not fewest <= nargs <= most:
+            stats.rejected += 1
+            server.stats.errors += 1
+            return encode_error(WrongArity(name.decode("utf-8", "replace")).message), at + 1
     if client.gate is not None:  # not authenticated yet, or an ACL user with limits
         try:
             client.gate(client, name, argv, command)

@@ -12,7 +12,7 @@ import logging
 import os
 import time
 
-from tstream.commands import COMMANDS
+from tstream.commands import table as command_table
 from tstream.commands.dispatch import build_dispatch
 from tstream.commands.jetstream import TimeTexts
 from tstream.commands.streams import TreadParses
@@ -86,7 +86,7 @@ class Server:
             self.acl.setuser(name, words)
         # name -> handler entry, and name -> commands.stats.CommandStats (see commands.dispatch)
         self.dispatch, self.command_stats = build_dispatch()
-        self.command_table = COMMANDS  # for COMMAND (commands.admin), which the table imports
+        self.command_table = command_table  # the table module (COMMANDS, find), for COMMAND and ACL CAT
         # the commands' caches: each server its own
         self.tread_parses = TreadParses()  # TREAD ... GROUP parses kept
         self.time_texts = TimeTexts()  # RFC 3339 texts of DGET/MLAST messages

@@ -21,7 +21,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tstream.commands import COMMANDS
-from tstream.commands.docs import syntax_line
 from tstream.resp import ProtocolError, RequestParser, StrictRequestParser
 
 
@@ -94,7 +93,8 @@ KEYS = [b"fz:a", b"fz:b", b"fz:c", b"fz:d"]
 
 
 def tokens_of(command) -> list[bytes]:
-    return [t.encode() for t in re.findall(r"\b[A-Z][A-Z_]+\b", syntax_line(command.handler))[1:]]
+    words = re.findall(r"\b[A-Z][A-Z_]+\b", " ".join(command.syntax))
+    return [w.encode() for w in words if w.encode() != command.name.upper()]  # every form's tokens
 
 
 def random_arg(rng: random.Random, tokens: list[bytes]) -> bytes:
