@@ -28,7 +28,7 @@ import time
 
 import pytest
 
-from .harness import Harness, ReplyError
+from .harness import Harness, ReplyError, keyspace_state
 
 KEYS = [b"k0", b"k1", b"k2"]
 TAGS = [b"a", b"b", b"c", b"a.x", b"a.y"]
@@ -722,3 +722,16 @@ def test_subject_limit_deletions_are_logged_with_the_tconfig():
         assert c.call("TCONFIG", "k", "SET", "max_msgs_per_subject", 1) == b"OK"
         assert c.call("TREAD", "k", 1, 5) == [[1, b"b", b"1"], None, [3, b"a", b"3"]]
         h.replay.assert_matches()  # the effect log as it stands after the command
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_random_commands_with_the_append_only_file(tmp_path, seed):
+    """The same run with ``appendonly yes`` (replies held for the turn's AOF commit):
+    the files the real loader reads back hold the live keyspace."""
+    with Harness(aof_dir=str(tmp_path), node_entries=4, group_max_pending=MAX_PENDING) as h:
+        runner = Runner(seed, h)
+        runner.run(800, replay_every=50)
+        h.housekeeping()
+        loaded = h.reload_aof()
+        now_ms = h.clock.ns // 1_000_000
+        assert keyspace_state(loaded, now_ms) == keyspace_state(h.server.keyspace, now_ms)
