@@ -461,11 +461,16 @@ class Harness:
         self.clock = Clock()
         self._undo = _patch_clock(self.clock) if virtual_clock else []
         self.loop = VirtualLoop(self.clock) if virtual_clock else asyncio.new_event_loop()
-        self.server = Server(make_config(**options))
         self.clients: list[FakeClient] = []
         self.aof_on = aof_dir is not None
-        if self.aof_on:
-            self.run(self._open_aof())
+        try:
+            self.server = Server(make_config(**options))
+            if self.aof_on:
+                self.run(self._open_aof())
+        except BaseException:
+            self._restore_clock()
+            self.loop.close()
+            raise
         self.recorder = EffectRecorder()
         if record:
             attach_recorder(self.server, self.recorder)
@@ -490,9 +495,12 @@ class Harness:
                 self.run(self._shutdown())
             self.loop.close()
         finally:
-            for module, name, value in reversed(self._undo):
-                setattr(module, name, value)
-            self._undo = []
+            self._restore_clock()
+
+    def _restore_clock(self) -> None:
+        for module, name, value in reversed(self._undo):
+            setattr(module, name, value)
+        self._undo = []
 
     async def _shutdown(self) -> None:
         self.server.persistence.shutdown(False)
