@@ -712,9 +712,6 @@ def test_group_created_past_the_end_starts_there():
         assert c.call("TREAD", "k", 10, 5, "GROUP", "g") == []
 
 
-@pytest.mark.xfail(strict=True, reason="TCONFIG SET max_msgs_per_subject deletes entries in the middle of "
-                                       "the log but logs the DELETE records only at the next housekeeping "
-                                       "pass (up to 100 ms later): a crash in between brings them back")
 def test_subject_limit_deletions_are_logged_with_the_tconfig():
     with Harness() as h:
         c = h.client()
