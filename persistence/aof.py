@@ -238,7 +238,7 @@ class AppendOnlyFile:
             self._switch_to_new_incr(last.seq)
         else:
             fd = self.ops.open(os.path.join(self.directory, last.name), os.O_WRONLY | os.O_APPEND,
-                               step="open-incr")
+                               step="open-existing")
             self.current, self.fd = last, fd
             self.offset = os.fstat(fd).st_size
         base = entries[0]
