@@ -215,10 +215,10 @@ class Writers:
     answers the next offset of the client's own key or a MISCONF error, a TREAD of
     its own key returns its own payloads.  Anything else fails the test."""
 
-    def __init__(self, port: int, count: int = 3) -> None:
+    def __init__(self, port: int, count: int = 3, seeded: dict[str, list[bytes]] | None = None) -> None:
         self.port = port
         self.count = count
-        self.acked: dict[str, list[bytes]] = {f"w{n}": [] for n in range(count)}
+        self.acked: dict[str, list[bytes]] = {f"w{n}": list((seeded or {}).get(f"w{n}", [])) for n in range(count)}
         self.misconf = 0
         self.problems: list[str] = []
         self.stop = threading.Event()
@@ -709,8 +709,7 @@ def test_each_step_fails_once_under_load(tmp_path, op, step, nth, error, policy,
     setup.stop()
     proc = FaultyServer(tmp_path, f"{op}:{step}:{nth}:{error}", *options).start()
     admin = proc.client()
-    with Writers(proc.port) as writers:
-        writers.acked["w0"].append(b"seed")
+    with Writers(proc.port, seeded={"w0": [b"seed"]}) as writers:
         deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline and proc.proc.poll() is None:
             if rewrites:
