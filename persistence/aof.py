@@ -99,7 +99,7 @@ def remove_strays(directory: str, named: list[ManifestEntry], ops: FileOps | Non
     Returns the names deleted."""
     ops = ops or FileOps()
     keep = {entry.name for entry in named}
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(directory)
     except OSError:
@@ -298,6 +298,7 @@ class AppendOnlyFile:
             self.unwritten = self.unwritten + packed if self.unwritten else packed
         data = self.unwritten
         if not data:
+            self.write_errno = 0  # nothing left that failed to be written
             return
         with self._lock:
             written = 0

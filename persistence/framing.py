@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import Iterator
+from typing import Any, Iterator
 
 import msgpack
 
@@ -71,7 +71,7 @@ def pack(record) -> bytes:
     return HEADER.pack(MAGIC, len(payload), zlib.crc32(payload), len(payload) ^ _INVERT) + payload
 
 
-def unpack(payload) -> object:
+def unpack(payload) -> Any:
     return msgpack.unpackb(payload, raw=True, use_list=True, strict_map_key=False)
 
 

@@ -151,7 +151,7 @@ def remove_temp_files(directory: str, ops: FileOps | None = None) -> list[str]:
     left in ``directory``; returns their names.  Call it only when no write
     of this process is under way."""
     ops = ops or FileOps()
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(directory)
     except OSError:

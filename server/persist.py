@@ -159,7 +159,7 @@ class Persistence:
         replies were promised durability: the process exits instead (Redis
         too), and none of them is sent."""
         file = self.file
-        if file is None or not (file.records or file.unwritten):
+        if file is None or not (file.records or file.unwritten or file.write_errno):
             return
         try:
             file.write_buffer()
