@@ -42,6 +42,8 @@ MISCONF_AOF = "MISCONF Errors writing to the AOF file: {}"
 # after each further failure up to the maximum (Redis limits its retries too).
 REWRITE_RETRY_DELAY = 60.0
 REWRITE_RETRY_MAX_DELAY = 3600.0
+# The first rewrite of an AOF just turned on is retried this long after a failure.
+FIRST_REWRITE_RETRY_DELAY = 5.0
 # After a failed BGSAVE, save points try again no sooner than this (Redis: 5 s).
 BGSAVE_RETRY_DELAY = 5.0
 
@@ -358,6 +360,10 @@ class Persistence:
         self.last_rewrite_ok = False
         self.rewrite_failures += 1
         delay = min(REWRITE_RETRY_DELAY * 2 ** (self.rewrite_failures - 1), REWRITE_RETRY_MAX_DELAY)
+        if self.file is not None and not self.file.entries:
+            # The AOF was just turned on and has no base yet: nothing it holds survives a
+            # restart until one exists, so the cron tries again soon (as Redis does).
+            delay = FIRST_REWRITE_RETRY_DELAY
         self.next_auto_rewrite = time.monotonic() + delay
         log.error("Background AOF rewrite failed: %s (no automatic rewrite for %d seconds)", error, delay)
         for name in snapshot.remove_temp_files(self.aof_dir, self.file_ops):
@@ -394,6 +400,13 @@ class Persistence:
                 self.start_bgsave()
                 return
         if file is not None and not file.write_errno and time.monotonic() >= self.next_auto_rewrite:
+            if not file.entries:  # turned on, its first rewrite failed: no base yet
+                log.info("Retrying the first rewrite of the append only file")
+                try:
+                    self.start_rewrite()
+                except OSError:
+                    pass  # logged; retried after FIRST_REWRITE_RETRY_DELAY
+                return
             percentage = server.config["auto-aof-rewrite-percentage"]
             minimum = server.config["auto-aof-rewrite-min-size"]
             base = max(file.base_size, 1)

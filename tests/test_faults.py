@@ -659,6 +659,8 @@ class TestRealDiskFaults:
         assert str(caught.value).startswith("MISCONF tstream is configured to save snapshots, but it's "
                                             "currently unable to persist to disk.")
         assert "stop-writes-on-bgsave-error" in str(caught.value)
+        with pytest.raises(redis.ResponseError, match="^MISCONF"):
+            client.ping()  # as redis-server: PING says so too
         assert client.execute_command("TREAD", "k", 1, 5) == [[1, b"t", b"one"]]  # reads go on
         client.config_set("stop-writes-on-bgsave-error", "no")
         assert client.execute_command("TWRITE", "k", "t", "two") == 2
@@ -670,6 +672,33 @@ class TestRealDiskFaults:
         assert client.execute_command("TWRITE", "k", "t", "three") == 3
         assert info(client)["rdb_last_bgsave_status"] == "ok"
         client.close()
+
+
+    def test_redis_refuses_writes_and_ping_after_a_failed_bgsave_too(self, tmpfs):
+        disk = tmpfs("4m")
+        port = ServerProcess(disk.path).port
+        server = subprocess.Popen(["redis-server", "--port", str(port), "--dir", str(disk.path),
+                                   "--save", "3600 1", "--logfile", ""],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            client = redis.Redis(port=port, socket_timeout=10)
+            wait_for(lambda: _pings(client), "redis-server to start")
+            client.set("k", "one")
+            disk.remount("ro")
+            client.bgsave()
+            wait_for(lambda: client.info("persistence")["rdb_bgsave_in_progress"] == 0, "the BGSAVE to end")
+            with pytest.raises(redis.ResponseError) as caught:
+                client.set("k", "two")
+            assert str(caught.value).startswith("MISCONF Redis is configured to save RDB snapshots, but it's "
+                                                "currently unable to persist to disk.")
+            with pytest.raises(redis.ResponseError, match="^MISCONF"):
+                client.ping()
+            assert client.get("k") == b"one"
+            client.config_set("stop-writes-on-bgsave-error", "no")
+            assert client.set("k", "two")
+        finally:
+            server.kill()
+            server.wait()
 
 
 def _pings(client: redis.Redis) -> bool:
@@ -731,6 +760,34 @@ def test_each_step_fails_once_under_load(tmp_path, op, step, nth, error, policy,
     admin.close()
     proc.kill()
     restart_and_verify(ServerProcess(tmp_path, *options), writers.acked, tmp_path / "appendonlydir")
+
+
+@pytest.mark.slow
+def test_appendonly_turned_on_whose_first_rewrite_fails_then_sigkill(tmp_path):
+    """CONFIG SET appendonly yes, the first base can't be written, a SIGKILL: every
+    later start works, and the first rewrite is retried until it succeeds."""
+    proc = FaultyServer(tmp_path, "write:snapshot-write:1:ENOSPC", "--save", "").start()
+    client = proc.client()
+    client.execute_command("TWRITE", "k", "t", "before")
+    client.config_set("appendonly", "yes")
+    wait_for(lambda: info(client)["aof_last_bgrewrite_status"] == "err", "the first rewrite to fail")
+    client.execute_command("TWRITE", "k", "t", "meanwhile")
+    proc.kill()
+    restarted = ServerProcess(tmp_path, "--save", "", "--appendonly", "yes")
+    for _ in range(2):
+        restarted.start()
+        restarted.client().execute_command("TWRITE", "k", "t", "later")
+        restarted.kill()
+    assert run_check(tmp_path / "appendonlydir").returncode == 0
+    proc = FaultyServer(tmp_path, "write:snapshot-write:1:ENOSPC", "--save", "").start()
+    client = proc.client()
+    client.config_set("appendonly", "yes")
+    wait_for(lambda: info(client)["aof_last_bgrewrite_status"] == "ok", "the first rewrite to be retried")
+    acked = [e[2] for e in client.execute_command("TREAD", "k", 1, 100)]
+    client.close()
+    proc.kill()
+    restart_and_verify(ServerProcess(tmp_path, "--save", "", "--appendonly", "yes"), {"k": acked},
+                       tmp_path / "appendonlydir")
 
 
 @pytest.mark.slow
