@@ -12,14 +12,22 @@ the directory describes a complete history.
 A rewrite (BGREWRITEAOF, or automatic when the incremental files outgrow the
 base) never loses a record and never stalls clients:
 
-1. on the loop: open a new incr file and point new records at it; write a
-   manifest listing the old base, the old incr files and the new one;
+1. on the loop: open a new incr file, write a manifest listing the old base,
+   the old incr files and the new one, and only then point new records at it
+   (if either step fails, records keep going to the old file: the rewrite
+   failed, nothing else changed);
 2. on the loop: capture the keyspace (see persistence.snapshot);
 3. in a worker thread: write the capture as the new base;
 4. on the loop: write a manifest with just the new base and the new incr file,
    then delete the old files.
 
 A crash at any point leaves a manifest whose files replay to the latest state.
+Files a crash leaves outside the manifest (temp files, a new incr or base file
+never named) are deleted at the next start (``remove_strays``).
+
+Every file operation goes through a ``persistence.fileops.FileOps`` (the
+fault-injection seam); how the writer survives a failing disk is drawn in
+``AppendOnlyFile``.
 
 ``fsync`` policies: ``always`` fsyncs once per event-loop turn (group commit),
 before any reply of that turn leaves; ``everysec`` writes every turn and fsyncs

@@ -10,6 +10,13 @@ written with one ``write`` at the end of the turn (and with ``appendfsync
 always`` made durable with one ``fsync``), and the replies of that turn are held
 until then (server.turns), so no client hears "done" before its change is in
 the file (on disk, with ``always``).
+
+When the disk fails, as in Redis: records that could not be written stay in
+memory and are retried every 100 ms (cron) while write commands get MISCONF
+(``write_error``); with ``always`` the process exits instead of releasing
+replies it promised were durable.  A failed BGSAVE refuses writes while save
+points are set (``stop-writes-on-bgsave-error``).  A failed rewrite leaves the
+old history in use and automatic rewrites back off (60 s, doubling to an hour).
 """
 
 from __future__ import annotations
@@ -194,7 +201,14 @@ class Persistence:
         Redis's rules: a failed BGSAVE blocks writes while save points are set
         and ``stop-writes-on-bgsave-error`` is yes (until a save succeeds); an
         AOF write or fsync error blocks them until a write (fsync) succeeds.
-        Reads are never blocked."""
+        Reads are never blocked; PING is refused too, as redis-server 7 does.
+
+        The texts (checked against redis-server 7): the AOF error is Redis's
+        word for word, ``MISCONF Errors writing to the AOF file: <strerror>``;
+        the snapshot error is Redis's sentence with "tstream" for "Redis",
+        "snapshots" for "RDB snapshots" and "snapshotting" for "RDB
+        snapshotting", so clients that match the ``MISCONF`` prefix (or the
+        start of the sentence up to the product name) behave the same."""
         config = self.server.config
         if not self.last_bgsave_ok and config["stop-writes-on-bgsave-error"] and config["save"]:
             return MISCONF_SNAPSHOT
