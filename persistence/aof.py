@@ -97,7 +97,16 @@ def write_manifest(directory: str, entries: list[ManifestEntry], ops: FileOps | 
     (ops or FileOps()).write_file(os.path.join(directory, MANIFEST), text.encode(), step="manifest")
 
 
-_FILE_NAME = re.compile(r"appendonly\.aof\.\d+\.(base\.tsr|incr\.aof)")
+_FILE_NAME = re.compile(r"appendonly\.aof\.(\d+)\.(base\.tsr|incr\.aof)")
+
+
+def seqs_on_disk(directory: str) -> list[int]:
+    """The seqs of every AOF file in ``directory``, named by a manifest or not."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return [int(match.group(1)) for match in map(_FILE_NAME.fullmatch, names) if match]
 
 
 def remove_strays(directory: str, named: list[ManifestEntry], ops: FileOps | None = None) -> list[str]:
@@ -216,6 +225,10 @@ class AppendOnlyFile:
         self.fsync_policy = fsync
         self.ops = ops or FileOps()
         self.entries: list[ManifestEntry] = []  # what the manifest on disk names (none yet: empty)
+        # The files of an older history the manifest on disk still names while this
+        # AOF has no base yet (appendonly turned on again): kept, their seqs not
+        # reused, deleted once the first rewrite replaced that manifest.
+        self.replaces: list[ManifestEntry] = []
         self.current: ManifestEntry | None = None  # the incr file records go to
         self.fd = -1
         self.records: list[list] = []  # logged this turn, packed when written
@@ -380,7 +393,9 @@ class AppendOnlyFile:
         if self.current is not None and self.offset == 0:
             self.size = 0
             return self.current.seq
-        seqs = [e.seq for e in self.entries] + ([self.current.seq] if self.current is not None else [])
+        seqs = [e.seq for e in self.entries + self.replaces] + ([self.current.seq] if self.current is not None else [])
+        if not self.entries:  # no history of ours yet: never reuse the name of a file still here
+            seqs += seqs_on_disk(self.directory)
         seq = max(seqs) + 1 if seqs else 1
         self._switch_to_new_incr(seq)
         self.size = 0
@@ -395,8 +410,9 @@ class AppendOnlyFile:
             incrs.append(self.current)
         new_entries = [ManifestEntry(base_name(seq), seq, "b")] + incrs
         write_manifest(self.directory, new_entries, self.ops)
-        old = [e for e in self.entries if e not in new_entries]
+        old = [e for e in self.entries + self.replaces if e not in new_entries]
         self.entries = new_entries
+        self.replaces = []
         self.base_size = base_size
         for entry in old:
             try:

@@ -187,7 +187,7 @@ class Persistence:
             if isinstance(exc, MemoryError):
                 file.write_errno = file.write_errno or 12  # ENOMEM: the records wait, unpacked
             if self.denied_writes is None:
-                log.warning("Error writing to the AOF file: %s", exc)
+                log.warning("Error writing to the AOF file: %s", exc if str(exc) else type(exc).__name__)
             self._update_write_gate()
             return
         if self.denied_writes is not None:
@@ -258,10 +258,20 @@ class Persistence:
         if new["appendonly"] and not old["appendonly"] and self.file is None:
             try:
                 os.makedirs(self.aof_dir, exist_ok=True)
-                for name in aof.remove_strays(self.aof_dir, [], self.file_ops):
-                    log.warning("removed %s from %s: a leftover of a rewrite that never finished",
-                                name, self.aof_dir)
+                # An older history (the AOF was on before): its manifest stays until replaced.
+                older: list[aof.ManifestEntry] = []
+                readable = True
+                if os.path.exists(os.path.join(self.aof_dir, aof.MANIFEST)):
+                    try:
+                        older = aof.read_manifest(self.aof_dir)
+                    except PersistenceError:
+                        readable = False  # delete nothing of a history we can't read
+                if readable:
+                    for name in aof.remove_strays(self.aof_dir, older, self.file_ops):
+                        log.warning("removed %s from %s: a leftover of a rewrite that never finished",
+                                    name, self.aof_dir)
                 self.file = aof.AppendOnlyFile(self.aof_dir, new["appendfsync"], self.file_ops)
+                self.file.replaces = older
                 self.start_rewrite()
             except OSError as exc:
                 log.warning("tstream needs to enable the AOF but can't start its first rewrite: %s", exc)

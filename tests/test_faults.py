@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import subprocess
 import sys
@@ -74,6 +75,7 @@ class FaultyFileOps(FileOps):
             if self.calls < self.nth:
                 return False
             self.fired = True
+            logging.getLogger("tstream.faults").warning("injected fault: %s during %s", op, step)
             return True
 
     def _fail(self) -> None:
@@ -114,9 +116,31 @@ def _serve_with_faults(argv: list[str]) -> int:
     config, config_file = server_main.parse_command_line(argv[1:])
     server_main.setup_logging(config)
     server = Server(config, config_file)
-    server.persistence.file_ops = FaultyFileOps.parse(argv[0])
+    if argv[0].startswith("memory:"):
+        _inject_memory_error(argv[0])
+    else:
+        server.persistence.file_ops = FaultyFileOps.parse(argv[0])
     with asyncio.Runner(loop_factory=server_main.new_event_loop) as runner:
         return runner.run(server_main.run(server))
+
+
+def _inject_memory_error(spec: str) -> None:
+    """``memory:seal:nth`` / ``memory:pack:nth``: the nth sealing of a node, or the
+    nth packing of an AOF record, raises MemoryError once (in this launcher
+    process only: it replaces the function where it is called from)."""
+    _, where, nth = spec.split(":")
+    owner, name = {"seal": (Node, "_seal"), "pack": (aof, "pack")}[where]
+    real = getattr(owner, name)
+    calls = [0]
+
+    def failing_once(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == int(nth):
+            logging.getLogger("tstream.faults").warning("injected fault: MemoryError in %s", where)
+            raise MemoryError
+        return real(*args, **kwargs)
+
+    setattr(owner, name, failing_once)
 
 
 class FaultyServer(ServerProcess):
@@ -724,6 +748,8 @@ STEPS = [
     ("rename", "manifest", 2, "ENOSPC", "always", True),
     ("write", "snapshot-write", 1, "ENOSPC", "always", True),
     ("rename", "snapshot-rename", 1, "EIO", "everysec", True),
+    ("memory", "seal", 2, "-", "always", False),
+    ("memory", "pack", 300, "-", "everysec", False),
 ]
 
 
@@ -736,7 +762,9 @@ def test_each_step_fails_once_under_load(tmp_path, op, step, nth, error, policy,
     setup = ServerProcess(tmp_path, *options).start()  # an AOF history to continue
     setup.client().execute_command("TWRITE", "w0", "t", "seed")
     setup.stop()
-    proc = FaultyServer(tmp_path, f"{op}:{step}:{nth}:{error}", *options).start()
+    spec = f"memory:{step}:{nth}" if op == "memory" else f"{op}:{step}:{nth}:{error}"
+    extra = ("--node-entries", "50") if op == "memory" else ()
+    proc = FaultyServer(tmp_path, spec, *options, *extra).start()
     admin = proc.client()
     with Writers(proc.port, seeded={"w0": [b"seed"]}) as writers:
         deadline = time.monotonic() + 3.0
@@ -751,6 +779,7 @@ def test_each_step_fails_once_under_load(tmp_path, op, step, nth, error, policy,
             time.sleep(0.2)
     assert not writers.problems, writers.problems
     assert writers.total() > 20
+    assert "injected fault" in proc.output()
     if proc.proc.poll() is None:  # it survived the fault: it must have recovered from it
         fields = wait_for(lambda: (lambda f: f if f["aof_last_write_status"] == "ok" else None)(info(admin)),
                           "the AOF to be writable again")
