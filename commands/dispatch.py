@@ -25,7 +25,7 @@ from time import perf_counter_ns
 from tstream.resp import NO_REPLY, encode, encode_error, encode_integer
 
 from .errors import CommandError, UnknownCommand, UnknownSubcommand, WrongArity
-from .flags import FAST
+from .flags import FAST, WRITE
 from .stats import CommandStats
 from .table import COMMANDS
 
@@ -103,7 +103,12 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
             stats.rejected += 1
             server.stats.errors += 1
             return encode_error(exc.message), at + 1
-    elif run is not None and nargs == fewest and at + 1 < len(commands):
+    # MISCONF while the files can't be written (server.persist); Redis refuses PING too.
+    if server.persistence.denied_writes is not None and (command.flags & WRITE or name == b"ping"):
+        stats.rejected += 1
+        server.stats.errors += 1
+        return encode_error(server.persistence.denied_writes), at + 1
+    if client.gate is None and run is not None and nargs == fewest and at + 1 < len(commands):
         # A run: the commands after this one spelled the same, with as many words
         # and the same key (the scan is inlined: this is the pipelined hot path).
         name0, key = argv[0], argv[1]

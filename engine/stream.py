@@ -610,8 +610,6 @@ class Node:
         frames = [ctx.compress(body) for body in bodies]
         raw_len = sum(map(len, bodies))
         self.raw_len = raw_len
-        self.sealed = True
-        self.buf = self.ends = self.tags = self.times = None
         if sum(map(len, frames)) <= raw_len - (raw_len >> _KEEP_SHIFT):
             # One exact-size object (python-zstandard over-allocates each
             # frame to the compress bound and merely shortens it).
@@ -635,6 +633,10 @@ class Node:
             self.block_entries = count
             self.block_offs = array("I" if len(data) < 1 << 32 else "Q", (0, len(data)))
             self.blocks = [_Block(None, 0, data, count, code)]  # permanent views
+        # The commit point, after every allocation: a MemoryError above leaves
+        # the node active and whole (Stream seals it again later).
+        self.sealed = True
+        self.buf = self.ends = self.tags = self.times = None
         self.mem = self._sealed_mem()
         return ids
 
@@ -1109,9 +1111,11 @@ class Stream:
         return node
 
     def _seal_active(self) -> None:
+        """Seal the full active node.  A MemoryError leaves it active (and
+        full): the next append seals it first (see _active_for_append)."""
         node = self._active
-        self._active = None
         ids = node._seal(self._fast_seal)
+        self._active = None
         # Payloads that barely compress: seal the next node with the fast
         # level (the tables alone usually save ~10%, so "kept compressed" is
         # not the signal); a node that compresses well switches back.
@@ -1120,6 +1124,38 @@ class Stream:
         refs = self._tag_refs
         for tid in ids:
             refs[tid] += 1
+
+    def _active_for_append(self) -> Node:
+        """The node the next entry goes to: the active one, or a new one (after
+        sealing a full active node whose sealing failed for lack of memory)."""
+        node = self._active
+        if node is not None and self.next_offset == node.cap_end:
+            self._seal_active()  # MemoryError: nothing changed
+            node = None
+        return node if node is not None else self._open_node()
+
+    def _seal_if_full(self, node: Node) -> None:
+        """After an append: seal ``node`` when full.  The entries are stored
+        whatever happens: a MemoryError only postpones the sealing."""
+        if self.next_offset == node.cap_end:
+            try:
+                self._seal_active()
+            except MemoryError:
+                pass
+
+    def _undo_append(self, lengths: tuple, next_offset: int, last_time: int) -> None:
+        """Take back entries appended to the active node (a MemoryError midway):
+        its tables back to ``lengths``, the stream's counters as they were,
+        tags interned for them forgotten.  Shrinking allocates nothing."""
+        node = self._active
+        nbuf, nends, ntags, ntimes = lengths
+        del node.buf[nbuf:]
+        del node.ends[nends:]
+        del node.tags[ntags:]
+        del node.times[ntimes:]
+        self.next_offset = next_offset
+        self.last_time = last_time
+        self._free_unused(list(self._tag_id.values()))
 
     @staticmethod
     def _widen_ends(node: Node, value: int) -> None:
@@ -1133,28 +1169,35 @@ class Stream:
         limits' evictions when ``config`` sets any.  ``tag`` must be bytes,
         ``data`` any bytes-like."""
         node = self._active
-        if node is None:
-            node = self._open_node()
+        if node is None or self.next_offset == node.cap_end:
+            node = self._active_for_append()
         tid = self._tag_id.get(tag)
         if tid is None:
             memoryview(data).release()  # reject bad data before interning
             tid = self._intern(tag)
         buf = node.buf
-        buf += data
+        count = len(node.times)
+        nbuf = len(buf)
+        last_time = self.last_time
         try:
-            node.ends.append(len(buf))
-        except OverflowError:
-            self._widen_ends(node, len(buf))
-        node.tags.append(tid)
-        if now_ns > self.last_time:
-            self.last_time = now_ns
-        else:
-            now_ns = self.last_time  # keep times non-decreasing
-        node.times.append(now_ns)
+            buf += data
+            try:
+                node.ends.append(len(buf))
+            except OverflowError:
+                self._widen_ends(node, len(buf))
+            node.tags.append(tid)
+            if now_ns > last_time:
+                self.last_time = now_ns
+            else:
+                now_ns = last_time  # keep times non-decreasing
+            node.times.append(now_ns)
+        except MemoryError:  # all or nothing: the entry is not stored
+            self._undo_append((nbuf, count + 1, count, count), self.next_offset, last_time)
+            raise
         offset = self.next_offset
         self.next_offset = offset + 1
         if offset + 1 == node.cap_end:
-            self._seal_active()
+            self._seal_if_full(node)
         # --- JetStream subject index hook (engine/subjects.py): once built only ---
         if self._subjects is not None:
             self._subjects.appended(tag, offset)
@@ -1193,11 +1236,42 @@ class Stream:
         except TypeError:
             self._free_unused(list(self._tag_id.values()))  # forget new tags
             raise
-        if now_ns > self.last_time:
+        last_time = self.last_time
+        try:
+            node = self._active_for_append()  # MemoryError: nothing changed yet
+        except MemoryError:
+            self._free_unused(list(self._tag_id.values()))  # forget new tags
+            raise
+        # All or nothing under MemoryError, as long as no node was sealed by
+        # this append (a batch that crosses a node boundary and then runs out
+        # of memory keeps what went into the sealed node).
+        lengths = (len(node.buf), len(node.ends), len(node.tags), len(node.times))
+        if now_ns > last_time:
             self.last_time = now_ns
         else:
-            now_ns = self.last_time
+            now_ns = last_time
         jview = memoryview(joined)
+        try:
+            self._append_chunks(tags, datas, tids, jview, now_ns)
+        except MemoryError:
+            if self._active is node:
+                self._undo_append(lengths, first_offset, last_time)
+            elif self._active is not None:  # a node opened after a seal: back to empty
+                self._undo_append((0, 1, 0, 0), self.next_offset, self.last_time)
+            raise
+        finally:
+            jview.release()
+        # --- JetStream subject index hook (engine/subjects.py): once built only ---
+        if self._subjects is not None:
+            self._subjects.appended_many(tags, first_offset)
+        cfg = self.config
+        if cfg.max_len or cfg.max_age_ms or cfg.max_msgs_per_subject:
+            self.enforce_limits(now_ns)
+        return first_offset
+
+    def _append_chunks(self, tags: list, datas: list, tids: list, jview: memoryview, now_ns: int) -> None:
+        """The storing part of append_columns: each node's share of the pairs."""
+        npairs = len(tags)
         i = 0          # index of the next pair
         jpos = 0       # its payload's position in ``joined``
         while i < npairs:
@@ -1221,15 +1295,10 @@ class Stream:
             i += k
             self.next_offset += k
             if self.next_offset == node.cap_end:
-                self._seal_active()
-        jview.release()
-        # --- JetStream subject index hook (engine/subjects.py): once built only ---
-        if self._subjects is not None:
-            self._subjects.appended_many(tags, first_offset)
-        cfg = self.config
-        if cfg.max_len or cfg.max_age_ms or cfg.max_msgs_per_subject:
-            self.enforce_limits(now_ns)
-        return first_offset
+                if i < npairs:
+                    self._seal_active()  # more to store: the next node needs this one sealed
+                else:
+                    self._seal_if_full(node)
 
     # -- reading -------------------------------------------------------------------
     def read(self, offset: int, count: int) -> list:

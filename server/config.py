@@ -108,6 +108,7 @@ OPTIONS: dict[str, Option] = {
     "dir": Option(".", _text, False, "directory of the snapshot and the append-only files"),
     "dbfilename": Option("dump.tsr", _text, True, "snapshot file name, inside dir"),
     "save": Option("3600 1 300 100 60 10000", parse_save, True, "snapshot save points: seconds changes ... (\"\": none)"),
+    "stop-writes-on-bgsave-error": Option("yes", parse_bool, True, "refuse writes (MISCONF) while the last background save failed and save points are set"),
     "appendonly": Option("no", parse_bool, True, "keep an append-only file"),
     "appendfsync": Option("everysec", _choice("always", "everysec", "no"), True, "when the append-only file is fsynced: always, everysec or no"),
     "appenddirname": Option("appendonlydir", _text, False, "directory of the append-only files, inside dir"),
