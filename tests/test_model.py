@@ -688,9 +688,6 @@ def test_random_commands_match_the_model_long(seed):
 # --- bugs the model found (strict xfail: they pass once fixed) ---------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="RETRY 0: a group read hands the same due entry out again and again "
-                                       "within one reply (engine/groups.py _read_due re-pops the entry it "
-                                       "just redelivered, since its new retry time is already due)")
 def test_retry_0_hands_out_each_entry_once_per_read():
     with Harness() as h:
         c = h.client()
