@@ -165,11 +165,6 @@ class ServerProcess:
     def start(self, timeout: float = 30.0) -> "ServerProcess":
         self._log = open(self.log_path, "wb")
         env = dict(os.environ)
-        if self.kind == "tstream":
-            # Import the packages from this work tree whatever the venv's editable install
-            # recorded (an editable install made before a package had its __init__.py maps
-            # it as a namespace package and the server cannot import it).
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
                                      stderr=subprocess.STDOUT, cwd=self.dir, env=env,
                                      preexec_fn=_die_with_parent)
