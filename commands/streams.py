@@ -411,6 +411,7 @@ def tconfig(client, argv):
         config.allow_direct = True  # ADR-31: per-subject limits (KV) force direct get on
     first = stream.first
     server.dirty += 1 + stream.enforce_limits(time_ns())
+    server.keyspace.limits_changed(argv[1])  # max_age_ms: when the oldest entry ages out
     if server.aof is not None:
         record = [CONFIG, argv[1]]
         for name in changes:
