@@ -1,0 +1,141 @@
+"""Fairness and limits over real sockets: one connection's pipeline does not hold the
+others, a client that stops reading is closed by the soft output limit, and
+requests are refused from their headers, with Redis's error texts."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from .conftest import read_until_quiet
+
+
+def connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=10)
+
+
+def twrite(key: bytes, value: bytes = b"v") -> bytes:
+    return b"*4\r\n$6\r\nTWRITE\r\n$%d\r\n%s\r\n$1\r\nt\r\n$%d\r\n%s\r\n" % (len(key), key, len(value), value)
+
+
+def read_exactly_lines(sock: socket.socket, count: int) -> list[bytes]:
+    """``count`` one-line replies (integers, simple strings, errors)."""
+    data = b""
+    while data.count(b"\r\n") < count:
+        chunk = sock.recv(1 << 20)
+        assert chunk, "the server closed the connection"
+        data += chunk
+    return data.split(b"\r\n")[:count]
+
+
+def client_ids(client) -> list[int]:
+    listing = client.execute_command("CLIENT", "LIST")
+    listing = listing.decode() if isinstance(listing, bytes) else listing
+    return [int(line.split()[0].split("=")[1]) for line in listing.splitlines()]
+
+
+def wait_for(condition, timeout: float = 15.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+# --- 3. one connection's pipeline is cut into turns -------------------------------------
+
+
+@pytest.mark.parametrize("aof", ["no", "yes"])
+def test_a_long_pipeline_lets_other_clients_in_and_keeps_its_replies_in_order(make_server, aof):
+    server = make_server("--save", "", "--appendonly", aof)
+    count = 200_000
+    pipe = connect(server.port)
+    payload = twrite(b"pipe") * count
+    sender = threading.Thread(target=pipe.sendall, args=(payload,))
+    sender.start()
+    other = server.client()
+    wait_for(lambda: other.exists("pipe"))
+    # Served while the pipeline is still running: its later commands wait for later turns.
+    first, last = other.execute_command("TREAD", "pipe", "-", 0, "WITHINFO")[0]
+    assert 0 < last < count
+    replies = read_exactly_lines(pipe, count)
+    sender.join()
+    assert replies == [b":%d" % i for i in range(1, count + 1)]
+    pipe.close()
+    if aof == "yes":
+        server.stop()
+        server.start()
+        assert server.client().execute_command("TREAD", "pipe", "-", 0, "WITHINFO")[0] == [1, count]
+
+
+def test_mixed_pipeline_across_turns_answers_every_command_in_order(server):
+    sock = connect(server.port)
+    commands = []
+    expected = []
+    for i in range(3000):
+        commands.append(twrite(b"a%d" % (i % 7)))
+        commands.append(b"*1\r\n$4\r\nPING\r\n")
+        expected.append(None)  # a TWRITE offset, checked below
+        expected.append(b"+PONG")
+    sock.sendall(b"".join(commands))
+    replies = read_exactly_lines(sock, len(commands))
+    counts = {}
+    for i, reply in enumerate(replies):
+        if expected[i] is None:
+            key = i // 2 % 7
+            counts[key] = counts.get(key, 0) + 1
+            assert reply == b":%d" % counts[key]
+        else:
+            assert reply == expected[i]
+    sock.close()
+
+
+def test_a_blocked_read_inside_a_long_pipeline_still_holds_what_follows(server):
+    sock = connect(server.port)
+    before = twrite(b"x") * 2000
+    block = b"*6\r\n$5\r\nTREAD\r\n$7\r\nblocked\r\n$1\r\n1\r\n$1\r\n1\r\n$5\r\nBLOCK\r\n$1\r\n0\r\n"
+    after = twrite(b"y") * 2000
+    sock.sendall(before + block + after)
+    replies = read_exactly_lines(sock, 2000)
+    assert replies[-1] == b":2000"
+    other = server.client()
+    assert not other.exists("y")  # waits behind the blocked read
+    other.execute_command("TWRITE", "blocked", "t", "woken")
+    data = b""
+    while data.count(b"\r\n") < 5 + 2000:  # the read's reply (an array of one entry), then the rest
+        data += sock.recv(1 << 20)
+    assert data.startswith(b"*1\r\n*3\r\n:1\r\n$1\r\nt\r\n$5\r\nwoken\r\n")
+    assert data.endswith(b":2000\r\n")
+    sock.close()
+
+
+# --- 4. client-output-buffer-limit: the soft limit -----------------------------------------
+
+
+def test_soft_output_limit_closes_a_client_that_stopped_reading(make_server):
+    server = make_server("--save", "", "--client-output-buffer-limit", "normal 0 256kb 1")
+    c = server.client()
+    c.execute_command("TWRITE", "big", "ENTRIES", *[b"t", b"y" * 10_000] * 2000)  # 20 MB of entries
+    before = set(client_ids(c))
+    sock = connect(server.port)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    # 20 MB of replies, more than the kernel's socket buffers take: most of it stays in the
+    # server's buffer, over the soft limit; this client never reads, and sends nothing more.
+    sock.sendall(b"TREAD big 1 2000\r\n")
+    wait_for(lambda: len(set(client_ids(c)) - before) == 1)
+    wait_for(lambda: set(client_ids(c)) == before)  # closed once over 256 kB for more than 1 s
+    assert "over client-output-buffer-limit" in server.output()
+    assert c.ping()
+    sock.close()
+
+
+def test_soft_output_limit_spares_a_client_that_reads(make_server):
+    server = make_server("--save", "", "--client-output-buffer-limit", "normal 0 256kb 1")
+    c = server.client()
+    c.execute_command("TWRITE", "big", "ENTRIES", *[b"t", b"y" * 1000] * 2000)
+    reader = server.client()
+    for _ in range(5):  # each reply is 2 MB, over the soft limit while it is sent, read at once
+        assert len(reader.execute_command("TREAD", "big", 1, 2000)) == 2000
+    assert reader.ping()
