@@ -10,6 +10,7 @@ started empty and:
    ages out during the run) and a smaller fraction a consumer group with a
    pending entry (``TREAD k 1 1 GROUP g RETRY 60000 3600000``); redis gets
    ``XGROUP CREATE`` on the same keys.  Memory per key is the RSS growth / keys;
+   a probe process sends PINGs, one at a time every 2 ms, during the load;
 2. *idle CPU*: the server's user+system CPU over ``--idle-seconds`` with no client;
 3. *probe idle*: a probe process alternates ``PING`` and a one-entry read
    (``TREAD k 1 1`` / ``XRANGE k - + COUNT 1``) on random keys, one at a time,
@@ -100,7 +101,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
-def probe_main(port: int, kind: str, keys: int, stop, out) -> None:
+def probe_main(port: int, kind: str, keys: int, ping_only: bool, stop, out) -> None:
     """Probe process: one request at a time every 2 ms until ``stop``; sends
     (start_time, rtt_seconds) pairs back."""
     client = Client(port)
@@ -109,7 +110,7 @@ def probe_main(port: int, kind: str, keys: int, stop, out) -> None:
     ping = encode("PING")
     i = 0
     while not stop.is_set():
-        if i % 2:
+        if i % 2 and not ping_only:
             k = key_name(rng.randrange(keys))
             request = encode("TREAD", k, 1, 1) if kind == "tstream" else encode("XRANGE", k, "-", "+", "COUNT", 1)
         else:
@@ -126,11 +127,11 @@ def probe_main(port: int, kind: str, keys: int, stop, out) -> None:
 
 
 class Probe:
-    def __init__(self, port: int, kind: str, keys: int) -> None:
+    def __init__(self, port: int, kind: str, keys: int, ping_only: bool = False) -> None:
         ctx = multiprocessing.get_context("fork")
         self.stop_event = ctx.Event()
         self.parent, child = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=probe_main, args=(port, kind, keys, self.stop_event, child), daemon=True)
+        self.proc = ctx.Process(target=probe_main, args=(port, kind, keys, ping_only, self.stop_event, child), daemon=True)
         self.proc.start()
 
     def finish(self) -> list[tuple[float, float]]:
@@ -197,7 +198,10 @@ def one_run(kind: str, args, chunks: list) -> dict:
     run = {"server": kind, "loadavg_before": loadavg()}
     with servers((kind, [])) as (server,):
         rss0 = server.rss_bytes()
+        probe = Probe(server.port, kind, 1, ping_only=True)
+        time.sleep(0.2)
         run["load_s"] = round(pipe_load(server.port, chunks), 2)
+        run["probe_during_load"] = latency_summary(probe.finish())
         run["load_commands"] = sum(n for _, n in chunks)
         time.sleep(1.0)
         rss1 = server.rss_bytes()
@@ -233,7 +237,9 @@ def one_run(kind: str, args, chunks: list) -> dict:
 
 def show(run: dict) -> str:
     pi, pw, pp = run["probe_idle"], run["probe_under_writers"], run["probe_during_pipeline"]
-    return (f"{run['server']:8s} load {run['load_s']:6.1f}s  {run['bytes_per_key']:7.0f} B/key  "
+    pl = run["probe_during_load"]
+    return (f"{run['server']:8s} load {run['load_s']:6.1f}s (probe p99 {pl['p99_ms']} max {pl['max_ms']} ms)  "
+            f"{run['bytes_per_key']:7.0f} B/key  "
             f"idle CPU {run['idle_cpu_percent']:5.1f}%  probe idle p99 {pi['p99_ms']} max {pi['max_ms']} ms  "
             f"writes {run['writes']['rps']:,.0f}/s probe p99 {pw['p99_ms']} max {pw['max_ms']} ms  "
             f"pipeline max {pp['max_ms']} ms  (load {run['loadavg_before']} -> {run['loadavg_after']})")
@@ -243,6 +249,8 @@ METRICS = [
     ("idle CPU %", lambda r: r["idle_cpu_percent"]),
     ("memory per key (B, RSS growth)", lambda r: r["bytes_per_key"]),
     ("load time (s)", lambda r: r["load_s"]),
+    ("probe (PING) during the load p99 (ms)", lambda r: r["probe_during_load"]["p99_ms"]),
+    ("probe (PING) during the load max (ms)", lambda r: r["probe_during_load"]["max_ms"]),
     ("probe idle p50 (ms)", lambda r: r["probe_idle"]["p50_ms"]),
     ("probe idle p99 (ms)", lambda r: r["probe_idle"]["p99_ms"]),
     ("probe idle max (ms)", lambda r: r["probe_idle"]["max_ms"]),
@@ -324,11 +332,14 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--quick", action="store_true", help="100k keys, 3 s idle, 200k writes, 1 round")
+    ap.add_argument("--servers", default="tstream,redis", help="which servers to run (tstream,redis)")
     ap.add_argument("--output", default="scale", help="results name (bench/results/NAME.json)")
     args = ap.parse_args()
-    if args.quick:
-        args.keys, args.idle_seconds, args.probe_seconds, args.writes = 100_000, 3.0, 2.0, 200_000
-        args.repeat = 1 if "--repeat" not in sys.argv else args.repeat
+    if args.quick:  # smaller defaults; options given explicitly win
+        quick = {"keys": 100_000, "idle_seconds": 3.0, "probe_seconds": 2.0, "writes": 200_000, "repeat": 1}
+        for name, value in quick.items():
+            if "--" + name.replace("_", "-") not in sys.argv:
+                setattr(args, name, value)
     sigterm_as_exit()
     result = {"benchmark": "scale", "command": script_command(), "keys": args.keys,
               "age_every": args.age_every, "group_every": args.group_every, "writes": args.writes,
@@ -336,10 +347,10 @@ def main() -> int:
               "repeat": args.repeat, "runs": []}
     result["machine"] = machine_facts()
     payloads = {kind: load_payload(kind, args.keys, args.age_every, args.group_every)
-                for kind in ("tstream", "redis")}
+                for kind in args.servers.split(",")}
     for i in range(args.repeat):
         order = ("tstream", "redis") if i % 2 == 0 else ("redis", "tstream")
-        for kind in order:
+        for kind in (k for k in order if k in args.servers.split(",")):
             run = one_run(kind, args, payloads[kind])
             run["round"] = i + 1
             result["runs"].append(run)

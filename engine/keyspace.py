@@ -115,6 +115,7 @@ class Keyspace:
         stream.clear_cache()
         stream.limit_pending = None
         self.limit_pending.discard(stream._subjects)
+        _break_cycles(stream)
         return True
 
     def flush(self) -> None:
@@ -122,6 +123,7 @@ class Keyspace:
         clear_decoded_cache()
         for stream in self._streams.values():
             stream.limit_pending = None
+            _break_cycles(stream)
         self.limit_pending.clear()
         self.age_timers.clear()
         self._streams.clear()
@@ -183,3 +185,11 @@ class Keyspace:
             match = compile_glob(pattern).fullmatch
             found = [k for k in found if match(k) is not None]
         return next_cursor, found
+
+
+def _break_cycles(stream: Stream) -> None:
+    """A deleted stream is freed by reference counting alone, even when the
+    collector no longer looks at it (the server freezes long-lived objects, see
+    server/collector.py): its subject index points back at it, so drop the
+    index (it is rebuilt on first need)."""
+    stream._subjects = None

@@ -103,6 +103,7 @@ class Server:
         self._peak_memory = 0
         self._shutdown: asyncio.Future | None = None
         self._cron_handle: asyncio.TimerHandle | None = None
+        self.collector = None  # the process's CollectorPolicy (server/collector.py); None when embedded
 
     # --- what handlers call -------------------------------------------------------
 
@@ -219,6 +220,8 @@ class Server:
             self.batches.expire(self.config["batch-timeout-ms"])
             jetstream.take_limit_deletes(self)
             self.persistence.cron()
+            if self.collector is not None:
+                self.collector.cron(len(self.keyspace))
             idle_limit = self.config["timeout"]
             if idle_limit:
                 for client in list(self.clients.values()):

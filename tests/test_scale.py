@@ -171,3 +171,59 @@ def test_a_loaded_stream_ages_out_after_a_restart(make_server):
     server.start()
     c = server.client()
     wait_for(lambda: tinfo(c, "s")[b"length"] == 0)
+
+
+# --- the collector: frozen data must not hide garbage ---------------------------------------
+
+
+def test_deleting_keys_leaves_no_reference_cycles():
+    """What server/collector.py relies on: the engine's objects form no cycles, so
+    frozen keys that are deleted are freed by reference counting alone."""
+    import gc
+
+    from tstream.engine.groups import Group
+
+    keyspace = Keyspace()
+    for i in range(300):
+        stream = stream_with(keyspace, b"k%d" % i, [1000, 1001, 1002], max_age_ms=10 if i % 2 else 0)
+        if i % 3 == 0:  # a JetStream per-subject limit: builds the subject index
+            stream.config.max_msgs_per_subject = 1
+            stream.append(b"a.b", b"v", 1003 * MS)
+            assert stream._subjects is not None
+        group = stream.groups[b"g"] = Group(b"g", 1)
+        group.read(stream, 2, 1000, (100, 1000), 100)
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for i in range(300):
+            keyspace.delete(b"k%d" % i)
+        keyspace.flush()
+        assert gc.collect() == 0
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def test_collector_policy_freezes_after_growth_and_after_a_slow_full_pass(monkeypatch):
+    import gc
+
+    from tstream.server import collector
+
+    policy = collector.CollectorPolicy()
+    try:
+        policy.install(keys=100)
+        assert gc.get_freeze_count() > 0 and policy._on_collection in gc.callbacks
+        policy.cron(100 + collector.FREEZE_EVERY_KEYS - 1)
+        assert policy.freezes == 0
+        policy.cron(100 + collector.FREEZE_EVERY_KEYS)
+        assert policy.freezes == 1
+        monkeypatch.setattr(collector, "SLOW_FULL_PASS_NS", -1)
+        gc.collect()  # a full pass, "slow" under the patched threshold
+        assert policy.slow_full_passes >= 1
+        policy.cron(100 + collector.FREEZE_EVERY_KEYS)
+        assert policy.freezes == 2
+    finally:
+        policy.uninstall()
+        gc.unfreeze()
+    assert policy._on_collection not in gc.callbacks
