@@ -45,7 +45,7 @@ LOOPBACK = ("127.", "::1", "::ffff:127.")
 class ClientConnection(asyncio.Protocol):
     def __init__(self, server) -> None:
         self.server = server
-        self.parser = RequestParser()
+        self.parser = RequestParser(max_bulk=server.config["proto-max-bulk-len"])
         self.transport: asyncio.Transport | None = None
         self.id = 0
         self.name = b""
@@ -309,7 +309,7 @@ class ClientConnection(asyncio.Protocol):
             self.parser = StrictRequestParser(max_multibulk=10, max_bulk=16384)
         elif isinstance(self.parser, StrictRequestParser):
             leftover = self.parser.take_buffer()
-            self.parser = RequestParser()
+            self.parser = RequestParser(max_bulk=self.server.config["proto-max-bulk-len"])
             if leftover:
                 self.parser.feed(leftover)
 

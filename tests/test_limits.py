@@ -139,3 +139,113 @@ def test_soft_output_limit_spares_a_client_that_reads(make_server):
     for _ in range(5):  # each reply is 2 MB, over the soft limit while it is sent, read at once
         assert len(reader.execute_command("TREAD", "big", 1, 2000)) == 2000
     assert reader.ping()
+
+
+# --- 5. requests are refused from their headers, with Redis's texts ---------------------------
+
+PROTOCOL_CASES = [
+    b"*1\r\n$9999999999999\r\n",
+    b"*1\r\n$2147483648\r\n",
+    b"*1\r\n$536870913\r\n",
+    b"*4000000000\r\n",
+    b"*2147483648\r\n",
+    b"*abc\r\n",
+    b"*01\r\n$4\r\nPING\r\n",
+    b"*1\r\n$-1\r\n",
+    b"*1\r\n$abc\r\n",
+    b"*1\r\n$+5\r\n",
+    b"*1\r\n$05\r\nHELLO\r\n",
+    b"*1\r\n%1\r\n$1\r\na\r\n$1\r\nb\r\n",
+    b"*1\r\n~1\r\n$1\r\na\r\n",
+    b"*1\r\n_\r\n",
+    b"*1\r\n+OK\r\n",
+    b"*1\r\n-ERR\r\n",
+    b"*1\r\n,1.5\r\n",
+    b"*1\r\n#t\r\n",
+    b"*2\r\n$4\r\nPING\r\n:1\r\n",
+    b"*2\r\n$4\r\nPING\r\n*1\r\n$1\r\na\r\n",
+    b"*1\r\n$" + b"1" * 40 + b"\r\n",
+    b"*" + b"1" * 40 + b"\r\n",
+    b"*-5\r\n*1\r\n$4\r\nPING\r\n",
+    b"*1\r\n$4\r\nPING\r\n\r\n*1\r\n$4\r\nPING\r\n",  # a blank line between commands
+]
+
+
+@pytest.fixture(scope="module")
+def redis_oracle(tmp_path_factory):
+    import shutil
+    import subprocess
+
+    from .conftest import free_port
+
+    path = shutil.which("redis-server")
+    if path is None:
+        pytest.fail("redis-server is not installed")
+    port = free_port()
+    proc = subprocess.Popen([path, "--port", str(port), "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path_factory.mktemp("redis"))],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: _answers(port))
+    yield port
+    proc.terminate()
+    proc.wait(10)
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16) == b"+PONG\r\n"
+    except OSError:
+        return False
+
+
+def exchange(port: int, payload: bytes) -> bytes:
+    with connect(port) as sock:
+        sock.sendall(payload)
+        return read_until_quiet(sock, 0.3)
+
+
+@pytest.mark.parametrize("payload", PROTOCOL_CASES, ids=[repr(p[:24]) for p in PROTOCOL_CASES])
+def test_protocol_errors_match_redis(server, redis_oracle, payload):
+    assert exchange(server.port, payload) == exchange(redis_oracle, payload)
+
+
+def test_protocol_errors_leave_no_traceback_and_reserve_nothing(make_server):
+    server = make_server("--save", "")
+    for payload in PROTOCOL_CASES:
+        exchange(server.port, payload)
+    with connect(server.port) as sock:  # announces 100 million arguments and sends none
+        sock.sendall(b"*100000000\r\n")
+        assert read_until_quiet(sock, 0.3) == b""
+        with open(f"/proc/{server.proc.pid}/status") as f:
+            vm = {line.split(":")[0]: int(line.split()[1]) for line in f if line.startswith(("VmSize", "VmRSS"))}
+        assert vm["VmSize"] < 700 * 1024  # kB: hiredis would have reserved 800 MB for the list
+    assert server.client().ping()
+    assert "Traceback" not in server.output()
+
+
+def test_many_tiny_arguments_count_against_the_query_buffer_limit(make_server):
+    server = make_server("--save", "", "--client-query-buffer-limit", "1mb")
+    with connect(server.port) as sock:
+        # 300,000 one-byte arguments: 2.1 MB on the wire, over 14 MB as objects
+        # while the command is incomplete (its header announces 10 million).
+        sock.sendall(b"*10000000\r\n$4\r\nPING\r\n")
+        try:
+            for _ in range(30):
+                sock.sendall(b"$1\r\na\r\n" * 10_000)
+        except OSError:
+            pass
+        assert b"query buffer limit" in read_until_quiet(sock, 1.0)
+    assert server.client().ping()
+
+
+def test_redis_cli_pipe_mass_insertion(server):
+    import subprocess
+
+    from .conftest import redis_cli_path
+
+    payload = b"".join(twrite(b"mass%d" % (i % 10)) for i in range(50_000))
+    done = subprocess.run([redis_cli_path(), "-p", str(server.port), "--pipe"], input=payload,
+                          capture_output=True, timeout=60)
+    assert b"errors: 0, replies: 50000" in done.stdout, done.stdout + done.stderr
