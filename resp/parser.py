@@ -27,16 +27,21 @@ Two parsers share the work:
   several times their wire size).  Once that command is complete, the input goes
   back to hiredis.
 
-Where the incomplete command starts is the read's length minus the wire size of
-the commands hiredis returned from it (computed in C with map/len, only when a
-read ends inside a command); a read whose commands hiredis could have spelled
-otherwise (an ignored ``*0``, ``*-1``) is framed again by the strict parser from
-its start instead.
+Where the incomplete command starts is the wire size of the commands hiredis
+returned from the read (C-level maps over their arguments, only when a read ends
+inside a command); a read whose commands hiredis could have spelled otherwise
+(an ignored ``*0``, ``*-1``) is framed again by the strict parser from its
+start instead.  A read holding ``*`` and five digits (a count of 10,000 or
+more, or such bytes inside a payload: then it only costs speed) goes to the
+strict parser whole, since hiredis reserves a list for the count when it reads
+the header.  Known difference: a simple string (``+OK``) in an argument's place
+is returned by hiredis like a bulk string and taken as one (Redis refuses it).
 """
 
 from __future__ import annotations
 
 import re
+from itertools import chain
 
 import hiredis
 
@@ -45,17 +50,25 @@ from .inline import INLINE_MAX_SIZE, split_inline  # noqa: F401  (re-exported)
 from .strict import StrictRequestParser
 
 
-# What hiredis must not be given: a multibulk count of 10,000 or more (hiredis
-# reserves, and zeroes, the whole list from the header: "*2147483647" would be
-# 16 GB), and a simple string or verbatim string in an argument's place (hiredis
-# returns them as bytes, like bulk strings, where Redis refuses them).
-_HIREDIS_UNSAFE = re.compile(rb"\*[0-9]{5}|\n[+=]")
+# What hiredis must not be given: a multibulk count of 10,000 or more.  hiredis
+# reserves, and zeroes, the whole list when it reads the header ("*2147483647"
+# would be 16 GB).  (A literal "*" starts the pattern: the scan runs at memchr speed.)
+_BIG_COUNT = re.compile(rb"\*[0-9]{5}")
+
+# Bytes around each argument of a canonical multibulk: "$" + digits + "\r\n" ... "\r\n".
+_FRAMING = [len(b"%d" % n) + 5 for n in range(10_000)]
 
 
-def wire_size(command: list) -> int:
-    """Bytes of ``command`` encoded as a canonical RESP multibulk."""
-    return (len(str(len(command))) + 3 + 5 * len(command) + sum(map(len, command))
-            + sum(map(len, map(str, map(len, command)))))
+def wire_size(commands: list) -> int:
+    """Bytes of ``commands`` (a list of commands) encoded as canonical RESP
+    multibulks; C-level maps over all their arguments at once."""
+    arguments = list(chain.from_iterable(commands))
+    lengths = list(map(len, arguments))
+    try:
+        framing = sum(map(_FRAMING.__getitem__, lengths)) + sum(map(_FRAMING.__getitem__, map(len, commands)))
+    except IndexError:  # 10,000 arguments or bytes, or more
+        framing = sum(len(b"%d" % n) + 5 for n in lengths) + sum(len(b"%d" % len(c)) + 5 for c in commands)
+    return framing - 2 * len(commands) + sum(lengths)  # a header "*N\r\n" is 2 bytes shorter
 
 
 class RequestParser:
@@ -135,7 +148,7 @@ class RequestParser:
                 return
             data = fresh[0] if len(fresh) == 1 else b"".join(fresh)
             self._fresh = []
-            if data[:1] != b"*" or _HIREDIS_UNSAFE.search(data) is not None:
+            if data[:1] != b"*" or _BIG_COUNT.search(data) is not None:
                 # Inline text (or a blank line), or what hiredis must not see: the
                 # strict parser takes this read (a match inside a payload only costs speed).
                 self._to_slow(data)
@@ -167,7 +180,7 @@ class RequestParser:
             # The read ends inside a command, or hiredis refused one: the strict
             # parser takes over from that command's first byte.
             self._reader = hiredis.Reader()
-            used = sum(map(wire_size, out[start:])) if canonical else -1
+            used = wire_size(out[start:]) if canonical else -1
             if used < 0 or used > len(data) or (used and data[used - 2:used] != b"\r\n"):
                 del out[start:]  # frame the read again, exactly
                 used = 0
