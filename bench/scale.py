@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 
-from common import (REDIS_BENCHMARK, Client, encode, loadavg, machine_facts, median, percentile,
+from common import (REDIS_BENCHMARK, REDIS_SERVER, Client, encode, loadavg, machine_facts, median, percentile,
                     save_result, script_command, servers, sigterm_as_exit)
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -313,9 +313,32 @@ def write_markdown(result: dict, path: str) -> None:
                      f"{fmt(row['ratio_median'])} | {targets.get(name, '')} |")
     lines += ["", "Every run (in the order run):", "", "```"]
     lines += [show(r) for r in result["runs"]]
-    lines += ["```", ""]
+    lines += ["```", "", NOTES]
     with open(path, "w") as f:
         f.write("\n".join(lines))
+
+
+NOTES = """\
+## Reading the figures
+
+- *probe during 100k pipeline*: the probes that overlapped the burst (about 50): p99 and max are
+  the same probe.  Before the per-connection turn budget (server/connection.py) the whole pipeline
+  ran in one turn: 85-290 ms for the other clients at 100k keys (same script, `--quick`, code at
+  426489d: idle CPU 30%, probe idle p99 31.5 ms / max 183 ms, pipeline stall 289 ms, writes
+  0.34x redis; redis: 0%, 1.0 ms, 2.2 ms).
+- *idle CPU*: before the due-time heap (engine/agetimers.py) the 100 ms housekeeping pass walked
+  every key (30% CPU at 100k keys, above).  /proc's CPU time has a 10 ms tick: 0.2% over 10 s is
+  two ticks.
+- *probe during the load*: 1M keys created at run time.  Before server/collector.py froze the new
+  long-lived objects, full collections walked them all: at 1M keys (`--quick --keys 1000000
+  --servers tstream`, code at e1f27bc) the load took 35.2 s with a 2,665 ms worst probe; with the
+  policy (5065143) 18.1 s and 322 ms on the same busy machine.  What remains (tens of ms) is not
+  the collector (no full pass over 5 ms was logged): likely the keyspace's dicts resizing at once
+  (CPython has no incremental rehash), and the machine's load.
+- *probe under writers*: one event-loop turn serves 50 pipelined connections x 16 commands; the
+  probe waits for that turn (a few ms in Python).  Its p99 moves with the machine's load.
+- *memory per key*: RSS growth / keys; redis's includes the stream, its radix tree, and the group.
+"""
 
 
 def main() -> int:
@@ -346,6 +369,11 @@ def main() -> int:
               "clients": args.clients, "depth": args.depth, "pipeline": args.pipeline,
               "repeat": args.repeat, "runs": []}
     result["machine"] = machine_facts()
+    try:  # no server is running yet: ask the binary
+        version = subprocess.run([REDIS_SERVER, "--version"], capture_output=True, text=True).stdout
+        result["machine"]["redis_version"] = re.search(r"v=(\S+)", version).group(1)
+    except (OSError, AttributeError):
+        result["machine"]["redis_version"] = "?"
     payloads = {kind: load_payload(kind, args.keys, args.age_every, args.group_every)
                 for kind in args.servers.split(",")}
     for i in range(args.repeat):
