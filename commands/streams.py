@@ -383,5 +383,6 @@ def tconfig(client, argv):
         config.allow_direct = True  # ADR-31: per-subject limits (KV) force direct get on
     first = stream.first
     evicted = stream.enforce_limits(time_ns())
+    server.keyspace.limits_changed(argv[1])  # max_age_ms: when the oldest entry ages out
     server.writes.configured(argv[1], stream, first, list(changes), 1 + evicted)
     return OK

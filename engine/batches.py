@@ -7,7 +7,8 @@ its limits; the command handler decides what each BATCH request does.
 
 Limits (ADR-50): 50 batches in flight per stream, 1000 per server, 1000 messages
 per batch; a batch that receives nothing for ``batch-timeout-ms`` (10 s) is
-abandoned by the server's housekeeping pass (``Server._cron``, every 100 ms).
+abandoned by the server's housekeeping pass (``Server._cron``, every 100 ms),
+which scans the batches only once the least recently active one can be stale.
 
 This is engine state (no I/O): the server holds one registry, its housekeeping
 expires idle batches and INFO shows ``abandoned``, the batches abandoned by reason:
@@ -72,6 +73,7 @@ class BatchRegistry:
         self.abandoned = dict.fromkeys(REASONS, 0)  # reason -> batches abandoned (INFO stats)
         self.by_id: dict[tuple[bytes, bytes], Batch] = {}  # (key, batch id) -> batch; read only
         self._per_key: dict[bytes, int] = {}
+        self._oldest_active = 0.0  # a lower bound of every batch's last_active
 
     def __len__(self) -> int:
         return len(self.by_id)
@@ -85,6 +87,8 @@ class BatchRegistry:
 
     def start(self, key: bytes, batch_id: bytes) -> Batch:
         batch = Batch(key, batch_id)
+        if not self.by_id:
+            self._oldest_active = batch.last_active
         self.by_id[(key, batch_id)] = batch
         self._per_key[key] = self._per_key.get(key, 0) + 1
         return batch
@@ -118,9 +122,14 @@ class BatchRegistry:
             return 0
         now = time.monotonic() if now is None else now
         limit = timeout_ms / 1000.0
+        # No batch was active before _oldest_active (activity times only grow):
+        # until that one can be stale, nothing is due and nothing is scanned.
+        if now - self._oldest_active < limit:
+            return 0
         stale = [b for b in self.by_id.values() if now - b.last_active >= limit]
         for batch in stale:
             self.abandon(batch, "timeout")
+        self._oldest_active = min((b.last_active for b in self.by_id.values()), default=now)
         return len(stale)
 
     def clear(self) -> None:

@@ -8,14 +8,24 @@ so a key present for the whole scan is returned exactly once (its id never
 changes and the cursor only moves forward), keys created during the scan may
 or may not be returned, and cursor 0 starts and ends a scan, as Redis
 guarantees.  A deleted and re-created key gets a new id.
+
+Time-based eviction
+-------------------
+Keys whose stream has a ``max_age_ms`` have a due time in an
+:class:`~.agetimers.AgeTimers` heap (when their oldest entry ages out);
+:meth:`Keyspace.evict_aged` serves only the keys that are due, so a key with
+nothing due costs nothing per housekeeping pass.  Loading a stream (``put``)
+schedules it; whoever changes a stream's config calls ``limits_changed``.
 """
 
 from __future__ import annotations
 
 from itertools import islice
+from time import perf_counter_ns, time_ns
 
 from sortedcontainers import SortedDict
 
+from .agetimers import AgeTimers
 from .glob import compile_glob
 from .stream import Stream, clear_decoded_cache
 
@@ -23,7 +33,7 @@ __all__ = ["Keyspace"]
 
 
 class Keyspace:
-    __slots__ = ("_streams", "_ids", "_by_id", "_next_id", "limit_pending")
+    __slots__ = ("_streams", "_ids", "_by_id", "_next_id", "limit_pending", "age_timers")
 
     def __init__(self) -> None:
         self._streams: dict[bytes, Stream] = {}
@@ -35,6 +45,7 @@ class Keyspace:
         # server, which logs them.  Per keyspace: servers embedded in one process
         # each see their own.
         self.limit_pending: set = set()
+        self.age_timers = AgeTimers()  # keys with a max_age_ms, by when their oldest entry ages out
 
     @property
     def streams(self) -> dict:
@@ -72,6 +83,8 @@ class Keyspace:
         stream.limit_pending = self.limit_pending
         if stream._subjects is not None and stream._subjects.limit_deleted:
             self.limit_pending.add(stream._subjects)
+        if stream.config.max_age_ms > 0:
+            self.age_timers.schedule(key, stream, time_ns())
 
     def get_or_create(self, key: bytes, node_entries: int = 1000) -> Stream:
         """The stream at ``key``, created empty (with ``node_entries`` per
@@ -98,9 +111,11 @@ class Keyspace:
         if stream is None:
             return False
         del self._by_id[self._ids.pop(key)]
+        self.age_timers.forget(key)
         stream.clear_cache()
         stream.limit_pending = None
         self.limit_pending.discard(stream._subjects)
+        _break_cycles(stream)
         return True
 
     def flush(self) -> None:
@@ -108,10 +123,42 @@ class Keyspace:
         clear_decoded_cache()
         for stream in self._streams.values():
             stream.limit_pending = None
+            _break_cycles(stream)
         self.limit_pending.clear()
+        self.age_timers.clear()
         self._streams.clear()
         self._ids.clear()
         self._by_id.clear()
+
+    def limits_changed(self, key: bytes) -> None:
+        """The config of ``key``'s stream changed (TCONFIG SET, a replayed
+        CONFIG record): recompute when its oldest entry ages out. O(log keys)."""
+        stream = self._streams.get(key)
+        if stream is not None:
+            self.age_timers.schedule(key, stream, time_ns())
+
+    def evict_aged(self, now_ns: int, budget_ns: int = 2_000_000) -> list[tuple[bytes, object, int, int]]:
+        """Apply the limits of the keys whose oldest entry aged out by
+        ``now_ns``, for at most about ``budget_ns`` of CPU (the rest stay due
+        for the next call); returns ``(key, stream, first offset before,
+        entries evicted)`` for the keys that lost entries.  O(due keys x (log keys + eviction)); nothing
+        for keys that are not due."""
+        timers = self.age_timers
+        streams = self._streams
+        deadline = perf_counter_ns() + budget_ns
+        done = []
+        while (key := timers.pop_due(now_ns)) is not None:
+            stream = streams.get(key)
+            if stream is None:
+                continue
+            first = stream.first
+            evicted = stream.enforce_limits(now_ns)
+            if evicted:
+                done.append((key, stream, first, evicted))
+            timers.schedule(key, stream, now_ns)
+            if perf_counter_ns() > deadline:
+                break
+        return done
 
     def keys(self, pattern: bytes = b"*") -> list[bytes]:
         """Keys matching the Redis glob ``pattern``. O(keys)."""
@@ -139,3 +186,11 @@ class Keyspace:
             match = compile_glob(pattern).fullmatch
             found = [k for k in found if match(k) is not None]
         return next_cursor, found
+
+
+def _break_cycles(stream: Stream) -> None:
+    """A deleted stream is freed by reference counting alone, even when the
+    collector no longer looks at it (the server freezes long-lived objects, see
+    server/collector.py): its subject index points back at it, so drop the
+    index (it is rebuilt on first need)."""
+    stream._subjects = None

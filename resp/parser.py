@@ -11,46 +11,91 @@ can see a pipeline's commands together)::
     for command in parser.pull():
         handle(command)
 
-Clients send commands as RESP multibulk arrays (``*2\\r\\n$4\\r\\nPING...``), which
-``hiredis.Reader`` decodes in C.  Redis also accepts *inline* commands, a plain line
-of space-separated words (what telnet and ``redis-cli`` pipes send); those are
-split here.  The choice between the two is made on the first byte of each command,
-which is only known when hiredis holds no partial command: an inline command that
-follows a multibulk one inside the same read is therefore refused with a protocol
-error, a limitation no real client hits.
+Two parsers share the work:
+
+- ``hiredis.Reader`` decodes, in C, what arrives as whole commands: a read that
+  starts at a command boundary goes to it, and when it ends at a boundary too
+  (the usual case: a client writes whole commands), nothing else runs;
+- the plain-Python ``StrictRequestParser`` (resp/strict.py) takes over from the
+  first byte of a command that a read leaves incomplete, of inline text, and of
+  anything hiredis refuses.  It checks each header as it arrives, as Redis does:
+  ``$9999999999999`` or ``*4000000000`` are refused at once with Redis's error
+  text, ``*100000000`` reserves nothing (hiredis would reserve its whole list),
+  RESP3 types are ``expected '$', got '%'``, blank lines between commands are
+  skipped (``redis-cli --pipe`` ends with one), and the memory of a half-received
+  command's arguments is counted by ``pending_bytes`` (many tiny arguments cost
+  several times their wire size).  Once that command is complete, the input goes
+  back to hiredis.
+
+Where the incomplete command starts is the wire size of the commands hiredis
+returned from the read (C-level maps over their arguments, only when a read ends
+inside a command); a read whose commands hiredis could have spelled otherwise
+(an ignored ``*0``, ``*-1``) is framed again by the strict parser from its
+start instead.  A read holding ``*`` and five digits (a count of 10,000 or
+more, or such bytes inside a payload: then it only costs speed) goes to the
+strict parser whole, since hiredis reserves a list for the count when it reads
+the header.  Known difference: a simple string (``+OK``) in an argument's place
+is returned by hiredis like a bulk string and taken as one (Redis refuses it).
 """
 
 from __future__ import annotations
 
+import re
+from itertools import chain
+
 import hiredis
 
 from .errors import ProtocolError
+from .inline import INLINE_MAX_SIZE, split_inline  # noqa: F401  (re-exported)
+from .strict import StrictRequestParser
 
-# Redis refuses inline lines longer than this (PROTO_INLINE_MAX_SIZE).
-INLINE_MAX_SIZE = 64 * 1024
+
+# What hiredis must not be given: a multibulk count of 10,000 or more.  hiredis
+# reserves, and zeroes, the whole list when it reads the header ("*2147483647"
+# would be 16 GB).  (A literal "*" starts the pattern: the scan runs at memchr speed.)
+_BIG_COUNT = re.compile(rb"\*[0-9]{5}")
+
+# Bytes around each argument of a canonical multibulk: "$" + digits + "\r\n" ... "\r\n".
+_FRAMING = [len(b"%d" % n) + 5 for n in range(10_000)]
+
+
+def wire_size(commands: list) -> int:
+    """Bytes of ``commands`` (a list of commands) encoded as canonical RESP
+    multibulks; C-level maps over all their arguments at once."""
+    arguments = list(chain.from_iterable(commands))
+    lengths = list(map(len, arguments))
+    try:
+        framing = sum(map(_FRAMING.__getitem__, lengths)) + sum(map(_FRAMING.__getitem__, map(len, commands)))
+    except IndexError:  # 10,000 arguments or bytes, or more
+        framing = sum(len(b"%d" % n) + 5 for n in lengths) + sum(len(b"%d" % len(c)) + 5 for c in commands)
+    return framing - 2 * len(commands) + sum(lengths)  # a header "*N\r\n" is 2 bytes shorter
 
 
 class RequestParser:
-    __slots__ = ("_reader", "_inline", "_partial", "_error")
+    __slots__ = ("_reader", "_slow", "_slow_mode", "_fresh", "_ready", "_error")
 
-    def __init__(self) -> None:
+    def __init__(self, max_bulk: int = 512 << 20) -> None:
         self._reader = hiredis.Reader()
-        self._inline = bytearray()  # bytes of inline commands not yet split
-        # True while hiredis holds bytes of a command it has not returned yet. hiredis
-        # cannot tell (it may have consumed a command's header), so this tracks it:
-        # it becomes False only when hiredis returns a command and has nothing left.
-        self._partial = False
+        self._slow = StrictRequestParser(max_bulk=max_bulk)
+        self._slow_mode = False  # the strict parser holds the input (see the module docstring)
+        self._fresh: list = []  # reads not parsed yet
+        self._ready: list = []  # parsed commands not returned yet (next_command)
         self._error: ProtocolError | None = None  # met by pull() after some commands
+
+    @property
+    def max_bulk(self) -> int:
+        return self._slow.max_bulk
+
+    @max_bulk.setter
+    def max_bulk(self, value: int) -> None:
+        self._slow.max_bulk = value
 
     def feed(self, data: bytes) -> None:
         """Add bytes received from the client."""
-        if self._partial:
-            self._reader.feed(data)
-        elif self._inline or data[:1] != b"*":
-            self._inline += data
+        if self._slow_mode:
+            self._slow.feed(data)
         elif data:
-            self._partial = True
-            self._reader.feed(data)
+            self._fresh.append(data)
 
     def next_command(self) -> list | None:
         """The next complete command as a list of bytes, or None if more data is needed.
@@ -58,26 +103,10 @@ class RequestParser:
         Raises ProtocolError on input that is not a command; the connection must then
         be closed, since the stream position is lost.
         """
-        reader = self._reader
-        while self._partial:
-            try:
-                command = reader.gets()
-            except hiredis.ProtocolError as exc:
-                raise ProtocolError(str(exc).replace("reply type byte", "command type byte")) from None
-            if command is False:
-                return None
-            self._partial = reader.has_data()
-            if command is None or command == []:
-                continue  # Redis ignores "*-1" and "*0"
-            if command.__class__ is not list:
-                raise ProtocolError(f"expected '*', got '{_kind(command)}'")
-            for arg in command:
-                if arg.__class__ is not bytes:
-                    raise ProtocolError(f"expected '$', got '{_kind(arg)}'")
-            return command
-        if self._inline:
-            return self._next_inline()
-        return None
+        if not self._ready:
+            self._ready = self.pull()
+            self._ready.reverse()
+        return self._ready.pop() if self._ready else None
 
     def pull(self) -> list[list]:
         """Every complete command received so far, in order; [] if more data is needed.
@@ -85,132 +114,89 @@ class RequestParser:
         A protocol error raises ProtocolError, but only once the commands before
         it have been returned (by this call; the error comes with the next).
         """
+        if self._ready:
+            commands, self._ready = self._ready[::-1], []
+            return commands
         if self._error is not None:
             error, self._error = self._error, None
             raise error
-        if not self._partial and not self._inline:
-            return []
         commands: list[list] = []
-        append = commands.append
         try:
-            if self._partial:
-                # The multibulk loop of next_command, inlined (the server's hot path).
-                # Whether hiredis holds bytes of a command must be asked after each
-                # command: once it has consumed a header, has_data() says False.
-                reader = self._reader
-                gets, has_data = reader.gets, reader.has_data
-                try:
-                    while self._partial and (command := gets()) is not False:
-                        self._partial = has_data()
-                        if command.__class__ is list and command:
-                            for arg in command:
-                                if arg.__class__ is not bytes:
-                                    raise ProtocolError(f"expected '$', got '{_kind(arg)}'")
-                            append(command)
-                        elif command is not None and command != []:  # Redis ignores "*-1" and "*0"
-                            raise ProtocolError(f"expected '*', got '{_kind(command)}'")
-                except hiredis.ProtocolError as exc:
-                    raise ProtocolError(str(exc).replace("reply type byte", "command type byte")) from None
-            if self._inline:
-                while (command := self.next_command()) is not None:
-                    append(command)
+            self._parse(commands)
         except ProtocolError as exc:
+            self._fresh = []
             if not commands:
                 raise
             self._error = exc
         return commands
 
-    def _next_inline(self) -> list | None:
-        buf = self._inline
-        while buf:
-            if buf[0] == 0x2A:  # b"*": the rest is multibulk again
-                data = bytes(buf)
-                buf.clear()
-                self._partial = True
-                self._reader.feed(data)
-                return self.next_command()
-            end = buf.find(b"\n")
-            if end < 0:
-                if len(buf) > INLINE_MAX_SIZE:
-                    raise ProtocolError("too big inline request")
-                return None
-            line = bytes(buf[:end]).rstrip(b"\r")
-            del buf[: end + 1]
-            words = split_inline(line)
-            if words:  # empty lines are ignored, as Redis does
-                return words
-        return None
+    def _parse(self, out: list) -> None:
+        while True:
+            if self._slow_mode:
+                slow = self._slow
+                while (command := slow.next_command()) is not None:
+                    out.append(command)
+                    if slow.between_commands() and slow.has_input() and slow._buf[slow._pos] == 0x2A:
+                        break  # a multibulk command starts: back to hiredis
+                else:
+                    if slow.has_input():
+                        return  # inside a command, or an incomplete line: wait for more
+                self._fresh = [slow.take_buffer(), *self._fresh] if slow.has_input() else self._fresh
+                self._slow_mode = False
+            fresh = self._fresh
+            if not fresh:
+                return
+            data = fresh[0] if len(fresh) == 1 else b"".join(fresh)
+            self._fresh = []
+            if data[:1] != b"*" or _BIG_COUNT.search(data) is not None:
+                # Inline text (or a blank line), or what hiredis must not see: the
+                # strict parser takes this read (a match inside a payload only costs speed).
+                self._to_slow(data)
+                continue
+            reader = self._reader
+            reader.feed(data)
+            start = len(out)
+            gets, has_data = reader.gets, reader.has_data
+            canonical = True
+            # Whether hiredis holds bytes of a command must be asked right after it
+            # returned one: once it has consumed a header, has_data() says False.
+            at_boundary = False
+            try:
+                while (command := gets()) is not False:
+                    at_boundary = not has_data()
+                    if command.__class__ is list and command:
+                        for arg in command:
+                            if arg.__class__ is not bytes:
+                                raise ValueError  # the strict parser gives Redis's text
+                        out.append(command)
+                    else:
+                        canonical = False  # "*0", "*-1": ignored, their size unknown
+                        if command is not None and command != []:
+                            raise ValueError
+                if at_boundary:
+                    return  # the read ended at a command boundary: the usual case
+            except Exception:  # hiredis refused it, or not a list of bulk strings
+                pass
+            # The read ends inside a command, or hiredis refused one: the strict
+            # parser takes over from that command's first byte.
+            self._reader = hiredis.Reader()
+            used = wire_size(out[start:]) if canonical else -1
+            if used < 0 or used > len(data) or (used and data[used - 2:used] != b"\r\n"):
+                del out[start:]  # frame the read again, exactly
+                used = 0
+            self._to_slow(data[used:] if used else data)
+
+    def _to_slow(self, data: bytes) -> None:
+        self._slow.feed(data)
+        self._slow_mode = True
 
     def has_input(self) -> bool:
         """Whether bytes wait to be returned as commands (or an error to be raised):
         if not, pull() returns []."""
-        return self._partial or bool(self._inline) or self._error is not None
+        return bool(self._fresh) or bool(self._ready) or self._error is not None or (
+            self._slow_mode and self._slow.has_input())
 
     def pending_bytes(self) -> int:
-        """Bytes received but not yet returned as commands (for query buffer limits)."""
-        return len(self._inline) + (self._reader.len() if self._partial else 0)
-
-
-def _kind(value) -> str:
-    """The RESP type byte hiredis decoded ``value`` from, for error messages."""
-    return {int: ":", bytes: "$", str: "+", list: "*", type(None): "$-1"}.get(type(value), "?")
-
-
-def split_inline(line: bytes) -> list[bytes]:
-    """Split an inline command line into words, honouring quotes as redis-cli does.
-
-    Double quotes allow escapes (\\n, \\t, \\xHH, \\", \\\\); single quotes only \\'.
-    """
-    if b'"' not in line and b"'" not in line:
-        return line.split()
-    words: list[bytes] = []
-    i, n = 0, len(line)
-    while i < n:
-        while i < n and line[i] in b" \t":
-            i += 1
-        if i >= n:
-            break
-        word = bytearray()
-        quote = 0
-        while i < n:
-            c = line[i]
-            if quote and c == quote:  # the closing quote ends the word
-                quote = 0
-                _expect_separator(line, i + 1)
-                i += 1
-                break
-            if quote == 0x22 and c == 0x5C and i + 1 < n:  # backslash escape inside "..."
-                i += 1
-                esc = line[i]
-                if esc == 0x78 and i + 2 < n and _is_hex(line[i + 1 : i + 3]):  # \xHH
-                    word.append(int(line[i + 1 : i + 3], 16))
-                    i += 2
-                else:
-                    word.append(_ESCAPES.get(esc, esc))
-            elif quote == 0x27 and c == 0x5C and i + 1 < n and line[i + 1] == 0x27:  # \' inside '...'
-                i += 1
-                word.append(0x27)
-            elif not quote and c in b" \t":
-                break
-            elif not quote and c in (0x22, 0x27) and not word:
-                quote = c
-            else:
-                word.append(c)
-            i += 1
-        if quote:
-            raise ProtocolError("unbalanced quotes in request")
-        words.append(bytes(word))
-    return words
-
-
-_ESCAPES = {0x6E: 0x0A, 0x72: 0x0D, 0x74: 0x09, 0x62: 0x08, 0x61: 0x07}
-
-
-def _is_hex(two: bytes) -> bool:
-    return len(two) == 2 and all(c in b"0123456789abcdefABCDEF" for c in two)
-
-
-def _expect_separator(line: bytes, i: int) -> None:
-    # A closing quote must be followed by a space or the end of the line.
-    if i < len(line) and line[i] not in b" \t":
-        raise ProtocolError("unbalanced quotes in request")
+        """Bytes received but not yet returned as commands, plus the memory of a
+        half-received command's arguments (for query buffer limits)."""
+        return sum(map(len, self._fresh)) + (self._slow.pending_bytes() if self._slow_mode else 0)

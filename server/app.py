@@ -30,6 +30,7 @@ from .turns import TurnEnd
 log = logging.getLogger("tstream.server")
 
 CRON_INTERVAL = 0.1  # seconds between housekeeping passes (time eviction, idle clients)
+CRON_BUDGET_NS = 2_000_000  # time eviction work per pass; the rest waits for the next one
 
 
 class Stats:
@@ -106,6 +107,7 @@ class Server:
         self._peak_memory = 0
         self._shutdown: asyncio.Future | None = None
         self._cron_handle: asyncio.TimerHandle | None = None
+        self.collector = None  # the process's CollectorPolicy (server/collector.py); None when embedded
 
     @property
     def aof(self) -> Persistence | None:
@@ -221,20 +223,19 @@ class Server:
         try:
             now = time.time()
             self.stats.sample(now)
-            now_ns = time.time_ns()
+            # Only the keys whose oldest entry aged out cost anything (engine/agetimers.py),
+            # for a few ms at most: what is left is due again at the next pass.
             writes = self.writes
-            for key, stream in list(self.keyspace.items()):
-                if stream.config.max_age_ms:
-                    first = stream.first
-                    evicted = stream.enforce_limits(now_ns)
-                    if evicted:
-                        self.stats.evicted += evicted
-                        writes.wrote(key, stream, first, evicted, wake=False)
+            for key, stream, first, evicted in self.keyspace.evict_aged(time.time_ns(), CRON_BUDGET_NS):
+                self.stats.evicted += evicted
+                writes.wrote(key, stream, first, evicted, wake=False)
             # JetStream: abandon idle atomic batches; log per-subject limit deletions
             self.batches.expire(self.config["batch-timeout-ms"])
             writes.limit_deletes(self.keyspace)
             writes.commit()
             self.persistence.cron()
+            if self.collector is not None:
+                self.collector.cron(len(self.keyspace))
             idle_limit = self.config["timeout"]
             if idle_limit:
                 for client in list(self.clients.values()):

@@ -10,8 +10,14 @@ Limits, so that a hostile or broken client cannot make the server allocate:
   and more than 1 MB of unparsed input;
 - after AUTH, unparsed input beyond ``client-query-buffer-limit`` (or a command
   still incomplete past ``proto-max-bulk-len``) closes the connection;
-- replies: once a run of commands has produced ``REPLY_CHUNK`` bytes, the rest
-  waits; when the transport's buffer fills up (a client that does not read its
+- fairness: one connection executes commands for at most ``TURN_BUDGET_NS``
+  (1 ms) or ``REPLY_CHUNK`` bytes of replies per loop turn, in windows of at
+  most ``WINDOW`` commands (which also bounds a pipelined run of TWRITEs); the
+  rest of its parsed input stays queued, reading from it pauses, and it resumes
+  on the next loop turn (``call_soon``), after the other ready connections had
+  theirs.  Replies keep their order and still leave at the end of each turn
+  (server.turns), after the turn's AOF records;
+- replies: when the transport's buffer fills up (a client that does not read its
   replies), ``pause_writing`` stops reading and executing that client's requests
   until the buffer drains, and ``client-output-buffer-limit`` closes a client
   whose unsent replies pass the hard limit (or the soft one for too long).
@@ -22,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from time import perf_counter_ns
 
 from tstream.commands.dispatch import execute_at
 from tstream.resp import ProtocolError, RequestParser, StrictRequestParser, encode_error
@@ -29,6 +36,8 @@ from tstream.resp import ProtocolError, RequestParser, StrictRequestParser, enco
 log = logging.getLogger("tstream.connection")
 
 REPLY_CHUNK = 1 << 20  # reply bytes one run of commands may produce before yielding
+TURN_BUDGET_NS = 1_000_000  # time one connection may execute commands in one loop turn
+WINDOW = 256  # commands handed to the dispatcher at once (a run of TWRITEs is at most this long)
 UNAUTHENTICATED_QUERY_LIMIT = 1 << 20
 LOOPBACK = ("127.", "::1", "::ffff:127.")
 
@@ -36,7 +45,7 @@ LOOPBACK = ("127.", "::1", "::ffff:127.")
 class ClientConnection(asyncio.Protocol):
     def __init__(self, server) -> None:
         self.server = server
-        self.parser = RequestParser()
+        self.parser = RequestParser(max_bulk=server.config["proto-max-bulk-len"])
         self.transport: asyncio.Transport | None = None
         self.id = 0
         self.name = b""
@@ -52,8 +61,12 @@ class ClientConnection(asyncio.Protocol):
         self.created = time.time()
         self.last_interaction = self.created
         self.last_argv = None  # the last command executed (see last_command)
-        self._queue: list = []  # commands parsed but not executed yet (behind a blocked one)
+        self._queue: list = []  # the window of parsed commands being executed
         self._queue_at = 0
+        self._parsed: list = []  # commands pulled from the parser beyond the current window
+        self._parsed_at = 0
+        self._resume_scheduled = False  # a call_soon(_resume_commands) is pending
+        self._backlog_paused = False  # reading paused: parsed commands wait for later turns
         self._unmeasured = 0  # bytes received since the unparsed input was last measured
         self._holding = False  # replies of this connection wait for the end of the turn
         self.net_in = 0
@@ -62,7 +75,8 @@ class ClientConnection(asyncio.Protocol):
         self.closing = False
         self.blocked = None  # the Waiter of a TREAD BLOCK in progress
         self._write_paused = False
-        self._soft_limit_since = 0.0
+        self._soft_limit_since = 0.0  # time.monotonic() when the unsent replies passed the soft limit
+        self._soft_limit_timer: asyncio.TimerHandle | None = None
 
     # --- asyncio.Protocol -----------------------------------------------------------
 
@@ -88,6 +102,15 @@ class ClientConnection(asyncio.Protocol):
         server.stats.connections += 1
         sock = transport.get_extra_info("socket")
         self.fd = sock.fileno() if sock is not None else -1
+        # The output limits are checked when the transport's buffer passes its
+        # high-water mark: a limit set below the default mark lowers it.
+        hard, soft, _ = server.config["client-output-buffer-limit"]
+        smallest = min(x for x in (hard, soft, 1 << 62) if x)
+        try:
+            if smallest < transport.get_write_buffer_limits()[1]:
+                transport.set_write_buffer_limits(high=smallest)
+        except (AttributeError, NotImplementedError):
+            pass
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -108,7 +131,7 @@ class ClientConnection(asyncio.Protocol):
                 self.transport.write(encode_error("ERR Protocol error: query buffer limit reached"))
                 self.kill()
                 return
-        if self.blocked is None and not self._write_paused:
+        if self.blocked is None and not self._write_paused and not self._resume_scheduled:
             self._run_commands()
 
     def _query_limit(self) -> int:
@@ -117,23 +140,49 @@ class ClientConnection(asyncio.Protocol):
         config = self.server.config
         return min(config["client-query-buffer-limit"], config["proto-max-bulk-len"] + 65536)
 
+    def _next_window(self) -> list:
+        """The next commands to execute: at most WINDOW of those already pulled
+        from the parser, else what the parser has complete (raises ProtocolError)."""
+        parsed, at = self._parsed, self._parsed_at
+        if at >= len(parsed):
+            parsed = self.parser.pull()
+            if len(parsed) <= WINDOW:
+                self._parsed, self._parsed_at = [], 0
+                return parsed
+            at = 0
+        end = at + WINDOW
+        if end >= len(parsed):
+            self._parsed, self._parsed_at = [], 0
+        else:
+            self._parsed, self._parsed_at = parsed, end
+        return parsed[at:end] if at or end < len(parsed) else parsed
+
+    def _has_backlog(self) -> bool:
+        """Parsed commands (or complete input) wait to be executed."""
+        return (self._queue_at < len(self._queue) or self._parsed_at < len(self._parsed)
+                or self.parser.has_input())
+
     def _run_commands(self) -> None:
-        """Execute every complete command received, then write all their replies at once.
+        """Execute the complete commands received, then write their replies at once.
 
         Stops early when a command blocks the client: the commands after it wait,
-        in order, until it is served (as in Redis).
+        in order, until it is served (as in Redis).  Stops too when this turn's
+        budget (TURN_BUDGET_NS, REPLY_CHUNK) is spent: the rest runs on the next
+        loop turn, and reading from the client pauses until its backlog is done.
         """
         server = self.server
         replies = []
         produced = 0
         queue, at = self._queue, self._queue_at
         executed = 0
+        deadline = perf_counter_ns() + TURN_BUDGET_NS
+        out_of_turn = False
         while True:
             if at >= len(queue):
                 if queue:
                     self.last_argv = queue[-1]
                 try:
-                    queue = self.parser.pull()
+                    queue = self._next_window()
                 except ProtocolError as exc:
                     replies.append(encode_error(f"ERR Protocol error: {exc}"))
                     self.closing = True
@@ -149,15 +198,25 @@ class ClientConnection(asyncio.Protocol):
                 produced += len(reply)
             if self.closing or self.blocked is not None:
                 break
-            if produced > REPLY_CHUNK:
-                # Let the replies drain before executing more of this client's commands.
-                asyncio.get_running_loop().call_soon(self._resume_commands)
+            if produced > REPLY_CHUNK or perf_counter_ns() > deadline:
+                # Let the other connections (and the replies) go first.
+                out_of_turn = at < len(queue) or self._parsed_at < len(self._parsed) or self.parser.has_input()
                 break
         if at:
             self.last_argv = queue[at - 1]
         if self.closing:
             queue, at = [], 0
+            self._parsed, self._parsed_at = [], 0
         self._queue, self._queue_at = queue, at
+        if out_of_turn:
+            self._resume_scheduled = True
+            asyncio.get_running_loop().call_soon(self._resume_commands)
+            if not self._backlog_paused:
+                self._backlog_paused = True
+                self._sync_reading()
+        elif self._backlog_paused and not self._resume_scheduled:
+            self._backlog_paused = False
+            self._sync_reading()
         if executed:
             server.stats.commands += executed
             self.commands += executed
@@ -181,6 +240,16 @@ class ClientConnection(asyncio.Protocol):
         if self.closing:
             self.transport.close()
 
+    def _sync_reading(self) -> None:
+        """Read from the client unless its replies are not being read or its
+        parsed commands wait for later turns."""
+        if self.closing or self.transport is None:
+            return
+        if self._write_paused or self._backlog_paused:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
+
     @property
     def last_command(self) -> bytes:
         """The last command executed, as CLIENT LIST's cmd= shows it (client|list)."""
@@ -191,25 +260,46 @@ class ClientConnection(asyncio.Protocol):
         return name + b"|" + last[1].lower() if name in _CONTAINERS and len(last) > 1 else name
 
     def _resume_commands(self) -> None:
+        self._resume_scheduled = False
         if not self.closing and self.blocked is None and not self._write_paused:
             self._run_commands()
 
     def _check_output_limit(self) -> None:
         """Called after writes while the transport is over its high-water mark
-        (pause_writing): below that, no limit can be near."""
+        (pause_writing; connection_made lowers that mark to the smallest limit
+        set), when the buffer drains (resume_writing), and by the soft limit's
+        timer: a client whose unsent replies pass the hard limit, or stay over the
+        soft one for more than its seconds (as Redis counts them), is closed."""
+        if self.closing or self.transport is None:
+            return
         size = self.transport.get_write_buffer_size()
         hard, soft, seconds = self.server.config["client-output-buffer-limit"]
-        if not hard and not soft:
-            return
-        now = time.monotonic()
         if soft and size > soft:
-            self._soft_limit_since = self._soft_limit_since or now
+            now = time.monotonic()
+            if not self._soft_limit_since:
+                self._soft_limit_since = now
+            elif now - self._soft_limit_since > seconds:
+                self._close_for_output(size)
+                return
+            if self._soft_limit_timer is None:
+                # Nothing else may happen on this connection (it stopped reading, so
+                # we stopped reading its requests): look again once the time is up.
+                self._soft_limit_timer = asyncio.get_running_loop().call_at(
+                    self._soft_limit_since + seconds + 0.01, self._soft_limit_due)
         else:
             self._soft_limit_since = 0.0
-        if (hard and size > hard) or (self._soft_limit_since and now - self._soft_limit_since > seconds):
-            log.warning("closing client %s: %d bytes of unsent replies are over client-output-buffer-limit",
-                        self.addr, size)
-            self.kill()
+        if hard and size > hard:
+            self._close_for_output(size)
+
+    def _soft_limit_due(self) -> None:
+        self._soft_limit_timer = None
+        if self._soft_limit_since:
+            self._check_output_limit()
+
+    def _close_for_output(self, size: int) -> None:
+        log.warning("closing client %s: %d bytes of unsent replies are over client-output-buffer-limit",
+                    self.addr, size)
+        self.kill()
 
     def set_user(self, user) -> None:
         """Log in as ``user`` (None: not authenticated); picks the parser that fits."""
@@ -219,7 +309,7 @@ class ClientConnection(asyncio.Protocol):
             self.parser = StrictRequestParser(max_multibulk=10, max_bulk=16384)
         elif isinstance(self.parser, StrictRequestParser):
             leftover = self.parser.take_buffer()
-            self.parser = RequestParser()
+            self.parser = RequestParser(max_bulk=self.server.config["proto-max-bulk-len"])
             if leftover:
                 self.parser.feed(leftover)
 
@@ -250,26 +340,28 @@ class ClientConnection(asyncio.Protocol):
             self._hold(reply, False)
         else:
             self.transport.write(reply)
-        if self._queue_at < len(self._queue) or self.parser.has_input():
+        if self._has_backlog() and not self._resume_scheduled and not self._write_paused:
             self._run_commands()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        if self._soft_limit_timer is not None:
+            self._soft_limit_timer.cancel()
         self.server.blocking.forget(self)
         self.server.clients.pop(self.id, None)
 
     def pause_writing(self) -> None:
         # The client is not reading its replies: stop reading its requests too.
         self._write_paused = True
-        if not self.closing:
-            self.transport.pause_reading()
+        self._sync_reading()
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        if not self.closing:
-            self.transport.resume_reading()
-            if self.blocked is None:
-                self._run_commands()  # what arrived before the pause
+        if self._soft_limit_since:
+            self._check_output_limit()  # below the soft limit again: its clock restarts
+        self._sync_reading()
+        if not self.closing and self.blocked is None and not self._resume_scheduled:
+            self._run_commands()  # what arrived before the pause
 
     # --- what handlers call ---------------------------------------------------------
 

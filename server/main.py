@@ -16,6 +16,7 @@ import sys
 from tstream.persistence.framing import PersistenceError
 
 from .app import Server
+from .collector import CollectorPolicy
 from .config import OPTIONS, Config, ConfigError
 from .connection import ClientConnection
 
@@ -150,10 +151,12 @@ async def run(server: Server) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, server.request_shutdown, None)
     # What exists now (modules, the loaded data) lives as long as the process: keep it
-    # out of the cyclic collector's full passes, which would otherwise walk it all.
+    # out of the cyclic collector's full passes, which would otherwise walk it all,
+    # and so does what bulk loads add later (server/collector.py).
     # Requests allocate lists that die at once (no cycles): collect the young
     # generation every 10,000 allocations rather than 700.
-    gc.freeze()
+    server.collector = CollectorPolicy()
+    server.collector.install(len(server.keyspace))
     gc.set_threshold(10_000, *gc.get_threshold()[1:])
     await serve(server, listeners)
     return 0

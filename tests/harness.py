@@ -113,8 +113,8 @@ _CLOCK_TARGETS = [
     ("tstream.commands.writes", "time_ns", "time_ns"),
     ("tstream.server.blocking", "time", "module"),
     ("tstream.server.app", "time", "module"),
-    ("tstream.server.batches", "time", "module"),
     ("tstream.engine.batches", "time", "module"),
+    ("tstream.engine.keyspace", "time_ns", "time_ns"),  # when an empty stream's key is due (max_age_ms)
 ]
 
 
