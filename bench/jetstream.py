@@ -44,10 +44,20 @@ import sys
 import tempfile
 import time
 
+from common import (
+    OUT_DIR,
+    Client,
+    _die_with_parent,
+    encode,
+    free_port,
+    machine_facts,
+    percentile,
+    save_result,
+    script_command,
+    servers,
+    sigterm_as_exit,
+)
 from hiredis import pack_command
-
-from common import (OUT_DIR, Client, _die_with_parent, encode, free_port, machine_facts, percentile,
-                    save_result, script_command, servers, sigterm_as_exit)
 
 NATS_SERVER = os.environ.get("NATS_SERVER") or shutil.which("nats-server") or "nats-server"
 KEYS = 10_000
@@ -488,6 +498,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.report_only:
         import json
+
         from common import RESULTS_DIR
         print(write_report(json.loads((RESULTS_DIR / "jetstream.json").read_text())))
         return 0

@@ -42,8 +42,20 @@ import sys
 import threading
 import time
 
-from common import (REDIS_BENCHMARK, REDIS_SERVER, Client, encode, loadavg, machine_facts, median, percentile,
-                    save_result, script_command, servers, sigterm_as_exit)
+from common import (
+    REDIS_BENCHMARK,
+    REDIS_SERVER,
+    Client,
+    encode,
+    loadavg,
+    machine_facts,
+    median,
+    percentile,
+    save_result,
+    script_command,
+    servers,
+    sigterm_as_exit,
+)
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 REDIS_CLI = os.environ.get("REDIS_CLI") or "redis-cli"

@@ -40,8 +40,17 @@ from pathlib import Path
 _BENCH = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
 sys.path.insert(0, str(_BENCH.parent))
-from bench.common import (OUT_DIR, RESULTS_DIR, REPO, ServerProcess, encode, loadavg, machine_facts,  # noqa: E402
-                          save_result, script_command, sigterm_as_exit)
+from bench.common import (  # noqa: E402
+    OUT_DIR,
+    RESULTS_DIR,
+    ServerProcess,
+    encode,
+    loadavg,
+    machine_facts,
+    save_result,
+    script_command,
+    sigterm_as_exit,
+)
 
 TAGS = 100
 NOTE = b"some text to make the entry a little longer"
@@ -257,33 +266,33 @@ def main() -> int:
         base = {"url": url, "key": key}
 
         print("baselines (redis-py loops)", flush=True)
-        tread_base = measure("redis-py TREAD loop, pages of 1000", lambda: plain_tread(port, key, n), n,
+        measure("redis-py TREAD loop, pages of 1000", lambda: plain_tread(port, key, n), n,
                              args.repeat, results, kind="baseline")
-        dget_base = measure("redis-py DGET BATCH loop, pages of 1000",
+        measure("redis-py DGET BATCH loop, pages of 1000",
                             lambda: plain_dget(port, key, args.dget_entries), args.dget_entries,
                             args.repeat, results, kind="baseline")
 
         spark = spark_session()
         assert spark_count(spark, {**base, "withTime": "false"}) == n  # warm-up, checks the count
         print("spark reads (TREAD pages, withTime=false)", flush=True)
-        tread_spark = [measure(f"spark, {k} partition(s), withTime=false",
+        [measure(f"spark, {k} partition(s), withTime=false",
                                lambda k=k: spark_read(spark, {**base, "withTime": "false", "numPartitions": k}),
                                n, args.repeat, results, kind="spark-tread", partitions=k) for k in parts]
         from tstream.pipeline.common import DEFAULT_NODES_PER_PARTITION as per
 
         default_parts = -(-n // 1000 // per)
-        default = measure(f"spark, default partitioning (nodesPerPartition={per}: {default_parts} partitions), "
+        measure(f"spark, default partitioning (nodesPerPartition={per}: {default_parts} partitions), "
                           "withTime=false",
                           lambda: spark_read(spark, {**base, "withTime": "false"}),
                           n, args.repeat, results, kind="spark-default", partitions=default_parts)
         print("spark reads, tuples instead of Arrow batches", flush=True)
-        tuples = measure("spark, 2 partitions, withTime=false, arrow=false",
+        measure("spark, 2 partitions, withTime=false, arrow=false",
                          lambda: spark_read(spark, {**base, "withTime": "false", "arrow": "false",
                                                     "numPartitions": 2}),
                          n, args.repeat, results, kind="spark-tuples", partitions=2)
         print("spark reads (DGET pages, withTime=true)", flush=True)
         m = args.dget_entries
-        dget_spark = [measure(f"spark, {k} partition(s), withTime=true (first {m:,})",
+        [measure(f"spark, {k} partition(s), withTime=true (first {m:,})",
                               lambda k=k: spark_read(spark, {**base, "numPartitions": k, "endingOffset": m}),
                               m, args.repeat, results, kind="spark-dget", partitions=k)
                       for k in parts if k <= 4]
@@ -298,17 +307,17 @@ def main() -> int:
         facts["snapshot_bytes"] = os.path.getsize(snapshot)
         offline = {"path": snapshot, "key": key}
         assert spark_count(spark, offline) == n
-        offline_spark = [measure(f"spark offline (snapshot), {k} partition(s)",
+        [measure(f"spark offline (snapshot), {k} partition(s)",
                                  lambda k=k: spark_read(spark, {**offline, "numPartitions": k}),
                                  n, args.repeat, results, kind="spark-offline", partitions=k)
                          for k in parts if k <= 4]
 
         print("sink", flush=True)
         s = args.sink_rows
-        write_base = measure("redis-py TWRITE ENTRIES loop, chunks of 500",
+        measure("redis-py TWRITE ENTRIES loop, chunks of 500",
                              lambda: plain_twrite(port, "sink", s), s, args.repeat, results, kind="baseline")
         spark_write(spark, port, "sink", 20000, 2)  # warm-up: the generated DataFrame's code
-        sink = [measure(f"spark sink, {k} partition(s), batchSize=500",
+        [measure(f"spark sink, {k} partition(s), batchSize=500",
                         lambda k=k: spark_write(spark, port, "sink", s, k), s, args.repeat, results,
                         kind="spark-sink", partitions=k) for k in parts if k <= 4]
         spark.stop()

@@ -23,8 +23,7 @@ import subprocess
 import sys
 import time
 
-from common import (REDIS_BENCHMARK, as_map, machine_facts, median, save_result, script_command, servers,
-                    sigterm_as_exit)
+from common import REDIS_BENCHMARK, as_map, machine_facts, median, save_result, script_command, servers, sigterm_as_exit
 
 TARGETS = {1: 0.6, 16: 0.5}  # minimum tstream/redis ratio per pipeline depth
 

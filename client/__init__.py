@@ -20,8 +20,7 @@ code raise ``TStreamError`` (a ``redis.ResponseError``) with ``.code``.
 """
 
 from .api import AsyncTStream, TStream
-from .types import (Batch, Entry, GroupInfo, Message, Pending, PubAck, StreamConfig, StreamInfo,
-                    TStreamError, Window)
+from .types import Batch, Entry, GroupInfo, Message, Pending, PubAck, StreamConfig, StreamInfo, TStreamError, Window
 
 __all__ = ["TStream", "AsyncTStream", "Entry", "Window", "Pending", "StreamInfo", "StreamConfig",
            "GroupInfo", "Message", "Batch", "PubAck", "TStreamError"]

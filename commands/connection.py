@@ -182,7 +182,7 @@ def client_kill(client, argv):
     return _client_kill(client, argv)
 
 
-def _client_kill(client, argv):
+def _client_kill(client, argv):  # noqa: C901 (over the limit when it came in)
     server = client.server
     if len(argv) == 3:  # old form: CLIENT KILL addr:port
         address = text(argv[2])
@@ -202,9 +202,11 @@ def _client_kill(client, argv):
             wanted_id = to_int(value)
             filters.append(lambda c, v=wanted_id: c.id == v)
         elif word == b"addr":
-            filters.append(lambda c, v=text(value): c.addr == v)
+            wanted_addr = text(value)
+            filters.append(lambda c, v=wanted_addr: c.addr == v)
         elif word == b"laddr":
-            filters.append(lambda c, v=text(value): c.laddr == v)
+            wanted_laddr = text(value)
+            filters.append(lambda c, v=wanted_laddr: c.laddr == v)
         elif word == b"user":
             filters.append(lambda c, v=value: v == b"default")
         elif word == b"type":

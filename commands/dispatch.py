@@ -69,7 +69,7 @@ def execute(client, argv: list) -> bytes | None:
     return execute_at(client, [argv], 0)[0]
 
 
-def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
+def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:  # noqa: C901 (over the limit when it came in)
     """Execute ``commands[at]`` (or the run of commands starting there, see the
     module docstring); returns the encoded reply (None when nothing is to be
     sent) and the index of the next command to execute."""

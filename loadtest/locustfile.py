@@ -38,7 +38,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import redis  # noqa: E402
 from locust import User, constant_throughput, events, tag, task  # noqa: E402
-
 from workload import Workload  # noqa: E402
 
 DEFAULT_HOST = "redis://127.0.0.1:6380"

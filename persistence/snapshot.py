@@ -346,7 +346,7 @@ def _load(src, path: str, check: bool = False) -> dict[bytes, Stream]:
     return streams
 
 
-def _read_records(src, end: int, crc: int, path: str, check: bool = False) -> tuple[dict[bytes, Stream], int]:
+def _read_records(src, end: int, crc: int, path: str, check: bool = False) -> tuple[dict[bytes, Stream], int]:  # noqa: C901 (over the limit when it came in)
     """Rebuild the streams of the records in ``[FILE_HEADER.size, end)``;
     returns them with the running CRC over those bytes (not checked here:
     the caller discards everything unless it matches).  Raises CorruptFile."""

@@ -24,8 +24,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .common import (ARROW_SCHEMA, DEFAULT_OFFLINE_NODES_PER_PARTITION, TIME_TYPE, OptionError, Options,
-                     batch_range)
+from .common import ARROW_SCHEMA, DEFAULT_OFFLINE_NODES_PER_PARTITION, TIME_TYPE, OptionError, Options, batch_range
 from .snapshot_reader import find_key, footer_crc, iter_node_blobs, open_snapshot, read_meta
 
 

@@ -33,8 +33,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from .common import (DataLossError, Options, connect, decode_tags, record_batch,
-                     rfc3339_to_times)
+from .common import DataLossError, Options, connect, decode_tags, record_batch, rfc3339_to_times
 
 PREFETCH = 2  # requests in flight per task
 NO_BYTE_LIMIT = 1 << 62  # DGET's MAX_BYTES: a page is bounded by pageSize, never cut short

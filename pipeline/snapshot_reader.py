@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from tstream.persistence.framing import CorruptFile, iter_frames, unpack
-from tstream.persistence.snapshot import (FILE_HEADER, FOOTER, KIND_END, KIND_GROUP, KIND_NODE,
-                                  KIND_STREAM, verify)
+from tstream.persistence.snapshot import FILE_HEADER, FOOTER, KIND_END, KIND_GROUP, KIND_NODE, KIND_STREAM, verify
 
 _BITMAP_LEN = struct.Struct("<I")  # the N record's prefix: deleted-bitmap length
 

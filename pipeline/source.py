@@ -8,8 +8,18 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from . import offline
-from .common import (COLUMNS, SCHEMA_DDL, OptionError, Options, batch_range, batch_rows, connect,
-                     node_entries, node_ranges, stream_info)
+from .common import (
+    COLUMNS,
+    SCHEMA_DDL,
+    OptionError,
+    Options,
+    batch_range,
+    batch_rows,
+    connect,
+    node_entries,
+    node_ranges,
+    stream_info,
+)
 from .server_read import read_range
 
 

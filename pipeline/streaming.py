@@ -28,8 +28,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
-                                              SupportsTriggerAvailableNow)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from .common import DataLossError, Options, batch_rows, connect, node_entries, node_ranges, stream_info
 from .server_read import loss_message, read_range

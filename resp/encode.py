@@ -183,7 +183,7 @@ def _aggregate(prefix: bytes, items, out: list, resp3: bool) -> None:
         _write(item, out, resp3)
 
 
-def _write(value, out: list, resp3: bool) -> None:
+def _write(value, out: list, resp3: bool) -> None:  # noqa: C901 (over the limit when it came in)
     cls = value.__class__
     # The common types first, by exact class: they look the same in both protocols.
     if cls is bytes:

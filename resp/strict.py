@@ -91,7 +91,7 @@ class StrictRequestParser:
         command = self.next_command()
         return [] if command is None else [command]
 
-    def next_command(self) -> list | None:
+    def next_command(self) -> list | None:  # noqa: C901 (over the limit when it came in)
         """The next complete command, or None if more data is needed; raises
         ProtocolError (Redis's text) on input that is not a command."""
         buf = self._buf

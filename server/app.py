@@ -20,8 +20,8 @@ from tstream.commands.writes import Writes
 from tstream.engine import Keyspace
 from tstream.engine.batches import BatchRegistry
 
-from .blocking import BlockingRegistry
 from .acl import AccessControl
+from .blocking import BlockingRegistry
 from .config import Config
 from .observability import LatencyMonitor, SlowLog
 from .persist import Persistence

@@ -162,7 +162,7 @@ class ClientConnection(asyncio.Protocol):
         return (self._queue_at < len(self._queue) or self._parsed_at < len(self._parsed)
                 or self.parser.has_input())
 
-    def _run_commands(self) -> None:
+    def _run_commands(self) -> None:  # noqa: C901 (over the limit when it came in)
         """Execute the complete commands received, then write their replies at once.
 
         Stops early when a command blocks the client: the commands after it wait,

@@ -559,7 +559,7 @@ class Harness:
 
     def check(self) -> None:
         """Every structural invariant: each stream's, group's and subject index's check."""
-        for key, stream in self.server.keyspace.items():
+        for _key, stream in self.server.keyspace.items():
             stream._check()
             for group in stream.groups.values():
                 group._check(stream)

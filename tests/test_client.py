@@ -13,8 +13,19 @@ import redis
 import redis.asyncio
 
 from tstream import client
-from tstream.client import (Batch, Entry, GroupInfo, Message, Pending, PubAck, StreamConfig, StreamInfo,
-                    TStream, TStreamError, Window)
+from tstream.client import (
+    Batch,
+    Entry,
+    GroupInfo,
+    Message,
+    Pending,
+    PubAck,
+    StreamConfig,
+    StreamInfo,
+    TStream,
+    TStreamError,
+    Window,
+)
 
 
 @pytest.fixture(params=[(2, False), (3, False), (2, True), (3, True)],
@@ -40,7 +51,7 @@ def test_write_and_read(ts):
     assert entries == [Entry(1, b(ts, "a"), b(ts, "one")), Entry(2, b(ts, "b"), b(ts, "two")),
                        Entry(3, b(ts, "c"), b(ts, "three"))]
     assert all(type(e.offset) is int for e in entries)
-    with pytest.raises(Exception):
+    with pytest.raises(AttributeError):  # dataclasses.FrozenInstanceError
         entries[0].offset = 5  # frozen
     assert ts.tread("k", 3, 10) == [Entry(3, b(ts, "c"), b(ts, "three"))]
     assert ts.tread("k", "$", 10) == []

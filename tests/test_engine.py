@@ -7,8 +7,17 @@ import random
 
 import pytest
 
-from tstream.engine import (Entry, Keyspace, Node, Stream, StreamConfig, compile_glob,
-                    decoded_cache_bytes, glob_match, set_decoded_cache_limits)
+from tstream.engine import (
+    Entry,
+    Keyspace,
+    Node,
+    Stream,
+    StreamConfig,
+    compile_glob,
+    decoded_cache_bytes,
+    glob_match,
+    set_decoded_cache_limits,
+)
 from tstream.engine import stream as stream_mod
 
 T0 = 1_700_000_000_000_000_000  # a plausible "now" in ns
@@ -458,7 +467,7 @@ def test_sealed_nodes_are_compressed_and_read_through_the_cache(monkeypatch):
 
 def test_random_payload_kept_raw():
     s = Stream(20)
-    for i in range(20):
+    for _i in range(20):
         s.append(b"t", os.urandom(1000), T0)
     node = s.node_list()[0]
     assert node.sealed and not node.compressed and node.nblocks == 1
@@ -798,7 +807,7 @@ def test_block_size_adapts_to_huge_and_tiny_entries(small_blocks):
     assert node.block_entries == 1 and node.nblocks == 6
     assert [e.data for e in big.iter_from(1)] == [text(i) * 10 for i in range(6)]
     tiny = Stream(7)
-    for i in range(7):
+    for _ in range(7):
         tiny.append(b"t", b"x", T0)  # 7 entries fit one block
     assert tiny.node_list()[0].nblocks == 1
     big._check()
@@ -942,7 +951,7 @@ def test_offset_at_time_bisects_blocks(small_blocks):
 def test_block_blob_roundtrip(small_blocks):
     s, model = blocky(95)
     s.append(b"r", os.urandom(4000), T0 + 10_000)  # an incompressible node (raw, one block)
-    for i in range(19):
+    for _i in range(19):
         s.append(b"r", os.urandom(40), T0 + 10_000)
     s.append(b"a", b"active", T0 + 20_000)
     s._check()
@@ -990,7 +999,7 @@ def test_version_1_blobs_still_load(small_blocks):
     s, model = blocky(50)
     s.append(b"r", os.urandom(3000), T0 + 1000)
     s.append(b"r", os.urandom(3000), T0 + 1000)
-    for i in range(8):
+    for _i in range(8):
         s.append(b"r", os.urandom(10), T0 + 1000)
     s.append(b"a", b"active", T0 + 2000)
     state = s.export_state()
@@ -1149,7 +1158,7 @@ def test_unchecked_blobs_are_built_from_the_header(small_blocks, monkeypatch):
     clones = [Node.from_parts(header, body, 20, check=False) for header, body in parts]
     clone = Stream.from_state(state, check=False)
     monkeypatch.setattr(stream_mod, "_DCTX", real)
-    for node, copy, (header, body) in zip(s.node_list(), clones, parts):
+    for node, copy, (_header, body) in zip(s.node_list(), clones, parts):
         assert (copy.base, copy.start, copy.count, copy.sealed) == (node.base, node.start, node.count, node.sealed)
         if node.sealed:
             assert copy.data is body  # the body object itself, no copy

@@ -38,7 +38,7 @@ from tstream.engine.stream import Node, Stream
 from tstream.persistence import aof, effects, snapshot
 from tstream.persistence.check import check_aof
 from tstream.persistence.fileops import FileOps
-from tstream.persistence.framing import CorruptFile, TornTail, iter_frames, pack, unpack
+from tstream.persistence.framing import CorruptFile, TornTail, iter_frames, pack
 
 from .conftest import ROOT, ServerProcess
 
@@ -828,11 +828,11 @@ def test_auto_rewrite_failures_back_off_and_do_not_grow_the_manifest(tmp_path):
     setup.stop()
     proc = FaultyServer(tmp_path, "write:snapshot-write:1:ENOSPC", *options).start()
     client = proc.client()
-    for i in range(50):
+    for _i in range(50):
         client.execute_command("TWRITE", "k", "t", "x" * 1000)
     wait_for(lambda: info(client)["aof_last_bgrewrite_status"] == "err", "the automatic rewrite to fail")
     manifest = aof.read_manifest(str(tmp_path / "appendonlydir"))
-    for i in range(50):  # 50 more turns of growth, with the cron running every 100 ms
+    for _i in range(50):  # 50 more turns of growth, with the cron running every 100 ms
         client.execute_command("TWRITE", "k", "t", "x" * 1000)
         time.sleep(0.01)
     assert aof.read_manifest(str(tmp_path / "appendonlydir")) == manifest  # no retry yet: backing off

@@ -200,7 +200,7 @@ class TestDirectGet:
 
     def test_batch_max_bytes(self, r):
         # nats: direct get batch max_bytes: subject + data bytes, at least one message
-        for i in range(10):
+        for _i in range(10):
             r.execute_command("TWRITE", "s", "foo", "x" * 97)  # 100 bytes with the subject
         reply = dget(r, "s", "SEQ", 1, "BATCH", 10, "MAX_BYTES", 250)
         assert seqs(reply) == [1, 2, 3]

@@ -321,8 +321,9 @@ class TestSnapshotLoad:
         refs = bytearray(meta[b"tag_refs"])
         refs[4] += 1  # one more use of tag id 1 than the nodes hold
         meta[b"tag_refs"] = bytes(refs)
-        from tstream.persistence.framing import frame
         import msgpack
+
+        from tstream.persistence.framing import frame
         record = frame(snapshot.KIND_STREAM + msgpack.packb([key, meta], use_bin_type=True))
         damaged = bytearray(data[:s_start] + record + data[s_stop:])
         path.write_bytes(refreshed_checksums(damaged, s_start, s_start + len(record)))

@@ -129,7 +129,9 @@ def test_partitions_are_ranges_of_macro_nodes(spark, make_server):
     r = server.client()
     fill(r, "k", 1050)
     r.execute_command("TEVICT", "k", 130)
-    from pyspark.sql.functions import max as fmax, min as fmin, spark_partition_id
+    from pyspark.sql.functions import max as fmax
+    from pyspark.sql.functions import min as fmin
+    from pyspark.sql.functions import spark_partition_id
 
     df = read(spark, server, numPartitions=4)
     assert df.rdd.getNumPartitions() == 4

@@ -7,8 +7,21 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tstream.resp import (NO_REPLY, NULL_ARRAY, OK, Entries, ErrorReply, Status, encode, encode_batched_message,
-                          encode_entries, encode_error, encode_integer, encode_integer_run, encode_message)
+from tstream.resp import (
+    NO_REPLY,
+    NULL_ARRAY,
+    OK,
+    Entries,
+    ErrorReply,
+    Status,
+    encode,
+    encode_batched_message,
+    encode_entries,
+    encode_error,
+    encode_integer,
+    encode_integer_run,
+    encode_message,
+)
 
 protocols = st.sampled_from([2, 3])
 int64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)

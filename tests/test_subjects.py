@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from tstream.engine import Stream
-from tstream.engine.subjects import (InvalidSubject, SubjectIndex, TooManySubjects, held_from, index_of,
-                             parse_filter, peek)
+from tstream.engine.subjects import (
+    InvalidSubject,
+    SubjectIndex,
+    TooManySubjects,
+    held_from,
+    index_of,
+    parse_filter,
+    peek,
+)
 
 T0 = 1_700_000_000_000_000_000
 
