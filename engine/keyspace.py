@@ -17,7 +17,8 @@ from itertools import islice
 from sortedcontainers import SortedDict
 
 from .glob import compile_glob
-from .stream import Stream, clear_decoded_cache
+from .blocks import clear_decoded_cache
+from .stream import Stream
 
 __all__ = ["Keyspace"]
 

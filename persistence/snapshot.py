@@ -17,7 +17,7 @@
 
 Sealed macro nodes are stored exactly as they sit in memory: zstandard-compressed
 bodies (or raw where compression did not pay), written without recompression.
-The node blob's header (version 3, drawn in ``engine/stream.py``) carries what
+The node blob's header (version 3, drawn in ``engine/codec.py``) carries what
 a sealed node keeps besides its body: block geometry and frame offsets, first
 and last time, raw length and its sorted distinct tag ids; the S record carries
 the stream's tag table and, since file version 2, its tag reference counts

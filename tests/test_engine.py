@@ -9,14 +9,14 @@ import pytest
 
 from tstream.engine import (Entry, Keyspace, Node, Stream, StreamConfig, compile_glob,
                     decoded_cache_bytes, glob_match, set_decoded_cache_limits)
-from tstream.engine import stream as stream_mod
+from tstream.engine import blocks as blocks_mod, codec as codec_mod, stream as stream_mod
 
 T0 = 1_700_000_000_000_000_000  # a plausible "now" in ns
 
 
 @pytest.fixture(autouse=True)
 def small_cache():
-    old = (stream_mod.DECODED_CACHE_BLOCKS, stream_mod.DECODED_CACHE_BYTES)
+    old = (blocks_mod.DECODED_CACHE_BLOCKS, blocks_mod.DECODED_CACHE_BYTES)
     set_decoded_cache_limits(4, 1 << 30)
     yield
     set_decoded_cache_limits(*old)
@@ -436,11 +436,11 @@ def test_sealed_nodes_are_compressed_and_read_through_the_cache(monkeypatch):
         assert len(n.data) < n.buf_len  # really smaller
         # ~4 KiB raw blocks: 50 entries of ~150 bytes make 2 blocks of 25
         assert (n.nblocks, n.block_entries) == (2, 25)
-    stream_mod.clear_decoded_cache()  # drops decoded views
+    blocks_mod.clear_decoded_cache()  # drops decoded views
     assert nodes[0].blocks == [None, None] and nodes[0].buf is None
     calls = []
-    real = stream_mod._DCTX.decompress
-    monkeypatch.setattr(stream_mod, "_DCTX", type("D", (), {
+    real = blocks_mod._DCTX.decompress
+    monkeypatch.setattr(blocks_mod, "_DCTX", type("D", (), {
         "decompress": staticmethod(lambda b: calls.append(1) or real(b))})())
     got = s.read(3, 20)
     assert len(calls) == 1, "one decompression for one block"
@@ -473,13 +473,13 @@ def test_fresh_sealed_node_is_cached_and_cache_is_bounded():
     for i in range(100):
         s.append(b"t", text(i), T0)
     s._check()
-    assert len(stream_mod._lru) == 3
-    assert decoded_cache_bytes() == sum(b.nbytes for b in stream_mod._lru)
-    assert decoded_cache_bytes() > sum(len(b.buf) for b in stream_mod._lru)  # + overhead
+    assert len(blocks_mod._lru) == 3
+    assert decoded_cache_bytes() == sum(b.nbytes for b in blocks_mod._lru)
+    assert decoded_cache_bytes() > sum(len(b.buf) for b in blocks_mod._lru)  # + overhead
     set_decoded_cache_limits(8, 1)  # byte budget keeps at least one block
-    assert len(stream_mod._lru) == 1
+    assert len(blocks_mod._lru) == 1
     s.clear_cache()
-    assert len(stream_mod._lru) == 0 and decoded_cache_bytes() == 0
+    assert len(blocks_mod._lru) == 0 and decoded_cache_bytes() == 0
     assert s.read(1, 100)[0] == [1, b"t", text(0)]
     s._check()
 
@@ -692,9 +692,9 @@ def test_clear_cache_only_touches_own_nodes():
     for i in range(30):
         a.append(b"a", text(i), T0)
         b.append(b"b", text(i), T0)
-    assert len(stream_mod._lru) == 4
+    assert len(blocks_mod._lru) == 4
     a.clear_cache()
-    assert stream_mod._lru and all(blk.node in b.node_list() for blk in stream_mod._lru)
+    assert blocks_mod._lru and all(blk.node in b.node_list() for blk in blocks_mod._lru)
     a._check()
     b._check()
 
@@ -735,7 +735,7 @@ def test_offset_table_widens_when_a_node_buffer_outgrows_it():
 @pytest.fixture
 def small_blocks(monkeypatch):
     """~400-byte blocks: 5 entries of ~80 raw bytes, block boundaries everywhere."""
-    monkeypatch.setattr(stream_mod, "BLOCK_BYTES", 400)
+    monkeypatch.setattr(blocks_mod, "BLOCK_BYTES", 400)
 
 
 def blocky_payload(i: int) -> bytes:
@@ -761,8 +761,8 @@ def model_read(model: dict, nxt: int, off: int, count: int) -> list:
 
 def counting_decompressor(monkeypatch) -> list:
     calls = []
-    real = stream_mod._DCTX.decompress
-    monkeypatch.setattr(stream_mod, "_DCTX", type("D", (), {
+    real = blocks_mod._DCTX.decompress
+    monkeypatch.setattr(blocks_mod, "_DCTX", type("D", (), {
         "decompress": staticmethod(lambda b: calls.append(1) or real(b))})())
     return calls
 
@@ -774,7 +774,7 @@ def test_block_geometry_follows_block_bytes(small_blocks):
     for node in sealed:
         assert node.compressed and node.block_entries == 5 and node.nblocks == 4
         assert len(node.block_offs) == 5 and node.block_offs[-1] == len(node.data)
-        assert node.raw_len / node.nblocks < 2 * stream_mod.BLOCK_BYTES
+        assert node.raw_len / node.nblocks < 2 * blocks_mod.BLOCK_BYTES
     assert s._active.nblocks == 0
 
 
@@ -824,7 +824,7 @@ def test_reads_spanning_blocks_and_nodes_match_a_model(small_blocks):
 def test_read_decompresses_only_the_blocks_it_touches(small_blocks, monkeypatch):
     set_decoded_cache_limits(1000, 1 << 30)
     s, model = blocky()
-    stream_mod.clear_decoded_cache()
+    blocks_mod.clear_decoded_cache()
     calls = counting_decompressor(monkeypatch)
     assert s.read(7, 3) == model_read(model, 96, 7, 3)         # inside block 1 of node 0
     assert len(calls) == 1
@@ -843,13 +843,13 @@ def test_read_decompresses_only_the_blocks_it_touches(small_blocks, monkeypatch)
 
 def test_fresh_blocks_are_cached_and_tail_reads_do_not_decompress(small_blocks, monkeypatch):
     set_decoded_cache_limits(1000, 1 << 30)
-    stream_mod.clear_decoded_cache()
+    blocks_mod.clear_decoded_cache()
     calls = counting_decompressor(monkeypatch)
     s, model = blocky(40)
     calls.clear()  # _check() decompresses privately
     # the newest FRESH_CACHED_BLOCKS blocks of each sealed node are decoded
-    assert stream_mod.FRESH_CACHED_BLOCKS == 2
-    cached = sorted((b.node.start, b.index) for b in stream_mod._lru)
+    assert blocks_mod.FRESH_CACHED_BLOCKS == 2
+    cached = sorted((b.node.start, b.index) for b in blocks_mod._lru)
     assert cached == [(1, 2), (1, 3), (21, 2), (21, 3)]
     assert s.read(31, 10) == model_read(model, 41, 31, 10)
     assert calls == []
@@ -860,30 +860,30 @@ def test_fresh_blocks_are_cached_and_tail_reads_do_not_decompress(small_blocks, 
 def test_block_cache_is_bounded_by_count_and_bytes(small_blocks, monkeypatch):
     set_decoded_cache_limits(3, 1 << 30)
     s, model = blocky()
-    assert len(stream_mod._lru) == 3
+    assert len(blocks_mod._lru) == 3
     s.read(1, 95)
-    assert len(stream_mod._lru) == 3
+    assert len(blocks_mod._lru) == 3
     s._check()
-    one = max(b.nbytes for b in stream_mod._lru)
+    one = max(b.nbytes for b in blocks_mod._lru)
     set_decoded_cache_limits(100, 2 * one)
     s.read(1, 95)
-    assert 1 <= len(stream_mod._lru) <= 2 and decoded_cache_bytes() <= 2 * one
-    assert decoded_cache_bytes() == sum(b.nbytes for b in stream_mod._lru)
+    assert 1 <= len(blocks_mod._lru) <= 2 and decoded_cache_bytes() <= 2 * one
+    assert decoded_cache_bytes() == sum(b.nbytes for b in blocks_mod._lru)
     s._check()
     set_decoded_cache_limits(100, 1)  # the byte budget keeps one block at least
-    assert len(stream_mod._lru) == 1
+    assert len(blocks_mod._lru) == 1
     s._check()
 
 
 def test_whole_node_decode_is_one_cached_entry(small_blocks, monkeypatch):
     set_decoded_cache_limits(1000, 1 << 30)
     s, model = blocky()
-    stream_mod.clear_decoded_cache()
+    blocks_mod.clear_decoded_cache()
     node = s.node_list()[1]
     calls = counting_decompressor(monkeypatch)
     buf, ends, tags, times = node.decoded()
     assert len(calls) == node.nblocks
-    assert len(stream_mod._lru) == 1 and node.whole is next(iter(stream_mod._lru))
+    assert len(blocks_mod._lru) == 1 and node.whole is next(iter(blocks_mod._lru))
     for p in range(node.count):
         o = node.start + p
         assert bytes(buf[ends[p]:ends[p + 1]]) == model[o][1]
@@ -893,7 +893,7 @@ def test_whole_node_decode_is_one_cached_entry(small_blocks, monkeypatch):
     assert len(calls) == 2 * node.nblocks  # whole hit; tag_id_at/time_at decoded each block once
     s._check()
     s.clear_cache()
-    assert node.whole is None and not stream_mod._lru and decoded_cache_bytes() == 0
+    assert node.whole is None and not blocks_mod._lru and decoded_cache_bytes() == 0
     s._check()
 
 
@@ -977,12 +977,12 @@ def _v1_blob(node) -> bytes:
     """A node serialised the way blob version 1 did: one frame per node."""
     code = node.ends_code if node.sealed else node.ends.typecode
     if node.sealed:
-        body = stream_mod._block_body(*stream_mod._concat_tables(node._block_list(), code))
+        body = blocks_mod._block_body(*blocks_mod._concat_tables(node._block_list(), code))
     else:
         body = node._body()
     flags = 1 if node.sealed and node.compressed else 0
-    stored = stream_mod._CCTX.compress(body) if flags else body
-    return stream_mod._HDR.pack(b"TN", 1, flags, code.encode(), node.count, node.start,
+    stored = blocks_mod._CCTX.compress(body) if flags else body
+    return codec_mod._HDR.pack(b"TN", 1, flags, code.encode(), node.count, node.start,
                                 node.buf_len if node.sealed else len(node.buf)) + stored
 
 
@@ -1003,7 +1003,7 @@ def test_version_1_blobs_still_load(small_blocks):
     assert new[0].compressed and new[0].nblocks == old[0].nblocks  # re-blocked
     assert not new[2].compressed and new[2].nblocks == 1            # raw stays one block
     assert not new[-1].sealed
-    assert not stream_mod._lru or all(b.node not in new for b in stream_mod._lru)
+    assert not blocks_mod._lru or all(b.node not in new for b in blocks_mod._lru)
 
 
 def test_damaged_block_blobs_are_rejected(small_blocks):
@@ -1011,10 +1011,10 @@ def test_damaged_block_blobs_are_rejected(small_blocks):
     node = s.node_list()[0]
     assert node.nblocks == 4
     header, body = node.blob_parts()
-    hsize = stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
-    osize = stream_mod.BLOB_PREFIX  # the frame offsets follow the summary
+    hsize = codec_mod._HDR.size + codec_mod._BLOCKS_HDR.size
+    osize = codec_mod.BLOB_PREFIX  # the frame offsets follow the summary
     offs = list(node.block_offs)
-    pack = lambda o: stream_mod.struct.pack(f"<{len(o)}Q", *o)  # noqa: E731
+    pack = lambda o: codec_mod.struct.pack(f"<{len(o)}Q", *o)  # noqa: E731
     bad = [
         header[:hsize - 4] + (5).to_bytes(4, "little") + header[hsize:] + body,    # nblocks
         header[:hsize - 8] + (3).to_bytes(4, "little") + header[hsize - 4:] + body,  # block_entries
@@ -1038,7 +1038,7 @@ def test_damaged_block_blobs_are_rejected(small_blocks):
 def test_memory_bytes_counts_blocks_and_not_the_cache(small_blocks):
     s, _ = blocky()
     before = s.memory_bytes()
-    stream_mod.clear_decoded_cache()
+    blocks_mod.clear_decoded_cache()
     assert s.memory_bytes() == before
     s.read(1, 95)
     assert s.memory_bytes() == before
@@ -1064,7 +1064,7 @@ def test_wide_offset_table_in_blocks(small_blocks):
     node = s.node_list()[0]
     assert node.sealed and node.ends_code == "Q" and node.compressed and node.nblocks > 2
     s._check()
-    stream_mod.clear_decoded_cache()
+    blocks_mod.clear_decoded_cache()
     assert s.read(1, 8) == want
     assert [list(e)[:3] for e in s.iter_from(1)] == want
     clone = Stream.from_state(s.export_state())
@@ -1079,17 +1079,17 @@ def test_wide_offset_table_in_blocks(small_blocks):
 def _v2_blob(node) -> bytes:
     """A node serialised the way blob version 2 did: no summary, no tag ids."""
     header, body = node.blob_parts()
-    fixed = stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
-    nb = stream_mod._BLOCKS_HDR.unpack_from(header, stream_mod._HDR.size)[1]
-    offs = header[stream_mod.BLOB_PREFIX:stream_mod.BLOB_PREFIX + 8 * (nb + 1)]
+    fixed = codec_mod._HDR.size + codec_mod._BLOCKS_HDR.size
+    nb = codec_mod._BLOCKS_HDR.unpack_from(header, codec_mod._HDR.size)[1]
+    offs = header[codec_mod.BLOB_PREFIX:codec_mod.BLOB_PREFIX + 8 * (nb + 1)]
     return header[:2] + b"\x02" + header[3:fixed] + offs + body
 
 
 def _summary_of(header: bytes):
-    at = stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
-    first, last, raw_len, code, ntags = stream_mod._SUMMARY.unpack_from(header, at)
+    at = codec_mod._HDR.size + codec_mod._BLOCKS_HDR.size
+    first, last, raw_len, code, ntags = codec_mod._SUMMARY.unpack_from(header, at)
     size = 2 if code == b"H" else 4
-    ids = stream_mod._le_array(code.decode(), header[len(header) - size * ntags:])
+    ids = codec_mod._le_array(code.decode(), header[len(header) - size * ntags:])
     return first, last, raw_len, code, list(ids)
 
 
@@ -1099,9 +1099,9 @@ class _NoDecompression:
 
 
 def test_tag_sets_are_sorted():
-    assert stream_mod._pack_ids({70000, 3, 65535, 9}).tolist() == [3, 9, 65535, 70000]
-    assert stream_mod._pack_ids({70000, 3}).typecode == "I"
-    assert stream_mod._pack_ids({300, 2, 65535}).typecode == "H"
+    assert codec_mod._pack_ids({70000, 3, 65535, 9}).tolist() == [3, 9, 65535, 70000]
+    assert codec_mod._pack_ids({70000, 3}).typecode == "I"
+    assert codec_mod._pack_ids({300, 2, 65535}).typecode == "H"
     s = Stream(40)
     for i in range(80):
         s.append(b"tag-%d" % (37 * i % 29), b"x", T0 + i)
@@ -1120,7 +1120,7 @@ def test_blob_summary_fields(small_blocks):
     for node in s.node_list():
         header, body = node.blob_parts()
         assert Node.header_length(header + body) == len(header)
-        assert Node.header_length((header + body)[:stream_mod.BLOB_PREFIX]) == len(header)
+        assert Node.header_length((header + body)[:codec_mod.BLOB_PREFIX]) == len(header)
         first, last, raw_len, code, ids = _summary_of(header)
         assert code == b"H"
         if node.sealed:
@@ -1143,12 +1143,12 @@ def test_unchecked_blobs_are_built_from_the_header(small_blocks, monkeypatch):
     s.delete(33)
     state = s.export_state()
     parts = [node.blob_parts() for node in s.node_list()]
-    stream_mod.clear_decoded_cache()
-    real = stream_mod._DCTX
-    monkeypatch.setattr(stream_mod, "_DCTX", _NoDecompression())
+    blocks_mod.clear_decoded_cache()
+    real = blocks_mod._DCTX
+    monkeypatch.setattr(blocks_mod, "_DCTX", _NoDecompression())
     clones = [Node.from_parts(header, body, 20, check=False) for header, body in parts]
     clone = Stream.from_state(state, check=False)
-    monkeypatch.setattr(stream_mod, "_DCTX", real)
+    monkeypatch.setattr(blocks_mod, "_DCTX", real)
     for node, copy, (header, body) in zip(s.node_list(), clones, parts):
         assert (copy.base, copy.start, copy.count, copy.sealed) == (node.base, node.start, node.count, node.sealed)
         if node.sealed:
@@ -1172,14 +1172,14 @@ def test_damaged_summaries_are_rejected(small_blocks):
     node = s.node_list()[0]
     assert node.sealed and node.compressed and node.nblocks == 4
     header, body = node.blob_parts()
-    at = stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
+    at = codec_mod._HDR.size + codec_mod._BLOCKS_HDR.size
     first, last, raw_len, code, ids = _summary_of(header)
     tail = len(header) - 2 * len(ids)
 
     def with_summary(first=first, last=last, raw_len=raw_len, code=code, ntags=None, ids=ids) -> bytes:
         ntags = len(ids) if ntags is None else ntags
-        return (header[:at] + stream_mod._SUMMARY.pack(first, last, raw_len, code, ntags)
-                + header[at + stream_mod._SUMMARY.size:tail] + stream_mod.array("H", ids).tobytes())
+        return (header[:at] + codec_mod._SUMMARY.pack(first, last, raw_len, code, ntags)
+                + header[at + codec_mod._SUMMARY.size:tail] + stream_mod.array("H", ids).tobytes())
 
     assert Node.from_parts(with_summary(), body, 20).tag_set.tolist() == ids
     # values only the blocks contradict: decompressing sees them, the header alone cannot
@@ -1206,7 +1206,7 @@ def test_damaged_summaries_are_rejected(small_blocks):
             with pytest.raises(ValueError):
                 Node.from_parts(bad, body, 20, check=check)
     with pytest.raises(ValueError):
-        Node.header_length(header[:stream_mod.BLOB_PREFIX - 1])
+        Node.header_length(header[:codec_mod.BLOB_PREFIX - 1])
     # a raw node: its single block's views are checked against the summary
     r = Stream(10)
     for i in range(10):
@@ -1215,10 +1215,10 @@ def test_damaged_summaries_are_rejected(small_blocks):
     assert raw_node.sealed and not raw_node.compressed
     header, body = raw_node.blob_parts()
     first, last, raw_len, code, ids = _summary_of(header)
-    for bad in (header[:at] + stream_mod._SUMMARY.pack(first - 1, last, raw_len, code, len(ids))
-                + header[at + stream_mod._SUMMARY.size:],
-                header[:at] + stream_mod._SUMMARY.pack(first, last, raw_len + 8, code, len(ids))
-                + header[at + stream_mod._SUMMARY.size:]):
+    for bad in (header[:at] + codec_mod._SUMMARY.pack(first - 1, last, raw_len, code, len(ids))
+                + header[at + codec_mod._SUMMARY.size:],
+                header[:at] + codec_mod._SUMMARY.pack(first, last, raw_len + 8, code, len(ids))
+                + header[at + codec_mod._SUMMARY.size:]):
         with pytest.raises(ValueError):
             Node.from_parts(bad, body, 10, check=False)
 
@@ -1248,7 +1248,7 @@ def test_from_state_tag_refs_are_checked():
     s._check()
     assert s._free_ids
     state = s.export_state()
-    refs = stream_mod._le_array("I", state["tag_refs"]).tolist()
+    refs = codec_mod._le_array("I", state["tag_refs"]).tolist()
     assert refs == list(s._tag_refs)
     used = [t for t, n in enumerate(refs) if n]
     for given in (refs, bytes(state["tag_refs"])):

@@ -11,13 +11,13 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from tstream.engine import Keyspace, Stream, glob_match, set_decoded_cache_limits
-from tstream.engine import stream as stream_mod
+from tstream.engine import blocks as blocks_mod
 
 
 @pytest.fixture(autouse=True)
 def tiny_cache():
     """A 2-block decoded cache makes decompression paths run constantly."""
-    old = (stream_mod.DECODED_CACHE_BLOCKS, stream_mod.DECODED_CACHE_BYTES)
+    old = (blocks_mod.DECODED_CACHE_BLOCKS, blocks_mod.DECODED_CACHE_BYTES)
     set_decoded_cache_limits(2, 1 << 30)
     yield
     set_decoded_cache_limits(*old)
@@ -185,7 +185,7 @@ def test_random_against_model(seed, node_entries):
 @pytest.mark.parametrize("seed", range(2))
 def test_random_against_model_small_blocks(seed, node_entries, block_bytes, monkeypatch):
     """Sealed nodes of many blocks (1 byte: one entry per block)."""
-    monkeypatch.setattr(stream_mod, "BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(blocks_mod, "BLOCK_BYTES", block_bytes)
     run_random(seed * 1000 + node_entries + 7 * block_bytes, 500, node_entries)
 
 
@@ -212,8 +212,8 @@ DATA = st.binary(max_size=24)
 class StreamMachine(RuleBasedStateMachine):
     @initialize(node_entries=st.integers(1, 6), block_bytes=st.sampled_from([4096, 40, 1]))
     def setup(self, node_entries, block_bytes):
-        self.old_block_bytes = stream_mod.BLOCK_BYTES
-        stream_mod.BLOCK_BYTES = block_bytes  # small: nodes of several blocks
+        self.old_block_bytes = blocks_mod.BLOCK_BYTES
+        blocks_mod.BLOCK_BYTES = block_bytes  # small: nodes of several blocks
         self.s = Stream(node_entries)
         self.m = Model()
         self.now = 10**12
@@ -271,7 +271,7 @@ class StreamMachine(RuleBasedStateMachine):
 
     def teardown(self):
         if hasattr(self, "old_block_bytes"):
-            stream_mod.BLOCK_BYTES = self.old_block_bytes
+            blocks_mod.BLOCK_BYTES = self.old_block_bytes
 
 
 StreamMachine.TestCase.settings = settings(

@@ -224,22 +224,22 @@ class TestSnapshotLoad:
         assert not any(rich_r._tag_refs)
 
     def test_load_file_does_not_decompress(self, tmp_path, monkeypatch):
-        from tstream.engine import stream as stream_mod
+        from tstream.engine import blocks as blocks_mod
 
         keyspace = rich_keyspace()
         path = str(tmp_path / "dump.tsr")
         snapshot.write(snapshot.capture(keyspace), path)
-        stream_mod.clear_decoded_cache()
+        blocks_mod.clear_decoded_cache()
 
         class NoDecompression:
             def decompress(self, data):
                 raise AssertionError("a node was decompressed while loading")
 
-        real = stream_mod._DCTX
-        monkeypatch.setattr(stream_mod, "_DCTX", NoDecompression())
+        real = blocks_mod._DCTX
+        monkeypatch.setattr(blocks_mod, "_DCTX", NoDecompression())
         loaded = snapshot.load_file(path)
         in_memory = snapshot.load(open(path, "rb").read(), path)
-        monkeypatch.setattr(stream_mod, "_DCTX", real)
+        monkeypatch.setattr(blocks_mod, "_DCTX", real)
         for streams in (loaded, in_memory):
             for key, stream in streams.items():
                 stream._check()
@@ -297,11 +297,11 @@ class TestSnapshotLoad:
         start, stop, _ = [span for span in spans if span[2] == snapshot.KIND_NODE][1]
         (bitmap_len,) = snapshot._NODE_PREFIX.unpack_from(data, start + 15)
         blob = start + 19 + bitmap_len
-        from tstream.engine import stream as stream_mod
+        from tstream.engine import codec as codec_mod
 
-        nblocks = blob + stream_mod._HDR.size + 4
-        summary = blob + stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
-        first_offset = blob + stream_mod.BLOB_PREFIX + 8  # the second frame offset
+        nblocks = blob + codec_mod._HDR.size + 4
+        summary = blob + codec_mod._HDR.size + codec_mod._BLOCKS_HDR.size
+        first_offset = blob + codec_mod.BLOB_PREFIX + 8  # the second frame offset
         edits = [
             (nblocks, (1).to_bytes(4, "little")),                 # block geometry
             (first_offset, (10**6).to_bytes(8, "little")),        # offsets not monotone
@@ -333,7 +333,7 @@ class TestSnapshotLoad:
     def test_deep_check_compares_headers_with_blocks(self, tmp_path, capsys):
         """A node header that contradicts its blocks (checksums fine): the load takes
         it as written, ``check=True`` and tstream-check decompress and refuse it."""
-        from tstream.engine import stream as stream_mod
+        from tstream.engine import codec as codec_mod
         from tstream.persistence import check
 
         path = tmp_path / "dump.tsr"
@@ -343,7 +343,7 @@ class TestSnapshotLoad:
         data = path.read_bytes()
         start, stop, _ = [span for span in node_record_spans(data) if span[2] == snapshot.KIND_NODE][1]
         (bitmap_len,) = snapshot._NODE_PREFIX.unpack_from(data, start + 15)
-        first_time = start + 19 + bitmap_len + stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
+        first_time = start + 19 + bitmap_len + codec_mod._HDR.size + codec_mod._BLOCKS_HDR.size
         damaged = bytearray(data)
         value = int.from_bytes(damaged[first_time:first_time + 8], "little") - 1
         damaged[first_time:first_time + 8] = value.to_bytes(8, "little")

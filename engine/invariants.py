@@ -1,0 +1,190 @@
+"""Structural invariants of a stream, asserted by the tests after each operation.
+
+:func:`check_stream` walks every node, decompresses every sealed block
+privately (the decoded-block cache is not disturbed) and compares what it
+finds with the counters the stream keeps incrementally::
+
+    offsets    first <= next_offset, _deleted_held, first never on a deleted entry
+    nodes      aligned, consecutive, only the oldest starts late, only the last is active
+    sealed     block geometry, frame offsets, raw length, summary (times, tag set), mem
+    entries    ends ascending, times non-decreasing across the stream, deleted bitmaps
+    tag table  exact reference counts, free list exact, nothing leaked
+    cache      bounded, byte count exact, every cached block linked from its node
+
+O(size of the stream + size of the cache).  Not for production paths.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from . import blocks as _blocks
+from .blocks import _BLOCK_OVERHEAD, _KEEP_SHIFT, _Block, _concat_tables, _lru
+from .node import _popcount_range
+
+__all__ = ["check_stream"]
+
+
+def check_stream(s) -> None:
+    """Assert every structural invariant of the stream ``s``. O(size)."""
+    nodes = s._nodes
+    assert 1 <= s.first <= s.next_offset
+    assert 0 <= s._deleted_held <= s.next_offset - s.first
+    if not nodes:
+        assert s.first == s.next_offset, "no node but entries held"
+    if not nodes or nodes[-1].sealed:
+        assert s._active is None
+    refs = [0] * len(s._tag_list)
+    used: set[int] = set()
+    sealed_mem = 0
+    prev_time = -(1 << 63)
+    deleted_held = 0
+    first_time = None
+    for i, node in enumerate(nodes):
+        _check_geometry(s, i, node)
+        if node.sealed:
+            assert node is not s._active
+            buf, ends, tags, times = _check_sealed(node)
+            ids = set(tags)
+            for tid in ids:
+                refs[tid] += 1
+            sealed_mem += node.mem
+        else:
+            assert i == len(nodes) - 1 and node is s._active, "active node must be the last"
+            buf, ends, tags, times = _check_active(node)
+            ids = set(tags)
+        used |= ids
+        count = len(times)
+        _check_tables(buf, ends, tags, times, count)
+        for tid in ids:
+            assert 0 < tid < len(s._tag_list) and s._tag_list[tid] is not None
+        assert prev_time <= times[0], "times go backwards between nodes"
+        prev_time = times[count - 1]
+        assert node.start + count > s.first, "a node with no offset >= first was kept"
+        deleted_held += _check_deleted(s, node, count)
+        if i == 0 and s.first < s.next_offset:
+            first_time = times[s.first - node.start]
+        if i == len(nodes) - 1:
+            assert node.start + count == s.next_offset
+    if nodes:
+        assert nodes[0].start <= s.first
+    assert s.last_time >= prev_time
+    assert deleted_held == s._deleted_held
+    assert s.length >= 0
+    if s.length:
+        assert s.is_held(s.first), "first must not rest on a deleted entry"
+        assert first_time is not None and first_time >= s._age_floor
+    assert sealed_mem == s._sealed_mem
+    _check_tag_table(s, refs, used)
+    _check_cache()
+
+
+def _check_geometry(s, i: int, node) -> None:
+    """The node's place: aligned on its range, only the oldest starts late."""
+    n = s.node_entries
+    assert node.base == (s._first_node_index + i) * n + 1, "node not aligned"
+    assert node.cap_end == node.base + n
+    assert node.base <= node.start < node.cap_end
+    if i:
+        assert node.start == node.base, "only the oldest node may start late"
+
+
+def _check_sealed(node):
+    """Block geometry, every block's body, the summary; returns the node's
+    whole tables (decoded privately)."""
+    assert isinstance(node.data, bytes)
+    assert node.buf is None and node.ends is None and node.tags is None
+    count = node.cap_end - node.start
+    be, blocks, offs = node.block_entries, node.blocks, node.block_offs
+    nb = len(blocks)
+    assert 1 <= be <= count and nb == -(-count // be) and len(offs) == nb + 1
+    assert offs[0] == 0 and offs[nb] == len(node.data)
+    assert all(offs[k] <= offs[k + 1] for k in range(nb))
+    if not node.compressed:
+        assert nb == 1 and node.whole is None
+        blk = blocks[0]
+        assert not blk.lru and blk.node is None and blk.buf is node.data, "raw node lost its views"
+    esize = 4 if node.ends_code == "I" else 8
+    raw_len = payload = 0
+    for b in range(nb):
+        frame = node.data[offs[b]:offs[b + 1]]
+        raw = _blocks._DCTX.decompress(frame) if node.compressed else frame
+        cnt = min(be, count - b * be)
+        probe = _Block(None, b, raw, cnt, node.ends_code)
+        pend = probe.ends[cnt]
+        assert probe.ends[0] == 0
+        assert len(raw) == pend + ((-pend) & 7) + (cnt + 1) * esize + 12 * cnt
+        raw_len += len(raw)
+        payload += pend
+        blk = blocks[b]
+        if node.compressed and blk is not None:
+            assert blk.lru and blk in _lru and blk.node is node and blk.index == b, \
+                "decoded outside the LRU"
+            assert blk.buf == raw and blk.nbytes == len(raw) + _BLOCK_OVERHEAD
+    assert raw_len == node.raw_len and payload == node.buf_len
+    if node.compressed:
+        assert len(node.data) <= raw_len - (raw_len >> _KEEP_SHIFT), "useless compression kept"
+    buf, ends, tags, times = _concat_tables(node._block_list(), node.ends_code)
+    whole = node.whole
+    if whole is not None:
+        assert node.compressed and nb > 1 and whole.lru and whole in _lru
+        assert whole.node is node and whole.index == -1
+        assert (whole.buf == buf and list(whole.ends) == list(ends)
+                and list(whole.tags) == list(tags) and list(whole.times) == list(times))
+    assert node.first_time == times[0] and node.last_time == times[-1]
+    assert node.tag_set.tolist() == sorted(set(tags)), "tag set not sorted or wrong"
+    assert node.mem == node._sealed_mem()
+    return buf, ends, tags, times
+
+
+def _check_active(node):
+    """The active node: its own tables, not full."""
+    assert node.data is None and node.blocks is None and isinstance(node.buf, bytearray)
+    count = len(node.times)
+    assert count >= 1
+    assert node.start + count < node.cap_end, "full node left unsealed"
+    assert len(node.buf) == node.ends[count]
+    return node.buf, node.ends, node.tags, node.times
+
+
+def _check_tables(buf, ends, tags, times, count: int) -> None:
+    assert len(ends) == count + 1 and len(tags) == count and ends[0] == 0
+    assert all(ends[j] <= ends[j + 1] for j in range(count)) and ends[count] <= len(buf)
+    assert all(times[j] <= times[j + 1] for j in range(count - 1)), "times go backwards"
+
+
+def _check_deleted(s, node, count: int) -> int:
+    """The node's deleted bitmap; returns its deleted offsets >= first."""
+    if node.deleted is None:
+        assert node.ndel == 0
+        return 0
+    span = node.cap_end - node.start
+    assert len(node.deleted) == (span + 7) // 8
+    assert node.ndel == _popcount_range(node.deleted, 0, span)
+    assert _popcount_range(node.deleted, count, span) == 0, "unwritten slot deleted"
+    lo = max(s.first, node.start)
+    return _popcount_range(node.deleted, lo - node.start, count)
+
+
+def _check_tag_table(s, refs: list, used: set) -> None:
+    """Exact reference counts, nothing leaked, free list exact."""
+    assert s._tag_list[0] is None and refs[0] == 0
+    assert len(s._tag_refs) == len(s._tag_list)
+    assert list(s._tag_refs) == refs, "tag reference counts"
+    live = {t for t in range(1, len(s._tag_list)) if s._tag_list[t] is not None}
+    assert live == used, "tag table differs from the tags the nodes use"
+    assert sorted(s._free_ids) == sorted(set(range(1, len(s._tag_list))) - live)
+    assert len(s._tag_id) == len(live)
+    for tag, tid in s._tag_id.items():
+        assert s._tag_list[tid] == tag
+    assert s._tag_mem == sum(sys.getsizeof(t) for t in s._tag_id)
+
+
+def _check_cache() -> None:
+    """The decoded-block LRU: bounded, byte count exact, links exact."""
+    assert len(_lru) <= _blocks.DECODED_CACHE_BLOCKS
+    assert _blocks._lru_bytes == sum(x.nbytes for x in _lru)
+    for x in _lru:
+        owner = x.node
+        assert x.lru and owner.sealed and owner.compressed
+        assert (owner.whole if x.index < 0 else owner.blocks[x.index]) is x

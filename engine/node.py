@@ -1,0 +1,505 @@
+"""A macro node: the entries of one aligned range of offsets.
+
+Every node covers a fixed, aligned range of ``N = node_entries`` offsets
+(engine/stream.py draws the list of nodes).  The last node of a stream is
+*active* (the only writable one); a full node is *sealed* once, then never
+changes (except its bitmap of deleted positions)::
+
+    Sealed node (immutable, full)              Active node (the only writable one)
+    +--------------------------------+         +-------------------------------------+
+    | base, start, cap_end           |         | base, start, cap_end                |
+    | first_time, last_time          |         | buf   : bytearray  "aaa|bbbb|cc|"   |
+    | tag_set : distinct tag ids     |         | ends  : array('I') [0, 3, 7, 9]     |
+    | data    : zstd(block 0) zstd(  |         | tags  : array('I') [5, 2, 5]        |
+    |   block 1) ...  or one body    |         | times : array('q') [t0, t1, t2]     |
+    | block_entries, block_offs      |         | deleted : bitmap or None            |
+    | blocks  : per block a decoded  |         +-------------------------------------+
+    |   _Block (LRU) or None         |
+    | deleted : bitmap or None       |
+    +--------------------------------+
+
+``base`` is the node's aligned first offset ``k*N + 1`` and ``cap_end`` its
+aligned end ``(k+1)*N + 1`` (exclusive).  ``start`` is the first offset whose
+entry is physically stored in the node: normally ``base``, but after the whole
+stream was evicted the next write may land in the middle of a node's range and
+the new node simply starts there.  Entry ``offset`` sits at position ``p =
+offset - start`` of the node's tables and its payload is
+``buf[ends[p]:ends[p+1]]``.  Entries carry no per-entry Python object: a node
+is one buffer plus three flat C arrays, like the ``offsets_table`` of RCP 11.
+Blocks and the decoded-block cache: engine/blocks.py; the blob format of a
+node in a snapshot: engine/codec.py.
+
+Sealing is paid once per node: blocks of about ``BLOCK_BYTES`` raw bytes, each
+compressed with zstd level 1; after a node that saved less than 20% the stream
+seals with the fast level (-1) until a node compresses well again.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from itertools import accumulate
+
+import zstandard
+
+from . import blocks as _blocks
+from .blocks import (_CCTX, _CCTX_FAST, _KEEP_SHIFT, _LITTLE, _VIEWS_OVERHEAD,
+                     FRESH_CACHED_BLOCKS, _Block, _block_body, _concat_tables, _decode_block,
+                     _decode_whole, _lru, _lru_add)
+from .codec import _pack_ids, header_length, pack_header, parse_header
+
+__all__ = ["Node"]
+
+
+def _popcount_range(bits: bytearray, a: int, b: int) -> int:
+    """Number of set bits at positions [a, b) of a little-endian bitmap."""
+    if b <= a:
+        return 0
+    v = int.from_bytes(bits, "little") >> a
+    return (v & ((1 << (b - a)) - 1)).bit_count()
+
+# ---------------------------------------------------------------------------
+# Macro node
+# ---------------------------------------------------------------------------
+
+class Node:
+    """One macro node: the entries of offsets ``[start, cap_end)`` at most.
+
+    See the module docstring for the layout.  Nodes are managed by
+    :class:`Stream`; the public surface for snapshots is :meth:`blob`
+    (alias :meth:`sealed_bytes`), :meth:`blob_parts` (:meth:`capture_parts`,
+    :meth:`parts_of`), :meth:`from_blob`,
+    :meth:`from_parts`, :meth:`header_length`, :attr:`count`, :attr:`sealed` and :attr:`deleted`; readers use
+    :meth:`tables_at` (one block) or :meth:`decoded` (the whole node).
+    """
+
+    __slots__ = (
+        "base", "start", "cap_end", "sealed",
+        "buf", "ends", "tags", "times",  # active node only (None once sealed)
+        "data", "compressed",    # sealed only: stored block frames / raw body
+        "block_entries", "block_offs",  # sealed only: entries per block, frame offsets in data
+        "blocks",                # sealed only: per block its decoded _Block or None
+        "whole",                 # sealed only: whole-node _Block for decoded(), or None
+        "buf_len", "ends_code", "raw_len",  # sealed only: body geometry
+        "tag_set",               # sealed only: packed distinct tag ids
+        "first_time", "last_time",  # sealed only
+        "deleted", "ndel",       # bitmap of deleted positions (or None), count
+        "mem",
+    )
+
+    def __init__(self, base: int, start: int, cap_end: int) -> None:
+        self.base = base
+        self.start = start
+        self.cap_end = cap_end
+        self.sealed = False
+        self.buf = bytearray()
+        self.ends = array("I", (0,))
+        self.tags = array("I")
+        self.times = array("q")
+        self.data = None
+        self.compressed = False
+        self.block_entries = 0
+        self.block_offs = None
+        self.blocks = None
+        self.whole = None
+        self.buf_len = 0
+        self.raw_len = 0
+        self.ends_code = "I"
+        self.tag_set = None
+        self.first_time = 0
+        self.last_time = 0
+        self.deleted = None
+        self.ndel = 0
+        self.mem = 0
+
+    # -- geometry ---------------------------------------------------------
+    @property
+    def count(self) -> int:
+        """Entries physically stored (deleted ones included). O(1)."""
+        if self.sealed:
+            return self.cap_end - self.start
+        return len(self.times)
+
+    @property
+    def nblocks(self) -> int:
+        """Blocks of a sealed node (1 when stored raw); 0 for the active node."""
+        return len(self.blocks) if self.sealed else 0
+
+    # -- serialisation ----------------------------------------------------
+    def _body(self) -> bytes:
+        """Serialise the active node's tables as one raw body."""
+        return _block_body(self.buf, self.ends, self.tags, self.times)
+
+    def _seal(self, fast: bool = False, cache: bool = True) -> set[int]:
+        """Freeze a full active node: cut it into blocks of about
+        ``BLOCK_BYTES`` raw bytes and compress each as its own zstd frame
+        (``fast``: with the fast level), or keep one raw body when that does
+        not save 1/16; record its summary, drop the tables.  ``cache``: put
+        the fresh decoded blocks in the LRU.  Returns the distinct tag ids of
+        the node.  O(node)."""
+        buf, ends, tags, times = self.buf, self.ends, self.tags, self.times
+        count = len(times)
+        code = ends.typecode
+        self.buf_len = len(buf)
+        self.ends_code = code
+        self.first_time = times[0]
+        self.last_time = times[-1]
+        ids = set(tags)
+        self.tag_set = _pack_ids(ids)
+        # Entries per block: a fixed count per node (O(1) block lookup),
+        # chosen so that an average block holds ~BLOCK_BYTES raw bytes.
+        size = len(buf) + (count + 1) * ends.itemsize + 12 * count
+        be = _blocks.BLOCK_BYTES * count // size
+        if be >= count:
+            be, nb = count, 1
+        else:
+            nb = -(-count // (be or 1))
+            be = -(-count // nb)  # even the blocks out
+        if nb == 1:
+            bodies = [self._body()]
+        elif _LITTLE:
+            # The block bodies straight from byte views of the tables.  A
+            # block's ends are rebased (minus its first payload offset) with
+            # one big-int subtraction: every lane is >= the subtrahend, so no
+            # borrow crosses lanes (3x faster than a per-entry loop).
+            el = ends.tolist()
+            esize = ends.itemsize
+            mv = memoryview(buf)
+            eb = memoryview(ends).cast("B")
+            tb = memoryview(tags).cast("B")
+            mb = memoryview(times).cast("B")
+            join = b"".join
+            from_bytes = int.from_bytes
+            bodies = []
+            for a in range(0, count, be):
+                c = a + be if a + be < count else count
+                pa = el[a]
+                pc = el[c]
+                n = (c + 1 - a) * esize
+                rel = eb[a * esize:(c + 1) * esize]
+                if pa:
+                    rel = (from_bytes(rel, "little")
+                           - from_bytes(pa.to_bytes(esize, "little") * (c + 1 - a), "little")
+                           ).to_bytes(n, "little")
+                bodies.append(join((mv[pa:pc], bytes(-(pc - pa) & 7), rel, tb[4 * a:4 * c],
+                                    mb[8 * a:8 * c])))
+            del mv, eb, tb, mb, rel
+        else:  # pragma: no cover - big-endian hosts
+            el = ends.tolist()
+            bodies = [_block_body(buf[el[a]:el[min(a + be, count)]],
+                                  array(code, [e - el[a] for e in el[a:min(a + be, count) + 1]]),
+                                  tags[a:a + be], times[a:a + be]) for a in range(0, count, be)]
+        ctx = _CCTX_FAST if fast else _CCTX
+        frames = [ctx.compress(body) for body in bodies]
+        raw_len = sum(map(len, bodies))
+        self.raw_len = raw_len
+        self.sealed = True
+        self.buf = self.ends = self.tags = self.times = None
+        if sum(map(len, frames)) <= raw_len - (raw_len >> _KEEP_SHIFT):
+            # One exact-size object (python-zstandard over-allocates each
+            # frame to the compress bound and merely shortens it).
+            self.data = data = b"".join(frames)
+            self.compressed = True
+            self.block_entries = be
+            self.block_offs = array("I" if len(data) < 1 << 32 else "Q",
+                                    [0, *accumulate(map(len, frames))])
+            self.blocks = blocks = [None] * nb
+            if cache:
+                # Tail readers are the common case: keep the newest blocks
+                # decoded (the others cost one small decompression each).
+                for k in range(max(0, nb - FRESH_CACHED_BLOCKS), nb):
+                    c = count - k * be
+                    blocks[k] = blk = _Block(self, k, bodies[k], be if be < c else c, code)
+                    _lru_add(blk)
+        else:
+            self.data = data = bodies[0] if nb == 1 else _block_body(buf, ends, tags, times)
+            self.raw_len = len(data)
+            self.compressed = False
+            self.block_entries = count
+            self.block_offs = array("I" if len(data) < 1 << 32 else "Q", (0, len(data)))
+            self.blocks = [_Block(None, 0, data, count, code)]  # permanent views
+        self.mem = self._sealed_mem()
+        return ids
+
+    def _sealed_mem(self) -> int:
+        mem = (sys.getsizeof(self) + sys.getsizeof(self.data) + sys.getsizeof(self.tag_set)
+               + sys.getsizeof(self.block_offs) + sys.getsizeof(self.blocks))
+        if not self.compressed:  # permanent views over the raw body
+            mem += _VIEWS_OVERHEAD
+        if self.deleted is not None:
+            mem += sys.getsizeof(self.deleted)
+        return mem
+
+    def active_mem(self) -> int:
+        """Bytes held by an active node (buffers include over-allocation). O(1)."""
+        mem = (sys.getsizeof(self) + sys.getsizeof(self.buf) + sys.getsizeof(self.ends)
+               + sys.getsizeof(self.tags) + sys.getsizeof(self.times))
+        if self.deleted is not None:
+            mem += sys.getsizeof(self.deleted)
+        return mem
+
+    def blob_parts(self) -> tuple[bytes, bytes]:
+        """``(header, body)`` of :meth:`blob` without concatenating them: a
+        snapshot writer can write both and skip one copy.  For a sealed node
+        ``body`` is the stored object itself (no copy, immutable) and the
+        header is O(blocks + distinct tags); for the active node the body is
+        serialised now (raw, O(size))."""
+        return Node.parts_of(self.capture_parts())
+
+    def capture_parts(self) -> tuple:
+        """What :meth:`blob_parts` needs, taken now and turned into bytes
+        later (:meth:`parts_of`), from any thread: for a sealed node,
+        references to its immutable parts, O(1) (eviction may drop the node
+        meanwhile: the references stay valid); for the active node,
+        :meth:`blob_parts` itself, O(size).  A snapshot's capture runs on
+        the event loop, its writing in a worker thread."""
+        if self.sealed:
+            return (self.start, self.cap_end - self.start, self.compressed, self.ends_code,
+                    self.buf_len, self.block_entries, self.first_time, self.last_time,
+                    self.raw_len, self.block_offs, self.tag_set, self.data)
+        body = self._body()
+        times = self.times
+        count = len(times)
+        ids = _pack_ids(set(self.tags))
+        return (pack_header(self.start, count, False, self.ends.typecode, len(self.buf),
+                            max(count, 1), times[0] if count else 0, times[-1] if count else 0,
+                            len(body), (0, len(body)), ids), body)
+
+    @staticmethod
+    def parts_of(captured: tuple) -> tuple[bytes, bytes]:
+        """``(header, body)`` of a node from its :meth:`capture_parts`."""
+        if len(captured) == 2:
+            return captured
+        (start, count, compressed, code, buf_len, be, first_time, last_time, raw_len, offs, ids,
+         data) = captured
+        return (pack_header(start, count, compressed, code, buf_len, be, first_time, last_time,
+                            raw_len, offs, ids), data)
+
+    def blob(self) -> bytes:
+        """Self-describing serialisation of this node, for snapshots
+        (version 3, see "Snapshots" in the module docstring).
+
+        A header: geometry, block geometry, the summary a sealed node keeps
+        (first and last time, raw length, distinct tag ids) and the frame
+        offsets; then the body.  Sealed node: the stored body as is (the
+        concatenated zstd frames of its blocks, or its one raw body), no
+        recompression.  Active node: its raw body as one block.  Tag ids in
+        the blob refer to the owning stream's tag table.  Deleted bitmaps are
+        not included (they change after sealing): save ``node.deleted``.
+        Little-endian on every host.  O(size) (one copy).
+        """
+        header, body = self.blob_parts()
+        return header + body
+
+    sealed_bytes = blob
+
+    @staticmethod
+    def header_length(blob) -> int:
+        """Length of the header that starts ``blob`` (see
+        :func:`engine.codec.header_length`). O(1)."""
+        return header_length(blob)
+
+    @classmethod
+    def from_blob(cls, blob, node_entries: int, check: bool = True) -> "Node":
+        """Rebuild a node from :meth:`blob` (any version: see
+        :meth:`from_parts`).  The body is copied once.  Raises ValueError
+        on a damaged blob."""
+        hlen = cls.header_length(blob)
+        view = memoryview(blob)
+        return cls.from_parts(view[:hlen], bytes(view[hlen:]), node_entries, check)
+
+    @classmethod
+    def from_parts(cls, header, body, node_entries: int, check: bool = True) -> "Node":
+        """Rebuild a node from the ``(header, body)`` of :meth:`blob_parts`
+        (``header`` exactly :meth:`header_length` bytes).  A full node comes
+        back sealed and keeps ``body`` itself as its stored data when it is a
+        ``bytes`` (else a copy); a partial one comes back as an active node.
+        Raises ValueError on a damaged blob.
+
+        Version 3, full node, ``check=False``: built from the header alone,
+        without decompressing anything: O(blocks + distinct tags), with
+        structural checks only (geometry, frame offsets, lengths).  For data
+        whose integrity is known otherwise (a checksum verified).
+        ``check=True``: every block is decompressed and checked, and the
+        summary compared with what the blocks hold, O(size).  Versions 1
+        and 2 carry no summary: always decompressed (a version-1 full
+        compressed node is re-cut into blocks)."""
+        (base, start, cap_end, count, code, buf_len, zst, be, nb, offs, summary,
+         version) = parse_header(header, node_entries)
+        if type(body) is not bytes:
+            body = bytes(body)
+        stored = body
+        if offs is None:  # version 1: one frame (or raw body)
+            offs = (0, len(stored))
+        if offs[0] != 0 or offs[-1] != len(stored) or list(offs) != sorted(offs):
+            raise ValueError("node blob has damaged block offsets")
+        full = start + count == cap_end
+        if full and summary is not None and not check:
+            return cls._from_summary(base, start, cap_end, code, buf_len, zst, be, offs, stored, summary)
+        blocks = []
+        raw_len = payload = 0
+        view = memoryview(stored)
+        for b in range(nb):
+            frame = stored if nb == 1 else view[offs[b]:offs[b + 1]]
+            try:
+                raw = _blocks._DCTX.decompress(frame) if zst else bytes(frame)
+            except zstandard.ZstdError as exc:
+                raise ValueError(f"node blob does not decompress: {exc}") from None
+            c = count - b * be
+            blk = _Block(None, b, raw, be if be < c else c, code)
+            last = blk.ends[len(blk.ends) - 1]
+            if (blk.ends[0] != 0 or last + ((-last) & 7) + len(blk.ends) * blk.ends.itemsize
+                    + 12 * len(blk.tags) != len(raw)):
+                raise ValueError("node blob has a damaged offset table")
+            blocks.append(blk)
+            raw_len += len(raw)
+            payload += last
+        del view
+        if payload != buf_len:
+            raise ValueError("node blob has the wrong length")
+        if full and (version != 1 or not zst):
+            if not zst and nb != 1:
+                raise ValueError("a raw node blob must be one block")
+            node = cls(base, start, cap_end)
+            node._set_sealed(stored, zst, be, offs, buf_len, raw_len, code, blocks[0].times[0],
+                             blocks[-1].times[len(blocks[-1].times) - 1])
+            ids: set[int] = set()
+            for blk in blocks:
+                ids.update(blk.tags)
+            node.tag_set = _pack_ids(ids)
+            # decoded blocks are not kept: the node is not in the LRU
+            node.blocks = [None] * nb if zst else [blocks[0]]
+            node.mem = node._sealed_mem()
+            if summary is not None and summary != (node.first_time, node.last_time, raw_len,
+                                                    node.tag_set):
+                raise ValueError("node blob summary does not match its blocks")
+            return node
+        # An active node, or a version-1 compressed node to cut into blocks.
+        payloads, ends, tags, times = _concat_tables(blocks, code)
+        if summary is not None and summary != (times[0], times[-1], raw_len, _pack_ids(set(tags))):
+            raise ValueError("node blob summary does not match its blocks")
+        node = cls(base, start, cap_end)
+        node.buf = bytearray(payloads)
+        node.ends, node.tags, node.times = ends, tags, times
+        if full:
+            node._seal(cache=False)
+        return node
+
+    def _set_sealed(self, stored: bytes, zst: bool, be: int, offs, buf_len: int, raw_len: int,
+                    code: str, first_time: int, last_time: int) -> None:
+        """Make this fresh node a sealed one holding ``stored`` (loading a blob)."""
+        self.buf = self.ends = self.tags = self.times = None
+        self.sealed = True
+        self.data = stored
+        self.compressed = zst
+        self.block_entries = be
+        self.block_offs = array("I" if len(stored) < 1 << 32 else "Q", offs)
+        self.buf_len = buf_len
+        self.raw_len = raw_len
+        self.ends_code = code
+        self.first_time = first_time
+        self.last_time = last_time
+
+    @classmethod
+    def _from_summary(cls, base: int, start: int, cap_end: int, code: str, buf_len: int, zst: bool,
+                      be: int, offs, stored: bytes, summary) -> "Node":
+        """A sealed node from a version-3 header and its stored body, not
+        decompressed: structural checks only. O(blocks + distinct tags)."""
+        first_time, last_time, raw_len, ids = summary
+        count = cap_end - start
+        nb = len(offs) - 1
+        esize = 4 if code == "I" else 8
+        tables = (count + nb) * esize + 12 * count  # every block's ends have a leading 0
+        if first_time > last_time:
+            raise ValueError("node blob summary has times going backwards")
+        node = cls(base, start, cap_end)
+        if zst:
+            if not (buf_len + tables <= raw_len <= buf_len + tables + 7 * nb
+                    and len(stored) <= raw_len - (raw_len >> _KEEP_SHIFT)):
+                raise ValueError("node blob summary does not match its geometry")
+            node.blocks = [None] * nb
+        else:
+            if nb != 1 or raw_len != len(stored):
+                raise ValueError("a raw node blob must be one block")
+            blk = _Block(None, 0, stored, count, code)  # permanent views; checks the size
+            last = blk.ends[count]
+            if (blk.ends[0] != 0 or last != buf_len
+                    or last + ((-last) & 7) + (count + 1) * esize + 12 * count != raw_len
+                    or blk.times[0] != first_time or blk.times[count - 1] != last_time):
+                raise ValueError("node blob has a damaged offset table")
+            node.blocks = [blk]
+        node._set_sealed(stored, zst, be, offs, buf_len, raw_len, code, first_time, last_time)
+        node.tag_set = ids
+        node.mem = node._sealed_mem()
+        return node
+
+    # -- decoded access ---------------------------------------------------
+    def _block(self, b: int) -> "_Block":
+        """Decoded block ``b`` of a sealed node, through the shared LRU."""
+        blk = self.blocks[b]
+        if blk is None:
+            return _decode_block(self, b)
+        if blk.lru:
+            _lru.move_to_end(blk)
+        return blk
+
+    def _block_list(self) -> list:
+        """Every decoded block of a sealed node, without touching the LRU
+        (blocks not cached are decompressed privately)."""
+        out = []
+        be = self.block_entries
+        count = self.cap_end - self.start
+        offs = self.block_offs
+        for b, blk in enumerate(self.blocks):
+            if blk is None:
+                c = count - b * be
+                blk = _Block(None, b, _blocks._DCTX.decompress(memoryview(self.data)[offs[b]:offs[b + 1]]),
+                             be if be < c else c, self.ends_code)
+            out.append(blk)
+        return out
+
+    def tables_at(self, p: int):
+        """``(buf, ends, tags, times, i)``: the decoded tables holding
+        position ``p`` of the node and ``p``'s index ``i`` in them (entry
+        ``p``'s payload is ``buf[ends[i]:ends[i + 1]]``).  For a sealed node
+        only the block of ``p`` is decoded (through the shared LRU); the
+        active node's tables are its own.  O(1), plus one block
+        decompression on a miss."""
+        if not self.sealed:
+            return self.buf, self.ends, self.tags, self.times, p
+        be = self.block_entries
+        b = p // be
+        blk = self._block(b)
+        return blk.buf, blk.ends, blk.tags, blk.times, p - b * be
+
+    def tag_id_at(self, p: int) -> int:
+        """Tag id of position ``p`` (decodes one block at most). O(1)."""
+        _, _, tags, _, i = self.tables_at(p)
+        return tags[i]
+
+    def time_at(self, p: int) -> int:
+        """Time of position ``p`` (decodes one block at most). O(1)."""
+        _, _, _, times, i = self.tables_at(p)
+        return times[i]
+
+    def decoded(self):
+        """``(buf, ends, tags, times)`` of the *whole* node (position ``p``
+        is index ``p``).  A multi-block sealed node is assembled from all of
+        its blocks into one LRU entry: O(node) on a miss, O(1) on a hit.
+        Prefer :meth:`tables_at` to reach a few entries."""
+        if not self.sealed:
+            return self.buf, self.ends, self.tags, self.times
+        if len(self.blocks) == 1:
+            blk = self._block(0)
+        else:
+            blk = self.whole
+            if blk is None:
+                blk = _decode_whole(self)
+            else:
+                _lru.move_to_end(blk)
+        return blk.buf, blk.ends, blk.tags, blk.times
+
+    def __repr__(self) -> str:
+        state = "sealed" if self.sealed else "active"
+        return f"<Node {state} base={self.base} start={self.start} count={self.count}>"
+
