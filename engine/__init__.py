@@ -9,7 +9,7 @@ glob.py, keyspace.py.
 No networking, no file I/O, no imports from other project packages.
 """
 
-from .blocks import clear_decoded_cache, decoded_cache_bytes, set_decoded_cache_limits
+from .blocks import BlockCache
 from .codec import BLOB_PREFIX
 from .glob import compile_glob, glob_match
 from .keyspace import Keyspace
@@ -18,7 +18,7 @@ from .stream import Entry, Stream, StreamConfig
 from .subjects import InvalidSubject, SubjectFilter, SubjectIndex, index_of, parse_filter
 
 __all__ = [
-    "BLOB_PREFIX", "Entry", "Keyspace", "Node", "Stream", "StreamConfig", "clear_decoded_cache",
-    "compile_glob", "decoded_cache_bytes", "glob_match", "set_decoded_cache_limits",
+    "BLOB_PREFIX", "BlockCache", "Entry", "Keyspace", "Node", "Stream", "StreamConfig",
+    "compile_glob", "glob_match",
     "InvalidSubject", "SubjectFilter", "SubjectIndex", "index_of", "parse_filter",
 ]

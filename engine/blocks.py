@@ -54,21 +54,14 @@ import zstandard
 if TYPE_CHECKING:
     from .node import Node
 
-# ---------------------------------------------------------------------------
-# Module-wide compression state.  Contexts are reused: creating a zstd context
-# costs far more than compressing one node.
-# ---------------------------------------------------------------------------
+__all__ = ["BLOCK_BYTES", "BlockCache", "FRESH_CACHED_BLOCKS"]
 
-COMPRESSION_LEVEL = 1  # level 1 vs 3: ~25% faster sealing for ~4% larger blobs
+COMPRESSION_LEVEL = 1  # level 1 vs 3: faster sealing for slightly larger blobs
 FAST_COMPRESSION_LEVEL = -1  # for streams whose payloads do not compress
-_CCTX = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL, write_content_size=True)
-_CCTX_FAST = zstandard.ZstdCompressor(level=FAST_COMPRESSION_LEVEL, write_content_size=True)
-_DCTX = zstandard.ZstdDecompressor()
 
-# Target raw size of one block of a compressed sealed node (see "Sealing,
-# blocks and the decoded-block cache" above).  Read when a node is sealed;
-# each node records its own block size, so changing it never invalidates
-# existing nodes or snapshots.
+# Target raw size of one block of a compressed sealed node (see "Sealing"
+# above).  Read when a node is sealed; each node records its own block size,
+# so changing it never invalidates existing nodes or snapshots.
 BLOCK_BYTES = 4096
 # A sealed node stays compressed when its frames save at least 1/2**_KEEP_SHIFT
 # of the raw size.  1/64: a read decompresses one small block, and a block
@@ -78,95 +71,10 @@ _KEEP_SHIFT = 6
 # Blocks of a freshly sealed node that enter the decoded cache at once.
 FRESH_CACHED_BLOCKS = 2
 
-DECODED_CACHE_BLOCKS = 512
+DECODED_CACHE_BLOCKS = 512               # default limits of a BlockCache
 DECODED_CACHE_BYTES = 64 * 1024 * 1024
-DECODED_CACHE_NODES = DECODED_CACHE_BLOCKS  # old name (the cache held whole nodes)
-_lru: "OrderedDict[_Block, None]" = OrderedDict()
-_lru_bytes = 0
 
 _LITTLE = sys.byteorder == "little"
-
-def set_decoded_cache_limits(max_blocks: int, max_bytes: int) -> None:
-    """Resize the process-wide decoded-block LRU: at most ``max_blocks``
-    blocks and ``max_bytes`` bytes (at least one block is kept)."""
-    global DECODED_CACHE_BLOCKS, DECODED_CACHE_BYTES, DECODED_CACHE_NODES
-    DECODED_CACHE_BLOCKS = DECODED_CACHE_NODES = max(1, int(max_blocks))
-    DECODED_CACHE_BYTES = max(0, int(max_bytes))
-    _lru_shrink()
-
-
-def clear_decoded_cache() -> None:
-    """Empty the shared decoded-block LRU (e.g. on FLUSHALL)."""
-    while _lru:
-        _lru_forget(next(iter(_lru)).node)
-
-
-def decoded_cache_bytes() -> int:
-    """Bytes held by the shared LRU: decompressed block bodies plus their
-    fixed per-block object overhead."""
-    return _lru_bytes
-
-
-def _lru_drop(blk: "_Block") -> None:
-    """Unlink a block that just left the LRU from its node."""
-    blk.lru = False
-    if blk.index < 0:
-        blk.node.whole = None
-    else:
-        blk.node.blocks[blk.index] = None
-
-
-def _lru_shrink() -> None:
-    global _lru_bytes
-    while _lru and (len(_lru) > DECODED_CACHE_BLOCKS
-                    or (_lru_bytes > DECODED_CACHE_BYTES and len(_lru) > 1)):
-        old, _ = _lru.popitem(last=False)
-        _lru_bytes -= old.nbytes
-        _lru_drop(old)
-
-
-def _lru_add(blk: "_Block") -> None:
-    global _lru_bytes
-    blk.lru = True
-    _lru[blk] = None
-    _lru_bytes += blk.nbytes
-    _lru_shrink()
-
-
-def _lru_forget(node: "Node") -> None:
-    """Drop every decoded block of ``node`` from the LRU."""
-    global _lru_bytes
-    blocks = node.blocks
-    if blocks is None:
-        return
-    for blk in (*blocks, node.whole):
-        if blk is not None and blk.lru:
-            del _lru[blk]
-            _lru_bytes -= blk.nbytes
-            _lru_drop(blk)
-
-
-def _decode_block(node: "Node", b: int) -> "_Block":
-    """Decompress block ``b`` of a compressed sealed node into the LRU."""
-    offs = node.block_offs
-    be = node.block_entries
-    # A bytes slice (a copy of one small frame) is cheaper than a memoryview.
-    raw = _DCTX.decompress(node.data[offs[b]:offs[b + 1]])
-    count = node.cap_end - node.start - b * be
-    blk = _Block(node, b, raw, be if be < count else count, node.ends_code)
-    node.blocks[b] = blk
-    _lru_add(blk)
-    return blk
-
-
-def _decode_whole(node: "Node") -> "_Block":
-    """Whole-node tables of a multi-block compressed node (for
-    :meth:`Node.decoded`), assembled from its blocks into the LRU."""
-    blk = _Block.from_tables(node, -1, *_concat_tables(node._block_list(), node.ends_code))
-    node.whole = blk
-    _lru_add(blk)
-    return blk
-
 
 # ---------------------------------------------------------------------------
 # Blocks
@@ -211,8 +119,8 @@ class _Block:
     block's payloads (its raw body), ``ends``/``tags``/``times`` are views
     over the body's tables, ``ends`` relative to the block's first payload
     byte.  ``index`` is the block's number in the node (-1: the whole node,
-    see :meth:`Node.decoded`).  ``lru`` tells whether it sits in the shared
-    LRU; a raw-stored node's single block is permanent instead (and has no
+    see :meth:`Node.decoded`).  ``lru`` tells whether it sits in a
+    :class:`BlockCache`; a raw-stored node's single block is permanent instead (and has no
     ``node`` back reference, so that no cycle keeps a dropped node alive)."""
 
     __slots__ = ("node", "index", "buf", "ends", "tags", "times", "nbytes", "lru")
@@ -254,3 +162,126 @@ class _Block:
 # (+1 for the managed buffer they share), and the bytes object's header.
 _VIEWS_OVERHEAD = _Block.__basicsize__ + 4 * sys.getsizeof(memoryview(b""))
 _BLOCK_OVERHEAD = _VIEWS_OVERHEAD + sys.getsizeof(b"")
+
+
+class BlockCache:
+    """The decoded-block LRU of one keyspace, and its zstd contexts.
+
+    One per :class:`engine.keyspace.Keyspace` (a standalone
+    :class:`engine.stream.Stream` makes its own): servers embedded in one
+    process share nothing, and one's FLUSHALL leaves another's cache alone.
+    At most ``max_blocks`` blocks and ``max_bytes`` bytes (each block's body
+    plus its fixed object overhead; at least one block is kept).  The zstd
+    contexts are created on first use and reused: creating a context costs
+    far more than compressing one node.  Not thread-safe (one event loop)."""
+
+    __slots__ = ("lru", "nbytes", "max_blocks", "max_bytes", "_cctx", "_cctx_fast", "_dctx")
+
+    def __init__(self, max_blocks: int = DECODED_CACHE_BLOCKS,
+                 max_bytes: int = DECODED_CACHE_BYTES) -> None:
+        self.lru: OrderedDict[_Block, None] = OrderedDict()
+        self.nbytes = 0  # bytes held: decoded bodies plus their object overhead
+        self.max_blocks = max(1, int(max_blocks))
+        self.max_bytes = max(0, int(max_bytes))
+        self._cctx: zstandard.ZstdCompressor | None = None
+        self._cctx_fast: zstandard.ZstdCompressor | None = None
+        self._dctx: zstandard.ZstdDecompressor | None = None
+
+    def __len__(self) -> int:
+        """Blocks held. O(1)."""
+        return len(self.lru)
+
+    # -- zstd ------------------------------------------------------------------
+    def compressor(self, fast: bool = False) -> zstandard.ZstdCompressor:
+        """The compression context (``fast``: the fast level). O(1)."""
+        if fast:
+            if self._cctx_fast is None:
+                self._cctx_fast = zstandard.ZstdCompressor(level=FAST_COMPRESSION_LEVEL,
+                                                           write_content_size=True)
+            return self._cctx_fast
+        if self._cctx is None:
+            self._cctx = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL, write_content_size=True)
+        return self._cctx
+
+    def decompress(self, frame) -> bytes:
+        """One zstd frame decompressed. O(frame)."""
+        dctx = self._dctx
+        if dctx is None:
+            dctx = self._dctx = zstandard.ZstdDecompressor()
+        return dctx.decompress(frame)
+
+    # -- the LRU -------------------------------------------------------------------
+    def set_limits(self, max_blocks: int, max_bytes: int) -> None:
+        """Resize: at most ``max_blocks`` blocks and ``max_bytes`` bytes (at
+        least one block is kept).  O(blocks evicted)."""
+        self.max_blocks = max(1, int(max_blocks))
+        self.max_bytes = max(0, int(max_bytes))
+        self._shrink()
+
+    def clear(self) -> None:
+        """Empty the cache (e.g. on FLUSHALL). O(blocks held)."""
+        lru = self.lru
+        while lru:
+            self.forget(next(iter(lru)).node)
+
+    @staticmethod
+    def _unlink(blk: _Block) -> None:
+        """Unlink a block that just left the LRU from its node."""
+        blk.lru = False
+        if blk.index < 0:
+            blk.node.whole = None
+        else:
+            blk.node.blocks[blk.index] = None
+
+    def _shrink(self) -> None:
+        lru = self.lru
+        while lru and (len(lru) > self.max_blocks
+                       or (self.nbytes > self.max_bytes and len(lru) > 1)):
+            old, _ = lru.popitem(last=False)
+            self.nbytes -= old.nbytes
+            self._unlink(old)
+
+    def add(self, blk: _Block) -> None:
+        """Put a freshly decoded block in the LRU (its node links it). O(1)."""
+        blk.lru = True
+        self.lru[blk] = None
+        self.nbytes += blk.nbytes
+        self._shrink()
+
+    def touch(self, blk: _Block) -> None:
+        """A hit: ``blk`` becomes the newest. O(1)."""
+        self.lru.move_to_end(blk)
+
+    def forget(self, node: Node) -> None:
+        """Drop every decoded block of ``node`` from the LRU. O(node's blocks)."""
+        blocks = node.blocks
+        if blocks is None:
+            return
+        lru = self.lru
+        for blk in (*blocks, node.whole):
+            if blk is not None and blk.lru:
+                del lru[blk]
+                self.nbytes -= blk.nbytes
+                self._unlink(blk)
+
+    def decode_block(self, node: Node, b: int) -> _Block:
+        """Decompress block ``b`` of a compressed sealed node into the LRU.
+        O(block)."""
+        offs = node.block_offs
+        be = node.block_entries
+        # A bytes slice (a copy of one small frame) is cheaper than a memoryview.
+        raw = self.decompress(node.data[offs[b]:offs[b + 1]])
+        count = node.cap_end - node.start - b * be
+        blk = _Block(node, b, raw, be if be < count else count, node.ends_code)
+        node.blocks[b] = blk
+        self.add(blk)
+        return blk
+
+    def decode_whole(self, node: Node) -> _Block:
+        """Whole-node tables of a multi-block compressed node (for
+        :meth:`Node.decoded`), assembled from its blocks into the LRU.
+        O(node)."""
+        blk = _Block.from_tables(node, -1, *_concat_tables(node._block_list(self), node.ends_code))
+        node.whole = blk
+        self.add(blk)
+        return blk

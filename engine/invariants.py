@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import sys
 
-from . import blocks as _blocks
-from .blocks import _BLOCK_OVERHEAD, _KEEP_SHIFT, _Block, _concat_tables, _lru
+from .blocks import _BLOCK_OVERHEAD, _KEEP_SHIFT, BlockCache, _Block, _concat_tables
 from .node import _popcount_range
 
-__all__ = ["check_stream"]
+__all__ = ["check_cache", "check_stream"]
 
 
 def check_stream(s) -> None:
@@ -44,7 +43,7 @@ def check_stream(s) -> None:
         _check_geometry(s, i, node)
         if node.sealed:
             assert node is not s._active
-            buf, ends, tags, times = _check_sealed(node)
+            buf, ends, tags, times = _check_sealed(node, s._cache)
             ids = set(tags)
             for tid in ids:
                 refs[tid] += 1
@@ -76,7 +75,7 @@ def check_stream(s) -> None:
         assert first_time is not None and first_time >= s._age_floor
     assert sealed_mem == s._sealed_mem
     _check_tag_table(s, refs, used)
-    _check_cache()
+    check_cache(s._cache)
 
 
 def _check_geometry(s, i: int, node) -> None:
@@ -89,7 +88,7 @@ def _check_geometry(s, i: int, node) -> None:
         assert node.start == node.base, "only the oldest node may start late"
 
 
-def _check_sealed(node):
+def _check_sealed(node, cache: BlockCache):
     """Block geometry, every block's body, the summary; returns the node's
     whole tables (decoded privately)."""
     assert isinstance(node.data, bytes)
@@ -108,7 +107,7 @@ def _check_sealed(node):
     raw_len = payload = 0
     for b in range(nb):
         frame = node.data[offs[b]:offs[b + 1]]
-        raw = _blocks._DCTX.decompress(frame) if node.compressed else frame
+        raw = cache.decompress(frame) if node.compressed else frame
         cnt = min(be, count - b * be)
         probe = _Block(None, b, raw, cnt, node.ends_code)
         pend = probe.ends[cnt]
@@ -118,16 +117,16 @@ def _check_sealed(node):
         payload += pend
         blk = blocks[b]
         if node.compressed and blk is not None:
-            assert blk.lru and blk in _lru and blk.node is node and blk.index == b, \
+            assert blk.lru and blk in cache.lru and blk.node is node and blk.index == b, \
                 "decoded outside the LRU"
             assert blk.buf == raw and blk.nbytes == len(raw) + _BLOCK_OVERHEAD
     assert raw_len == node.raw_len and payload == node.buf_len
     if node.compressed:
         assert len(node.data) <= raw_len - (raw_len >> _KEEP_SHIFT), "useless compression kept"
-    buf, ends, tags, times = _concat_tables(node._block_list(), node.ends_code)
+    buf, ends, tags, times = _concat_tables(node._block_list(cache), node.ends_code)
     whole = node.whole
     if whole is not None:
-        assert node.compressed and nb > 1 and whole.lru and whole in _lru
+        assert node.compressed and nb > 1 and whole.lru and whole in cache.lru
         assert whole.node is node and whole.index == -1
         assert (whole.buf == buf and list(whole.ends) == list(ends)
                 and list(whole.tags) == list(tags) and list(whole.times) == list(times))
@@ -180,11 +179,13 @@ def _check_tag_table(s, refs: list, used: set) -> None:
     assert s._tag_mem == sum(sys.getsizeof(t) for t in s._tag_id)
 
 
-def _check_cache() -> None:
-    """The decoded-block LRU: bounded, byte count exact, links exact."""
-    assert len(_lru) <= _blocks.DECODED_CACHE_BLOCKS
-    assert _blocks._lru_bytes == sum(x.nbytes for x in _lru)
-    for x in _lru:
+def check_cache(cache: BlockCache) -> None:
+    """A decoded-block cache: bounded, byte count exact, links exact.
+    O(blocks held)."""
+    lru = cache.lru
+    assert len(lru) <= cache.max_blocks
+    assert cache.nbytes == sum(x.nbytes for x in lru)
+    for x in lru:
         owner = x.node
         assert x.lru and owner.sealed and owner.compressed
         assert (owner.whole if x.index < 0 else owner.blocks[x.index]) is x

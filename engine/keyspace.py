@@ -17,14 +17,14 @@ from itertools import islice
 from sortedcontainers import SortedDict
 
 from .glob import compile_glob
-from .blocks import clear_decoded_cache
+from .blocks import BlockCache
 from .stream import Stream
 
 __all__ = ["Keyspace"]
 
 
 class Keyspace:
-    __slots__ = ("_streams", "_ids", "_by_id", "_next_id", "limit_pending")
+    __slots__ = ("_streams", "_ids", "_by_id", "_next_id", "limit_pending", "cache")
 
     def __init__(self) -> None:
         self._streams: dict[bytes, Stream] = {}
@@ -36,6 +36,10 @@ class Keyspace:
         # server, which logs them.  Per keyspace: servers embedded in one process
         # each see their own.
         self.limit_pending: set = set()
+        # The decoded-block LRU and zstd contexts of this keyspace's streams
+        # (engine/blocks.py): per keyspace, so that one server's FLUSHALL or
+        # cache limits never touch another's.
+        self.cache = BlockCache()
 
     @property
     def streams(self) -> dict:
@@ -81,7 +85,7 @@ class Keyspace:
         if stream is None:
             if type(key) is not bytes:
                 raise TypeError("key must be bytes")
-            stream = Stream(node_entries)
+            stream = Stream(node_entries, self.cache)
             self._register(key, stream)
         return stream
 
@@ -91,6 +95,7 @@ class Keyspace:
         if type(key) is not bytes:
             raise TypeError("key must be bytes")
         self.delete(key)
+        stream.use_cache(self.cache)
         self._register(key, stream)
 
     def delete(self, key: bytes) -> bool:
@@ -106,7 +111,7 @@ class Keyspace:
 
     def flush(self) -> None:
         """Remove every key. O(keys)."""
-        clear_decoded_cache()
+        self.cache.clear()
         for stream in self._streams.values():
             stream.limit_pending = None
         self.limit_pending.clear()

@@ -43,9 +43,8 @@ from itertools import accumulate
 import zstandard
 
 from . import blocks as _blocks
-from .blocks import (_CCTX, _CCTX_FAST, _KEEP_SHIFT, _LITTLE, _VIEWS_OVERHEAD,
-                     FRESH_CACHED_BLOCKS, _Block, _block_body, _concat_tables, _decode_block,
-                     _decode_whole, _lru, _lru_add)
+from .blocks import (_KEEP_SHIFT, _LITTLE, _VIEWS_OVERHEAD, FRESH_CACHED_BLOCKS, BlockCache, _Block,
+                     _block_body, _concat_tables)
 from .codec import _pack_ids, header_length, pack_header, parse_header
 
 __all__ = ["Node"]
@@ -130,12 +129,12 @@ class Node:
         """Serialise the active node's tables as one raw body."""
         return _block_body(self.buf, self.ends, self.tags, self.times)
 
-    def _seal(self, fast: bool = False, cache: bool = True) -> set[int]:
+    def _seal(self, cache: BlockCache, fast: bool = False, fresh: bool = True) -> set[int]:
         """Freeze a full active node: cut it into blocks of about
         ``BLOCK_BYTES`` raw bytes and compress each as its own zstd frame
         (``fast``: with the fast level), or keep one raw body when that does
-        not save 1/16; record its summary, drop the tables.  ``cache``: put
-        the fresh decoded blocks in the LRU.  Returns the distinct tag ids of
+        not save 1/64; record its summary, drop the tables.  ``fresh``: put
+        the newest decoded blocks in ``cache``'s LRU.  Returns the distinct tag ids of
         the node.  O(node)."""
         buf, ends, tags, times = self.buf, self.ends, self.tags, self.times
         count = len(times)
@@ -189,7 +188,7 @@ class Node:
             bodies = [_block_body(buf[el[a]:el[min(a + be, count)]],
                                   array(code, [e - el[a] for e in el[a:min(a + be, count) + 1]]),
                                   tags[a:a + be], times[a:a + be]) for a in range(0, count, be)]
-        ctx = _CCTX_FAST if fast else _CCTX
+        ctx = cache.compressor(fast)
         frames = [ctx.compress(body) for body in bodies]
         raw_len = sum(map(len, bodies))
         self.raw_len = raw_len
@@ -204,13 +203,13 @@ class Node:
             self.block_offs = array("I" if len(data) < 1 << 32 else "Q",
                                     [0, *accumulate(map(len, frames))])
             self.blocks = blocks = [None] * nb
-            if cache:
+            if fresh:
                 # Tail readers are the common case: keep the newest blocks
                 # decoded (the others cost one small decompression each).
                 for k in range(max(0, nb - FRESH_CACHED_BLOCKS), nb):
                     c = count - k * be
                     blocks[k] = blk = _Block(self, k, bodies[k], be if be < c else c, code)
-                    _lru_add(blk)
+                    cache.add(blk)
         else:
             self.data = data = bodies[0] if nb == 1 else _block_body(buf, ends, tags, times)
             self.raw_len = len(data)
@@ -300,16 +299,18 @@ class Node:
         return header_length(blob)
 
     @classmethod
-    def from_blob(cls, blob, node_entries: int, check: bool = True) -> "Node":
+    def from_blob(cls, blob, node_entries: int, check: bool = True,
+                  cache: BlockCache | None = None) -> "Node":
         """Rebuild a node from :meth:`blob` (any version: see
         :meth:`from_parts`).  The body is copied once.  Raises ValueError
         on a damaged blob."""
         hlen = cls.header_length(blob)
         view = memoryview(blob)
-        return cls.from_parts(view[:hlen], bytes(view[hlen:]), node_entries, check)
+        return cls.from_parts(view[:hlen], bytes(view[hlen:]), node_entries, check, cache)
 
     @classmethod
-    def from_parts(cls, header, body, node_entries: int, check: bool = True) -> "Node":
+    def from_parts(cls, header, body, node_entries: int, check: bool = True,
+                   cache: BlockCache | None = None) -> "Node":
         """Rebuild a node from the ``(header, body)`` of :meth:`blob_parts`
         (``header`` exactly :meth:`header_length` bytes).  A full node comes
         back sealed and keeps ``body`` itself as its stored data when it is a
@@ -334,6 +335,8 @@ class Node:
         if offs[0] != 0 or offs[-1] != len(stored) or list(offs) != sorted(offs):
             raise ValueError("node blob has damaged block offsets")
         full = start + count == cap_end
+        if cache is None:
+            cache = BlockCache()  # its zstd contexts only: a loaded node is not cached
         if full and summary is not None and not check:
             return cls._from_summary(base, start, cap_end, code, buf_len, zst, be, offs, stored, summary)
         blocks = []
@@ -342,7 +345,7 @@ class Node:
         for b in range(nb):
             frame = stored if nb == 1 else view[offs[b]:offs[b + 1]]
             try:
-                raw = _blocks._DCTX.decompress(frame) if zst else bytes(frame)
+                raw = cache.decompress(frame) if zst else bytes(frame)
             except zstandard.ZstdError as exc:
                 raise ValueError(f"node blob does not decompress: {exc}") from None
             c = count - b * be
@@ -382,7 +385,7 @@ class Node:
         node.buf = bytearray(payloads)
         node.ends, node.tags, node.times = ends, tags, times
         if full:
-            node._seal(cache=False)
+            node._seal(cache, fresh=False)
         return node
 
     def _set_sealed(self, stored: bytes, zst: bool, be: int, offs, buf_len: int, raw_len: int,
@@ -434,18 +437,20 @@ class Node:
         return node
 
     # -- decoded access ---------------------------------------------------
-    def _block(self, b: int) -> "_Block":
-        """Decoded block ``b`` of a sealed node, through the shared LRU."""
+    def _block(self, b: int, cache: BlockCache) -> _Block:
+        """Decoded block ``b`` of a sealed node, through ``cache``. O(1) on a
+        hit, O(block) on a miss."""
         blk = self.blocks[b]
         if blk is None:
-            return _decode_block(self, b)
+            return cache.decode_block(self, b)
         if blk.lru:
-            _lru.move_to_end(blk)
+            cache.touch(blk)
         return blk
 
-    def _block_list(self) -> list:
+    def _block_list(self, cache: BlockCache) -> list:
         """Every decoded block of a sealed node, without touching the LRU
-        (blocks not cached are decompressed privately)."""
+        (blocks not cached are decompressed privately, with ``cache``'s
+        context).  O(node)."""
         out = []
         be = self.block_entries
         count = self.cap_end - self.start
@@ -453,50 +458,57 @@ class Node:
         for b, blk in enumerate(self.blocks):
             if blk is None:
                 c = count - b * be
-                blk = _Block(None, b, _blocks._DCTX.decompress(memoryview(self.data)[offs[b]:offs[b + 1]]),
+                blk = _Block(None, b, cache.decompress(memoryview(self.data)[offs[b]:offs[b + 1]]),
                              be if be < c else c, self.ends_code)
             out.append(blk)
         return out
 
-    def tables_at(self, p: int):
+    def tables_at(self, p: int, cache: BlockCache):
         """``(buf, ends, tags, times, i)``: the decoded tables holding
         position ``p`` of the node and ``p``'s index ``i`` in them (entry
         ``p``'s payload is ``buf[ends[i]:ends[i + 1]]``).  For a sealed node
-        only the block of ``p`` is decoded (through the shared LRU); the
-        active node's tables are its own.  O(1), plus one block
-        decompression on a miss."""
+        only the block of ``p`` is decoded (through ``cache``, the owning
+        stream's); the active node's tables are its own.  O(1), plus one
+        block decompression on a miss."""
         if not self.sealed:
             return self.buf, self.ends, self.tags, self.times, p
         be = self.block_entries
         b = p // be
-        blk = self._block(b)
+        blk = self._block(b, cache)
         return blk.buf, blk.ends, blk.tags, blk.times, p - b * be
 
-    def tag_id_at(self, p: int) -> int:
+    def tag_id_at(self, p: int, cache: BlockCache) -> int:
         """Tag id of position ``p`` (decodes one block at most). O(1)."""
-        _, _, tags, _, i = self.tables_at(p)
+        _, _, tags, _, i = self.tables_at(p, cache)
         return tags[i]
 
-    def time_at(self, p: int) -> int:
+    def time_at(self, p: int, cache: BlockCache) -> int:
         """Time of position ``p`` (decodes one block at most). O(1)."""
-        _, _, _, times, i = self.tables_at(p)
+        _, _, _, times, i = self.tables_at(p, cache)
         return times[i]
 
-    def decoded(self):
+    def decoded(self, cache: BlockCache | None = None):
         """``(buf, ends, tags, times)`` of the *whole* node (position ``p``
         is index ``p``).  A multi-block sealed node is assembled from all of
-        its blocks into one LRU entry: O(node) on a miss, O(1) on a hit.
-        Prefer :meth:`tables_at` to reach a few entries."""
+        its blocks into one entry of ``cache``: O(node) on a miss, O(1) on a
+        hit.  Without a cache (a node read outside any stream, e.g. from a
+        snapshot file) it is decoded privately, O(node) every time.  Prefer
+        :meth:`tables_at` to reach a few entries."""
         if not self.sealed:
             return self.buf, self.ends, self.tags, self.times
+        if cache is None:
+            blks = self._block_list(BlockCache())
+            if len(blks) == 1:
+                return blks[0].buf, blks[0].ends, blks[0].tags, blks[0].times
+            return _concat_tables(blks, self.ends_code)
         if len(self.blocks) == 1:
-            blk = self._block(0)
+            blk = self._block(0, cache)
         else:
             blk = self.whole
             if blk is None:
-                blk = _decode_whole(self)
+                blk = cache.decode_whole(self)
             else:
-                _lru.move_to_end(blk)
+                cache.touch(blk)
         return blk.buf, blk.ends, blk.tags, blk.times
 
     def __repr__(self) -> str:

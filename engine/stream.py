@@ -69,7 +69,7 @@ from dataclasses import asdict, dataclass
 from itertools import accumulate, islice
 from typing import Iterator, NamedTuple
 
-from .blocks import _decode_block, _lru, _lru_forget
+from .blocks import BlockCache
 from .codec import BLOB_PREFIX, _le_array, _le_bytes
 from .node import Node, _popcount_range
 from .subjects import enforce_subject_limit  # JetStream per-subject limit (max_msgs_per_subject)
@@ -113,13 +113,17 @@ class Stream(TagTable):
         "_nodes", "_first_node_index",  # _active and the tag table: engine/tags.py
         "_deleted_held", "_sealed_mem", "_age_floor", "_fast_seal",
         "_subjects",  # JetStream subject index (engine/subjects.py), None until first needed
+        "_cache",  # the decoded-block cache (engine/blocks.py) of the keyspace
         "limit_pending",  # its keyspace's set of subject indexes with deletions to log, or None
     )
 
-    def __init__(self, node_entries: int = 1000) -> None:
+    def __init__(self, node_entries: int = 1000, cache: BlockCache | None = None) -> None:
         if node_entries < 1:
             raise ValueError("node_entries must be >= 1")
         self.config = StreamConfig()
+        # Decoded-block cache and zstd contexts: the keyspace's, shared by its
+        # streams (engine/blocks.py); a standalone stream makes its own.
+        self._cache = BlockCache() if cache is None else cache
         self.groups: dict = {}  # consumer group name -> engine.groups.Group
         self.node_entries = int(node_entries)
         self.first = 1
@@ -158,8 +162,8 @@ class Stream(TagTable):
     def memory_bytes(self) -> int:
         """Estimate of the memory this stream holds: sealed blobs, the active
         node's buffers (with over-allocation), deleted bitmaps, node objects,
-        the tag table and the stream object.  Decoded copies in the shared
-        LRU are not counted (see :func:`decoded_cache_bytes`).  O(1)."""
+        the tag table and the stream object.  Decoded copies in the
+        decoded-block cache are not counted (see :class:`BlockCache`).  O(1)."""
         mem = (sys.getsizeof(self) + sys.getsizeof(self._nodes) + sys.getsizeof(self.config)
                + self._sealed_mem + self._tag_mem
                + sys.getsizeof(self._tag_id) + sys.getsizeof(self._tag_list)
@@ -183,7 +187,7 @@ class Stream(TagTable):
     def _seal_active(self) -> None:
         node = self._active
         self._active = None
-        ids = node._seal(self._fast_seal)
+        ids = node._seal(self._cache, self._fast_seal)
         # Payloads that barely compress: seal the next node with the fast
         # level (the tables alone usually save ~10%, so "kept compressed" is
         # not the signal); a node that compresses well switches back.
@@ -342,9 +346,9 @@ class Stream(TagTable):
                 b = (offset - nstart) // be
                 blk = node.blocks[b]
                 if blk is None:
-                    blk = _decode_block(node, b)
+                    blk = self._cache.decode_block(node, b)
                 elif blk.lru:
-                    _lru.move_to_end(blk)
+                    self._cache.lru.move_to_end(blk)
                 buf = blk.buf
                 ends = blk.ends
                 tags = blk.tags
@@ -431,7 +435,7 @@ class Stream(TagTable):
         if loc is None:
             return None
         node, p = loc
-        buf, ends, tags, times, i = node.tables_at(p)
+        buf, ends, tags, times, i = node.tables_at(p, self._cache)
         return Entry(offset, self._tag_list[tags[i]], bytes(buf[ends[i]:ends[i + 1]]), times[i])
 
     def time_of(self, offset: int) -> int | None:
@@ -440,7 +444,7 @@ class Stream(TagTable):
         if loc is None:
             return None
         node, p = loc
-        return node.time_at(p)
+        return node.time_at(p, self._cache)
 
     def is_held(self, offset: int) -> bool:
         """True if ``offset`` holds an entry (neither evicted nor deleted). O(1)."""
@@ -459,7 +463,7 @@ class Stream(TagTable):
                 return
             node = self._nodes[(offset - 1) // n - self._first_node_index]
             p = offset - node.start
-            buf, ends, tags, times, i = node.tables_at(p)
+            buf, ends, tags, times, i = node.tables_at(p, self._cache)
             tag_list = self._tag_list
             # Up to the end of these tables (a block, or the active node's
             # tables as they grow: a widened offset table stops growing and
@@ -502,12 +506,12 @@ class Stream(TagTable):
         lo = b
         while lo < hi:  # first block whose newest time is >= t_ns (the last one is)
             mid = (lo + hi) // 2
-            times = node._block(mid).times
+            times = node._block(mid, self._cache).times
             if times[len(times) - 1] < t_ns:
                 lo = mid + 1
             else:
                 hi = mid
-        times = node._block(lo).times
+        times = node._block(lo, self._cache).times
         i0 = p0 - lo * be if lo == b else 0
         return node.start + lo * be + bisect_left(times, t_ns, i0, len(times))
 
@@ -585,7 +589,7 @@ class Stream(TagTable):
                 refs[tid] = n
                 if not n:
                     ids.append(tid)
-            _lru_forget(node)
+            self._cache.forget(node)
         else:
             ids = list(set(node.tags))  # refs 0: only the active node used them
             self._active = None
@@ -654,7 +658,7 @@ class Stream(TagTable):
         evicted = self._evict_to(target)
         if self.first < self.next_offset:
             node = self._nodes[(self.first - 1) // self.node_entries - self._first_node_index]
-            self._age_floor = node.time_at(self.first - node.start)
+            self._age_floor = node.time_at(self.first - node.start, self._cache)
         else:
             # Nothing held: later entries get times >= last_time (not >= the
             # cutoff, which may be ahead of the clock writers pass in).
@@ -678,18 +682,28 @@ class Stream(TagTable):
         return evicted
 
     def clear_cache(self) -> None:
-        """Drop this stream's blocks from the shared decoded LRU (call when
+        """Drop this stream's blocks from its decoded-block cache (call when
         the stream is deleted, so that its decoded blocks do not linger).
-        O(cache size)."""
+        O(min(cache size, nodes + blocks))."""
+        cache = self._cache
         nodes = self._nodes
-        n = self.node_entries
-        for blk in list(_lru):
-            if not blk.lru:
-                continue  # already dropped with an earlier block of its node
-            node = blk.node
-            k = (node.base - 1) // n - self._first_node_index
-            if 0 <= k < len(nodes) and nodes[k] is node:
-                _lru_forget(node)
+        if len(cache) < len(nodes):
+            mine = set(map(id, nodes))
+            for blk in list(cache.lru):
+                if blk.lru and id(blk.node) in mine:  # not dropped with an earlier block
+                    cache.forget(blk.node)
+        else:
+            for node in nodes:
+                if node.sealed and node.compressed:
+                    cache.forget(node)
+
+    def use_cache(self, cache: BlockCache) -> None:
+        """Make ``cache`` this stream's decoded-block cache (a stream joining
+        a keyspace), leaving the old one without this stream's blocks.
+        O(nodes + blocks)."""
+        if cache is not self._cache:
+            self.clear_cache()
+            self._cache = cache
 
     # -- snapshots --------------------------------------------------------------
     def export_state(self) -> dict:
@@ -713,7 +727,8 @@ class Stream(TagTable):
         }
 
     @classmethod
-    def from_state(cls, state: dict, check: bool = True) -> "Stream":
+    def from_state(cls, state: dict, check: bool = True,
+                   cache: BlockCache | None = None) -> "Stream":
         """Rebuild a stream from :meth:`export_state`; raises ValueError on
         inconsistent input.  An item of ``nodes`` may also hold a
         :class:`Node` already rebuilt (e.g. by :meth:`Node.from_parts`)
@@ -728,7 +743,7 @@ class Stream(TagTable):
         taken as given, with cheap consistency checks only (its length, zero
         for free ids, its sum against the nodes' tag-set sizes, each tag
         set's smallest and largest id): O(nodes + blocks + tags)."""
-        s = cls(state["node_entries"])
+        s = cls(state["node_entries"], cache)
         s.config = StreamConfig(**state["config"])
         s.first = state["first"]
         s.next_offset = state["next_offset"]
@@ -784,7 +799,7 @@ class Stream(TagTable):
         ids_total = 0
         prev_time = -(1 << 63)
         for i, (item, deleted) in enumerate(items):
-            node = item if isinstance(item, Node) else Node.from_blob(item, n, check)
+            node = item if isinstance(item, Node) else Node.from_blob(item, n, check, self._cache)
             if i == 0:
                 self._first_node_index = (node.start - 1) // n
             elif node.base != (self._first_node_index + i) * n + 1 or node.start != node.base:

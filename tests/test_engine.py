@@ -7,19 +7,46 @@ import random
 
 import pytest
 
-from tstream.engine import (Entry, Keyspace, Node, Stream, StreamConfig, compile_glob,
-                    decoded_cache_bytes, glob_match, set_decoded_cache_limits)
+from tstream.engine import (BlockCache, Entry, Keyspace, Node, Stream, StreamConfig, compile_glob,
+                    glob_match)
 from tstream.engine import blocks as blocks_mod, codec as codec_mod, stream as stream_mod
 
 T0 = 1_700_000_000_000_000_000  # a plausible "now" in ns
 
 
+# The standalone streams of these tests share one decoded-block cache (a
+# keyspace's streams do), so that the tests can watch and bound it.
+CACHE: list = []
+
+
 @pytest.fixture(autouse=True)
-def small_cache():
-    old = (blocks_mod.DECODED_CACHE_BLOCKS, blocks_mod.DECODED_CACHE_BYTES)
-    set_decoded_cache_limits(4, 1 << 30)
-    yield
-    set_decoded_cache_limits(*old)
+def small_cache(monkeypatch):
+    shared = BlockCache(4, 1 << 30)
+    monkeypatch.setattr(stream_mod, "BlockCache", lambda: shared)
+    CACHE[:] = [shared]
+    yield shared
+    CACHE.clear()
+
+
+def set_decoded_cache_limits(max_blocks: int, max_bytes: int) -> None:
+    CACHE[0].set_limits(max_blocks, max_bytes)
+
+
+def decoded_cache_bytes() -> int:
+    return CACHE[0].nbytes
+
+
+def clear_decoded_cache() -> None:
+    CACHE[0].clear()
+
+
+def lru():
+    return CACHE[0].lru
+
+
+def count_decompressions(monkeypatch, calls: list) -> None:
+    real = BlockCache.decompress
+    monkeypatch.setattr(BlockCache, "decompress", lambda self, b: calls.append(1) or real(self, b))
 
 
 def filled(n: int, node_entries: int = 3, tag=lambda i: b"t%d" % (i % 3),
@@ -436,12 +463,10 @@ def test_sealed_nodes_are_compressed_and_read_through_the_cache(monkeypatch):
         assert len(n.data) < n.buf_len  # really smaller
         # ~4 KiB raw blocks: 50 entries of ~150 bytes make 2 blocks of 25
         assert (n.nblocks, n.block_entries) == (2, 25)
-    blocks_mod.clear_decoded_cache()  # drops decoded views
+    clear_decoded_cache()  # drops decoded views
     assert nodes[0].blocks == [None, None] and nodes[0].buf is None
-    calls = []
-    real = blocks_mod._DCTX.decompress
-    monkeypatch.setattr(blocks_mod, "_DCTX", type("D", (), {
-        "decompress": staticmethod(lambda b: calls.append(1) or real(b))})())
+    calls: list = []
+    count_decompressions(monkeypatch, calls)
     got = s.read(3, 20)
     assert len(calls) == 1, "one decompression for one block"
     assert got == [[i + 1, b"t%d" % (i % 7), text(i)] for i in range(2, 22)]
@@ -473,13 +498,13 @@ def test_fresh_sealed_node_is_cached_and_cache_is_bounded():
     for i in range(100):
         s.append(b"t", text(i), T0)
     s._check()
-    assert len(blocks_mod._lru) == 3
-    assert decoded_cache_bytes() == sum(b.nbytes for b in blocks_mod._lru)
-    assert decoded_cache_bytes() > sum(len(b.buf) for b in blocks_mod._lru)  # + overhead
+    assert len(lru()) == 3
+    assert decoded_cache_bytes() == sum(b.nbytes for b in lru())
+    assert decoded_cache_bytes() > sum(len(b.buf) for b in lru())  # + overhead
     set_decoded_cache_limits(8, 1)  # byte budget keeps at least one block
-    assert len(blocks_mod._lru) == 1
+    assert len(lru()) == 1
     s.clear_cache()
-    assert len(blocks_mod._lru) == 0 and decoded_cache_bytes() == 0
+    assert len(lru()) == 0 and decoded_cache_bytes() == 0
     assert s.read(1, 100)[0] == [1, b"t", text(0)]
     s._check()
 
@@ -493,8 +518,8 @@ def test_node_blob_roundtrip():
         clone = Node.from_blob(node.blob(), 8)
         assert (clone.base, clone.start, clone.count, clone.sealed) == (
             node.base, node.start, node.count, node.sealed)
-        a = node.decoded()
-        b = clone.decoded()
+        a = node.decoded(CACHE[0])
+        b = clone.decoded(CACHE[0])
         assert bytes(a[0][:a[1][node.count]]) == bytes(b[0][:b[1][node.count]])
         assert list(a[1]) == list(b[1]) and list(a[2]) == list(b[2]) and list(a[3]) == list(b[3])
     assert sealed.sealed_bytes() == sealed.blob()
@@ -692,9 +717,9 @@ def test_clear_cache_only_touches_own_nodes():
     for i in range(30):
         a.append(b"a", text(i), T0)
         b.append(b"b", text(i), T0)
-    assert len(blocks_mod._lru) == 4
+    assert len(lru()) == 4
     a.clear_cache()
-    assert blocks_mod._lru and all(blk.node in b.node_list() for blk in blocks_mod._lru)
+    assert lru() and all(blk.node in b.node_list() for blk in lru())
     a._check()
     b._check()
 
@@ -760,10 +785,8 @@ def model_read(model: dict, nxt: int, off: int, count: int) -> list:
 
 
 def counting_decompressor(monkeypatch) -> list:
-    calls = []
-    real = blocks_mod._DCTX.decompress
-    monkeypatch.setattr(blocks_mod, "_DCTX", type("D", (), {
-        "decompress": staticmethod(lambda b: calls.append(1) or real(b))})())
+    calls: list = []
+    count_decompressions(monkeypatch, calls)
     return calls
 
 
@@ -824,7 +847,7 @@ def test_reads_spanning_blocks_and_nodes_match_a_model(small_blocks):
 def test_read_decompresses_only_the_blocks_it_touches(small_blocks, monkeypatch):
     set_decoded_cache_limits(1000, 1 << 30)
     s, model = blocky()
-    blocks_mod.clear_decoded_cache()
+    clear_decoded_cache()
     calls = counting_decompressor(monkeypatch)
     assert s.read(7, 3) == model_read(model, 96, 7, 3)         # inside block 1 of node 0
     assert len(calls) == 1
@@ -843,13 +866,13 @@ def test_read_decompresses_only_the_blocks_it_touches(small_blocks, monkeypatch)
 
 def test_fresh_blocks_are_cached_and_tail_reads_do_not_decompress(small_blocks, monkeypatch):
     set_decoded_cache_limits(1000, 1 << 30)
-    blocks_mod.clear_decoded_cache()
+    clear_decoded_cache()
     calls = counting_decompressor(monkeypatch)
     s, model = blocky(40)
     calls.clear()  # _check() decompresses privately
     # the newest FRESH_CACHED_BLOCKS blocks of each sealed node are decoded
     assert blocks_mod.FRESH_CACHED_BLOCKS == 2
-    cached = sorted((b.node.start, b.index) for b in blocks_mod._lru)
+    cached = sorted((b.node.start, b.index) for b in lru())
     assert cached == [(1, 2), (1, 3), (21, 2), (21, 3)]
     assert s.read(31, 10) == model_read(model, 41, 31, 10)
     assert calls == []
@@ -860,40 +883,40 @@ def test_fresh_blocks_are_cached_and_tail_reads_do_not_decompress(small_blocks, 
 def test_block_cache_is_bounded_by_count_and_bytes(small_blocks, monkeypatch):
     set_decoded_cache_limits(3, 1 << 30)
     s, model = blocky()
-    assert len(blocks_mod._lru) == 3
+    assert len(lru()) == 3
     s.read(1, 95)
-    assert len(blocks_mod._lru) == 3
+    assert len(lru()) == 3
     s._check()
-    one = max(b.nbytes for b in blocks_mod._lru)
+    one = max(b.nbytes for b in lru())
     set_decoded_cache_limits(100, 2 * one)
     s.read(1, 95)
-    assert 1 <= len(blocks_mod._lru) <= 2 and decoded_cache_bytes() <= 2 * one
-    assert decoded_cache_bytes() == sum(b.nbytes for b in blocks_mod._lru)
+    assert 1 <= len(lru()) <= 2 and decoded_cache_bytes() <= 2 * one
+    assert decoded_cache_bytes() == sum(b.nbytes for b in lru())
     s._check()
     set_decoded_cache_limits(100, 1)  # the byte budget keeps one block at least
-    assert len(blocks_mod._lru) == 1
+    assert len(lru()) == 1
     s._check()
 
 
 def test_whole_node_decode_is_one_cached_entry(small_blocks, monkeypatch):
     set_decoded_cache_limits(1000, 1 << 30)
     s, model = blocky()
-    blocks_mod.clear_decoded_cache()
+    clear_decoded_cache()
     node = s.node_list()[1]
     calls = counting_decompressor(monkeypatch)
-    buf, ends, tags, times = node.decoded()
+    buf, ends, tags, times = node.decoded(CACHE[0])
     assert len(calls) == node.nblocks
-    assert len(blocks_mod._lru) == 1 and node.whole is next(iter(blocks_mod._lru))
+    assert len(lru()) == 1 and node.whole is next(iter(lru()))
     for p in range(node.count):
         o = node.start + p
         assert bytes(buf[ends[p]:ends[p + 1]]) == model[o][1]
         assert s._tag_list[tags[p]] == model[o][0] and times[p] == model[o][2]
-        assert node.tag_id_at(p) == tags[p] and node.time_at(p) == times[p]
-    node.decoded()
+        assert node.tag_id_at(p, CACHE[0]) == tags[p] and node.time_at(p, CACHE[0]) == times[p]
+    node.decoded(CACHE[0])
     assert len(calls) == 2 * node.nblocks  # whole hit; tag_id_at/time_at decoded each block once
     s._check()
     s.clear_cache()
-    assert node.whole is None and not blocks_mod._lru and decoded_cache_bytes() == 0
+    assert node.whole is None and not lru() and decoded_cache_bytes() == 0
     s._check()
 
 
@@ -964,7 +987,7 @@ def test_block_blob_roundtrip(small_blocks):
         else:
             kinds.add("active")
         for p in range(node.count):
-            a, b = node.tables_at(p), clone.tables_at(p)
+            a, b = node.tables_at(p, CACHE[0]), clone.tables_at(p, CACHE[0])
             assert bytes(a[0][a[1][a[4]]:a[1][a[4] + 1]]) == bytes(b[0][b[1][b[4]]:b[1][b[4] + 1]])
             assert a[2][a[4]] == b[2][b[4]] and a[3][a[4]] == b[3][b[4]]
     assert kinds == {"compressed", "raw", "active"}
@@ -977,11 +1000,11 @@ def _v1_blob(node) -> bytes:
     """A node serialised the way blob version 1 did: one frame per node."""
     code = node.ends_code if node.sealed else node.ends.typecode
     if node.sealed:
-        body = blocks_mod._block_body(*blocks_mod._concat_tables(node._block_list(), code))
+        body = blocks_mod._block_body(*blocks_mod._concat_tables(node._block_list(CACHE[0]), code))
     else:
         body = node._body()
     flags = 1 if node.sealed and node.compressed else 0
-    stored = blocks_mod._CCTX.compress(body) if flags else body
+    stored = CACHE[0].compressor().compress(body) if flags else body
     return codec_mod._HDR.pack(b"TN", 1, flags, code.encode(), node.count, node.start,
                                 node.buf_len if node.sealed else len(node.buf)) + stored
 
@@ -1003,7 +1026,7 @@ def test_version_1_blobs_still_load(small_blocks):
     assert new[0].compressed and new[0].nblocks == old[0].nblocks  # re-blocked
     assert not new[2].compressed and new[2].nblocks == 1            # raw stays one block
     assert not new[-1].sealed
-    assert not blocks_mod._lru or all(b.node not in new for b in blocks_mod._lru)
+    assert not lru() or all(b.node not in new for b in lru())
 
 
 def test_damaged_block_blobs_are_rejected(small_blocks):
@@ -1038,7 +1061,7 @@ def test_damaged_block_blobs_are_rejected(small_blocks):
 def test_memory_bytes_counts_blocks_and_not_the_cache(small_blocks):
     s, _ = blocky()
     before = s.memory_bytes()
-    blocks_mod.clear_decoded_cache()
+    clear_decoded_cache()
     assert s.memory_bytes() == before
     s.read(1, 95)
     assert s.memory_bytes() == before
@@ -1064,7 +1087,7 @@ def test_wide_offset_table_in_blocks(small_blocks):
     node = s.node_list()[0]
     assert node.sealed and node.ends_code == "Q" and node.compressed and node.nblocks > 2
     s._check()
-    blocks_mod.clear_decoded_cache()
+    clear_decoded_cache()
     assert s.read(1, 8) == want
     assert [list(e)[:3] for e in s.iter_from(1)] == want
     clone = Stream.from_state(s.export_state())
@@ -1106,7 +1129,7 @@ def test_tag_sets_are_sorted():
     for i in range(80):
         s.append(b"tag-%d" % (37 * i % 29), b"x", T0 + i)
     for node in s.node_list():
-        assert node.tag_set.tolist() == sorted(set(node.decoded()[2]))
+        assert node.tag_set.tolist() == sorted(set(node.decoded(CACHE[0])[2]))
 
 
 def test_blob_summary_fields(small_blocks):
@@ -1126,7 +1149,7 @@ def test_blob_summary_fields(small_blocks):
         if node.sealed:
             kinds.add("compressed" if node.compressed else "raw")
             assert (first, last, raw_len) == (node.first_time, node.last_time, node.raw_len)
-            assert ids == node.tag_set.tolist() == sorted(set(node.decoded()[2]))
+            assert ids == node.tag_set.tolist() == sorted(set(node.decoded(CACHE[0])[2]))
         else:
             kinds.add("active")
             assert (first, last, raw_len) == (node.times[0], node.times[-1], len(body))
@@ -1143,12 +1166,12 @@ def test_unchecked_blobs_are_built_from_the_header(small_blocks, monkeypatch):
     s.delete(33)
     state = s.export_state()
     parts = [node.blob_parts() for node in s.node_list()]
-    blocks_mod.clear_decoded_cache()
-    real = blocks_mod._DCTX
-    monkeypatch.setattr(blocks_mod, "_DCTX", _NoDecompression())
+    clear_decoded_cache()
+    real = BlockCache.decompress
+    monkeypatch.setattr(BlockCache, "decompress", _NoDecompression.decompress)
     clones = [Node.from_parts(header, body, 20, check=False) for header, body in parts]
     clone = Stream.from_state(state, check=False)
-    monkeypatch.setattr(blocks_mod, "_DCTX", real)
+    monkeypatch.setattr(BlockCache, "decompress", real)
     for node, copy, (header, body) in zip(s.node_list(), clones, parts):
         assert (copy.base, copy.start, copy.count, copy.sealed) == (node.base, node.start, node.count, node.sealed)
         if node.sealed:
@@ -1269,3 +1292,45 @@ def test_from_state_tag_refs_are_checked():
         for check in (True, False):
             with pytest.raises(ValueError, match="reference counts"):
                 Stream.from_state(dict(state, tag_refs=given), check=check)
+
+
+def _fill(ks: Keyspace, key: bytes) -> Stream:
+    s = ks.get_or_create(key, 10)
+    for i in range(45):
+        s.append(b"t", b"payload %d " % i * 40, T0 + i)  # compressible: sealed compressed
+    return s
+
+
+def test_two_keyspaces_have_independent_block_caches():
+    a, b = Keyspace(), Keyspace()
+    assert a.cache is not b.cache
+    sa, sb = _fill(a, b"k"), _fill(b, b"k")
+    assert len(a.cache) and len(b.cache)
+    kept = list(b.cache.lru)
+    assert all(blk.node in sb.node_list() for blk in kept)
+    assert not any(blk.node in sb.node_list() for blk in a.cache.lru)
+    a.flush()  # FLUSHALL on one server
+    assert len(a.cache) == 0 and a.cache.nbytes == 0
+    assert list(b.cache.lru) == kept and all(blk.lru for blk in kept)
+    sb._check()
+    sa = _fill(a, b"k")
+    b.cache.set_limits(1, 1 << 30)  # one server's limits leave the other alone
+    assert len(b.cache) == 1 and len(a.cache) > 1
+    kept = list(a.cache.lru)
+    b.delete(b"k")
+    assert len(b.cache) == 0 and list(a.cache.lru) == kept
+    assert sa.read(1, 45) == [[i + 1, b"t", b"payload %d " % i * 40] for i in range(45)]
+    sa._check()
+
+
+def test_a_stream_put_in_a_keyspace_uses_its_cache():
+    ks = Keyspace()
+    s = Stream(10)
+    for i in range(45):
+        s.append(b"t", b"payload %d " % i * 40, T0 + i)
+    own = s._cache
+    assert own is not ks.cache and len(own)
+    ks.put(b"k", s)
+    assert s._cache is ks.cache and len(own) == 0
+    assert s.read(1, 45)[44] == [45, b"t", b"payload 44 " * 40]
+    s._check()

@@ -10,17 +10,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from tstream.engine import Keyspace, Stream, glob_match, set_decoded_cache_limits
-from tstream.engine import blocks as blocks_mod
+from tstream.engine import BlockCache, Keyspace, Stream, glob_match
+from tstream.engine import blocks as blocks_mod, keyspace as keyspace_mod, stream as stream_mod
 
 
 @pytest.fixture(autouse=True)
-def tiny_cache():
+def tiny_cache(monkeypatch):
     """A 2-block decoded cache makes decompression paths run constantly."""
-    old = (blocks_mod.DECODED_CACHE_BLOCKS, blocks_mod.DECODED_CACHE_BYTES)
-    set_decoded_cache_limits(2, 1 << 30)
-    yield
-    set_decoded_cache_limits(*old)
+    for module in (stream_mod, keyspace_mod):
+        monkeypatch.setattr(module, "BlockCache", lambda: BlockCache(2, 1 << 30))
 
 
 class Model:

@@ -224,22 +224,21 @@ class TestSnapshotLoad:
         assert not any(rich_r._tag_refs)
 
     def test_load_file_does_not_decompress(self, tmp_path, monkeypatch):
-        from tstream.engine import blocks as blocks_mod
+        from tstream.engine import BlockCache
 
         keyspace = rich_keyspace()
         path = str(tmp_path / "dump.tsr")
         snapshot.write(snapshot.capture(keyspace), path)
-        blocks_mod.clear_decoded_cache()
 
         class NoDecompression:
             def decompress(self, data):
                 raise AssertionError("a node was decompressed while loading")
 
-        real = blocks_mod._DCTX
-        monkeypatch.setattr(blocks_mod, "_DCTX", NoDecompression())
+        real = BlockCache.decompress
+        monkeypatch.setattr(BlockCache, "decompress", NoDecompression.decompress)
         loaded = snapshot.load_file(path)
         in_memory = snapshot.load(open(path, "rb").read(), path)
-        monkeypatch.setattr(blocks_mod, "_DCTX", real)
+        monkeypatch.setattr(BlockCache, "decompress", real)
         for streams in (loaded, in_memory):
             for key, stream in streams.items():
                 stream._check()
