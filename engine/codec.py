@@ -4,7 +4,7 @@
 self-describing serialisation of a node, version 3, little-endian::
 
     +----+---------+-------+------------+-------+-------+---------+  _HDR, 32 bytes
-    | TN | version | flags | ends code  | count | start | buf_len |  flags: 1 = zstd
+    | TN | version | flags | ends code  | count | start | buf_len |  flags: 1 = zstd, 2 = short
     +----+---------+-------+------------+-------+-------+---------+
     | block_entries u32 | nblocks u32 |                               _BLOCKS_HDR (v2+)
     +-------------------+-------------+-------------+--------------+
@@ -51,6 +51,7 @@ _SUMMARY = struct.Struct("<qqQcxxxI")
 _MAGIC = b"TN"
 _VERSION = 3  # 1: one frame (or raw body) per node; 2: no summary; both still loaded
 _FLAG_ZSTD = 1
+_FLAG_SHORT = 2  # sealed before its range was full (node_max_bytes): it ends at start + count
 # Bytes of a blob that always suffice to compute its header's length.
 BLOB_PREFIX = _HDR.size + _BLOCKS_HDR.size + _SUMMARY.size
 _LITTLE = sys.byteorder == "little"
@@ -105,11 +106,13 @@ def header_length(blob) -> int:
 
 
 def pack_header(start: int, count: int, compressed: bool, code: str, buf_len: int, be: int,
-                first_time: int, last_time: int, raw_len: int, offs, ids: array) -> bytes:
+                first_time: int, last_time: int, raw_len: int, offs, ids: array,
+                short: bool = False) -> bytes:
     """A version-3 header (``offs``: the nblocks + 1 frame offsets, ``ids``:
-    the sorted distinct tag ids).  O(blocks + ids)."""
-    return (_HDR.pack(_MAGIC, _VERSION, _FLAG_ZSTD if compressed else 0, code.encode(), count,
-                      start, buf_len)
+    the sorted distinct tag ids; ``short``: a node sealed before its range
+    was full).  O(blocks + ids)."""
+    flags = (_FLAG_ZSTD if compressed else 0) | (_FLAG_SHORT if short else 0)
+    return (_HDR.pack(_MAGIC, _VERSION, flags, code.encode(), count, start, buf_len)
             + _BLOCKS_HDR.pack(be, len(offs) - 1)
             + _SUMMARY.pack(first_time, last_time, raw_len, ids.typecode.encode(), len(ids))
             + struct.pack(f"<{len(offs)}Q", *offs) + _le_bytes(ids))
@@ -119,7 +122,7 @@ def parse_header(header, node_entries: int):
     """Parse a header of any version (exactly :func:`header_length` bytes)
     for nodes of ``node_entries`` offsets.  Returns ``(base, start, cap_end,
     count, code, buf_len, compressed, block_entries, nblocks, offs, summary,
-    version)`` where ``summary`` is ``(first_time, last_time, raw_len,
+    version, short)`` where ``summary`` is ``(first_time, last_time, raw_len,
     ids)`` (version 3) or None.  Raises ValueError on a bad header.
     O(blocks + ids)."""
     if header_length(header) != len(header):
@@ -132,6 +135,11 @@ def parse_header(header, node_entries: int):
     cap_end = base + node_entries
     if start < 1 or count < 1 or start + count > cap_end:
         raise ValueError("node blob does not fit the node size")
+    short = bool(flags & _FLAG_SHORT)
+    if short:
+        if start + count == cap_end:
+            raise ValueError("a short node blob fills its range")
+        cap_end = start + count
     summary = None
     if version == 1:
         be, nb, offs = count, 1, None
@@ -152,4 +160,4 @@ def parse_header(header, node_entries: int):
                 raise ValueError("node blob has a bad tag set")
             summary = (*summary[:3], ids)
     return (base, start, cap_end, count, code, buf_len, bool(flags & _FLAG_ZSTD), be, nb, offs,
-            summary, version)
+            summary, version, short)

@@ -5,7 +5,8 @@ privately (the decoded-block cache is not disturbed) and compares what it
 finds with the counters the stream keeps incrementally::
 
     offsets    first <= next_offset, _deleted_held, first never on a deleted entry
-    nodes      aligned, consecutive, only the oldest starts late, only the last is active
+    nodes      in their aligned range, consecutive, short only when sealed by bytes,
+               only the last is active, every offset finds its node
     sealed     block geometry, frame offsets, raw length, summary (times, tag set), mem
     entries    ends ascending, times non-decreasing across the stream, deleted bitmaps
     tag table  exact reference counts, free list exact, nothing leaked
@@ -79,13 +80,20 @@ def check_stream(s) -> None:
 
 
 def _check_geometry(s, i: int, node) -> None:
-    """The node's place: aligned on its range, only the oldest starts late."""
+    """The node's place: inside one aligned range, right after the previous
+    node; only a node sealed by bytes (``short``) ends before its range."""
     n = s.node_entries
-    assert node.base == (s._first_node_index + i) * n + 1, "node not aligned"
-    assert node.cap_end == node.base + n
-    assert node.base <= node.start < node.cap_end
+    assert node.base == (node.start - 1) // n * n + 1, "node not aligned"
+    assert node.base <= node.start < node.cap_end <= node.base + n
+    if node.short:
+        assert node.sealed and node.cap_end < node.base + n
+    else:
+        assert node.cap_end == node.base + n, "a node ends before its range unless short"
     if i:
-        assert node.start == node.base, "only the oldest node may start late"
+        assert node.start == s._nodes[i - 1].cap_end, "nodes not consecutive"
+    else:
+        assert s._first_node_index == (node.base - 1) // n
+    assert s._node_index(node.start) == i and s._node_index(node.cap_end - 1) == i
 
 
 def _check_sealed(node, cache: BlockCache):

@@ -18,13 +18,14 @@ from sortedcontainers import SortedDict
 
 from .glob import compile_glob
 from .blocks import BlockCache
-from .stream import Stream
+from .stream import NODE_MAX_BYTES, Stream
 
 __all__ = ["Keyspace"]
 
 
 class Keyspace:
-    __slots__ = ("_streams", "_ids", "_by_id", "_next_id", "limit_pending", "cache")
+    __slots__ = ("_streams", "_ids", "_by_id", "_next_id", "limit_pending", "cache",
+                 "node_max_bytes")
 
     def __init__(self) -> None:
         self._streams: dict[bytes, Stream] = {}
@@ -40,6 +41,9 @@ class Keyspace:
         # (engine/blocks.py): per keyspace, so that one server's FLUSHALL or
         # cache limits never touch another's.
         self.cache = BlockCache()
+        # Payload bytes of a node before it is sealed (0: no limit), given to
+        # the streams created or put from now on (server option node-max-bytes).
+        self.node_max_bytes = NODE_MAX_BYTES
 
     @property
     def streams(self) -> dict:
@@ -80,12 +84,12 @@ class Keyspace:
 
     def get_or_create(self, key: bytes, node_entries: int = 1000) -> Stream:
         """The stream at ``key``, created empty (with ``node_entries`` per
-        node) if absent. O(1), O(log keys) on creation."""
+        node, sealed at :attr:`node_max_bytes`) if absent. O(1), O(log keys) on creation."""
         stream = self._streams.get(key)
         if stream is None:
             if type(key) is not bytes:
                 raise TypeError("key must be bytes")
-            stream = Stream(node_entries, self.cache)
+            stream = Stream(node_entries, self.cache, self.node_max_bytes)
             self._register(key, stream)
         return stream
 
@@ -96,6 +100,7 @@ class Keyspace:
             raise TypeError("key must be bytes")
         self.delete(key)
         stream.use_cache(self.cache)
+        stream.node_max_bytes = self.node_max_bytes
         self._register(key, stream)
 
     def delete(self, key: bytes) -> bool:

@@ -1,7 +1,8 @@
 """A macro node: the entries of one aligned range of offsets.
 
-Every node covers a fixed, aligned range of ``N = node_entries`` offsets
-(engine/stream.py draws the list of nodes).  The last node of a stream is
+Every node covers a fixed, aligned range of ``N = node_entries`` offsets, or
+the start of one when sealed by bytes (engine/stream.py draws the list of
+nodes).  The last node of a stream is
 *active* (the only writable one); a full node is *sealed* once, then never
 changes (except its bitmap of deleted positions)::
 
@@ -19,7 +20,8 @@ changes (except its bitmap of deleted positions)::
     +--------------------------------+
 
 ``base`` is the node's aligned first offset ``k*N + 1`` and ``cap_end`` its
-aligned end ``(k+1)*N + 1`` (exclusive).  ``start`` is the first offset whose
+aligned end ``(k+1)*N + 1`` (exclusive), or, for a node sealed by bytes
+(``short``, see engine/stream.py), the offset after its last entry.  ``start`` is the first offset whose
 entry is physically stored in the node: normally ``base``, but after the whole
 stream was evicted the next write may land in the middle of a node's range and
 the new node simply starts there.  Entry ``offset`` sits at position ``p =
@@ -74,6 +76,7 @@ class Node:
 
     __slots__ = (
         "base", "start", "cap_end", "sealed",
+        "short",                 # sealed before its range was full (node_max_bytes)
         "buf", "ends", "tags", "times",  # active node only (None once sealed)
         "data", "compressed",    # sealed only: stored block frames / raw body
         "block_entries", "block_offs",  # sealed only: entries per block, frame offsets in data
@@ -91,6 +94,7 @@ class Node:
         self.start = start
         self.cap_end = cap_end
         self.sealed = False
+        self.short = False
         self.buf = bytearray()
         self.ends = array("I", (0,))
         self.tags = array("I")
@@ -255,7 +259,7 @@ class Node:
         if self.sealed:
             return (self.start, self.cap_end - self.start, self.compressed, self.ends_code,
                     self.buf_len, self.block_entries, self.first_time, self.last_time,
-                    self.raw_len, self.block_offs, self.tag_set, self.data)
+                    self.raw_len, self.block_offs, self.tag_set, self.data, self.short)
         body = self._body()
         times = self.times
         count = len(times)
@@ -270,9 +274,9 @@ class Node:
         if len(captured) == 2:
             return captured
         (start, count, compressed, code, buf_len, be, first_time, last_time, raw_len, offs, ids,
-         data) = captured
+         data, short) = captured
         return (pack_header(start, count, compressed, code, buf_len, be, first_time, last_time,
-                            raw_len, offs, ids), data)
+                            raw_len, offs, ids, short), data)
 
     def blob(self) -> bytes:
         """Self-describing serialisation of this node, for snapshots
@@ -326,7 +330,7 @@ class Node:
         and 2 carry no summary: always decompressed (a version-1 full
         compressed node is re-cut into blocks)."""
         (base, start, cap_end, count, code, buf_len, zst, be, nb, offs, summary,
-         version) = parse_header(header, node_entries)
+         version, short) = parse_header(header, node_entries)
         if type(body) is not bytes:
             body = bytes(body)
         stored = body
@@ -338,7 +342,10 @@ class Node:
         if cache is None:
             cache = BlockCache()  # its zstd contexts only: a loaded node is not cached
         if full and summary is not None and not check:
-            return cls._from_summary(base, start, cap_end, code, buf_len, zst, be, offs, stored, summary)
+            node = cls._from_summary(base, start, cap_end, code, buf_len, zst, be, offs, stored,
+                                     summary)
+            node.short = short
+            return node
         blocks = []
         raw_len = payload = 0
         view = memoryview(stored)
@@ -373,6 +380,7 @@ class Node:
             # decoded blocks are not kept: the node is not in the LRU
             node.blocks = [None] * nb if zst else [blocks[0]]
             node.mem = node._sealed_mem()
+            node.short = short
             if summary is not None and summary != (node.first_time, node.last_time, raw_len,
                                                     node.tag_set):
                 raise ValueError("node blob summary does not match its blocks")
@@ -385,6 +393,7 @@ class Node:
         node.buf = bytearray(payloads)
         node.ends, node.tags, node.times = ends, tags, times
         if full:
+            node.short = short
             node._seal(cache, fresh=False)
         return node
 

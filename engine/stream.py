@@ -5,7 +5,7 @@ Layout
 
 A stream is a Python list of *macro nodes* (engine/node.py).  Every node
 covers a fixed, aligned range of ``N = node_entries`` offsets (offsets start
-at 1)::
+at 1), unless sealed by bytes (below)::
 
     offsets    1 ......... N | N+1 ....... 2N | 2N+1 ...... 3N | 3N+1 ..(next_offset)..
     node idx        k=0      |      k=1       |      k=2       |      k=3 (active)
@@ -18,17 +18,32 @@ The sealed nodes are compressed in blocks (engine/blocks.py), the tags are
 interned per stream (engine/tags.py), a snapshot stores each node as a blob
 (engine/codec.py), and engine/invariants.py asserts the whole structure.
 
+Nodes sealed by bytes
+---------------------
+A node is also sealed when the next entry would take its payloads past
+``node_max_bytes`` (server option node-max-bytes, 1 MiB by default; 0: no
+limit), so that no seal compresses more than that (a single bigger entry gets
+a node of its own).  Such a *short* node ends before its aligned range; the
+next node starts right after it, in the same range, and ends at the range's
+end (or is short too)::
+
+    offsets    1 ........................ N | N+1 ......... 2N |
+    Stream._nodes = [ Node(1..40, short), Node(41..N) ] [ Node(k=1) ]
+
 O(1) seek
 ---------
-Because every node covers exactly ``N`` offsets and the list holds consecutive
-nodes, the node of an offset is pure arithmetic::
+While every aligned range holds one node, the node of an offset is pure
+arithmetic::
 
     nodes[(offset - 1) // N - _first_node_index]
 
-and the entry's position inside it is ``offset - node.start``.  No skiplist is
-needed (RCP 11 proposed one): eviction only ever removes whole nodes from the
-front (``del nodes[:k]``, then ``_first_node_index += k``), which keeps the
-arithmetic valid.  Evicting ``k`` nodes costs O(k) plus one memmove of the
+and the entry's position inside it is ``offset - node.start``.  The guess is
+checked (``node.start <= offset < node.cap_end``); where short nodes share
+ranges it misses and a bisection over the nodes' starts finds the node,
+O(log nodes) (:meth:`Stream._node_index`).  No skiplist is needed (RCP 11
+proposed one): eviction only ever removes whole nodes from the front (``del
+nodes[:k]``, then ``_first_node_index`` is the range of the new first node),
+which keeps the arithmetic valid.  Evicting ``k`` nodes costs O(k) plus one memmove of the
 remaining node pointers; reading ``count`` entries costs O(count) plus at most
 one decompression per sealed block touched.
 
@@ -64,9 +79,10 @@ from __future__ import annotations
 
 import sys
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import asdict, dataclass
 from itertools import accumulate, islice
+from operator import attrgetter
 from typing import Iterator, NamedTuple
 
 from .blocks import BlockCache
@@ -75,7 +91,11 @@ from .node import Node, _popcount_range
 from .subjects import enforce_subject_limit  # JetStream per-subject limit (max_msgs_per_subject)
 from .tags import TagTable
 
-__all__ = ["BLOB_PREFIX", "Entry", "Node", "Stream", "StreamConfig"]
+__all__ = ["BLOB_PREFIX", "NODE_MAX_BYTES", "Entry", "Node", "Stream", "StreamConfig"]
+
+NODE_MAX_BYTES = 1 << 20  # default payload bytes of a node before it is sealed (node-max-bytes)
+_NO_BYTE_LIMIT = 1 << 62  # node_max_bytes 0: a bound no node reaches
+_node_start = attrgetter("start")
 
 
 @dataclass
@@ -113,11 +133,13 @@ class Stream(TagTable):
         "_nodes", "_first_node_index",  # _active and the tag table: engine/tags.py
         "_deleted_held", "_sealed_mem", "_age_floor", "_fast_seal",
         "_subjects",  # JetStream subject index (engine/subjects.py), None until first needed
+        "_node_bytes",  # node_max_bytes, or a bound never reached when 0 (one test when appending)
         "_cache",  # the decoded-block cache (engine/blocks.py) of the keyspace
         "limit_pending",  # its keyspace's set of subject indexes with deletions to log, or None
     )
 
-    def __init__(self, node_entries: int = 1000, cache: BlockCache | None = None) -> None:
+    def __init__(self, node_entries: int = 1000, cache: BlockCache | None = None,
+                 node_max_bytes: int = NODE_MAX_BYTES) -> None:
         if node_entries < 1:
             raise ValueError("node_entries must be >= 1")
         self.config = StreamConfig()
@@ -126,6 +148,7 @@ class Stream(TagTable):
         self._cache = BlockCache() if cache is None else cache
         self.groups: dict = {}  # consumer group name -> engine.groups.Group
         self.node_entries = int(node_entries)
+        self.node_max_bytes = node_max_bytes
         self.first = 1
         self.next_offset = 1
         self.last_time = 0
@@ -140,6 +163,20 @@ class Stream(TagTable):
         self.limit_pending: set | None = None  # set by the Keyspace holding the stream
 
     # -- simple properties ---------------------------------------------------
+    @property
+    def node_max_bytes(self) -> int:
+        """Payload bytes a node may hold before it is sealed (0: no limit);
+        a single bigger entry gets a node of its own.  Applies to the nodes
+        written from now on. O(1)."""
+        return 0 if self._node_bytes == _NO_BYTE_LIMIT else self._node_bytes
+
+    @node_max_bytes.setter
+    def node_max_bytes(self, value: int) -> None:
+        value = int(value)
+        if value < 0:
+            raise ValueError("node_max_bytes must be >= 0")
+        self._node_bytes = value or _NO_BYTE_LIMIT
+
     @property
     def last(self) -> int:
         """Last offset written (``next_offset - 1``; 0 for a new stream). O(1)."""
@@ -172,6 +209,20 @@ class Stream(TagTable):
             mem += self._active.active_mem()
         return mem
 
+    # -- seeking -----------------------------------------------------------------
+    def _node_index(self, offset: int) -> int:
+        """Index in ``_nodes`` of the node holding ``offset`` (``first <=
+        offset < next_offset``, or ``offset`` in the active node's range).
+        O(1) by arithmetic while every aligned range holds one node; O(log
+        nodes) where nodes sealed by bytes share ranges."""
+        nodes = self._nodes
+        k = (offset - 1) // self.node_entries - self._first_node_index
+        if k < len(nodes):
+            node = nodes[k]
+            if node.start <= offset < node.cap_end:
+                return k
+        return bisect_right(nodes, offset, key=_node_start) - 1
+
     # -- writing -----------------------------------------------------------------
     def _open_node(self) -> Node:
         n = self.node_entries
@@ -184,9 +235,16 @@ class Stream(TagTable):
         self._active = node
         return node
 
-    def _seal_active(self) -> None:
+    def _seal_active(self, short: bool = False) -> None:
+        """Seal the active node: full, or ``short`` (the next entry would
+        make it pass ``node_max_bytes``: it ends at ``next_offset``)."""
         node = self._active
         self._active = None
+        if short:
+            node.cap_end = self.next_offset
+            node.short = True
+            if node.deleted is not None:  # sized for the whole range: trim (no bit is set there)
+                del node.deleted[(node.cap_end - node.start + 7) // 8:]
         ids = node._seal(self._cache, self._fast_seal)
         # Payloads that barely compress: seal the next node with the fast
         # level (the tables alone usually save ~10%, so "kept compressed" is
@@ -205,7 +263,8 @@ class Stream(TagTable):
 
     def append(self, tag: bytes, data: bytes, now_ns: int) -> int:
         """Append one entry; returns its offset.  O(1) amortised (sealing a
-        full node is O(node) once per ``node_entries`` appends), plus the
+        node is O(node) once per ``node_entries`` appends or
+        ``node_max_bytes`` bytes), plus the
         limits' evictions when ``config`` sets any.  ``tag`` must be bytes,
         ``data`` any bytes-like."""
         node = self._active
@@ -217,10 +276,20 @@ class Stream(TagTable):
             tid = self._intern(tag)
         buf = node.buf
         buf += data
+        end = len(buf)
+        if end > self._node_bytes and node.times:
+            # The entry would take the node past node_max_bytes: seal the node
+            # without it and start the next one with it (once per node).
+            del buf[node.ends[-1]:]
+            self._seal_active(short=True)
+            node = self._open_node()
+            buf = node.buf
+            buf += data
+            end = len(buf)
         try:
-            node.ends.append(len(buf))
+            node.ends.append(end)
         except OverflowError:
-            self._widen_ends(node, len(buf))
+            self._widen_ends(node, end)
         node.tags.append(tid)
         if now_ns > self.last_time:
             self.last_time = now_ns
@@ -285,6 +354,18 @@ class Stream(TagTable):
             buf = node.buf
             lens = list(map(len, datas if whole else datas[i:i + k]))
             chunk_len = sum(lens)
+            cut = False  # the chunk stops at node_max_bytes: seal after it
+            if len(buf) + chunk_len > self._node_bytes:
+                fit = bisect_right(list(accumulate(lens)), self._node_bytes - len(buf))
+                if not fit:
+                    if node.times:
+                        self._seal_active(short=True)
+                        continue
+                    fit = 1  # one entry bigger than the limit: a node of its own
+                if fit < k:
+                    k, whole, cut = fit, False, True
+                    del lens[k:]
+                    chunk_len = sum(lens)
             ends = node.ends
             if ends.typecode == "I" and len(buf) + chunk_len > 0xFFFFFFFF:
                 node.ends = ends = array("Q", ends)  # the buffer outgrows 4 GiB
@@ -298,6 +379,8 @@ class Stream(TagTable):
             self.next_offset += k
             if self.next_offset == node.cap_end:
                 self._seal_active()
+            elif cut:
+                self._seal_active(short=True)
         jview.release()
         # --- JetStream subject index hook (engine/subjects.py): once built only ---
         if self._subjects is not None:
@@ -332,12 +415,11 @@ class Stream(TagTable):
         else:
             out = []
         append = out.append
-        n = self.node_entries
         nodes = self._nodes
-        base_index = self._first_node_index
+        k = self._node_index(offset)
         tag_list = self._tag_list
         while offset < end:
-            node = nodes[(offset - 1) // n - base_index]
+            node = nodes[k]
             nstart = node.start
             stop = node.cap_end
             if node.sealed:
@@ -397,6 +479,8 @@ class Stream(TagTable):
                         data = buf[ends[i]:ends[i + 1]]
                         append([bstart + i, tag_list[tags[i]], data if sealed else bytes(data)])
             offset = stop
+            if stop == node.cap_end:
+                k += 1  # nodes are consecutive: the next one holds ``stop``
         return out
 
     def read_held(self, offset: int, count: int) -> tuple[list, int]:
@@ -421,7 +505,7 @@ class Stream(TagTable):
         """(node, position) of a held offset, else None. O(1)."""
         if offset < self.first or offset >= self.next_offset:
             return None
-        node = self._nodes[(offset - 1) // self.node_entries - self._first_node_index]
+        node = self._nodes[self._node_index(offset)]
         p = offset - node.start
         bits = node.deleted
         if bits is not None and bits[p >> 3] >> (p & 7) & 1:
@@ -455,13 +539,12 @@ class Stream(TagTable):
         skipped.  Lazy: O(1) per entry yielded plus one decompression per
         sealed block.  Writes, evictions and deletions made while the
         iterator is suspended are honoured as it reaches them."""
-        n = self.node_entries
         while True:
             if offset < self.first:
                 offset = self.first
             if offset >= self.next_offset:
                 return
-            node = self._nodes[(offset - 1) // n - self._first_node_index]
+            node = self._nodes[self._node_index(offset)]
             p = offset - node.start
             buf, ends, tags, times, i = node.tables_at(p, self._cache)
             tag_list = self._tag_list
@@ -546,28 +629,28 @@ class Stream(TagTable):
         """Deleted offsets in [a, b), a >= first. O(nodes in range)."""
         if not self._deleted_held:
             return 0
-        n = self.node_entries
         nodes = self._nodes
         total = 0
         off = a
+        k = self._node_index(a)
         while off < b:
-            node = nodes[(off - 1) // n - self._first_node_index]
+            node = nodes[k]
             stop = node.cap_end if node.cap_end < b else b
             if node.ndel:
                 total += _popcount_range(node.deleted, off - node.start, stop - node.start)
             off = stop
+            k += 1
         return total
 
     def _skip_deleted(self) -> None:
         """Move ``first`` over deleted entries (they become evicted)."""
         if not self._deleted_held:
             return
-        n = self.node_entries
         nodes = self._nodes
         first = self.first
         nxt = self.next_offset
         while first < nxt:
-            node = nodes[(first - 1) // n - self._first_node_index]
+            node = nodes[self._node_index(first)]
             bits = node.deleted
             if bits is None:
                 break
@@ -617,7 +700,8 @@ class Stream(TagTable):
             for node in nodes[:k]:
                 released += self._drop_node(node)
             del nodes[:k]
-            self._first_node_index += k
+            if nodes:
+                self._first_node_index = (nodes[0].base - 1) // self.node_entries
             if released:
                 self._free_unused(released)
 
@@ -657,7 +741,7 @@ class Stream(TagTable):
         target = self.offset_at_time(cutoff_ns)
         evicted = self._evict_to(target)
         if self.first < self.next_offset:
-            node = self._nodes[(self.first - 1) // self.node_entries - self._first_node_index]
+            node = self._nodes[self._node_index(self.first)]
             self._age_floor = node.time_at(self.first - node.start, self._cache)
         else:
             # Nothing held: later entries get times >= last_time (not >= the
@@ -727,8 +811,8 @@ class Stream(TagTable):
         }
 
     @classmethod
-    def from_state(cls, state: dict, check: bool = True,
-                   cache: BlockCache | None = None) -> "Stream":
+    def from_state(cls, state: dict, check: bool = True, cache: BlockCache | None = None,
+                   node_max_bytes: int = NODE_MAX_BYTES) -> "Stream":
         """Rebuild a stream from :meth:`export_state`; raises ValueError on
         inconsistent input.  An item of ``nodes`` may also hold a
         :class:`Node` already rebuilt (e.g. by :meth:`Node.from_parts`)
@@ -743,7 +827,7 @@ class Stream(TagTable):
         taken as given, with cheap consistency checks only (its length, zero
         for free ids, its sum against the nodes' tag-set sizes, each tag
         set's smallest and largest id): O(nodes + blocks + tags)."""
-        s = cls(state["node_entries"], cache)
+        s = cls(state["node_entries"], cache, node_max_bytes)
         s.config = StreamConfig(**state["config"])
         s.first = state["first"]
         s.next_offset = state["next_offset"]
@@ -801,10 +885,10 @@ class Stream(TagTable):
         for i, (item, deleted) in enumerate(items):
             node = item if isinstance(item, Node) else Node.from_blob(item, n, check, self._cache)
             if i == 0:
-                self._first_node_index = (node.start - 1) // n
-            elif node.base != (self._first_node_index + i) * n + 1 or node.start != node.base:
+                self._first_node_index = (node.base - 1) // n
+            elif node.start != self._nodes[-1].cap_end:
                 raise ValueError("node blobs are not consecutive")
-            if node.base != (self._first_node_index + i) * n + 1 or node.cap_end != node.base + n:
+            if node.cap_end > node.base + n or (node.cap_end != node.base + n and not node.short):
                 raise ValueError("node does not fit the node size")
             if node.sealed:
                 ids_total += self._load_tag_set(node.tag_set, recount)

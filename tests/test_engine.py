@@ -1334,3 +1334,160 @@ def test_a_stream_put_in_a_keyspace_uses_its_cache():
     assert s._cache is ks.cache and len(own) == 0
     assert s.read(1, 45)[44] == [45, b"t", b"payload 44 " * 40]
     s._check()
+
+
+# -- node-max-bytes: nodes sealed by bytes as well as by entry count ----------------
+
+def _sized(i: int) -> bytes:
+    """Payloads of varied sizes, some bigger than the test's 1000-byte limit."""
+    size = (37, 300, 999, 1000, 1001, 2500, 0, 450)[i % 8]
+    return (b"%d:" % i + b"x" * size)[:size] if size else b""
+
+
+def _assert_nodes_bounded(s: Stream, limit: int) -> None:
+    for node in s.node_list():
+        if node.sealed:
+            assert node.buf_len <= limit or node.count == 1, "a seal compressed more than the limit"
+        else:
+            assert len(node.buf) <= limit or node.count == 1
+
+
+def test_nodes_are_sealed_by_bytes():
+    s = Stream(10, node_max_bytes=1000)
+    model = []
+    for i in range(120):
+        data = _sized(i)
+        assert s.append(b"t%d" % (i % 3), data, T0 + i) == i + 1
+        model.append([i + 1, b"t%d" % (i % 3), data])
+        s._check()
+    _assert_nodes_bounded(s, 1000)
+    assert any(node.short for node in s.node_list()), "some nodes were sealed by bytes"
+    assert s.nodes > 120 // 10
+    assert s.read(1, 200) == model
+    assert [list(e[:3]) for e in s.iter_from(1)] == model
+    for off in (1, 7, 8, 9, 55, 120):
+        assert s.get(off) == Entry(off, model[off - 1][1], model[off - 1][2], T0 + off - 1)
+        assert s.offset_at_time(T0 + off - 1) == off
+    for start in range(1, 121, 13):
+        assert s.read(start, 17) == model[start - 1:start + 16]
+    assert s.read_held(5, 30) == (model[4:34], 35)
+
+
+def test_one_entry_bigger_than_the_limit_gets_a_node_of_its_own():
+    s = Stream(100, node_max_bytes=64)
+    s.append(b"a", b"small", T0)
+    s.append(b"a", b"B" * 500, T0 + 1)  # seals the first node, sits alone
+    s.append(b"a", b"c", T0 + 2)        # seals the big one
+    s._check()
+    counts = [node.count for node in s.node_list()]
+    assert counts == [1, 1, 1] and [n.short for n in s.node_list()] == [True, True, False]
+    assert s.read(1, 3) == [[1, b"a", b"small"], [2, b"a", b"B" * 500], [3, b"a", b"c"]]
+
+
+def test_append_many_seals_by_bytes_and_matches_single_appends():
+    one = Stream(10, node_max_bytes=1000)
+    many = Stream(10, node_max_bytes=1000)
+    flat = []
+    for i in range(200):
+        one.append(b"t", _sized(i), T0)
+        flat += [b"t", _sized(i)]
+    for at in range(0, len(flat), 26):  # batches crossing nodes and ranges
+        many.append_many(flat[at:at + 26], T0)
+        many._check()
+    one._check()
+    _assert_nodes_bounded(many, 1000)
+    assert [(n.start, n.cap_end) for n in many.node_list()] == \
+           [(n.start, n.cap_end) for n in one.node_list()]
+    assert many.read(1, 300) == one.read(1, 300)
+
+
+def test_no_byte_limit_keeps_aligned_nodes():
+    s = Stream(10, node_max_bytes=0)
+    for i in range(35):
+        s.append(b"t", b"z" * 5000, T0 + i)
+    assert [n.count for n in s.node_list()] == [10, 10, 10, 5]
+    assert not any(n.short for n in s.node_list())
+    with pytest.raises(ValueError):
+        s.node_max_bytes = -1
+    s._check()
+
+
+def test_evictions_and_deletes_across_nodes_sealed_by_bytes():
+    s = Stream(10, node_max_bytes=1000)
+    model = {}
+    for i in range(150):
+        s.append(b"t", _sized(i), T0 + i)
+        model[i + 1] = _sized(i)
+    for off in (3, 4, 5, 40, 41, 77):
+        assert s.delete(off)
+        del model[off]
+        s._check()
+    assert s.evict_through(2) == 2
+    for off in (1, 2):
+        model.pop(off)
+    s._check()
+    assert s.first == 6  # deleted 3, 4, 5 after the evicted ones
+    assert s.evict_keep(120) == len([o for o in model if o <= 30])
+    model = {o: d for o, d in model.items() if o > 30}
+    s._check()
+    assert s.evict_older_than(T0 + 60) == len([o for o in model if o <= 60])
+    model = {o: d for o, d in model.items() if o > 60}
+    s._check()
+    assert s.length == len(model)
+    assert [row for row in s.read(1, 200) if row] == [[o, b"t", d] for o, d in model.items()]
+    for o in range(1, 151):
+        assert s.is_held(o) == (o in model)
+    s.evict_through(150)
+    s._check()
+    assert s.nodes == 0 and s.length == 0
+    s.append(b"t", b"y" * 900, T0 + 200)  # lands mid-range, then bytes seal it
+    s.append(b"t", b"y" * 900, T0 + 201)
+    s._check()
+    assert s.read(151, 5) == [[151, b"t", b"y" * 900], [152, b"t", b"y" * 900]]
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_snapshot_state_round_trips_nodes_sealed_by_bytes(check):
+    s = Stream(10, node_max_bytes=1000)
+    for i in range(97):
+        s.append(b"t%d" % (i % 5), _sized(i), T0 + i)
+    s.delete(50)
+    s.evict_through(12)
+    state = s.export_state()
+    clone = Stream.from_state(state, check=check, node_max_bytes=1000)
+    clone._check()
+    assert [(n.start, n.cap_end, n.short) for n in clone.node_list()] == \
+           [(n.start, n.cap_end, n.short) for n in s.node_list()]
+    assert clone.read(1, 200) == s.read(1, 200)
+    for node in s.node_list():
+        header, body = node.blob_parts()
+        copy = Node.from_parts(header, body, 10, check=check)
+        assert (copy.start, copy.cap_end, copy.short, copy.sealed) == \
+               (node.start, node.cap_end, node.short, node.sealed)
+    for i in range(97, 130):  # the clone keeps writing by bytes
+        clone.append(b"t", _sized(i), T0 + i)
+        s.append(b"t", _sized(i), T0 + i)
+    clone._check()
+    assert clone.read(1, 200) == s.read(1, 200)
+
+
+def test_short_flag_on_a_full_range_is_refused():
+    s = Stream(4, node_max_bytes=0)
+    for i in range(4):
+        s.append(b"t", b"v%d" % i, T0)
+    header, body = s.node_list()[0].blob_parts()
+    bad = bytearray(header)
+    bad[3] |= 2  # the flags byte: "short", but the node fills its range
+    with pytest.raises(ValueError, match="short"):
+        Node.from_parts(bytes(bad), body, 4)
+
+
+def test_keyspace_gives_its_node_max_bytes_to_new_and_put_streams():
+    ks = Keyspace()
+    assert ks.get_or_create(b"a").node_max_bytes == 1 << 20
+    ks.node_max_bytes = 100
+    assert ks.get_or_create(b"b", 10).node_max_bytes == 100
+    assert ks.get(b"a").node_max_bytes == 1 << 20  # existing streams keep theirs
+    loaded = Stream(10, node_max_bytes=0)
+    ks.put(b"c", loaded)
+    assert loaded.node_max_bytes == 100

@@ -103,9 +103,9 @@ def compare(s: Stream, m: Model) -> None:
     assert s.last == m.next - 1
 
 
-def run_random(seed: int, steps: int, node_entries: int) -> None:
+def run_random(seed: int, steps: int, node_entries: int, node_max_bytes: int = 1 << 20) -> None:
     rng = random.Random(seed)
-    s = Stream(node_entries)
+    s = Stream(node_entries, node_max_bytes=node_max_bytes)
     m = Model()
     ntags = rng.choice([1, 3, 50, 10_000])  # 10_000: mostly unique tags
     now = 1_000_000_000
@@ -162,7 +162,7 @@ def run_random(seed: int, steps: int, node_entries: int) -> None:
             m.max_age_ms = s.config.max_age_ms = rng.choice([0, 0, 0, 10])
         elif op < 0.90:
             state = s.export_state()
-            s = Stream.from_state(state)
+            s = Stream.from_state(state, check=rng.random() < 0.5, node_max_bytes=node_max_bytes)
             s.config.max_len, s.config.max_age_ms = m.max_len, m.max_age_ms
         else:
             assert s.enforce_limits(now) == m.limits(now)
@@ -185,6 +185,14 @@ def test_random_against_model_small_blocks(seed, node_entries, block_bytes, monk
     """Sealed nodes of many blocks (1 byte: one entry per block)."""
     monkeypatch.setattr(blocks_mod, "BLOCK_BYTES", block_bytes)
     run_random(seed * 1000 + node_entries + 7 * block_bytes, 500, node_entries)
+
+
+@pytest.mark.parametrize("node_max_bytes", [1, 30, 100])
+@pytest.mark.parametrize("node_entries", [3, 16])
+@pytest.mark.parametrize("seed", range(3))
+def test_random_against_model_nodes_sealed_by_bytes(seed, node_entries, node_max_bytes):
+    """node-max-bytes: short nodes sharing ranges (1 byte: one entry per node)."""
+    run_random(seed * 1000 + node_entries + 11 * node_max_bytes, 600, node_entries, node_max_bytes)
 
 
 def test_random_long_unique_tags_do_not_leak():
