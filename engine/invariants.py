@@ -20,7 +20,8 @@ from __future__ import annotations
 import sys
 
 from .blocks import _BLOCK_OVERHEAD, _KEEP_SHIFT, BlockCache, _Block, _concat_tables
-from .node import _popcount_range
+from .node import ActiveNode, SealedNode, _popcount_range
+from .tags import SMALL_TAGS, TagDict
 
 __all__ = ["check_cache", "check_stream"]
 
@@ -99,8 +100,7 @@ def _check_geometry(s, i: int, node) -> None:
 def _check_sealed(node, cache: BlockCache):
     """Block geometry, every block's body, the summary; returns the node's
     whole tables (decoded privately)."""
-    assert isinstance(node.data, bytes)
-    assert node.buf is None and node.ends is None and node.tags is None
+    assert isinstance(node, SealedNode) and isinstance(node.data, bytes)
     count = node.cap_end - node.start
     be, blocks, offs = node.block_entries, node.blocks, node.block_offs
     nb = len(blocks)
@@ -146,7 +146,7 @@ def _check_sealed(node, cache: BlockCache):
 
 def _check_active(node):
     """The active node: its own tables, not full."""
-    assert node.data is None and node.blocks is None and isinstance(node.buf, bytearray)
+    assert isinstance(node, ActiveNode) and isinstance(node.buf, bytearray)
     count = len(node.times)
     assert count >= 1
     assert node.start + count < node.cap_end, "full node left unsealed"
@@ -174,17 +174,26 @@ def _check_deleted(s, node, count: int) -> int:
 
 
 def _check_tag_table(s, refs: list, used: set) -> None:
-    """Exact reference counts, nothing leaked, free list exact."""
-    assert s._tag_list[0] is None and refs[0] == 0
-    assert len(s._tag_refs) == len(s._tag_list)
+    """Exact reference counts, nothing leaked, free list and index exact."""
+    tag_list = s._tag_list
+    assert tag_list[0] is None and refs[0] == 0
+    if s._refs is not None:
+        assert len(s._refs) == len(tag_list)
     assert list(s._tag_refs) == refs, "tag reference counts"
-    live = {t for t in range(1, len(s._tag_list)) if s._tag_list[t] is not None}
+    live = {t for t in range(1, len(tag_list)) if tag_list[t] is not None}
     assert live == used, "tag table differs from the tags the nodes use"
-    assert sorted(s._free_ids) == sorted(set(range(1, len(s._tag_list))) - live)
-    assert len(s._tag_id) == len(live)
-    for tag, tid in s._tag_id.items():
-        assert s._tag_list[tid] == tag
-    assert s._tag_mem == sum(sys.getsizeof(t) for t in s._tag_id)
+    assert sorted(s._free_ids or ()) == sorted(set(range(1, len(tag_list))) - live)
+    assert s.tag_count() == len(live)
+    index = s._tag_index
+    if len(tag_list) <= SMALL_TAGS + 1 and type(index) is not TagDict:
+        assert index is tag_list, "a small table is its own index"
+    else:
+        assert type(index) is TagDict and len(index) == len(live)
+        for tag, tid in index.items():
+            assert tag_list[tid] == tag
+    for tid in live:
+        assert s._tag_lookup(tag_list[tid]) == tid
+    assert s._tag_mem == sum(sys.getsizeof(tag_list[t]) for t in live)
 
 
 def check_cache(cache: BlockCache) -> None:

@@ -49,7 +49,7 @@ from .blocks import (_KEEP_SHIFT, _LITTLE, _VIEWS_OVERHEAD, FRESH_CACHED_BLOCKS,
                      _block_body, _concat_tables)
 from .codec import _pack_ids, header_length, pack_header, parse_header
 
-__all__ = ["Node"]
+__all__ = ["ActiveNode", "Node", "SealedNode"]
 
 
 def _popcount_range(bits: bytearray, a: int, b: int) -> int:
@@ -60,186 +60,68 @@ def _popcount_range(bits: bytearray, a: int, b: int) -> int:
     return (v & ((1 << (b - a)) - 1)).bit_count()
 
 # ---------------------------------------------------------------------------
-# Macro node
+# Macro nodes: the base class, the active node, the sealed node
 # ---------------------------------------------------------------------------
 
 class Node:
     """One macro node: the entries of offsets ``[start, cap_end)`` at most.
 
-    See the module docstring for the layout.  Nodes are managed by
-    :class:`Stream`; the public surface for snapshots is :meth:`blob`
-    (alias :meth:`sealed_bytes`), :meth:`blob_parts` (:meth:`capture_parts`,
-    :meth:`parts_of`), :meth:`from_blob`,
-    :meth:`from_parts`, :meth:`header_length`, :attr:`count`, :attr:`sealed` and :attr:`deleted`; readers use
+    See the module docstring for the layout.  A node is an
+    :class:`ActiveNode` (the stream's last, writable) or a
+    :class:`SealedNode`; sealing makes a new sealed object that replaces the
+    active one in the stream (two small classes rather than one with the
+    fields of both: a key holding one entry pays for one small active node).
+    Nodes are managed by :class:`engine.stream.Stream`; the public surface
+    for snapshots is :meth:`blob` (alias :meth:`sealed_bytes`),
+    :meth:`blob_parts` (:meth:`capture_parts`, :meth:`parts_of`),
+    :meth:`from_blob`, :meth:`from_parts`, :meth:`header_length`,
+    :attr:`count`, :attr:`sealed` and :attr:`deleted`; readers use
     :meth:`tables_at` (one block) or :meth:`decoded` (the whole node).
     """
 
-    __slots__ = (
-        "base", "start", "cap_end", "sealed",
-        "short",                 # sealed before its range was full (node_max_bytes)
-        "buf", "ends", "tags", "times",  # active node only (None once sealed)
-        "data", "compressed",    # sealed only: stored block frames / raw body
-        "block_entries", "block_offs",  # sealed only: entries per block, frame offsets in data
-        "blocks",                # sealed only: per block its decoded _Block or None
-        "whole",                 # sealed only: whole-node _Block for decoded(), or None
-        "buf_len", "ends_code", "raw_len",  # sealed only: body geometry
-        "tag_set",               # sealed only: packed distinct tag ids
-        "first_time", "last_time",  # sealed only
-        "deleted", "ndel",       # bitmap of deleted positions (or None), count
-        "mem",
-    )
+    __slots__ = ("base", "start", "cap_end", "deleted", "ndel")
+
+    sealed = False
+    short = False  # sealed before its range was full (node_max_bytes); SealedNode keeps its own
 
     def __init__(self, base: int, start: int, cap_end: int) -> None:
         self.base = base
         self.start = start
         self.cap_end = cap_end
-        self.sealed = False
-        self.short = False
-        self.buf = bytearray()
-        self.ends = array("I", (0,))
-        self.tags = array("I")
-        self.times = array("q")
-        self.data = None
-        self.compressed = False
-        self.block_entries = 0
-        self.block_offs = None
-        self.blocks = None
-        self.whole = None
-        self.buf_len = 0
-        self.raw_len = 0
-        self.ends_code = "I"
-        self.tag_set = None
-        self.first_time = 0
-        self.last_time = 0
-        self.deleted = None
-        self.ndel = 0
-        self.mem = 0
+        self.deleted: bytearray | None = None  # bitmap of deleted positions
+        self.ndel = 0                          # bits set in it
 
-    # -- geometry ---------------------------------------------------------
     @property
     def count(self) -> int:
         """Entries physically stored (deleted ones included). O(1)."""
-        if self.sealed:
-            return self.cap_end - self.start
-        return len(self.times)
+        raise NotImplementedError
 
     @property
     def nblocks(self) -> int:
         """Blocks of a sealed node (1 when stored raw); 0 for the active node."""
-        return len(self.blocks) if self.sealed else 0
+        raise NotImplementedError
 
-    # -- serialisation ----------------------------------------------------
-    def _body(self) -> bytes:
-        """Serialise the active node's tables as one raw body."""
-        return _block_body(self.buf, self.ends, self.tags, self.times)
+    def capture_parts(self) -> tuple:
+        """See :meth:`ActiveNode.capture_parts` / :meth:`SealedNode.capture_parts`."""
+        raise NotImplementedError
 
-    def _seal(self, cache: BlockCache, fast: bool = False, fresh: bool = True) -> set[int]:
-        """Freeze a full active node: cut it into blocks of about
-        ``BLOCK_BYTES`` raw bytes and compress each as its own zstd frame
-        (``fast``: with the fast level), or keep one raw body when that does
-        not save 1/64; record its summary, drop the tables.  ``fresh``: put
-        the newest decoded blocks in ``cache``'s LRU.  Returns the distinct tag ids of
-        the node.  O(node)."""
-        buf, ends, tags, times = self.buf, self.ends, self.tags, self.times
-        count = len(times)
-        code = ends.typecode
-        self.buf_len = len(buf)
-        self.ends_code = code
-        self.first_time = times[0]
-        self.last_time = times[-1]
-        ids = set(tags)
-        self.tag_set = _pack_ids(ids)
-        # Entries per block: a fixed count per node (O(1) block lookup),
-        # chosen so that an average block holds ~BLOCK_BYTES raw bytes.
-        size = len(buf) + (count + 1) * ends.itemsize + 12 * count
-        be = _blocks.BLOCK_BYTES * count // size
-        if be >= count:
-            be, nb = count, 1
-        else:
-            nb = -(-count // (be or 1))
-            be = -(-count // nb)  # even the blocks out
-        if nb == 1:
-            bodies = [self._body()]
-        elif _LITTLE:
-            # The block bodies straight from byte views of the tables.  A
-            # block's ends are rebased (minus its first payload offset) with
-            # one big-int subtraction: every lane is >= the subtrahend, so no
-            # borrow crosses lanes (3x faster than a per-entry loop).
-            el = ends.tolist()
-            esize = ends.itemsize
-            mv = memoryview(buf)
-            eb = memoryview(ends).cast("B")
-            tb = memoryview(tags).cast("B")
-            mb = memoryview(times).cast("B")
-            join = b"".join
-            from_bytes = int.from_bytes
-            bodies = []
-            for a in range(0, count, be):
-                c = a + be if a + be < count else count
-                pa = el[a]
-                pc = el[c]
-                n = (c + 1 - a) * esize
-                rel = eb[a * esize:(c + 1) * esize]
-                if pa:
-                    rel = (from_bytes(rel, "little")
-                           - from_bytes(pa.to_bytes(esize, "little") * (c + 1 - a), "little")
-                           ).to_bytes(n, "little")
-                bodies.append(join((mv[pa:pc], bytes(-(pc - pa) & 7), rel, tb[4 * a:4 * c],
-                                    mb[8 * a:8 * c])))
-            del mv, eb, tb, mb, rel
-        else:  # pragma: no cover - big-endian hosts
-            el = ends.tolist()
-            bodies = [_block_body(buf[el[a]:el[min(a + be, count)]],
-                                  array(code, [e - el[a] for e in el[a:min(a + be, count) + 1]]),
-                                  tags[a:a + be], times[a:a + be]) for a in range(0, count, be)]
-        ctx = cache.compressor(fast)
-        frames = [ctx.compress(body) for body in bodies]
-        raw_len = sum(map(len, bodies))
-        self.raw_len = raw_len
-        self.sealed = True
-        self.buf = self.ends = self.tags = self.times = None
-        if sum(map(len, frames)) <= raw_len - (raw_len >> _KEEP_SHIFT):
-            # One exact-size object (python-zstandard over-allocates each
-            # frame to the compress bound and merely shortens it).
-            self.data = data = b"".join(frames)
-            self.compressed = True
-            self.block_entries = be
-            self.block_offs = array("I" if len(data) < 1 << 32 else "Q",
-                                    [0, *accumulate(map(len, frames))])
-            self.blocks = blocks = [None] * nb
-            if fresh:
-                # Tail readers are the common case: keep the newest blocks
-                # decoded (the others cost one small decompression each).
-                for k in range(max(0, nb - FRESH_CACHED_BLOCKS), nb):
-                    c = count - k * be
-                    blocks[k] = blk = _Block(self, k, bodies[k], be if be < c else c, code)
-                    cache.add(blk)
-        else:
-            self.data = data = bodies[0] if nb == 1 else _block_body(buf, ends, tags, times)
-            self.raw_len = len(data)
-            self.compressed = False
-            self.block_entries = count
-            self.block_offs = array("I" if len(data) < 1 << 32 else "Q", (0, len(data)))
-            self.blocks = [_Block(None, 0, data, count, code)]  # permanent views
-        self.mem = self._sealed_mem()
-        return ids
+    def tables_at(self, p: int, cache: BlockCache):
+        """See :meth:`ActiveNode.tables_at` / :meth:`SealedNode.tables_at`."""
+        raise NotImplementedError
 
-    def _sealed_mem(self) -> int:
-        mem = (sys.getsizeof(self) + sys.getsizeof(self.data) + sys.getsizeof(self.tag_set)
-               + sys.getsizeof(self.block_offs) + sys.getsizeof(self.blocks))
-        if not self.compressed:  # permanent views over the raw body
-            mem += _VIEWS_OVERHEAD
-        if self.deleted is not None:
-            mem += sys.getsizeof(self.deleted)
-        return mem
+    def decoded(self, cache: BlockCache | None = None):
+        """See :meth:`ActiveNode.decoded` / :meth:`SealedNode.decoded`."""
+        raise NotImplementedError
 
-    def active_mem(self) -> int:
-        """Bytes held by an active node (buffers include over-allocation). O(1)."""
-        mem = (sys.getsizeof(self) + sys.getsizeof(self.buf) + sys.getsizeof(self.ends)
-               + sys.getsizeof(self.tags) + sys.getsizeof(self.times))
-        if self.deleted is not None:
-            mem += sys.getsizeof(self.deleted)
-        return mem
+    def tag_id_at(self, p: int, cache: BlockCache) -> int:
+        """Tag id of position ``p`` (decodes one block at most). O(1)."""
+        _, _, tags, _, i = self.tables_at(p, cache)
+        return tags[i]
+
+    def time_at(self, p: int, cache: BlockCache) -> int:
+        """Time of position ``p`` (decodes one block at most). O(1)."""
+        _, _, _, times, i = self.tables_at(p, cache)
+        return times[i]
 
     def blob_parts(self) -> tuple[bytes, bytes]:
         """``(header, body)`` of :meth:`blob` without concatenating them: a
@@ -248,25 +130,6 @@ class Node:
         header is O(blocks + distinct tags); for the active node the body is
         serialised now (raw, O(size))."""
         return Node.parts_of(self.capture_parts())
-
-    def capture_parts(self) -> tuple:
-        """What :meth:`blob_parts` needs, taken now and turned into bytes
-        later (:meth:`parts_of`), from any thread: for a sealed node,
-        references to its immutable parts, O(1) (eviction may drop the node
-        meanwhile: the references stay valid); for the active node,
-        :meth:`blob_parts` itself, O(size).  A snapshot's capture runs on
-        the event loop, its writing in a worker thread."""
-        if self.sealed:
-            return (self.start, self.cap_end - self.start, self.compressed, self.ends_code,
-                    self.buf_len, self.block_entries, self.first_time, self.last_time,
-                    self.raw_len, self.block_offs, self.tag_set, self.data, self.short)
-        body = self._body()
-        times = self.times
-        count = len(times)
-        ids = _pack_ids(set(self.tags))
-        return (pack_header(self.start, count, False, self.ends.typecode, len(self.buf),
-                            max(count, 1), times[0] if count else 0, times[-1] if count else 0,
-                            len(body), (0, len(body)), ids), body)
 
     @staticmethod
     def parts_of(captured: tuple) -> tuple[bytes, bytes]:
@@ -342,8 +205,8 @@ class Node:
         if cache is None:
             cache = BlockCache()  # its zstd contexts only: a loaded node is not cached
         if full and summary is not None and not check:
-            node = cls._from_summary(base, start, cap_end, code, buf_len, zst, be, offs, stored,
-                                     summary)
+            node = SealedNode._from_summary(base, start, cap_end, code, buf_len, zst, be, offs,
+                                            stored, summary)
             node.short = short
             return node
         blocks = []
@@ -370,7 +233,7 @@ class Node:
         if full and (version != 1 or not zst):
             if not zst and nb != 1:
                 raise ValueError("a raw node blob must be one block")
-            node = cls(base, start, cap_end)
+            node = SealedNode(base, start, cap_end)
             node._set_sealed(stored, zst, be, offs, buf_len, raw_len, code, blocks[0].times[0],
                              blocks[-1].times[len(blocks[-1].times) - 1])
             ids: set[int] = set()
@@ -389,19 +252,253 @@ class Node:
         payloads, ends, tags, times = _concat_tables(blocks, code)
         if summary is not None and summary != (times[0], times[-1], raw_len, _pack_ids(set(tags))):
             raise ValueError("node blob summary does not match its blocks")
-        node = cls(base, start, cap_end)
-        node.buf = bytearray(payloads)
-        node.ends, node.tags, node.times = ends, tags, times
+        active = ActiveNode(base, start, cap_end, bytearray(payloads), ends, tags, times)
         if full:
-            node.short = short
-            node._seal(cache, fresh=False)
-        return node
+            return active.seal(cache, fresh=False, short=short)[0]
+        return active
+
+    def __repr__(self) -> str:
+        state = "sealed" if self.sealed else "active"
+        return f"<Node {state} base={self.base} start={self.start} count={self.count}>"
+
+
+class ActiveNode(Node):
+    """The writable last node of a stream: its own tables, growing in place::
+
+        buf   : bytearray  "aaa|bbbb|cc|"     payloads
+        ends  : array('I') [0, 3, 7, 9]       end of each payload (leading 0)
+        tags  : array('I') [5, 2, 5]          tag ids (engine/tags.py)
+        times : array('q') [t0, t1, t2]       ns since the epoch
+    """
+
+    __slots__ = ("buf", "ends", "tags", "times")
+
+    def __init__(self, base: int, start: int, cap_end: int, buf: bytearray | None = None,
+                 ends: array | None = None, tags: array | None = None,
+                 times: array | None = None) -> None:
+        super().__init__(base, start, cap_end)
+        self.buf = bytearray() if buf is None else buf
+        self.ends = array("I", (0,)) if ends is None else ends
+        self.tags = array("I") if tags is None else tags
+        self.times = array("q") if times is None else times
+
+    @classmethod
+    def with_entry(cls, base: int, start: int, cap_end: int, data, tid: int,
+                   time_ns: int) -> "ActiveNode":
+        """A new active node holding one entry, its tables allocated at their
+        exact size (a key of one entry keeps them so). O(len(data))."""
+        buf = bytearray(data)
+        return cls(base, start, cap_end, buf, array("I", (0, len(buf))), array("I", (tid,)),
+                   array("q", (time_ns,)))
+
+    @property
+    def count(self) -> int:
+        """Entries stored so far. O(1)."""
+        return len(self.times)
+
+    @property
+    def nblocks(self) -> int:
+        """0: the active node has no blocks."""
+        return 0
+
+    def _body(self) -> bytes:
+        """Serialise the active node's tables as one raw body."""
+        return _block_body(self.buf, self.ends, self.tags, self.times)
+
+    def seal(self, cache: BlockCache, fast: bool = False, fresh: bool = True,
+             short: bool = False) -> tuple["SealedNode", set[int]]:
+        """The sealed node of this active one, and its distinct tag ids: cut
+        into blocks of about ``BLOCK_BYTES`` raw bytes, each compressed as
+        its own zstd frame (``fast``: with the fast level), or one raw body
+        when that does not save 1/64.  ``short``: sealed by bytes, before the
+        range is full (the node ends after its last entry).  ``fresh``: put
+        the newest decoded blocks in ``cache``'s LRU.  This object is spent
+        (its tables dropped).  O(node)."""
+        buf, ends, tags, times = self.buf, self.ends, self.tags, self.times
+        count = len(times)
+        code = ends.typecode
+        node = SealedNode(self.base, self.start, self.start + count if short else self.cap_end)
+        node.short = short
+        if self.deleted is not None:  # sized for the range; a short node's is trimmed
+            node.deleted = self.deleted[:(node.cap_end - node.start + 7) // 8]
+            node.ndel = self.ndel
+        node.buf_len = len(buf)
+        node.ends_code = code
+        node.first_time = times[0]
+        node.last_time = times[-1]
+        ids = set(tags)
+        node.tag_set = _pack_ids(ids)
+        # Entries per block: a fixed count per node (O(1) block lookup),
+        # chosen so that an average block holds ~BLOCK_BYTES raw bytes.
+        size = len(buf) + (count + 1) * ends.itemsize + 12 * count
+        be = _blocks.BLOCK_BYTES * count // size
+        if be >= count:
+            be, nb = count, 1
+        else:
+            nb = -(-count // (be or 1))
+            be = -(-count // nb)  # even the blocks out
+        if nb == 1:
+            bodies = [self._body()]
+        elif _LITTLE:
+            # The block bodies straight from byte views of the tables.  A
+            # block's ends are rebased (minus its first payload offset) with
+            # one big-int subtraction: every lane is >= the subtrahend, so no
+            # borrow crosses lanes (3x faster than a per-entry loop).
+            el = ends.tolist()
+            esize = ends.itemsize
+            mv = memoryview(buf)
+            eb = memoryview(ends).cast("B")
+            tb = memoryview(tags).cast("B")
+            mb = memoryview(times).cast("B")
+            join = b"".join
+            from_bytes = int.from_bytes
+            bodies = []
+            for a in range(0, count, be):
+                c = a + be if a + be < count else count
+                pa = el[a]
+                pc = el[c]
+                n = (c + 1 - a) * esize
+                rel = eb[a * esize:(c + 1) * esize]
+                if pa:
+                    rel = (from_bytes(rel, "little")
+                           - from_bytes(pa.to_bytes(esize, "little") * (c + 1 - a), "little")
+                           ).to_bytes(n, "little")
+                bodies.append(join((mv[pa:pc], bytes(-(pc - pa) & 7), rel, tb[4 * a:4 * c],
+                                    mb[8 * a:8 * c])))
+            del mv, eb, tb, mb, rel
+        else:  # pragma: no cover - big-endian hosts
+            el = ends.tolist()
+            bodies = [_block_body(buf[el[a]:el[min(a + be, count)]],
+                                  array(code, [e - el[a] for e in el[a:min(a + be, count) + 1]]),
+                                  tags[a:a + be], times[a:a + be]) for a in range(0, count, be)]
+        ctx = cache.compressor(fast)
+        frames = [ctx.compress(body) for body in bodies]
+        raw_len = sum(map(len, bodies))
+        node.raw_len = raw_len
+        # This object is no longer the stream's: cap_end 0 tells suspended
+        # iterators to look the offset up again (they find the sealed node).
+        self.buf = self.ends = self.tags = self.times = self.deleted = None
+        self.cap_end = 0
+        if sum(map(len, frames)) <= raw_len - (raw_len >> _KEEP_SHIFT):
+            # One exact-size object (python-zstandard over-allocates each
+            # frame to the compress bound and merely shortens it).
+            node.data = data = b"".join(frames)
+            node.compressed = True
+            node.block_entries = be
+            node.block_offs = array("I" if len(data) < 1 << 32 else "Q",
+                                    [0, *accumulate(map(len, frames))])
+            node.blocks = blocks = [None] * nb
+            if fresh:
+                # Tail readers are the common case: keep the newest blocks
+                # decoded (the others cost one small decompression each).
+                for k in range(max(0, nb - FRESH_CACHED_BLOCKS), nb):
+                    c = count - k * be
+                    blocks[k] = blk = _Block(node, k, bodies[k], be if be < c else c, code)
+                    cache.add(blk)
+        else:
+            node.data = data = bodies[0] if nb == 1 else _block_body(buf, ends, tags, times)
+            node.raw_len = len(data)
+            node.compressed = False
+            node.block_entries = count
+            node.block_offs = array("I" if len(data) < 1 << 32 else "Q", (0, len(data)))
+            node.blocks = [_Block(None, 0, data, count, code)]  # permanent views
+        node.mem = node._sealed_mem()
+        return node, ids
+
+    def active_mem(self) -> int:
+        """Bytes held by an active node (buffers include over-allocation). O(1)."""
+        mem = (sys.getsizeof(self) + sys.getsizeof(self.buf) + sys.getsizeof(self.ends)
+               + sys.getsizeof(self.tags) + sys.getsizeof(self.times))
+        if self.deleted is not None:
+            mem += sys.getsizeof(self.deleted)
+        return mem
+
+    def capture_parts(self) -> tuple:
+        """What :meth:`blob_parts` needs: for the active node,
+        :meth:`blob_parts` itself, serialised now (raw, O(size))."""
+        body = self._body()
+        times = self.times
+        count = len(times)
+        ids = _pack_ids(set(self.tags))
+        return (pack_header(self.start, count, False, self.ends.typecode, len(self.buf),
+                            max(count, 1), times[0] if count else 0, times[-1] if count else 0,
+                            len(body), (0, len(body)), ids), body)
+
+    def tables_at(self, p: int, cache: BlockCache | None = None):
+        """``(buf, ends, tags, times, p)``: the node's own tables. O(1)."""
+        return self.buf, self.ends, self.tags, self.times, p
+
+    def decoded(self, cache: BlockCache | None = None):
+        """``(buf, ends, tags, times)``: the node's own tables. O(1)."""
+        return self.buf, self.ends, self.tags, self.times
+
+
+class SealedNode(Node):
+    """An immutable, full node (or one sealed by bytes: ``short``) stored as
+    zstd frames of blocks, or one raw body (engine/blocks.py)::
+
+        data         : zstd(block 0) zstd(block 1) ...  or one raw body
+        block_offs   : where each frame starts in data (+ its end)
+        blocks       : per block its decoded _Block (in the cache) or None
+        whole        : whole-node _Block for decoded(), or None
+        tag_set      : the distinct tag ids, sorted
+        first_time, last_time, buf_len, raw_len, ends_code, mem
+    """
+
+    __slots__ = ("short", "data", "compressed", "block_entries", "block_offs", "blocks", "whole",
+                 "buf_len", "ends_code", "raw_len", "tag_set", "first_time", "last_time", "mem")
+
+    sealed = True
+
+    def __init__(self, base: int, start: int, cap_end: int) -> None:
+        super().__init__(base, start, cap_end)
+        self.short = False
+        self.data: bytes | None = None
+        self.compressed = False
+        self.block_entries = 0
+        self.block_offs: array | None = None
+        self.blocks: list | None = None
+        self.whole: _Block | None = None
+        self.buf_len = 0
+        self.ends_code = "I"
+        self.raw_len = 0
+        self.tag_set: array | None = None
+        self.first_time = 0
+        self.last_time = 0
+        self.mem = 0
+
+    @property
+    def count(self) -> int:
+        """Entries stored (deleted ones included). O(1)."""
+        return self.cap_end - self.start
+
+    @property
+    def nblocks(self) -> int:
+        """Blocks (1 when stored raw). O(1)."""
+        return len(self.blocks)
+
+    def _sealed_mem(self) -> int:
+        mem = (sys.getsizeof(self) + sys.getsizeof(self.data) + sys.getsizeof(self.tag_set)
+               + sys.getsizeof(self.block_offs) + sys.getsizeof(self.blocks))
+        if not self.compressed:  # permanent views over the raw body
+            mem += _VIEWS_OVERHEAD
+        if self.deleted is not None:
+            mem += sys.getsizeof(self.deleted)
+        return mem
+
+    def capture_parts(self) -> tuple:
+        """What :meth:`blob_parts` needs, taken now and turned into bytes
+        later (:meth:`parts_of`), from any thread: references to the node's
+        immutable parts, O(1) (eviction may drop the node meanwhile: the
+        references stay valid).  A snapshot's capture runs on the event
+        loop, its writing in a worker thread."""
+        return (self.start, self.cap_end - self.start, self.compressed, self.ends_code,
+                self.buf_len, self.block_entries, self.first_time, self.last_time,
+                self.raw_len, self.block_offs, self.tag_set, self.data, self.short)
 
     def _set_sealed(self, stored: bytes, zst: bool, be: int, offs, buf_len: int, raw_len: int,
                     code: str, first_time: int, last_time: int) -> None:
         """Make this fresh node a sealed one holding ``stored`` (loading a blob)."""
-        self.buf = self.ends = self.tags = self.times = None
-        self.sealed = True
         self.data = stored
         self.compressed = zst
         self.block_entries = be
@@ -414,7 +511,7 @@ class Node:
 
     @classmethod
     def _from_summary(cls, base: int, start: int, cap_end: int, code: str, buf_len: int, zst: bool,
-                      be: int, offs, stored: bytes, summary) -> "Node":
+                      be: int, offs, stored: bytes, summary) -> "SealedNode":
         """A sealed node from a version-3 header and its stored body, not
         decompressed: structural checks only. O(blocks + distinct tags)."""
         first_time, last_time, raw_len, ids = summary
@@ -445,7 +542,6 @@ class Node:
         node.mem = node._sealed_mem()
         return node
 
-    # -- decoded access ---------------------------------------------------
     def _block(self, b: int, cache: BlockCache) -> _Block:
         """Decoded block ``b`` of a sealed node, through ``cache``. O(1) on a
         hit, O(block) on a miss."""
@@ -473,38 +569,23 @@ class Node:
         return out
 
     def tables_at(self, p: int, cache: BlockCache):
-        """``(buf, ends, tags, times, i)``: the decoded tables holding
-        position ``p`` of the node and ``p``'s index ``i`` in them (entry
-        ``p``'s payload is ``buf[ends[i]:ends[i + 1]]``).  For a sealed node
-        only the block of ``p`` is decoded (through ``cache``, the owning
-        stream's); the active node's tables are its own.  O(1), plus one
-        block decompression on a miss."""
-        if not self.sealed:
-            return self.buf, self.ends, self.tags, self.times, p
+        """``(buf, ends, tags, times, i)``: the decoded tables of the block
+        holding position ``p`` and ``p``'s index ``i`` in them (entry ``p``'s
+        payload is ``buf[ends[i]:ends[i + 1]]``), decoded through ``cache``
+        (the owning stream's).  O(1), plus one block decompression on a
+        miss."""
         be = self.block_entries
         b = p // be
         blk = self._block(b, cache)
         return blk.buf, blk.ends, blk.tags, blk.times, p - b * be
 
-    def tag_id_at(self, p: int, cache: BlockCache) -> int:
-        """Tag id of position ``p`` (decodes one block at most). O(1)."""
-        _, _, tags, _, i = self.tables_at(p, cache)
-        return tags[i]
-
-    def time_at(self, p: int, cache: BlockCache) -> int:
-        """Time of position ``p`` (decodes one block at most). O(1)."""
-        _, _, _, times, i = self.tables_at(p, cache)
-        return times[i]
-
     def decoded(self, cache: BlockCache | None = None):
         """``(buf, ends, tags, times)`` of the *whole* node (position ``p``
-        is index ``p``).  A multi-block sealed node is assembled from all of
-        its blocks into one entry of ``cache``: O(node) on a miss, O(1) on a
+        is index ``p``).  A multi-block node is assembled from all of its
+        blocks into one entry of ``cache``: O(node) on a miss, O(1) on a
         hit.  Without a cache (a node read outside any stream, e.g. from a
         snapshot file) it is decoded privately, O(node) every time.  Prefer
         :meth:`tables_at` to reach a few entries."""
-        if not self.sealed:
-            return self.buf, self.ends, self.tags, self.times
         if cache is None:
             blks = self._block_list(BlockCache())
             if len(blks) == 1:
@@ -519,8 +600,3 @@ class Node:
             else:
                 cache.touch(blk)
         return blk.buf, blk.ends, blk.tags, blk.times
-
-    def __repr__(self) -> str:
-        state = "sealed" if self.sealed else "active"
-        return f"<Node {state} base={self.base} start={self.start} count={self.count}>"
-

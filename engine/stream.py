@@ -83,11 +83,12 @@ from bisect import bisect_left, bisect_right
 from dataclasses import asdict, dataclass
 from itertools import accumulate, islice
 from operator import attrgetter
-from typing import Iterator, NamedTuple
+from types import MappingProxyType
+from typing import Iterator, Mapping, NamedTuple
 
 from .blocks import BlockCache
 from .codec import BLOB_PREFIX, _le_array, _le_bytes
-from .node import Node, _popcount_range
+from .node import ActiveNode, Node, SealedNode, _popcount_range
 from .subjects import enforce_subject_limit  # JetStream per-subject limit (max_msgs_per_subject)
 from .tags import TagTable
 
@@ -96,11 +97,13 @@ __all__ = ["BLOB_PREFIX", "NODE_MAX_BYTES", "Entry", "Node", "Stream", "StreamCo
 NODE_MAX_BYTES = 1 << 20  # default payload bytes of a node before it is sealed (node-max-bytes)
 _NO_BYTE_LIMIT = 1 << 62  # node_max_bytes 0: a bound no node reaches
 _node_start = attrgetter("start")
+_NO_GROUPS: Mapping = MappingProxyType({})  # read-only: the groups of a stream that has none
 
 
-@dataclass
+@dataclass(slots=True)
 class StreamConfig:
-    """Per-stream limits and switches (see SPEC section 3, TCONFIG)."""
+    """Per-stream limits and switches (see SPEC section 3, TCONFIG).  Slots:
+    one small object per stream (a key of one entry pays for it too)."""
 
     max_len: int = 0               # 0 = no limit; like BACKLOG on every write
     max_age_ms: int = 0            # 0 = no limit; older entries are evicted
@@ -121,15 +124,14 @@ class Stream(TagTable):
 
     Public attributes: ``config``, ``node_entries``, ``first`` (first offset
     held; ``== next_offset`` when nothing is held), ``next_offset``,
-    ``last_time`` (time of the newest write, ns), ``groups`` (a dict the
-    command layer keeps its consumer groups in; the engine never reads it and
-    does not snapshot it), ``limit_pending`` (set by the Keyspace holding the
+    ``last_time`` (time of the newest write, ns), ``groups`` (the command
+    layer's consumer groups, read-only: see :meth:`add_group`), ``limit_pending`` (set by the Keyspace holding the
     stream, see engine/keyspace.py); properties ``last``, ``length``, ``nodes``.
     ``first`` never points at a deleted entry while anything is held.
     """
 
     __slots__ = (
-        "config", "node_entries", "first", "next_offset", "last_time", "groups",
+        "config", "node_entries", "first", "next_offset", "last_time", "_groups",
         "_nodes", "_first_node_index",  # _active and the tag table: engine/tags.py
         "_deleted_held", "_sealed_mem", "_age_floor", "_fast_seal",
         "_subjects",  # JetStream subject index (engine/subjects.py), None until first needed
@@ -146,7 +148,7 @@ class Stream(TagTable):
         # Decoded-block cache and zstd contexts: the keyspace's, shared by its
         # streams (engine/blocks.py); a standalone stream makes its own.
         self._cache = BlockCache() if cache is None else cache
-        self.groups: dict = {}  # consumer group name -> engine.groups.Group
+        self._groups: dict | None = None  # consumer group name -> engine.groups.Group, once one exists
         self.node_entries = int(node_entries)
         self.node_max_bytes = node_max_bytes
         self.first = 1
@@ -163,6 +165,22 @@ class Stream(TagTable):
         self.limit_pending: set | None = None  # set by the Keyspace holding the stream
 
     # -- simple properties ---------------------------------------------------
+    @property
+    def groups(self) -> Mapping:
+        """Consumer group name -> Group (engine/groups.py): the command layer
+        keeps its groups here; the engine never reads them and does not
+        snapshot them.  Read-only (an empty shared mapping until a group is
+        added: most keys never get one); add with :meth:`add_group`, remove
+        with ``del stream.groups[name]`` once one exists. O(1)."""
+        groups = self._groups
+        return _NO_GROUPS if groups is None else groups
+
+    def add_group(self, name: bytes, group) -> None:
+        """Add (or replace) the consumer group ``name``. O(1)."""
+        if self._groups is None:
+            self._groups = {}
+        self._groups[name] = group
+
     @property
     def node_max_bytes(self) -> int:
         """Payload bytes a node may hold before it is sealed (0: no limit);
@@ -202,9 +220,7 @@ class Stream(TagTable):
         the tag table and the stream object.  Decoded copies in the
         decoded-block cache are not counted (see :class:`BlockCache`).  O(1)."""
         mem = (sys.getsizeof(self) + sys.getsizeof(self._nodes) + sys.getsizeof(self.config)
-               + self._sealed_mem + self._tag_mem
-               + sys.getsizeof(self._tag_id) + sys.getsizeof(self._tag_list)
-               + sys.getsizeof(self._tag_refs) + sys.getsizeof(self._free_ids))
+               + self._sealed_mem + self._tag_table_mem())
         if self._active is not None:
             mem += self._active.active_mem()
         return mem
@@ -224,34 +240,39 @@ class Stream(TagTable):
         return bisect_right(nodes, offset, key=_node_start) - 1
 
     # -- writing -----------------------------------------------------------------
-    def _open_node(self) -> Node:
+    def _open_node(self, data=None, tid: int = 0, time_ns: int = 0) -> ActiveNode:
+        """A new active node at ``next_offset``, empty or (``data`` given)
+        holding that first entry in tables of exact size. O(1)."""
         n = self.node_entries
         off = self.next_offset
         index = (off - 1) // n
-        if not self._nodes:
+        if data is None:
+            node = ActiveNode(index * n + 1, off, (index + 1) * n + 1)
+        else:
+            node = ActiveNode.with_entry(index * n + 1, off, (index + 1) * n + 1, data, tid, time_ns)
+        if self._nodes:
+            self._nodes.append(node)
+        else:  # a list of exact size (a key of one node keeps it)
             self._first_node_index = index
-        node = Node(index * n + 1, off, (index + 1) * n + 1)
-        self._nodes.append(node)
+            self._nodes = [node]
         self._active = node
         return node
 
     def _seal_active(self, short: bool = False) -> None:
-        """Seal the active node: full, or ``short`` (the next entry would
-        make it pass ``node_max_bytes``: it ends at ``next_offset``)."""
+        """Seal the active node, which becomes a SealedNode in the list:
+        full, or ``short`` (the next entry would take it past
+        ``node_max_bytes``: it ends at ``next_offset``). O(node)."""
         node = self._active
+        assert node is not None
         self._active = None
-        if short:
-            node.cap_end = self.next_offset
-            node.short = True
-            if node.deleted is not None:  # sized for the whole range: trim (no bit is set there)
-                del node.deleted[(node.cap_end - node.start + 7) // 8:]
-        ids = node._seal(self._cache, self._fast_seal)
+        sealed, ids = node.seal(self._cache, self._fast_seal, short=short)
+        self._nodes[-1] = sealed
         # Payloads that barely compress: seal the next node with the fast
         # level (the tables alone usually save ~10%, so "kept compressed" is
         # not the signal); a node that compresses well switches back.
-        self._fast_seal = len(node.data) > 0.8 * node.raw_len
-        self._sealed_mem += node.mem
-        refs = self._tag_refs
+        self._fast_seal = len(sealed.data) > 0.8 * sealed.raw_len
+        self._sealed_mem += sealed.mem
+        refs = self._ref_counts()
         for tid in ids:
             refs[tid] += 1
 
@@ -267,35 +288,36 @@ class Stream(TagTable):
         ``node_max_bytes`` bytes), plus the
         limits' evictions when ``config`` sets any.  ``tag`` must be bytes,
         ``data`` any bytes-like."""
-        node = self._active
-        if node is None:
-            node = self._open_node()
-        tid = self._tag_id.get(tag)
+        try:
+            tid = self._tag_index.index(tag)  # see engine/tags.py: a list or a TagDict
+        except ValueError:
+            tid = None
         if tid is None:
             memoryview(data).release()  # reject bad data before interning
             tid = self._intern(tag)
-        buf = node.buf
-        buf += data
-        end = len(buf)
-        if end > self._node_bytes and node.times:
-            # The entry would take the node past node_max_bytes: seal the node
-            # without it and start the next one with it (once per node).
-            del buf[node.ends[-1]:]
-            self._seal_active(short=True)
-            node = self._open_node()
+        if now_ns < self.last_time:
+            now_ns = self.last_time  # keep times non-decreasing
+        node = self._active
+        if node is None:
+            node = self._open_node(data, tid, now_ns)  # rejects bad data before any change
+        else:
             buf = node.buf
             buf += data
             end = len(buf)
-        try:
-            node.ends.append(end)
-        except OverflowError:
-            self._widen_ends(node, end)
-        node.tags.append(tid)
-        if now_ns > self.last_time:
-            self.last_time = now_ns
-        else:
-            now_ns = self.last_time  # keep times non-decreasing
-        node.times.append(now_ns)
+            if end > self._node_bytes and node.times:
+                # The entry would take the node past node_max_bytes: seal the
+                # node without it and start the next one with it.
+                del buf[node.ends[-1]:]
+                self._seal_active(short=True)
+                node = self._open_node(data, tid, now_ns)
+            else:
+                try:
+                    node.ends.append(end)
+                except OverflowError:
+                    self._widen_ends(node, end)
+                node.tags.append(tid)
+                node.times.append(now_ns)
+        self.last_time = now_ns
         offset = self.next_offset
         self.next_offset = offset + 1
         if offset + 1 == node.cap_end:
@@ -330,13 +352,16 @@ class Stream(TagTable):
             return first_offset
         joined = b"".join(datas)  # validates every payload before any change
         try:
-            get = self._tag_id.get
-            tids = list(map(get, tags))
+            try:
+                tids = list(map(self._tag_index.index, tags))
+            except ValueError:  # a small table's list.index missed
+                tids = [None]
             if not all(tids):  # id 0 is reserved, so a falsy id is a miss (None):
                 # intern, looking each tag up again (a new tag may repeat in the batch)
-                tids = [get(tag) or self._intern(tag) for tag in tags]
+                lookup = self._tag_lookup
+                tids = [lookup(tag) or self._intern(tag) for tag in tags]
         except TypeError:
-            self._free_unused(list(self._tag_id.values()))  # forget new tags
+            self._free_unused(self._live_tag_ids())  # forget new tags
             raise
         if now_ns > self.last_time:
             self.last_time = now_ns
@@ -663,9 +688,9 @@ class Stream(TagTable):
 
     def _drop_node(self, node: Node) -> list[int]:
         """Release one node; returns the tag ids it may have left unused."""
-        if node.sealed:
+        if isinstance(node, SealedNode):
             self._sealed_mem -= node.mem
-            refs = self._tag_refs
+            refs = self._ref_counts()
             ids = []
             for tid in node.tag_set:
                 n = refs[tid] - 1
@@ -673,14 +698,14 @@ class Stream(TagTable):
                 if not n:
                     ids.append(tid)
             self._cache.forget(node)
+            # Break references to large buffers even if someone still holds the node.
+            node.data = node.blocks = node.whole = None
         else:
+            assert isinstance(node, ActiveNode)
             ids = list(set(node.tags))  # refs 0: only the active node used them
             self._active = None
-        # Break references to large buffers even if someone still holds the
-        # node; cap_end 0 tells suspended iterators that it is gone.
-        node.buf = node.ends = node.tags = node.times = node.data = None
-        node.blocks = node.whole = None
-        node.cap_end = 0
+            node.buf = node.ends = node.tags = node.times = None
+        node.cap_end = 0  # tells suspended iterators that it is gone
         return ids
 
     def _drop_evicted_nodes(self) -> None:
@@ -847,9 +872,11 @@ class Stream(TagTable):
             if recount:
                 if refs != given:
                     raise ValueError("tag reference counts do not match the nodes")
-            elif refs[0] or sum(refs) != ids_total or any(refs[t] for t in s._free_ids):
+            elif refs[0] or sum(refs) != ids_total or any(refs[t] for t in s._free_ids or ()):
                 raise ValueError("tag reference counts do not match the nodes")
         s._check_loaded_offsets()
+        if s._refs is not None and not any(s._refs):
+            s._refs = None  # no sealed node: the counts are created on first need
         s._deleted_held = sum(
             _popcount_range(node.deleted, max(s.first, node.start) - node.start, node.count)
             for node in s._nodes if node.ndel)
@@ -863,14 +890,11 @@ class Stream(TagTable):
         tags = list(tags)
         if not tags or tags[0] is not None:
             raise ValueError("tag table must start with None")
-        self._tag_list = tags
-        for tid, tag in enumerate(tags):
-            if tid and tag is not None:
-                if type(tag) is not bytes or tag in self._tag_id:
-                    raise ValueError("bad tag table")
-                self._tag_id[tag] = tid
-                self._tag_mem += sys.getsizeof(tag)
-        self._free_ids = [t for t in range(len(tags) - 1, 0, -1) if tags[t] is None]
+        live = [tag for tag in tags[1:] if tag is not None]
+        if any(type(tag) is not bytes for tag in live) or len(set(live)) != len(live):
+            raise ValueError("bad tag table")
+        self._set_tag_list(tags)
+        self._tag_mem = sum(map(sys.getsizeof, live))
         return tags
 
     def _load_nodes(self, items, check: bool, recount: bool) -> int:

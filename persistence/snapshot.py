@@ -321,7 +321,7 @@ def _read_records(src, end: int, crc: int, path: str, check: bool = False) -> tu
             stream = Stream.from_state(state, check=check)
             for group_state in pending["groups"]:
                 group = Group.from_state(group_state)
-                stream.groups[group.name] = group
+                stream.add_group(group.name, group)
         except _BAD_RECORD as exc:
             raise CorruptFile(f"stream {pending['key']!r} does not rebuild: {exc}", path, pending["at"]) from None
         streams[pending["key"]] = stream

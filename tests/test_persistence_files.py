@@ -57,7 +57,8 @@ def build_keyspace() -> Keyspace:
     stream.evict_through(12)
     stream.delete(40)
     stream.config.max_len = 500
-    group = stream.groups[b"g"] = Group(b"g", 13)
+    group = Group(b"g", 13)
+    stream.add_group(b"g", group)
     group.read(stream, 5, 1000, (500, 60000), 100)
     small = keyspace.get_or_create(b"small", 1000)
     small.append(b"t", b"", 5)
@@ -146,9 +147,10 @@ def rich_keyspace() -> Keyspace:
     for offset in (63, 64, 80, 151, 199, 200, 320, 329):
         stream.delete(offset)
     stream.config.max_age_ms = 10**9
-    group = stream.groups[b"g1"] = Group(b"g1", 70)
+    group = Group(b"g1", 70)
+    stream.add_group(b"g1", group)
     group.read(stream, 20, 1000, (500, 60000), 100)
-    stream.groups[b"g2"] = Group(b"g2", 1)
+    stream.add_group(b"g2", Group(b"g2", 1))
     keyspace.get_or_create(b"one", 7).append(b"t", b"x", 5)
     return keyspace
 
