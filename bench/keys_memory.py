@@ -8,7 +8,9 @@ per key, and (``--tracemalloc N``, slower) the bytes Python allocated per key fo
 of ``--runs``.
 
 ``--root DIR`` imports the engine from ``DIR/engine`` instead of this checkout (e.g. an
-older commit unpacked with ``git archive <rev> engine | tar -x -C DIR``), to compare.
+older commit unpacked with ``git archive <rev> engine | tar -x -C DIR``); ``--compare DIR``
+times the appends of both engines in turns, in one process (a fairer comparison on a
+busy machine).
 
     .venv/bin/python bench/keys_memory.py [--keys 1000000] [--tracemalloc 100000] [--append 1000000]
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import os
 import sys
 import time
@@ -61,18 +64,34 @@ def per_key_traced(Keyspace, keys: int) -> float:
     return used / keys
 
 
-def append_seconds(Stream, entries: int, runs: int) -> float:
+def append_seconds(Stream, entries: int, runs: int, fresh_tags: bool = False) -> float:
+    """Best time of ``entries`` appends of 16-byte entries to one stream.  ``fresh_tags``:
+    each append gets its own (equal) tag object, unhashed, as a server's parsed
+    commands do; else one tag object throughout."""
     best = float("inf")
+    tags = ([bytes(bytearray(b"tag")) for _ in range(entries)] if fresh_tags
+            else [b"tag"] * entries)
     for _ in range(runs):
         stream = Stream(1000)
         append = stream.append
         now = time.time_ns()
         gc.collect()
         start = time.perf_counter()
-        for _ in range(entries):
-            append(b"tag", b"0123456789abcdef", now)
+        for tag in tags:
+            append(tag, b"0123456789abcdef", now)
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def load_engine(root: str, name: str):
+    """The engine package under ``root`` imported as ``name`` (it has only relative imports)."""
+    path = os.path.join(root, "engine")
+    spec = importlib.util.spec_from_file_location(name, os.path.join(path, "__init__.py"),
+                                                  submodule_search_locations=[path])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def main() -> None:
@@ -82,6 +101,7 @@ def main() -> None:
     parser.add_argument("--append", type=int, default=0, metavar="N")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--root", default=os.path.dirname(HERE))
+    parser.add_argument("--compare", metavar="DIR")
     args = parser.parse_args()
     sys.path.insert(0, args.root)
     from engine import Keyspace, Stream  # the engine has no imports from other packages
@@ -92,7 +112,18 @@ def main() -> None:
     if args.tracemalloc:
         print(f"{args.tracemalloc:,} keys x 1 entry: {per_key_traced(Keyspace, args.tracemalloc):,.0f} "
               "B/key allocated (tracemalloc)")
-    if args.append:
+    if args.append and args.compare:
+        other = load_engine(args.compare, "engine_compared").Stream
+        for fresh in (False, True):
+            best = {"this": float("inf"), "compared": float("inf")}
+            for _ in range(args.runs):
+                best["this"] = min(best["this"], append_seconds(Stream, args.append, 1, fresh))
+                best["compared"] = min(best["compared"], append_seconds(other, args.append, 1, fresh))
+            for name, seconds in best.items():
+                print(f"{name:>8}: {args.append:,} appends of 16-byte entries, "
+                      f"{'a fresh tag object each' if fresh else 'one tag object'}: "
+                      f"{seconds / args.append * 1e9:,.0f} ns/append (best of {args.runs}, in turns)")
+    elif args.append:
         seconds = append_seconds(Stream, args.append, args.runs)
         print(f"{args.append:,} appends of 16-byte entries to one stream: {seconds:.3f} s "
               f"({seconds / args.append * 1e9:,.0f} ns/append, best of {args.runs})")

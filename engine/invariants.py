@@ -147,11 +147,14 @@ def _check_sealed(node, cache: BlockCache):
 def _check_active(node):
     """The active node: its own tables, not full."""
     assert isinstance(node, ActiveNode) and isinstance(node.buf, bytearray)
-    count = len(node.times)
-    assert count >= 1
+    buf, ends, tags, times = node.decoded()
+    if node.ends is None:  # compact: one entry, no tables
+        assert node.tags is None and node.times is None and node.count == 1
+    count = len(times)
+    assert count >= 1 and node.count == count and node.last_time == times[-1]
     assert node.start + count < node.cap_end, "full node left unsealed"
-    assert len(node.buf) == node.ends[count]
-    return node.buf, node.ends, node.tags, node.times
+    assert len(buf) == ends[count]
+    return buf, ends, tags, times
 
 
 def _check_tables(buf, ends, tags, times, count: int) -> None:

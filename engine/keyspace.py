@@ -24,12 +24,11 @@ __all__ = ["Keyspace"]
 
 
 class Keyspace:
-    __slots__ = ("_streams", "_ids", "_by_id", "_next_id", "limit_pending", "cache",
+    __slots__ = ("_streams", "_by_id", "_next_id", "limit_pending", "cache",
                  "node_max_bytes")
 
     def __init__(self) -> None:
         self._streams: dict[bytes, Stream] = {}
-        self._ids: dict[bytes, int] = {}
         self._by_id: SortedDict = SortedDict()
         self._next_id = 1  # cursor 0 means "start", so ids start at 1
         # The subject indexes (engine/subjects.py) of this keyspace's streams whose
@@ -76,7 +75,7 @@ class Keyspace:
         kid = self._next_id
         self._next_id = kid + 1
         self._streams[key] = stream
-        self._ids[key] = kid
+        stream.key_id = kid  # kept on the stream: no key -> id dict (memory per key)
         self._by_id[kid] = key
         stream.limit_pending = self.limit_pending
         if stream._subjects is not None and stream._subjects.limit_deleted:
@@ -108,7 +107,7 @@ class Keyspace:
         stream = self._streams.pop(key, None)
         if stream is None:
             return False
-        del self._by_id[self._ids.pop(key)]
+        del self._by_id[stream.key_id]
         stream.clear_cache()
         stream.limit_pending = None
         self.limit_pending.discard(stream._subjects)
@@ -121,7 +120,6 @@ class Keyspace:
             stream.limit_pending = None
         self.limit_pending.clear()
         self._streams.clear()
-        self._ids.clear()
         self._by_id.clear()
 
     def keys(self, pattern: bytes = b"*") -> list[bytes]:

@@ -269,41 +269,76 @@ class ActiveNode(Node):
         ends  : array('I') [0, 3, 7, 9]       end of each payload (leading 0)
         tags  : array('I') [5, 2, 5]          tag ids (engine/tags.py)
         times : array('q') [t0, t1, t2]       ns since the epoch
+
+    A node of one entry is kept *compact*: ``ends``, ``tags`` and ``times``
+    are None and the entry's tag id and time sit in ``_tid0`` / ``_time0``
+    (its payload is all of ``buf``), three arrays fewer for the many keys
+    that hold one entry.  The second entry gives it its tables
+    (:meth:`expand`); :meth:`decoded` and :meth:`tables_at` answer for both
+    forms.
     """
 
-    __slots__ = ("buf", "ends", "tags", "times")
+    __slots__ = ("buf", "ends", "tags", "times", "_tid0", "_time0")
 
     def __init__(self, base: int, start: int, cap_end: int, buf: bytearray | None = None,
                  ends: array | None = None, tags: array | None = None,
                  times: array | None = None) -> None:
         super().__init__(base, start, cap_end)
         self.buf = bytearray() if buf is None else buf
-        self.ends = array("I", (0,)) if ends is None else ends
-        self.tags = array("I") if tags is None else tags
-        self.times = array("q") if times is None else times
+        self.ends: array | None = array("I", (0,)) if ends is None else ends
+        self.tags: array | None = array("I") if tags is None else tags
+        self.times: array | None = array("q") if times is None else times
+        self._tid0 = 0
+        self._time0 = 0
 
     @classmethod
     def with_entry(cls, base: int, start: int, cap_end: int, data, tid: int,
                    time_ns: int) -> "ActiveNode":
-        """A new active node holding one entry, its tables allocated at their
-        exact size (a key of one entry keeps them so). O(len(data))."""
-        buf = bytearray(data)
-        return cls(base, start, cap_end, buf, array("I", (0, len(buf))), array("I", (tid,)),
-                   array("q", (time_ns,)))
+        """A new, compact active node holding one entry. O(len(data))."""
+        node = cls.__new__(cls)
+        node.base, node.start, node.cap_end = base, start, cap_end
+        node.deleted = None
+        node.ndel = 0
+        node.buf = bytearray(data)
+        node.ends = node.tags = node.times = None
+        node._tid0 = tid
+        node._time0 = time_ns
+        return node
+
+    def expand(self, first_len: int | None = None) -> None:
+        """Give a compact node its tables; ``first_len``: the length of its
+        entry when ``buf`` already holds more (an append in progress).
+        O(1); no-op when the node has its tables."""
+        if self.ends is not None:
+            return
+        end = len(self.buf) if first_len is None else first_len
+        self.ends = array("I" if end <= 0xFFFFFFFF else "Q", (0, end))
+        self.tags = array("I", (self._tid0,))
+        self.times = array("q", (self._time0,))
+        self._time0 = 0
 
     @property
     def count(self) -> int:
         """Entries stored so far. O(1)."""
-        return len(self.times)
+        return 1 if self.ends is None else len(self.times)
 
     @property
     def nblocks(self) -> int:
         """0: the active node has no blocks."""
         return 0
 
+    @property
+    def last_time(self) -> int:
+        """Time of the newest entry. O(1)."""
+        return self._time0 if self.ends is None else self.times[-1]
+
+    def tag_ids(self) -> set[int]:
+        """The distinct tag ids of the entries. O(entries)."""
+        return {self._tid0} if self.ends is None else set(self.tags)
+
     def _body(self) -> bytes:
         """Serialise the active node's tables as one raw body."""
-        return _block_body(self.buf, self.ends, self.tags, self.times)
+        return _block_body(*self.decoded())
 
     def seal(self, cache: BlockCache, fast: bool = False, fresh: bool = True,
              short: bool = False) -> tuple["SealedNode", set[int]]:
@@ -314,7 +349,7 @@ class ActiveNode(Node):
         range is full (the node ends after its last entry).  ``fresh``: put
         the newest decoded blocks in ``cache``'s LRU.  This object is spent
         (its tables dropped).  O(node)."""
-        buf, ends, tags, times = self.buf, self.ends, self.tags, self.times
+        buf, ends, tags, times = self.decoded()
         count = len(times)
         code = ends.typecode
         node = SealedNode(self.base, self.start, self.start + count if short else self.cap_end)
@@ -407,8 +442,11 @@ class ActiveNode(Node):
 
     def active_mem(self) -> int:
         """Bytes held by an active node (buffers include over-allocation). O(1)."""
-        mem = (sys.getsizeof(self) + sys.getsizeof(self.buf) + sys.getsizeof(self.ends)
-               + sys.getsizeof(self.tags) + sys.getsizeof(self.times))
+        mem = sys.getsizeof(self) + sys.getsizeof(self.buf)
+        if self.ends is None:
+            mem += sys.getsizeof(self._time0)
+        else:
+            mem += sys.getsizeof(self.ends) + sys.getsizeof(self.tags) + sys.getsizeof(self.times)
         if self.deleted is not None:
             mem += sys.getsizeof(self.deleted)
         return mem
@@ -416,21 +454,28 @@ class ActiveNode(Node):
     def capture_parts(self) -> tuple:
         """What :meth:`blob_parts` needs: for the active node,
         :meth:`blob_parts` itself, serialised now (raw, O(size))."""
-        body = self._body()
-        times = self.times
+        buf, ends, tags, times = self.decoded()
+        body = _block_body(buf, ends, tags, times)
         count = len(times)
-        ids = _pack_ids(set(self.tags))
-        return (pack_header(self.start, count, False, self.ends.typecode, len(self.buf),
+        ids = _pack_ids(set(tags))
+        return (pack_header(self.start, count, False, ends.typecode, len(buf),
                             max(count, 1), times[0] if count else 0, times[-1] if count else 0,
                             len(body), (0, len(body)), ids), body)
 
     def tables_at(self, p: int, cache: BlockCache | None = None):
-        """``(buf, ends, tags, times, p)``: the node's own tables. O(1)."""
-        return self.buf, self.ends, self.tags, self.times, p
+        """``(buf, ends, tags, times, p)``: the node's tables. O(1)."""
+        buf, ends, tags, times = self.decoded()
+        return buf, ends, tags, times, p
 
     def decoded(self, cache: BlockCache | None = None):
-        """``(buf, ends, tags, times)``: the node's own tables. O(1)."""
-        return self.buf, self.ends, self.tags, self.times
+        """``(buf, ends, tags, times)``: the node's own tables (made up for
+        a compact node, which keeps none). O(1)."""
+        ends = self.ends
+        if ends is None:
+            end = len(self.buf)
+            return (self.buf, array("I" if end <= 0xFFFFFFFF else "Q", (0, end)),
+                    array("I", (self._tid0,)), array("q", (self._time0,)))
+        return self.buf, ends, self.tags, self.times
 
 
 class SealedNode(Node):

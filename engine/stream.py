@@ -137,6 +137,7 @@ class Stream(TagTable):
         "_subjects",  # JetStream subject index (engine/subjects.py), None until first needed
         "_node_bytes",  # node_max_bytes, or a bound never reached when 0 (one test when appending)
         "_cache",  # the decoded-block cache (engine/blocks.py) of the keyspace
+        "key_id",  # its id in the Keyspace holding it (SCAN order), or 0
         "limit_pending",  # its keyspace's set of subject indexes with deletions to log, or None
     )
 
@@ -163,6 +164,7 @@ class Stream(TagTable):
         self._fast_seal = False            # last node did not compress
         self._subjects = None              # JetStream subject index: built on first need
         self.limit_pending: set | None = None  # set by the Keyspace holding the stream
+        self.key_id = 0
 
     # -- simple properties ---------------------------------------------------
     @property
@@ -289,10 +291,12 @@ class Stream(TagTable):
         limits' evictions when ``config`` sets any.  ``tag`` must be bytes,
         ``data`` any bytes-like."""
         try:
-            tid = self._tag_index.index(tag)  # see engine/tags.py: a list or a TagDict
+            # See engine/tags.py: a small table's list (scanned from id 1),
+            # or a TagDict (True, the default, on a miss).
+            tid = self._tag_index.index(tag, True)
         except ValueError:
-            tid = None
-        if tid is None:
+            tid = True
+        if tid is True:
             memoryview(data).release()  # reject bad data before interning
             tid = self._intern(tag)
         if now_ns < self.last_time:
@@ -304,10 +308,10 @@ class Stream(TagTable):
             buf = node.buf
             buf += data
             end = len(buf)
-            if end > self._node_bytes and node.times:
+            if end > self._node_bytes and node.count:
                 # The entry would take the node past node_max_bytes: seal the
                 # node without it and start the next one with it.
-                del buf[node.ends[-1]:]
+                del buf[end - memoryview(data).nbytes:]
                 self._seal_active(short=True)
                 node = self._open_node(data, tid, now_ns)
             else:
@@ -315,12 +319,18 @@ class Stream(TagTable):
                     node.ends.append(end)
                 except OverflowError:
                     self._widen_ends(node, end)
+                except AttributeError:  # a compact node of one entry: give it its tables
+                    node.expand(end - memoryview(data).nbytes)
+                    try:
+                        node.ends.append(end)
+                    except OverflowError:
+                        self._widen_ends(node, end)
                 node.tags.append(tid)
                 node.times.append(now_ns)
         self.last_time = now_ns
         offset = self.next_offset
-        self.next_offset = offset + 1
-        if offset + 1 == node.cap_end:
+        self.next_offset = after = offset + 1
+        if after == node.cap_end:
             self._seal_active()
         # --- JetStream subject index hook (engine/subjects.py): once built only ---
         if self._subjects is not None:
@@ -383,7 +393,7 @@ class Stream(TagTable):
             if len(buf) + chunk_len > self._node_bytes:
                 fit = bisect_right(list(accumulate(lens)), self._node_bytes - len(buf))
                 if not fit:
-                    if node.times:
+                    if node.count:
                         self._seal_active(short=True)
                         continue
                     fit = 1  # one entry bigger than the limit: a node of its own
@@ -391,6 +401,7 @@ class Stream(TagTable):
                     k, whole, cut = fit, False, True
                     del lens[k:]
                     chunk_len = sum(lens)
+            node.expand()
             ends = node.ends
             if ends.typecode == "I" and len(buf) + chunk_len > 0xFFFFFFFF:
                 node.ends = ends = array("Q", ends)  # the buffer outgrows 4 GiB
@@ -464,9 +475,12 @@ class Stream(TagTable):
                     stop = bstart + be
                 sealed = True
             else:
-                buf = node.buf
                 ends = node.ends
-                tags = node.tags
+                if ends is None:  # a compact node of one entry
+                    buf, ends, tags, _ = node.decoded()
+                else:
+                    buf = node.buf
+                    tags = node.tags
                 bstart = nstart
                 sealed = False
             if stop > end:
@@ -598,7 +612,7 @@ class Stream(TagTable):
         while lo < hi:  # first node whose newest time is >= t_ns
             mid = (lo + hi) // 2
             node = nodes[mid]
-            last_time = node.last_time if node.sealed else node.times[-1]
+            last_time = node.last_time
             if last_time < t_ns:
                 lo = mid + 1
             else:
@@ -608,7 +622,7 @@ class Stream(TagTable):
         node = nodes[lo]
         p0 = max(self.first - node.start, 0)
         if not node.sealed:
-            return node.start + bisect_left(node.times, t_ns, p0, node.count)
+            return node.start + bisect_left(node.decoded()[3], t_ns, p0, node.count)
         be = node.block_entries
         b, hi = p0 // be, len(node.blocks) - 1
         lo = b
@@ -702,7 +716,7 @@ class Stream(TagTable):
             node.data = node.blocks = node.whole = None
         else:
             assert isinstance(node, ActiveNode)
-            ids = list(set(node.tags))  # refs 0: only the active node used them
+            ids = list(node.tag_ids())  # refs 0: only the active node used them
             self._active = None
             node.buf = node.ends = node.tags = node.times = None
         node.cap_end = 0  # tells suspended iterators that it is gone
@@ -920,9 +934,9 @@ class Stream(TagTable):
             else:
                 if i != len(items) - 1:
                     raise ValueError("only the last node may be partial")
-                self._check_tag_ids(set(node.tags))
+                self._check_tag_ids(node.tag_ids())
                 self._active = node
-                times = (node.times[0], node.times[-1])
+                times = (node.decoded()[3][0], node.last_time)
             if times[0] < prev_time:
                 raise ValueError("node times go backwards")
             prev_time = times[1]

@@ -300,7 +300,7 @@ class SubjectIndex:
         tag_list = self.stream._tag_list
         ids: set[int] = set()
         for node in nodes:
-            ids.update(node.tag_set if node.sealed else node.tags)
+            ids.update(node.tag_set if node.sealed else node.tag_ids())
         subjects = self.subjects
         first = self.stream.first
         for tid in ids:

@@ -19,9 +19,12 @@ stream writing unique tags does not leak.
 Small tables are cheap: a stream of a few tags (the usual key of a few
 entries) has no dict (``list.index`` finds a tag among up to
 ``SMALL_TAGS`` ids as fast as a dict lookup), no reference counts until a
-node is sealed and no free list until an id is freed.  Both lookups answer
-through ``_tag_index.index(tag)``: ``list.index`` raises ValueError on a
-miss, :class:`TagDict` returns None.
+node is sealed and no free list until an id is freed.  Both kinds answer
+``_tag_index.index(tag)``: ``list.index`` raises ValueError on a miss,
+:class:`TagDict` returns None.  The append hot path calls
+``index(tag, True)``: the list then starts its scan after the reserved id 0
+(whose None costs a slow comparison), the dict returns True on a miss (never
+an id: ids are ints).
 
 :class:`TagTable` is a base class of :class:`engine.stream.Stream` (slots, no
 extra object per stream); the snapshot carries ``_tag_list`` and
@@ -39,8 +42,8 @@ SMALL_TAGS = 8  # ids looked up by scanning the list; past this a dict is built
 
 
 class TagDict(dict):
-    """tag -> id of a big table; ``index(tag)``: the id or None (the lookup
-    protocol ``list.index`` shares, without raising)."""
+    """tag -> id of a big table; ``index(tag, default=None)``: the id or
+    ``default`` (the lookup protocol ``list.index`` shares, without raising)."""
 
     __slots__ = ()
     index = dict.get
@@ -133,7 +136,7 @@ class TagTable:
             if (refs is not None and refs[tid]) or tag_list[tid] is None:
                 continue
             if in_active is None:
-                in_active = set(self._active.tags) if self._active is not None else ()
+                in_active = self._active.tag_ids() if self._active is not None else ()
             if tid in in_active:
                 continue
             tag = tag_list[tid]
