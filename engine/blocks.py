@@ -47,12 +47,12 @@ import sys
 from array import array
 from collections import OrderedDict
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import zstandard
 
 if TYPE_CHECKING:
-    from .node import Node
+    from .node import SealedNode
 
 __all__ = ["BLOCK_BYTES", "BlockCache", "FRESH_CACHED_BLOCKS"]
 
@@ -125,6 +125,11 @@ class _Block:
 
     __slots__ = ("node", "index", "buf", "ends", "tags", "times", "nbytes", "lru")
 
+    # memoryviews over the body on little-endian hosts, arrays on big-endian ones
+    ends: Any
+    tags: Any
+    times: Any
+
     def __init__(self, node, index: int, raw: bytes, count: int, code: str) -> None:
         e_len = (count + 1) * (4 if code == "I" else 8)
         pos = len(raw) - e_len - 12 * count
@@ -134,7 +139,7 @@ class _Block:
         t_end = e_end + 4 * count
         if _LITTLE:
             mv = memoryview(raw)
-            self.ends = mv[pos:e_end].cast(code)
+            self.ends = mv[pos:e_end].cast(code)  # type: ignore[call-overload]  # "I" or "Q"
             self.tags = mv[e_end:t_end].cast("I")
             self.times = mv[t_end:].cast("q")
         else:  # pragma: no cover - big-endian hosts
@@ -252,7 +257,7 @@ class BlockCache:
         """A hit: ``blk`` becomes the newest. O(1)."""
         self.lru.move_to_end(blk)
 
-    def forget(self, node: Node) -> None:
+    def forget(self, node: SealedNode) -> None:
         """Drop every decoded block of ``node`` from the LRU. O(node's blocks)."""
         blocks = node.blocks
         if blocks is None:
@@ -264,7 +269,7 @@ class BlockCache:
                 self.nbytes -= blk.nbytes
                 self._unlink(blk)
 
-    def decode_block(self, node: Node, b: int) -> _Block:
+    def decode_block(self, node: SealedNode, b: int) -> _Block:
         """Decompress block ``b`` of a compressed sealed node into the LRU.
         O(block)."""
         offs = node.block_offs
@@ -277,7 +282,7 @@ class BlockCache:
         self.add(blk)
         return blk
 
-    def decode_whole(self, node: Node) -> _Block:
+    def decode_whole(self, node: SealedNode) -> _Block:
         """Whole-node tables of a multi-block compressed node (for
         :meth:`Node.decoded`), assembled from its blocks into the LRU.
         O(node)."""

@@ -109,8 +109,9 @@ def _check_sealed(node, cache: BlockCache):
     assert all(offs[k] <= offs[k + 1] for k in range(nb))
     if not node.compressed:
         assert nb == 1 and node.whole is None
-        blk = blocks[0]
-        assert not blk.lru and blk.node is None and blk.buf is node.data, "raw node lost its views"
+        kept = blocks[0]
+        assert kept is not None and not kept.lru and kept.node is None and kept.buf is node.data, \
+            "raw node lost its views"
     esize = 4 if node.ends_code == "I" else 8
     raw_len = payload = 0
     for b in range(nb):

@@ -41,6 +41,7 @@ from __future__ import annotations
 import sys
 from array import array
 from itertools import accumulate
+from typing import Any
 
 import zstandard
 
@@ -320,7 +321,8 @@ class ActiveNode(Node):
     @property
     def count(self) -> int:
         """Entries stored so far. O(1)."""
-        return 1 if self.ends is None else len(self.times)
+        times = self.times
+        return 1 if times is None else len(times)
 
     @property
     def nblocks(self) -> int:
@@ -330,11 +332,13 @@ class ActiveNode(Node):
     @property
     def last_time(self) -> int:
         """Time of the newest entry. O(1)."""
-        return self._time0 if self.ends is None else self.times[-1]
+        times = self.times
+        return self._time0 if times is None else times[-1]
 
     def tag_ids(self) -> set[int]:
         """The distinct tag ids of the entries. O(entries)."""
-        return {self._tid0} if self.ends is None else set(self.tags)
+        tags = self.tags
+        return {self._tid0} if tags is None else set(tags)
 
     def _body(self) -> bytes:
         """Serialise the active node's tables as one raw body."""
@@ -388,6 +392,7 @@ class ActiveNode(Node):
             join = b"".join
             from_bytes = int.from_bytes
             bodies = []
+            rel: Any
             for a in range(0, count, be):
                 c = a + be if a + be < count else count
                 pa = el[a]
@@ -412,7 +417,8 @@ class ActiveNode(Node):
         node.raw_len = raw_len
         # This object is no longer the stream's: cap_end 0 tells suspended
         # iterators to look the offset up again (they find the sealed node).
-        self.buf = self.ends = self.tags = self.times = self.deleted = None
+        self.buf = bytearray()
+        self.ends = self.tags = self.times = self.deleted = None
         self.cap_end = 0
         if sum(map(len, frames)) <= raw_len - (raw_len >> _KEEP_SHIFT):
             # One exact-size object (python-zstandard over-allocates each
@@ -422,7 +428,8 @@ class ActiveNode(Node):
             node.block_entries = be
             node.block_offs = array("I" if len(data) < 1 << 32 else "Q",
                                     [0, *accumulate(map(len, frames))])
-            node.blocks = blocks = [None] * nb
+            blocks: list[_Block | None] = [None] * nb
+            node.blocks = blocks
             if fresh:
                 # Tail readers are the common case: keep the newest blocks
                 # decoded (the others cost one small decompression each).
@@ -495,19 +502,22 @@ class SealedNode(Node):
 
     sealed = True
 
+    # Set by whoever builds the node (seal, _set_sealed and its callers);
+    # emptied when the stream drops it.
+    data: bytes
+    block_offs: array
+    blocks: list[_Block | None]
+    tag_set: array
+
     def __init__(self, base: int, start: int, cap_end: int) -> None:
         super().__init__(base, start, cap_end)
         self.short = False
-        self.data: bytes | None = None
         self.compressed = False
         self.block_entries = 0
-        self.block_offs: array | None = None
-        self.blocks: list | None = None
         self.whole: _Block | None = None
         self.buf_len = 0
         self.ends_code = "I"
         self.raw_len = 0
-        self.tag_set: array | None = None
         self.first_time = 0
         self.last_time = 0
         self.mem = 0
@@ -639,9 +649,10 @@ class SealedNode(Node):
         if len(self.blocks) == 1:
             blk = self._block(0, cache)
         else:
-            blk = self.whole
-            if blk is None:
+            whole = self.whole
+            if whole is None:
                 blk = cache.decode_whole(self)
             else:
-                cache.touch(blk)
+                cache.touch(whole)
+                blk = whole
         return blk.buf, blk.ends, blk.tags, blk.times

@@ -84,7 +84,7 @@ from dataclasses import asdict, dataclass
 from itertools import accumulate, islice
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Iterator, Mapping, NamedTuple
+from typing import Any, Iterator, Mapping, NamedTuple
 
 from .blocks import BlockCache
 from .codec import BLOB_PREFIX, _le_array, _le_bytes
@@ -155,7 +155,10 @@ class Stream(TagTable):
         self.first = 1
         self.next_offset = 1
         self.last_time = 0
-        self._nodes: list[Node] = []
+        # ActiveNode | SealedNode: typed Any because the hot paths tell them
+        # apart by the class attribute ``sealed`` (cheaper than isinstance),
+        # which mypy does not narrow on.
+        self._nodes: list[Any] = []
         self._first_node_index = 0
         TagTable.__init__(self)            # also _active: the active node or None
         self._deleted_held = 0             # deleted offsets in [first, next_offset)
@@ -279,10 +282,12 @@ class Stream(TagTable):
             refs[tid] += 1
 
     @staticmethod
-    def _widen_ends(node: Node, value: int) -> None:
+    def _widen_ends(node: ActiveNode, value: int) -> None:
         """A node's buffer outgrew 4 GiB: switch its offset table to 64 bit."""
-        node.ends = array("Q", node.ends)
-        node.ends.append(value)
+        ends = node.ends
+        assert ends is not None
+        node.ends = ends = array("Q", ends)
+        ends.append(value)
 
     def append(self, tag: bytes, data: bytes, now_ns: int) -> int:
         """Append one entry; returns its offset.  O(1) amortised (sealing a
@@ -301,7 +306,9 @@ class Stream(TagTable):
             tid = self._intern(tag)
         if now_ns < self.last_time:
             now_ns = self.last_time  # keep times non-decreasing
-        node = self._active
+        # Any: a compact node's tables are None, which the AttributeError
+        # below handles on purpose (no test on the hot path).
+        node: Any = self._active
         if node is None:
             node = self._open_node(data, tid, now_ns)  # rejects bad data before any change
         else:
@@ -381,7 +388,7 @@ class Stream(TagTable):
         i = 0          # index of the next pair
         jpos = 0       # its payload's position in ``joined``
         while i < npairs:
-            node = self._active
+            node: Any = self._active  # its tables exist once expand() ran (see append)
             if node is None:
                 node = self._open_node()
             k = min(npairs - i, node.cap_end - self.next_offset)
@@ -446,7 +453,7 @@ class Stream(TagTable):
         if offset < first:
             if end <= first:
                 return [None] * (end - offset)
-            out = [None] * (first - offset)
+            out: list = [None] * (first - offset)
             offset = first
         else:
             out = []
@@ -713,12 +720,15 @@ class Stream(TagTable):
                     ids.append(tid)
             self._cache.forget(node)
             # Break references to large buffers even if someone still holds the node.
-            node.data = node.blocks = node.whole = None
+            node.data = b""
+            node.blocks = []
+            node.whole = None
         else:
             assert isinstance(node, ActiveNode)
             ids = list(node.tag_ids())  # refs 0: only the active node used them
             self._active = None
-            node.buf = node.ends = node.tags = node.times = None
+            node.buf = bytearray()
+            node.ends = node.tags = node.times = None
         node.cap_end = 0  # tells suspended iterators that it is gone
         return ids
 
@@ -872,14 +882,15 @@ class Stream(TagTable):
         s.next_offset = state["next_offset"]
         s.last_time = state["last_time"]
         tags = s._load_tag_table(state["tags"])
-        given = state.get("tag_refs")
-        if given is not None:
-            given = _le_array("I", given) if isinstance(given, (bytes, bytearray, memoryview)) \
-                else array("I", given)
+        given: array | None = None
+        saved = state.get("tag_refs")
+        if saved is not None:
+            given = _le_array("I", saved) if isinstance(saved, (bytes, bytearray, memoryview)) \
+                else array("I", saved)
             if len(given) != len(tags):
                 raise ValueError("tag reference counts do not match the tag table")
         recount = check or given is None
-        s._tag_refs = array("I", bytes(4 * len(tags))) if recount else given
+        s._tag_refs = array("I", bytes(4 * len(tags))) if recount or given is None else given
         ids_total = s._load_nodes(state["nodes"], check, recount)
         if given is not None:
             refs = s._tag_refs
@@ -921,7 +932,7 @@ class Stream(TagTable):
         ids_total = 0
         prev_time = -(1 << 63)
         for i, (item, deleted) in enumerate(items):
-            node = item if isinstance(item, Node) else Node.from_blob(item, n, check, self._cache)
+            node: Any = item if isinstance(item, Node) else Node.from_blob(item, n, check, self._cache)
             if i == 0:
                 self._first_node_index = (node.base - 1) // n
             elif node.start != self._nodes[-1].cap_end:

@@ -35,6 +35,10 @@ from __future__ import annotations
 
 import sys
 from array import array
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .node import ActiveNode
 
 __all__ = ["SMALL_TAGS", "TagDict", "TagTable"]
 
@@ -60,7 +64,7 @@ class TagTable:
         self._refs: array | None = None    # sealed nodes using each tag id; None: all 0
         self._free_ids: list[int] | None = None
         self._tag_mem = 0                  # getsizeof of the interned tags
-        self._active = None                # the stream's active node (engine/node.py)
+        self._active: ActiveNode | None = None  # the stream's active node (engine/node.py)
 
     @property
     def _tag_refs(self) -> array:
