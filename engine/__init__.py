@@ -13,12 +13,13 @@ from .blocks import BlockCache
 from .codec import BLOB_PREFIX
 from .glob import compile_glob, glob_match
 from .keyspace import Keyspace
-from .node import Node
+from .node import ActiveNode, Node, SealedNode
 from .stream import Entry, Stream, StreamConfig
 from .subjects import InvalidSubject, SubjectFilter, SubjectIndex, index_of, parse_filter
 
 __all__ = [
-    "BLOB_PREFIX", "BlockCache", "Entry", "Keyspace", "Node", "Stream", "StreamConfig",
+    "ActiveNode", "BLOB_PREFIX", "BlockCache", "Entry", "Keyspace", "Node", "SealedNode",
+    "Stream", "StreamConfig",
     "compile_glob", "glob_match",
     "InvalidSubject", "SubjectFilter", "SubjectIndex", "index_of", "parse_filter",
 ]

@@ -99,7 +99,7 @@ class Node:
 
     @property
     def nblocks(self) -> int:
-        """Blocks of a sealed node (1 when stored raw); 0 for the active node."""
+        """Blocks of a sealed node (1 when stored raw); 0 for the active node. O(1)."""
         raise NotImplementedError
 
     def capture_parts(self) -> tuple:
@@ -134,7 +134,8 @@ class Node:
 
     @staticmethod
     def parts_of(captured: tuple) -> tuple[bytes, bytes]:
-        """``(header, body)`` of a node from its :meth:`capture_parts`."""
+        """``(header, body)`` of a node from its :meth:`capture_parts`.
+        O(blocks + distinct tags)."""
         if len(captured) == 2:
             return captured
         (start, count, compressed, code, buf_len, be, first_time, last_time, raw_len, offs, ids,
@@ -171,7 +172,7 @@ class Node:
                   cache: BlockCache | None = None) -> "Node":
         """Rebuild a node from :meth:`blob` (any version: see
         :meth:`from_parts`).  The body is copied once.  Raises ValueError
-        on a damaged blob."""
+        on a damaged blob.  O(size) (the copy), plus :meth:`from_parts`."""
         hlen = cls.header_length(blob)
         view = memoryview(blob)
         return cls.from_parts(view[:hlen], bytes(view[hlen:]), node_entries, check, cache)
@@ -326,7 +327,7 @@ class ActiveNode(Node):
 
     @property
     def nblocks(self) -> int:
-        """0: the active node has no blocks."""
+        """0: the active node has no blocks. O(1)."""
         return 0
 
     @property

@@ -360,7 +360,8 @@ class Stream(TagTable):
 
     def append_columns(self, tags: list, datas: list, now_ns: int) -> int:
         """:meth:`append_many` of the pairs ``zip(tags, datas)`` (two lists of
-        the same length), for callers that hold the columns already."""
+        the same length), for callers that hold the columns already.
+        O(pairs)."""
         npairs = len(tags)
         if len(datas) != npairs:
             raise ValueError("append_columns needs as many tags as entries")
