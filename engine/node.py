@@ -2,34 +2,36 @@
 
 Every node covers a fixed, aligned range of ``N = node_entries`` offsets, or
 the start of one when sealed by bytes (engine/stream.py draws the list of
-nodes).  The last node of a stream is
-*active* (the only writable one); a full node is *sealed* once, then never
-changes (except its bitmap of deleted positions)::
+nodes).  The last node of a stream is an :class:`ActiveNode` (the only
+writable one); a full node is sealed once into a :class:`SealedNode`, which
+takes its place in the stream and never changes (except its bitmap of
+deleted positions)::
 
-    Sealed node (immutable, full)              Active node (the only writable one)
+    SealedNode (immutable)                     ActiveNode (the only writable one)
     +--------------------------------+         +-------------------------------------+
-    | base, start, cap_end           |         | base, start, cap_end                |
+    | base, start, cap_end, short    |         | base, start, cap_end                |
     | first_time, last_time          |         | buf   : bytearray  "aaa|bbbb|cc|"   |
     | tag_set : distinct tag ids     |         | ends  : array('I') [0, 3, 7, 9]     |
     | data    : zstd(block 0) zstd(  |         | tags  : array('I') [5, 2, 5]        |
     |   block 1) ...  or one body    |         | times : array('q') [t0, t1, t2]     |
     | block_entries, block_offs      |         | deleted : bitmap or None            |
     | blocks  : per block a decoded  |         +-------------------------------------+
-    |   _Block (LRU) or None         |
-    | deleted : bitmap or None       |
+    |   _Block (LRU) or None         |         compact, one entry: ends/tags/times None,
+    | deleted : bitmap or None       |         its tag id and time in _tid0/_time0
     +--------------------------------+
 
 ``base`` is the node's aligned first offset ``k*N + 1`` and ``cap_end`` its
 aligned end ``(k+1)*N + 1`` (exclusive), or, for a node sealed by bytes
-(``short``, see engine/stream.py), the offset after its last entry.  ``start`` is the first offset whose
-entry is physically stored in the node: normally ``base``, but after the whole
-stream was evicted the next write may land in the middle of a node's range and
-the new node simply starts there.  Entry ``offset`` sits at position ``p =
-offset - start`` of the node's tables and its payload is
-``buf[ends[p]:ends[p+1]]``.  Entries carry no per-entry Python object: a node
-is one buffer plus three flat C arrays, like the ``offsets_table`` of RCP 11.
-Blocks and the decoded-block cache: engine/blocks.py; the blob format of a
-node in a snapshot: engine/codec.py.
+(``short``, see engine/stream.py), the offset after its last entry.
+``start`` is the first offset whose entry is physically stored in the node:
+normally ``base``, but after the whole stream was evicted the next write may
+land in the middle of a node's range and the new node simply starts there
+(and after a short node, the next one starts right after it).  Entry
+``offset`` sits at position ``p = offset - start`` of the node's tables and
+its payload is ``buf[ends[p]:ends[p+1]]``.  Entries carry no per-entry Python
+object: a node is one buffer plus three flat C arrays, like the
+``offsets_table`` of RCP 11.  Blocks and the decoded-block cache:
+engine/blocks.py; the blob format of a node in a snapshot: engine/codec.py.
 
 Sealing is paid once per node: blocks of about ``BLOCK_BYTES`` raw bytes, each
 compressed with zstd level 1; after a node that saved less than 20% the stream
