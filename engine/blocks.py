@@ -38,6 +38,12 @@ object overhead), so a hit costs one ``OrderedDict.move_to_end``::
 The newest ``FRESH_CACHED_BLOCKS`` blocks of a freshly sealed node enter the
 cache at once: tail readers keep reading them without decompressing.
 
+The LRU and the zstd contexts live in a :class:`BlockCache`, one per
+keyspace, handed to its streams (a standalone stream makes its own): it is
+shared by the keyspace's streams so that memory stays bounded with many
+streams, and by no one else, so that servers embedded in one process share
+nothing (one's FLUSHALL, DEL or cache limits never touch another's blocks).
+
 Thread safety: none.  The engine is driven by one thread (the event loop).
 """
 
