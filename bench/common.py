@@ -29,7 +29,11 @@ from tstream.client.types import as_map  # noqa: F401  (the scripts import it fr
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
-RESULTS_DIR = BENCH_DIR / "results"
+# Where a run writes its results (*.json) and reports (RESULTS*.md): bench/runs/, ignored
+# by git, unless TSTREAM_BENCH_OUT names another directory.  The committed results
+# change only when asked: TSTREAM_BENCH_OUT=bench (bench/run_all.sh --out bench).
+OUT_DIR = Path(os.environ.get("TSTREAM_BENCH_OUT") or BENCH_DIR / "runs").resolve()
+RESULTS_DIR = OUT_DIR / "results"
 TSTREAM_SERVER = os.environ.get("TSTREAM_SERVER") or str(Path(sys.executable).parent / "tstream-server")
 REDIS_SERVER = os.environ.get("REDIS_SERVER") or shutil.which("redis-server") or "redis-server"
 REDIS_BENCHMARK = os.environ.get("REDIS_BENCHMARK") or shutil.which("redis-benchmark") or "redis-benchmark"
@@ -161,11 +165,6 @@ class ServerProcess:
     def start(self, timeout: float = 30.0) -> "ServerProcess":
         self._log = open(self.log_path, "wb")
         env = dict(os.environ)
-        if self.kind == "tstream":
-            # Import the packages from this work tree whatever the venv's editable install
-            # recorded (an editable install made before a package had its __init__.py maps
-            # it as a namespace package and the server cannot import it).
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
                                      stderr=subprocess.STDOUT, cwd=self.dir, env=env,
                                      preexec_fn=_die_with_parent)
@@ -311,7 +310,7 @@ def machine_facts(tstream: ServerProcess | None = None, redis: ServerProcess | N
 
 def save_result(name: str, result: dict) -> Path:
     result.setdefault("loadavg_at_end", loadavg())
-    RESULTS_DIR.mkdir(exist_ok=True)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
     path.write_text(json.dumps(result, indent=2, default=str) + "\n")
     return path

@@ -24,7 +24,7 @@
    ``--warmup`` discarded ones; p50/p90/p99 in microseconds.
 
 Starts its own tstream server (``python -m server``) and redis-server on free loopback ports in
-temporary directories with persistence off, and always stops them. Writes bench/RESULTS-groups.md.
+temporary directories with persistence off, and always stops them. Writes RESULTS-groups.md into bench/runs/ (the committed bench/RESULTS-groups.md with --out).
 
     .venv/bin/python bench/groups.py [--n 15000] [--repeat 3] [--samples 2000] [--out FILE|-]
 """
@@ -48,7 +48,7 @@ import hiredis
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ServerProcess, _cpu_model, _die_with_parent, _git, loadavg as _loadavg  # noqa: E402
+from common import OUT_DIR, ServerProcess, _cpu_model, _die_with_parent, _git, loadavg as _loadavg  # noqa: E402
 from common import sigterm_as_exit as _sigterm_as_exit  # noqa: E402  (bench/ is not a package)
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -622,7 +622,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300, help="seconds allowed for one throughput run")
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
-    ap.add_argument("--out", default=str(BENCH_DIR / "RESULTS-groups.md"),
+    ap.add_argument("--out", default=str(OUT_DIR / "RESULTS-groups.md"),
                     help="results file ('-': print only)")
     args = ap.parse_args()
     _sigterm_as_exit()

@@ -24,8 +24,9 @@ Measured:
    literal-prefix filter ``kv.user.U.>`` (4 results): latency of single requests.
    Target: p50 under 5 ms.  (nats-server 2.9 has no multi_last, so there is no comparison.)
 
-Each figure is the median of ``--runs`` runs.  Writes ``bench/results/jetstream.json``; the
-report is ``bench/RESULTS-jetstream.md``.
+Each figure is the median of ``--runs`` runs.  Writes ``results/jetstream.json`` and the
+report ``RESULTS-jetstream.md`` into bench/runs/, or into $TSTREAM_BENCH_OUT (``bench``:
+the committed ones).
 
     .venv/bin/python bench/jetstream.py [--runs 3] [--seconds 3]
 """
@@ -45,7 +46,7 @@ import time
 
 from hiredis import pack_command
 
-from common import (Client, _die_with_parent, encode, free_port, machine_facts, percentile,
+from common import (OUT_DIR, Client, _die_with_parent, encode, free_port, machine_facts, percentile,
                     save_result, script_command, servers, sigterm_as_exit)
 
 NATS_SERVER = os.environ.get("NATS_SERVER") or shutil.which("nats-server") or "nats-server"
@@ -329,7 +330,7 @@ async def n_publish(js, seconds: float, inflight: int) -> float:
 
 # --- report -------------------------------------------------------------------------------
 
-REPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS-jetstream.md")
+REPORT = os.path.join(OUT_DIR, "RESULTS-jetstream.md")
 
 
 def write_report(result: dict) -> str:
@@ -469,6 +470,7 @@ def write_report(result: dict) -> str:
         "",
     ]
     text = "\n".join(lines)
+    os.makedirs(OUT_DIR, exist_ok=True)
     with open(REPORT, "w") as f:
         f.write(text)
     return REPORT

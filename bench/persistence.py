@@ -686,7 +686,7 @@ def main() -> int:
     ap.add_argument("--source", default=str(REPO),
                     help="tstream source tree the servers import (default: this work tree; e.g. a "
                          "`git worktree add --detach DIR COMMIT` to measure a commit while the tree changes)")
-    ap.add_argument("--out", default="persistence", help="results file name in bench/results/")
+    ap.add_argument("--out", default="persistence", help="results file name in the results/ directory (bench/runs/results unless TSTREAM_BENCH_OUT)")
     ap.add_argument("--replace", action="store_true",
                     help="with --parts leaving parts out: do not carry their figures over from the existing "
                          "results file")

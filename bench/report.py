@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""Render bench/results/*.json (written by the benchmark scripts) as bench/RESULTS.md.
+"""Render results/*.json (written by the benchmark scripts) as RESULTS.md.
 
-    .venv/bin/python bench/report.py [--out bench/RESULTS.md] [--total-seconds N]
+    .venv/bin/python bench/report.py [--out FILE] [--total-seconds N]
+
+Reads and writes bench/runs/ (ignored by git), or $TSTREAM_BENCH_OUT: with
+TSTREAM_BENCH_OUT=bench it renders the committed bench/results/ into bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import json
 import sys
 import time
 
-from common import BENCH_DIR, RESULTS_DIR
+from common import OUT_DIR, RESULTS_DIR
 
 
 def load(name: str) -> dict | None:
@@ -324,7 +327,7 @@ def median_of(runs: list[dict], field: str):
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=str(BENCH_DIR / "RESULTS.md"))
+    ap.add_argument("--out", default=str(OUT_DIR / "RESULTS.md"))
     ap.add_argument("--total-seconds", type=float, default=None)
     args = ap.parse_args()
     results = {n: load(n) for n in ("throughput", "memory", "seek_latency", "persistence")}

@@ -3,6 +3,9 @@
 #
 #   bench/run_all.sh            # from the repo root, with the project's venv in .venv
 #   PYTHON=/path/to/python bench/run_all.sh
+#   bench/run_all.sh --out bench   # update the committed bench/RESULTS.md and bench/results/
+#
+# Without --out, everything goes to bench/runs/ (ignored by git): RESULTS.md and results/*.json.
 #
 # Each script starts (and always stops) its own tstream-server and redis-server on free
 # loopback ports with persistence off, except persistence.py, which turns it on in temp
@@ -16,9 +19,16 @@ command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || {
     echo "run_all.sh: redis-server and redis-benchmark are needed (apt-get install redis-server redis-tools)" >&2
     exit 2
 }
-mkdir -p bench/results
-rm -f bench/results/throughput.json bench/results/memory.json bench/results/seek_latency.json \
-    bench/results/persistence.json
+OUT=bench/runs
+if [ "${1:-}" = "--out" ]; then
+    [ $# -ge 2 ] || { echo "usage: bench/run_all.sh [--out DIR]" >&2; exit 2; }
+    OUT=$2
+fi
+export TSTREAM_BENCH_OUT=$OUT   # read by bench/common.py: every script writes there
+mkdir -p "$OUT/results"
+rm -f "$OUT/results/throughput.json" "$OUT/results/memory.json" "$OUT/results/seek_latency.json" \
+    "$OUT/results/persistence.json"
+echo "writing $OUT/RESULTS.md and $OUT/results/"
 start=$(date +%s)
 failed=0
 for script in throughput memory seek_latency persistence; do

@@ -18,7 +18,8 @@ each ``--repeat`` times:
    ``df.write.format("tstream")`` (atomic TWRITE ENTRIES chunks of 500), 1, 2
    and 4 partitions, against a redis-py loop of the same TWRITE chunks.
 
-Writes bench/results/spark_read.json and bench/RESULTS-spark.md.
+Writes results/spark_read.json and RESULTS-spark.md into bench/runs/, or into
+$TSTREAM_BENCH_OUT (``bench``: the committed ones; --out FILE for the report alone).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from pathlib import Path
 _BENCH = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
 sys.path.insert(0, str(_BENCH.parent))
-from bench.common import (REPO, ServerProcess, encode, loadavg, machine_facts,  # noqa: E402
+from bench.common import (OUT_DIR, RESULTS_DIR, REPO, ServerProcess, encode, loadavg, machine_facts,  # noqa: E402
                           save_result, script_command, sigterm_as_exit)
 
 TAGS = 100
@@ -223,12 +224,12 @@ def main() -> int:
     p.add_argument("--sink-rows", type=int, default=1_000_000)
     p.add_argument("--partitions", default="1,2,4,8")
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--out", default=str(REPO / "bench" / "RESULTS-spark.md"))
+    p.add_argument("--out", default=str(OUT_DIR / "RESULTS-spark.md"))
     p.add_argument("--report-only", action="store_true",
                    help="rewrite the report from bench/results/spark_read.json, measure nothing")
     args = p.parse_args()
     if args.report_only:
-        saved = json.loads((REPO / "bench" / "results" / "spark_read.json").read_text())
+        saved = json.loads((RESULTS_DIR / "spark_read.json").read_text())
         report(args.out, saved["facts"], saved["results"])
         return 0
     sigterm_as_exit()

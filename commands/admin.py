@@ -1,51 +1,56 @@
-"""Handlers of the server commands: CONFIG, INFO, TIME, SHUTDOWN, COMMAND."""
+"""Handlers of the server commands: CONFIG, INFO, TIME, SHUTDOWN, COMMAND, SLOWLOG,
+LATENCY.
+
+Each subcommand has its own handler (``config_get`` for CONFIG GET, ...): the
+dispatcher picks it from the command table, after checking its arity, so no
+handler looks at its own subcommand word.  Syntax, summary and complexity of
+every command are in the table (commands/table/), not here.
+"""
 
 from __future__ import annotations
 
 import fnmatch
 import time
 
-from tstream.resp import OK, Verbatim
+from tstream.resp import NO_REPLY, OK, Verbatim
 
 from . import docs, info
 from .args import text, to_int
-from .errors import CommandError, SyntaxErr
-from .streams import NO_REPLY
+from .errors import CommandError, SubcommandSyntax, SyntaxErr
 
 
-def config(client, argv):
-    """CONFIG GET parameter [parameter ...] | CONFIG SET parameter value [parameter value ...] | CONFIG RESETSTAT
-
-    Reads or changes the server configuration. O(options).
-    """
-    from tstream.server.config import OPTIONS, ConfigError, show
-
-    sub = argv[1].lower()
+def config_get(client, argv):
+    """CONFIG GET parameter [parameter ...]"""
     server = client.server
-    if sub == b"get" and len(argv) >= 3:
-        found = {}
-        for pattern in argv[2:]:
-            pattern_text = text(pattern).lower()
-            for name in OPTIONS:
-                if fnmatch.fnmatchcase(name, pattern_text):
-                    found[name] = show(name, server.config[name])
-        return found
-    if sub == b"set" and len(argv) >= 4 and len(argv) % 2 == 0:
-        # Check every pair before applying any, so a bad pair changes nothing.
-        pending = server.config.copy_for_update()
-        try:
-            for name, value in zip(argv[2::2], argv[3::2]):
-                pending.set(text(name), text(value), at_runtime=True)
-        except ConfigError as exc:
-            raise CommandError(f"ERR {exc}") from None
-        server.apply_config(pending)
-        return OK
-    if sub == b"resetstat" and len(argv) == 2:
-        server.reset_stats()
-        return OK
-    raise CommandError(
-        f"ERR unknown subcommand or wrong number of arguments for '{text(argv[1])}'. Try CONFIG HELP."
-    )
+    found = {}
+    for pattern in argv[2:]:
+        pattern_text = text(pattern).lower()
+        for name in server.config.values:  # every option, in the option table's order
+            if fnmatch.fnmatchcase(name, pattern_text):
+                found[name] = server.config.show(name)
+    return found
+
+
+def config_set(client, argv):
+    """CONFIG SET parameter value [parameter value ...]"""
+    if len(argv) % 2:
+        raise SyntaxErr()  # as Redis: a name without its value
+    server = client.server
+    # Check every pair before applying any, so a bad pair changes nothing.
+    pending = server.config.copy_for_update()
+    try:
+        for name, value in zip(argv[2::2], argv[3::2]):
+            pending.set(text(name), text(value), at_runtime=True)
+    except ValueError as exc:  # the server config's ConfigError
+        raise CommandError(f"ERR {exc}") from None
+    server.apply_config(pending)
+    return OK
+
+
+def config_resetstat(client, argv):
+    """CONFIG RESETSTAT"""
+    client.server.reset_stats()
+    return OK
 
 
 def info_(client, argv):
@@ -89,85 +94,111 @@ def shutdown(client, argv):
     return NO_REPLY  # the connection closes without a reply, as in Redis
 
 
-def command(client, argv):
-    """COMMAND [COUNT | DOCS [name ...] | INFO [name ...] | LIST | GETKEYS command [arg ...]]
-
-    Describes the command table (redis-cli asks COMMAND DOCS for its hints). O(commands).
-    """
-    from .table import COMMANDS
-
-    sub = argv[1].lower() if len(argv) > 1 else b""
-    if not sub:
-        return [docs.command_info(name, cmd) for name, cmd in COMMANDS.items()]
-    if sub == b"count" and len(argv) == 2:
-        return len(COMMANDS)
-    if sub == b"list":
-        return [name for name in COMMANDS]
-    if sub == b"info":
-        names = [a.lower() for a in argv[2:]] or list(COMMANDS)
-        return [docs.command_info(n, COMMANDS[n]) if n in COMMANDS else None for n in names]
-    if sub == b"docs":
-        names = [a.lower() for a in argv[2:]] or list(COMMANDS)
-        return {n: docs.command_docs(n, COMMANDS[n]) for n in names if n in COMMANDS}
-    if sub == b"getkeys" and len(argv) >= 3:
-        cmd = COMMANDS.get(argv[2].lower())
-        if cmd is None:
-            raise CommandError("ERR Invalid command specified")
-        first, last, step = cmd.keys
-        args = argv[2:]
-        if not first:
-            raise CommandError("ERR The command has no key arguments")
-        last = len(args) + last if last < 0 else last
-        return args[first : last + 1 : step]
-    raise CommandError(
-        f"ERR unknown subcommand or wrong number of arguments for '{text(argv[1])}'. Try COMMAND HELP."
-    )
+# --- COMMAND: the command table described (commands.table, commands.docs) ----------
 
 
-def slowlog(client, argv):
-    """SLOWLOG GET [count] | SLOWLOG LEN | SLOWLOG RESET | SLOWLOG HELP
-
-    Commands slower than slowlog-log-slower-than microseconds, newest first:
-    [id, unix time, microseconds, [args], client address, client name]. O(count).
-    """
-    sub = argv[1].lower()
-    log = client.server.slowlog
-    if sub == b"get" and len(argv) <= 3:
-        count = 10
-        if len(argv) == 3:
-            count = to_int(argv[2])
-            if count < -1:
-                raise CommandError("ERR count should be greater than or equal to -1")
-        entries = list(log.entries)
-        return entries if count == -1 else entries[:count]
-    if sub == b"len" and len(argv) == 2:
-        return len(log.entries)
-    if sub == b"reset" and len(argv) == 2:
-        log.reset()
-        return OK
-    if sub == b"help" and len(argv) == 2:
-        return ["SLOWLOG GET [<count>]", "SLOWLOG LEN", "SLOWLOG RESET"]
-    raise CommandError(
-        f"ERR unknown subcommand or wrong number of arguments for '{text(argv[1])}'. Try SLOWLOG HELP."
-    )
+def command_all(client, argv):
+    """COMMAND"""
+    return [docs.command_info(entry) for entry in client.server.command_table.COMMANDS.values()]
 
 
-def latency(client, argv):
-    """LATENCY LATEST | LATENCY HISTORY event | LATENCY RESET [event ...] | LATENCY HELP
+def command_count(client, argv):
+    """COMMAND COUNT"""
+    return len(client.server.command_table.COMMANDS)
 
-    Events at or above latency-monitor-threshold ms: command, fast-command,
-    aof-fsync-always. LATEST: [event, unix time, latest ms, max ms]. O(events).
-    """
-    sub = argv[1].lower()
-    monitor = client.server.latency
-    if sub == b"latest" and len(argv) == 2:
-        return monitor.latest()
-    if sub == b"history" and len(argv) == 3:
-        return monitor.history(text(argv[2]))
-    if sub == b"reset":
-        return monitor.reset([text(a) for a in argv[2:]])
-    if sub == b"help" and len(argv) == 2:
-        return ["LATENCY LATEST", "LATENCY HISTORY <event>", "LATENCY RESET [<event> ...]"]
-    raise CommandError(
-        f"ERR unknown subcommand or wrong number of arguments for '{text(argv[1])}'. Try LATENCY HELP."
-    )
+
+def command_list(client, argv):
+    """COMMAND LIST [FILTERBY MODULE module-name|ACLCAT category|PATTERN pattern]"""
+    entries = client.server.command_table.every_command()
+    if len(argv) == 2:
+        return [entry.name for entry in entries]
+    if len(argv) != 5 or argv[2].lower() != b"filterby":
+        raise SyntaxErr()
+    kind, value = argv[3].lower(), argv[4]
+    if kind == b"aclcat":
+        category = text(value).lower()
+        return [entry.name for entry in entries if category in entry.categories]
+    if kind == b"pattern":
+        pattern = text(value).lower()
+        return [entry.name for entry in entries if fnmatch.fnmatchcase(entry.text_name, pattern)]
+    if kind == b"module":
+        return []  # tstream has no modules
+    raise SyntaxErr()
+
+
+def command_info(client, argv):
+    """COMMAND INFO [command-name ...]"""
+    if len(argv) == 2:
+        return command_all(client, argv)
+    return [docs.command_info(entry) if (entry := client.server.command_table.find(name)) else None for name in argv[2:]]
+
+
+def command_docs(client, argv):
+    """COMMAND DOCS [command-name ...]"""
+    if len(argv) == 2:
+        return {entry.name: docs.command_docs(entry) for entry in client.server.command_table.COMMANDS.values()}
+    found = {}
+    for name in argv[2:]:
+        entry = client.server.command_table.find(name)
+        if entry is not None:
+            found[entry.name] = docs.command_docs(entry)
+    return found
+
+
+def command_getkeys(client, argv):
+    """COMMAND GETKEYS command [arg ...]"""
+    args = argv[2:]
+    entry = client.server.command_table.find(args[0])
+    if entry is not None and entry.subcommands and len(args) > 1:
+        entry = entry.by_name.get(args[1].lower())
+    if entry is None or b"|" in args[0]:
+        raise CommandError("ERR Invalid command specified")
+    if (entry.arity > 0 and len(args) != entry.arity) or len(args) < -entry.arity:
+        raise CommandError("ERR Invalid number of arguments specified for command")
+    first, last, step = entry.keys
+    if not first:
+        raise CommandError("ERR The command has no key arguments")
+    last = len(args) + last if last < 0 else last
+    return args[first : last + 1 : step]
+
+
+# --- SLOWLOG and LATENCY (server.observability) ------------------------------------
+
+
+def slowlog_get(client, argv):
+    """SLOWLOG GET [count]"""
+    if len(argv) > 3:
+        raise SubcommandSyntax(argv)
+    count = 10
+    if len(argv) == 3:
+        count = to_int(argv[2])
+        if count < -1:
+            raise CommandError("ERR count should be greater than or equal to -1")
+    entries = list(client.server.slowlog.entries)
+    return entries if count == -1 else entries[:count]
+
+
+def slowlog_len(client, argv):
+    """SLOWLOG LEN"""
+    return len(client.server.slowlog.entries)
+
+
+def slowlog_reset(client, argv):
+    """SLOWLOG RESET"""
+    client.server.slowlog.reset()
+    return OK
+
+
+def latency_latest(client, argv):
+    """LATENCY LATEST"""
+    return client.server.latency.latest()
+
+
+def latency_history(client, argv):
+    """LATENCY HISTORY event"""
+    return client.server.latency.history(text(argv[2]))
+
+
+def latency_reset(client, argv):
+    """LATENCY RESET [event ...]"""
+    return client.server.latency.reset([text(a) for a in argv[2:]])

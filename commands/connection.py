@@ -1,4 +1,5 @@
-"""Handlers of the connection commands: PING, ECHO, HELLO, AUTH, SELECT, CLIENT, QUIT."""
+"""Handlers of the connection commands: PING, ECHO, HELLO, AUTH, SELECT, QUIT and
+the CLIENT subcommands (their syntax and docs are in commands/table/)."""
 
 from __future__ import annotations
 
@@ -124,55 +125,61 @@ def validate_client_name(name: bytes) -> bytes:
     return name
 
 
-def client_(client, argv):
-    """CLIENT ID|SETNAME name|GETNAME|SETINFO attr value|LIST [ID id ...]|INFO|KILL ...
+# --- CLIENT subcommands (the dispatcher picks them from the command table) ---------
 
-    Connection introspection and control. O(1), LIST and KILL O(clients).
-    """
-    sub = argv[1].lower()
+
+def client_id(client, argv):
+    """CLIENT ID"""
+    return client.id
+
+
+def client_getname(client, argv):
+    """CLIENT GETNAME"""
+    return client.name or None
+
+
+def client_setname(client, argv):
+    """CLIENT SETNAME connection-name"""
+    client.name = validate_client_name(argv[2])
+    return OK
+
+
+def client_setinfo(client, argv):
+    """CLIENT SETINFO LIB-NAME|LIB-VER value"""
+    attr = argv[2].lower()
+    if attr not in (b"lib-name", b"lib-ver"):
+        raise CommandError(f"ERR Unrecognized option '{text(argv[2])}'")
+    value = validate_client_name(argv[3]) if argv[3] else b""
+    setattr(client, "lib_name" if attr == b"lib-name" else "lib_ver", value)
+    return OK
+
+
+def client_info(client, argv):
+    """CLIENT INFO"""
+    return Verbatim(client.describe() + "\n")
+
+
+def client_list(client, argv):
+    """CLIENT LIST [TYPE normal|master|replica|pubsub] | CLIENT LIST ID client-id [client-id ...]"""
     n = len(argv)
-    server = client.server
-    if sub == b"id" and n == 2:
-        return client.id
-    if sub == b"getname" and n == 2:
-        return client.name or None
-    if sub == b"setname" and n == 3:
-        client.name = validate_client_name(argv[2])
-        return OK
-    if sub == b"setinfo" and n == 4:
-        attr = argv[2].lower()
-        if attr not in (b"lib-name", b"lib-ver"):
-            raise CommandError(f"ERR Unrecognized option '{text(argv[2])}'")
-        value = validate_client_name(argv[3]) if argv[3] else b""
-        setattr(client, "lib_name" if attr == b"lib-name" else "lib_ver", value)
-        return OK
-    if sub == b"info" and n == 2:
-        return Verbatim(client.describe() + "\n")
-    if sub == b"list":
-        client.last_argv = argv  # what is running now, as Redis shows it
-        clients = list(server.clients.values())
-        if n > 2:
-            if argv[2].lower() == b"id" and n > 3:
-                wanted = {to_int(a) for a in argv[3:]}
-                clients = [c for c in clients if c.id in wanted]
-            elif argv[2].lower() == b"type" and n == 4:
-                if argv[3].lower() not in (b"normal", b"master", b"replica", b"pubsub"):
-                    raise CommandError(f"ERR Unknown client type '{text(argv[3])}'")
-                clients = clients if argv[3].lower() == b"normal" else []
-            else:
-                raise SyntaxErr()
-        return Verbatim("".join(c.describe() + "\n" for c in clients))
-    if sub == b"kill" and n >= 3:
-        return _client_kill(client, argv)
-    if sub == b"help":
-        return [
-            "CLIENT ID", "CLIENT GETNAME", "CLIENT SETNAME <name>", "CLIENT SETINFO LIB-NAME|LIB-VER <value>",
-            "CLIENT INFO", "CLIENT LIST [TYPE normal|ID id ...]",
-            "CLIENT KILL <ip:port> | ID <id> | ADDR <ip:port> | LADDR <ip:port> | SKIPME yes|no",
-        ]
-    raise CommandError(
-        f"ERR unknown subcommand or wrong number of arguments for '{text(argv[1])}'. Try CLIENT HELP."
-    )
+    client.last_argv = argv  # what is running now, as Redis shows it
+    clients = list(client.server.clients.values())
+    if n > 2:
+        if argv[2].lower() == b"id" and n > 3:
+            wanted = {to_int(a) for a in argv[3:]}
+            clients = [c for c in clients if c.id in wanted]
+        elif argv[2].lower() == b"type" and n == 4:
+            if argv[3].lower() not in (b"normal", b"master", b"replica", b"pubsub"):
+                raise CommandError(f"ERR Unknown client type '{text(argv[3])}'")
+            clients = clients if argv[3].lower() == b"normal" else []
+        else:
+            raise SyntaxErr()
+    return Verbatim("".join(c.describe() + "\n" for c in clients))
+
+
+def client_kill(client, argv):
+    """CLIENT KILL ip:port | CLIENT KILL [ID client-id] [TYPE type] [USER username] [ADDR ip:port] ..."""
+    return _client_kill(client, argv)
 
 
 def _client_kill(client, argv):

@@ -1,7 +1,11 @@
 """Run commands: look each up, check its arity and auth, call its handler.
 
 This is the one boundary where CommandError (and any bug) becomes a RESP error
-reply, so a bad command never breaks the connection or the server.
+reply, so a bad command never breaks the connection or the server.  It is also
+where the write path acts: after the handler returns (or raises, having
+changed something first), ``server.writes.commit()`` logs the effects the
+handler described, counts its changes and wakes blocked readers (see
+commands/writes.py).
 
 Pipelined runs: a command whose table entry has a ``run`` handler (TWRITE) and
 that arrives several times in a row in one read, each time in its simplest
@@ -18,12 +22,11 @@ from __future__ import annotations
 import logging
 from time import perf_counter_ns
 
-from tstream.resp import encode, encode_error
-from tstream.server.observability import CommandStats
+from tstream.resp import NO_REPLY, encode, encode_error, encode_integer
 
-from .errors import CommandError, UnknownCommand, WrongArity
-from .flags import FAST
-from .streams import NO_REPLY
+from .errors import CommandError, UnknownCommand, UnknownSubcommand, WrongArity
+from .flags import FAST, WRITE
+from .stats import CommandStats
 from .table import COMMANDS
 
 log = logging.getLogger("tstream.commands")
@@ -34,18 +37,30 @@ def build_dispatch() -> tuple[dict, dict]:
 
     The table is COMMANDS in the shape the hot path wants: name -> (canonical
     name, handler, fewest words, most words, is fast, the Command, its
-    CommandStats, its run handler or None), under the lower- and the upper-case
-    spelling (clients send one or the other; other spellings go through
-    .lower()).  The statistics are also returned as canonical name ->
-    CommandStats, for INFO commandstats.  Each server builds its own, so
-    embedded servers in one process keep separate counts.
+    CommandStats, its run handler or None, its subcommands or None), under the
+    lower- and the upper-case spelling (clients send one or the other; other
+    spellings go through .lower()).  A container command's subcommands are a
+    table of the same shape, by subcommand word (``get`` -> the ``config|get``
+    entry), so the dispatcher resolves ``CONFIG GET`` with one more lookup and
+    commands without subcommands pay nothing.  The statistics are also returned
+    as canonical name (``config|get`` for a subcommand) -> CommandStats, for INFO
+    commandstats.  Each server builds its own, so embedded servers in one
+    process keep separate counts.
     """
     table, stats = {}, {}
+
+    def entry_of(cmd, subcommands):
+        stats[cmd.name] = CommandStats()
+        return (cmd.name, cmd.handler, abs(cmd.arity), cmd.arity if cmd.arity > 0 else 1 << 62,
+                bool(cmd.flags & FAST), cmd, stats[cmd.name], cmd.run, subcommands)
+
     for name, cmd in COMMANDS.items():
-        stats[name] = CommandStats()
-        entry = (name, cmd.handler, abs(cmd.arity), cmd.arity if cmd.arity > 0 else 1 << 62,
-                 bool(cmd.flags & FAST), cmd, stats[name], cmd.run)
-        table[name] = table[name.upper()] = entry
+        subcommands = None
+        if cmd.subcommands:
+            subcommands = {}
+            for word, sub in cmd.by_name.items():
+                subcommands[word] = subcommands[word.upper()] = entry_of(sub, None)
+        table[name] = table[name.upper()] = entry_of(cmd, subcommands)
     return table, stats
 
 
@@ -65,12 +80,22 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
     if entry is None:
         server.stats.errors += 1
         return encode_error(UnknownCommand(argv[0], argv[1:]).message), at + 1
-    name, handler, fewest, most, fast, command, stats, run = entry
+    name, handler, fewest, most, fast, command, stats, run, subcommands = entry
     nargs = len(argv)
     if not fewest <= nargs <= most:
         stats.rejected += 1
         server.stats.errors += 1
         return encode_error(WrongArity(name.decode("utf-8", "replace")).message), at + 1
+    if subcommands is not None and nargs > 1:  # a container: CONFIG GET runs the config|get entry
+        entry = subcommands.get(argv[1]) or subcommands.get(argv[1].lower())
+        if entry is None:
+            server.stats.errors += 1
+            return encode_error(UnknownSubcommand(name, argv[1]).message), at + 1
+        name, handler, fewest, most, fast, command, stats, run, subcommands = entry
+        if not fewest <= nargs <= most:
+            stats.rejected += 1
+            server.stats.errors += 1
+            return encode_error(WrongArity(name.decode("utf-8", "replace")).message), at + 1
     if client.gate is not None:  # not authenticated yet, or an ACL user with limits
         try:
             client.gate(client, name, argv, command)
@@ -78,7 +103,12 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
             stats.rejected += 1
             server.stats.errors += 1
             return encode_error(exc.message), at + 1
-    elif run is not None and nargs == fewest and at + 1 < len(commands):
+    # MISCONF while the files can't be written (server.persist); Redis refuses PING too.
+    if server.persistence.denied_writes is not None and (command.flags & WRITE or name == b"ping"):
+        stats.rejected += 1
+        server.stats.errors += 1
+        return encode_error(server.persistence.denied_writes), at + 1
+    if client.gate is None and run is not None and nargs == fewest and at + 1 < len(commands):
         # A run: the commands after this one spelled the same, with as many words
         # and the same key (the scan is inlined: this is the pipelined hot path).
         name0, key = argv[0], argv[1]
@@ -95,7 +125,7 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
     try:
         reply = handler(client, argv)
         if reply.__class__ is int:  # the common TWRITE/TACK reply, without a trip through encode()
-            out = b":%d\r\n" % reply
+            out = encode_integer(reply)
         elif reply is NO_REPLY:
             out = None
         else:
@@ -109,6 +139,9 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
         stats.failed += 1
         server.stats.errors += 1
         out = encode_error("ERR internal error while running the command (see the server log)")
+    writes = server.writes
+    if writes.pending:  # the one after-write step: effects logged, changes counted, readers woken
+        writes.commit()
     elapsed = perf_counter_ns() - started
     stats.calls += 1
     stats.nanos += elapsed
@@ -131,6 +164,9 @@ def _execute_run(client, run, argvs: list, stats: CommandStats, fast: bool) -> b
         stats.failed += len(argvs)
         server.stats.errors += len(argvs)
         out = encode_error("ERR internal error while running the command (see the server log)") * len(argvs)
+    writes = server.writes
+    if writes.pending:
+        writes.commit()
     elapsed = perf_counter_ns() - started
     stats.calls += len(argvs)
     stats.nanos += elapsed

@@ -1,13 +1,14 @@
-"""COMMAND INFO and COMMAND DOCS replies, built from the command table.
+"""COMMAND INFO, COMMAND DOCS and ``<container> HELP`` replies, drawn from the
+command table (commands.table), in the shapes Redis 7 gives them.
 
-Each handler's docstring starts with its syntax line; the argument tree that
-``COMMAND DOCS`` gives clients (redis-cli draws its hints from it) is parsed from
-that line, so the documentation and the hints cannot drift apart.
-
-Syntax line grammar, as in Redis's docs: ``UPPER`` words are tokens, lower-case
-words are arguments, ``[...]`` is optional, ``a|b`` is one of, ``...`` repeats
-what precedes it, and ``X | Y`` at the top level separates alternative forms
-(only the first form is described).
+The argument tree COMMAND DOCS gives clients (redis-cli draws its HELP and hints
+from it) is parsed from the entry's syntax forms, so the documentation and the
+hints cannot drift apart.  Grammar, as in Redis's docs: ``UPPER`` words are
+tokens, lower-case words are arguments, ``[...]`` is optional, ``a|b`` (one
+word) is one of, ``x [x ...]`` repeats x.  Alternatives longer than a word are
+separate forms.  Several forms become one tree: the
+arguments they all start with, then a ``oneof`` of what each form goes on with
+(as Redis describes CLIENT KILL's two formats), so every form is documented.
 """
 
 from __future__ import annotations
@@ -19,34 +20,35 @@ from tstream.resp import Set, Status
 
 from . import flags as F
 
-_TOKEN = re.compile(r"\[|\]|\||\.\.\.|[^\s\[\]|]+")
+_TOKEN = re.compile(r"\[|\]|\.\.\.|[^\s\[\]]+")
 _INTEGER_NAMES = {"count", "offset", "ms", "retry-ms", "expire-ms", "index", "cursor", "n", "batch-seq",
-                  "value", "protover", "timeout", "id"}
-
-
-def syntax_line(handler) -> str:
-    doc = (handler.__doc__ or "").strip()
-    return doc.splitlines()[0] if doc else ""
-
-
-def summary(handler) -> str:
-    doc = (handler.__doc__ or "").strip().split("\n\n")
-    return " ".join(doc[1].split()) if len(doc) > 1 else ""
+                  "protover", "timeout", "id", "client-id"}
 
 
 def _arg(word: str) -> dict:
-    if word.isupper() or not any(c.islower() for c in word):
+    if not any(c.islower() for c in word):
         return {"name": word.lower(), "type": "pure-token", "token": word}
     kind = "key" if word == "key" else "integer" if word in _INTEGER_NAMES else "string"
     if word == "pattern":
         kind = "pattern"
-    return {"name": word, "type": kind}
+    node = {"name": word, "type": kind}
+    if kind == "key":
+        node["key_spec_index"] = 0
+    return node
+
+
+def _add_flag(node: dict, flag: str) -> None:
+    flags = node.setdefault("flags", Set())
+    if flag not in flags:
+        flags.append(Status(flag))
 
 
 def _parse(tokens: list[str], pos: int, closing: str | None) -> tuple[list[dict], int]:
-    """Parse a sequence until ``closing``; returns (arguments, next position)."""
+    """Parse a sequence until ``closing``; returns (arguments, next position).
+
+    ``x [x ...]`` (and ``a b [a b ...]``) is one argument flagged multiple, as
+    Redis describes ``DEL key [key ...]``."""
     args: list[dict] = []
-    alternatives: list[list[dict]] = []
     while pos < len(tokens):
         tok = tokens[pos]
         if tok == closing:
@@ -54,35 +56,49 @@ def _parse(tokens: list[str], pos: int, closing: str | None) -> tuple[list[dict]
             break
         if tok == "[":
             inner, pos = _parse(tokens, pos + 1, "]")
-            node = _group(inner)
-            node.setdefault("flags", Set())
-            node["flags"].append(Status("optional"))
+            repeats = tokens[pos - 2] == "..."
+            if repeats:
+                _drop_flag(inner[-1], "multiple")
+            if repeats and len(args) >= len(inner) and args[len(args) - len(inner):] == inner:
+                del args[len(args) - len(inner):]
+                node = _group(inner)
+                _add_flag(node, "multiple")
+            else:
+                node = _group(inner)
+                if repeats:
+                    _add_flag(node, "multiple")
+                _add_flag(node, "optional")
             args.append(node)
-        elif tok == "...":
-            if args:
-                last = args[-1]
-                last.setdefault("flags", Set())
-                if "multiple" not in last["flags"]:
-                    last["flags"].append(Status("multiple"))
-            pos += 1
             continue
-        elif tok == "|":
-            alternatives.append(args)
-            args = []
+        if tok == "...":
+            if args:
+                _add_flag(args[-1], "multiple")
+        elif "|" in tok:
+            args.append(_oneof([_arg(word) for word in tok.split("|")]))
         else:
             args.append(_arg(tok))
-        pos = pos + 1 if tok != "[" else pos
-    if alternatives:
-        alternatives.append(args)
-        return [{"name": "choice", "type": "oneof", "arguments": [_group(a) for a in alternatives]}], pos
+        pos += 1
     return args, pos
 
 
+def _drop_flag(node: dict, flag: str) -> None:
+    flags = node.get("flags")
+    if flags and flag in flags:
+        node["flags"] = Set(f for f in flags if f != flag)
+        if not node["flags"]:
+            del node["flags"]
+
+
+def _oneof(choices: list[dict], name: str = "") -> dict:
+    return {"name": name or "_".join(c["name"] for c in choices), "type": "oneof", "arguments": choices}
+
+
 def _group(args: list[dict]) -> dict:
-    """One argument for a bracketed sequence: itself, a token+value, or a block."""
+    """One argument for a sequence: itself, a token+value, or a block."""
     if len(args) == 1:
         return dict(args[0])
-    if len(args) == 2 and args[0]["type"] == "pure-token" and args[1]["type"] != "pure-token":
+    if (len(args) == 2 and args[0]["type"] == "pure-token" and args[1]["type"] != "pure-token"
+            and "multiple" not in args[1].get("flags", ())):  # a token given once, before a value
         merged = dict(args[1])
         merged["token"] = args[0]["token"]
         return merged
@@ -91,41 +107,91 @@ def _group(args: list[dict]) -> dict:
     return {"name": "+".join(a["name"] for a in args) or "block", "type": "block", "arguments": args}
 
 
+def _merge(forms: list[list[dict]]) -> list[dict]:
+    """One argument list describing every form (see the module docstring)."""
+    if len(forms) == 1:
+        return forms[0]
+    shared = 0
+    while all(len(f) > shared and f[shared] == forms[0][shared] for f in forms):
+        shared += 1
+    rests = [f[shared:] for f in forms]
+    choices = [_group(rest) for rest in rests if rest]
+    if not choices:  # the forms are the same
+        return forms[0]
+    node = choices[0] if len(choices) == 1 else _oneof(choices, "form")
+    if len(choices) < len(rests):  # a form ends where the others go on
+        _add_flag(node, "optional")
+    return forms[0][:shared] + [node]
+
+
 @lru_cache(maxsize=None)
-def _arguments_for(line: str) -> tuple:
-    first_form = re.split(r"\s\|\s[A-Z]{2,}", line)[0]
-    tokens = _TOKEN.findall(first_form)
-    args, _ = _parse(tokens[1:], 0, None)  # tokens[0] is the command name
-    return tuple(args)
+def _arguments(syntax: tuple[str, ...], name_words: int) -> tuple:
+    forms = [_parse(_TOKEN.findall(form)[name_words:], 0, None)[0] for form in syntax]
+    return tuple(_merge(forms))
 
 
-def command_docs(name: bytes, cmd) -> dict:
-    line = syntax_line(cmd.handler)
-    return {
-        "summary": summary(cmd.handler) or line,
-        "since": "0.1.0",
-        "group": "stream" if name.startswith(b"t") and name not in (b"time", b"type") else "server",
-        "complexity": _complexity(cmd.handler),
-        "arguments": list(_arguments_for(line)),
+def arguments(entry) -> list[dict]:
+    """The COMMAND DOCS argument tree of every syntax form of ``entry``."""
+    return list(_arguments(entry.syntax, entry.name.count(b"|") + 1))
+
+
+def command_docs(entry) -> dict:
+    docs = {
+        "summary": entry.summary,
+        "since": entry.since,
+        "group": entry.group,
+        "complexity": entry.complexity,
     }
+    if entry.subcommands:
+        docs["subcommands"] = {sub.name: command_docs(sub) for sub in entry.subcommands}
+    else:
+        args = arguments(entry)
+        if args:
+            docs["arguments"] = args
+    return docs
 
 
-def _complexity(handler) -> str:
-    match = re.search(r"(O\([^)]*\)[^.\n]*)", handler.__doc__ or "")
-    return match.group(1).strip() if match else ""
+def _key_specs(entry) -> list:
+    first, last, step = entry.keys
+    if not first:
+        return Set()
+    return Set([{
+        "flags": Set(Status(f) for f in entry.key_access.split()),
+        "begin_search": {"type": "index", "spec": {"index": first}},
+        "find_keys": {"type": "range", "spec": {"lastkey": last - first if last >= 0 else last,
+                                                 "keystep": step, "limit": 0}},
+    }])
 
 
-def command_info(name: bytes, cmd) -> list:
-    first, last, step = cmd.keys
+def command_info(entry) -> list:
+    first, last, step = entry.keys
     return [
-        name,
-        cmd.arity,
-        Set(Status(f) for f in F.names(cmd.flags)),
+        entry.name,
+        entry.arity,
+        Set(Status(f) for f in F.names(entry.flags)),
         first,
         last,
         step,
-        Set(Status(c) for c in F.categories(cmd.flags, name)),
-        [],  # tips
-        [],  # key specs
-        [],  # subcommands
+        Set(Status("@" + c) for c in entry.categories),
+        Set(),  # tips
+        _key_specs(entry),
+        # Redis replies an empty set, or an array of the subcommands
+        [command_info(sub) for sub in entry.subcommands] if entry.subcommands else Set(),
     ]
+
+
+def _help_form(form: str) -> str:
+    """``CONFIG GET parameter [parameter ...]`` -> ``GET <parameter> [<parameter> ...]``."""
+    words = form.split(" ", 1)[1]
+    return re.sub(r"(?<![\w-])([a-z][\w:-]*)", r"<\1>", words)
+
+
+def help_lines(container) -> list:
+    """The reply to ``<container> HELP``: every subcommand's forms and summary."""
+    lines = [f"{container.name.decode().upper()} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"]
+    if container.handler is not None:
+        lines += ["(no subcommand)", "    " + container.summary]
+    for sub in container.subcommands:
+        lines += [_help_form(form) for form in sub.syntax]
+        lines.append("    " + sub.summary)
+    return [Status(line) for line in lines]

@@ -51,3 +51,22 @@ def _printable(value: bytes) -> str:
     # Redis shows at most 128 bytes of each argument, with control bytes escaped.
     text = value[:128].decode("utf-8", "backslashreplace")
     return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
+class UnknownSubcommand(CommandError):
+    """A container command given a subcommand it does not have (Redis's text)."""
+
+    def __init__(self, container: bytes, sub: bytes) -> None:
+        super().__init__(
+            f"ERR unknown subcommand '{_printable(sub)}'. Try {container.decode().upper()} HELP."
+        )
+
+
+class SubcommandSyntax(CommandError):
+    """A subcommand given arguments its arity cannot rule out (Redis's text)."""
+
+    def __init__(self, argv: list) -> None:
+        super().__init__(
+            f"ERR unknown subcommand or wrong number of arguments for '{_printable(argv[1])}'. "
+            f"Try {_printable(argv[0]).upper()} HELP."
+        )

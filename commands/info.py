@@ -79,12 +79,9 @@ def _stats(server) -> dict:
         "evicted_entries": stats.evicted,
         "keyspace_hits": stats.hits,
         "keyspace_misses": stats.misses,
-        # JetStream atomic batches (server/batches.py)
+        # JetStream atomic batches (engine/batches.py)
         "batches_in_flight": len(server.batches),
-        "batch_abandoned_incomplete": stats.batch_abandoned_incomplete,
-        "batch_abandoned_timeout": stats.batch_abandoned_timeout,
-        "batch_abandoned_large": stats.batch_abandoned_large,
-        "batch_abandoned_rejected": stats.batch_abandoned_rejected,
+        **{f"batch_abandoned_{reason}": count for reason, count in server.batches.abandoned.items()},
     }
 
 

@@ -22,9 +22,8 @@ from time import monotonic, time_ns
 
 from tstream.engine.subjects import (InvalidSubject, TooManySubjects, held_from, index_of,
                              parse_filter)
-from tstream.persistence.effects import APPEND, DELETE, EVICT
-from tstream.resp import NULL_ARRAY, OK, Raw
-from tstream.server import batches as B
+from tstream.resp import NULL_ARRAY, OK, Raw, encode_batched_message, encode_message
+from tstream.engine import batches as B
 
 from .args import to_int
 from .errors import CommandError, SyntaxErr
@@ -54,18 +53,27 @@ def batch_error(code: int, text: str) -> CommandError:
 
 _RFC3339 = re.compile(
     rb"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?:[Zz]|([+-])(\d{2}):(\d{2}))\Z")
-_seconds: dict[int, bytes] = {}  # second -> b"YYYY-MM-DDTHH:MM:SS", a small cache
 
 
-def format_time(ns: int) -> bytes:
-    """``ns`` since the epoch as RFC 3339 in UTC with 9 fraction digits."""
-    sec, frac = divmod(ns, 1_000_000_000)
-    prefix = _seconds.get(sec)
-    if prefix is None:
-        if len(_seconds) >= 4096:
-            _seconds.clear()
-        prefix = _seconds[sec] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)).encode()
-    return b"%s.%09dZ" % (prefix, frac)
+class TimeTexts:
+    """Times as RFC 3339 text, with the text of each second kept: the messages of
+    a batch mostly share their second.  One per server (``server.time_texts``),
+    at most ``MAX`` seconds kept, forgotten all at once when full."""
+
+    MAX = 4096
+
+    def __init__(self) -> None:
+        self.seconds: dict[int, bytes] = {}  # second -> b"YYYY-MM-DDTHH:MM:SS"
+
+    def format(self, ns: int) -> bytes:
+        """``ns`` since the epoch as RFC 3339 in UTC with 9 fraction digits."""
+        sec, frac = divmod(ns, 1_000_000_000)
+        prefix = self.seconds.get(sec)
+        if prefix is None:
+            if len(self.seconds) >= self.MAX:
+                self.seconds.clear()
+            prefix = self.seconds[sec] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)).encode()
+        return b"%s.%09dZ" % (prefix, frac)
 
 
 def parse_time(text: bytes) -> int:
@@ -240,26 +248,18 @@ def parse_keywords(args: list) -> Request:
 # Replies
 # ---------------------------------------------------------------------------
 
-# Message maps are encoded here, straight to RESP (a map under RESP3, a flat array under
-# RESP2, as resp.encode would): they are the bulk of every DGET/MLAST reply.
-_MESSAGE = (b"$6\r\nstream\r\n$%d\r\n%s\r\n$7\r\nsubject\r\n$%d\r\n%s\r\n$3\r\nseq\r\n:%d\r\n"
-            b"$4\r\ntime\r\n$%d\r\n%s\r\n$4\r\ndata\r\n$%d\r\n%s\r\n")
-_HEAD = {(2, False): b"*10\r\n", (3, False): b"%5\r\n", (2, True): b"*14\r\n", (3, True): b"%7\r\n"}
-
-
-def _message(proto: int, key: bytes, entry) -> Raw:
+# Message maps go straight to RESP through resp's fast encoders (they are the bulk
+# of every DGET/MLAST reply); the end-of-batch map goes through resp.encode.
+def _message(client, key: bytes, entry) -> Raw:
     """The message map of ``entry``: stream, subject, seq, time, data."""
-    t = format_time(entry.time_ns)
-    return Raw(_HEAD[proto, False] + _MESSAGE % (len(key), key, len(entry.tag), entry.tag, entry.offset,
-                                                 len(t), t, len(entry.data), entry.data))
+    return encode_message(client.protocol, key, entry.tag, entry.offset,
+                          client.server.time_texts.format(entry.time_ns), entry.data)
 
 
-def _batched(proto: int, key: bytes, entry, num_pending: int, last_seq: int) -> Raw:
+def _batched(client, key: bytes, entry, num_pending: int, last_seq: int) -> Raw:
     """A message map of a batched reply: with num_pending and last_seq."""
-    t = format_time(entry.time_ns)
-    return Raw(_HEAD[proto, True] + _MESSAGE % (len(key), key, len(entry.tag), entry.tag, entry.offset,
-                                                len(t), t, len(entry.data), entry.data)
-               + b"$11\r\nnum_pending\r\n:%d\r\n$8\r\nlast_seq\r\n:%d\r\n" % (num_pending, last_seq))
+    return encode_batched_message(client.protocol, key, entry.tag, entry.offset,
+                                  client.server.time_texts.format(entry.time_ns), entry.data, num_pending, last_seq)
 
 
 def _eob(num_pending: int, last_seq: int) -> dict:
@@ -300,7 +300,7 @@ def dget(client, argv):
         if stream is None:
             return NULL_ARRAY
         seq = index_of(stream).last(subject)
-        return _message(client.protocol, key, stream.get(seq)) if seq else NULL_ARRAY
+        return _message(client, key, stream.get(seq)) if seq else NULL_ARRAY
     if n == 3:
         req = parse_json(argv[2])
     elif argv[2].lower() == b"subject":
@@ -319,16 +319,16 @@ def _serve(client, key: bytes, req: Request):
     if stream is None:
         return NULL_ARRAY
     if req.multi_last:
-        return _multi_last(client.protocol, key, stream, req)
-    return _direct_get(client.protocol, key, stream, req)
+        return _multi_last(client, key, stream, req)
+    return _direct_get(client, key, stream, req)
 
 
-def _direct_get(proto: int, key: bytes, stream, req: Request):
+def _direct_get(client, key: bytes, stream, req: Request):
     if req.last_by_subj is not None:
         flt = req.last_by_subj
         index = index_of(stream)
         seq = index.last(flt.raw) if flt.literal else index.last_matching(flt)
-        return _message(proto, key, stream.get(seq)) if seq else NULL_ARRAY
+        return _message(client, key, stream.get(seq)) if seq else NULL_ARRAY
     if req.start_time is not None:
         start = stream.offset_at_time(req.start_time)
     else:
@@ -338,12 +338,12 @@ def _direct_get(proto: int, key: bytes, stream, req: Request):
         if flt is not None:
             index = index_of(stream)
             seq = index.first_from(index.entries(flt), start)
-            return _message(proto, key, stream.get(seq)) if seq else NULL_ARRAY
+            return _message(client, key, stream.get(seq)) if seq else NULL_ARRAY
         if req.start_time is None:
             entry = stream.get(start)  # exactly that sequence
         else:
             entry = next(stream.iter_from(start), None)  # the oldest at or after the time
-        return _message(proto, key, entry) if entry is not None else NULL_ARRAY
+        return _message(client, key, entry) if entry is not None else NULL_ARRAY
 
     # A batch: up to `batch` matching messages from `start` on, then EOB.
     if flt is not None and flt.raw == b">":
@@ -369,7 +369,7 @@ def _direct_get(proto: int, key: bytes, stream, req: Request):
     size = 0
     for entry in entries:
         pending -= 1
-        out.append(_batched(proto, key, entry, pending, last_seq))
+        out.append(_batched(client, key, entry, pending, last_seq))
         last_seq = entry.offset
         size += len(entry.tag) + len(entry.data)
         if len(out) >= req.batch or size >= max_bytes:
@@ -421,10 +421,10 @@ def mlast(client, argv):
     stream = _direct_stream(client.server, key)
     if stream is None:
         return NULL_ARRAY
-    return _multi_last(client.protocol, key, stream, req)
+    return _multi_last(client, key, stream, req)
 
 
-def _multi_last(proto: int, key: bytes, stream, req: Request):
+def _multi_last(client, key: bytes, stream, req: Request):
     last = stream.last
     if req.up_to_time is not None:
         # newest messages strictly before the time: below the first one at or after it
@@ -451,7 +451,7 @@ def _multi_last(proto: int, key: bytes, stream, req: Request):
     for j in range(bisect_left(seqs, req.seq) if req.seq else 0, total):
         entry = stream.get(seqs[j])
         pending = total - 1 - j
-        out.append(_batched(proto, key, entry, pending, last_seq))
+        out.append(_batched(client, key, entry, pending, last_seq))
         last_seq = entry.offset
         size += len(entry.tag) + len(entry.data)
         if size >= max_bytes or (req.batch and len(out) >= req.batch):
@@ -465,38 +465,6 @@ def _multi_last(proto: int, key: bytes, stream, req: Request):
 # ---------------------------------------------------------------------------
 # BATCH
 # ---------------------------------------------------------------------------
-
-def _log_limit_deletes(server, key: bytes, stream) -> None:
-    """DELETE records for entries the per-subject limit just deleted."""
-    index = stream._subjects
-    if index is not None and index.limit_deleted:
-        offsets = index.take_deleted()
-        if server.aof is not None:
-            server.aof.log([DELETE, key, *offsets])
-
-
-def take_limit_deletes(server) -> None:
-    """Housekeeping: log the deletions made by ``max_msgs_per_subject`` during
-    writes this module did not make (TWRITE, TCONFIG, ...)."""
-    pending = server.keyspace.limit_pending
-    if not pending:
-        return
-    streams = server.streams
-    lost = False
-    for index in list(pending):
-        key = index.owner
-        if key is not None and streams.get(key) is index.stream:
-            _log_limit_deletes(server, key, index.stream)
-        else:
-            lost = True
-    if lost:  # indexes the engine built itself: find their keys once
-        for key, stream in list(server.keyspace.items()):
-            index = stream._subjects
-            if index is not None and index in pending:
-                index.owner = key
-                _log_limit_deletes(server, key, stream)
-    pending.clear()  # what is left belongs to streams deleted since
-
 
 def batch(client, argv):
     """BATCH key batch-id batch-seq subject data [EXPECT_LAST_SEQ n] [EXPECT_LAST_SUBJECT_SEQ n] [COMMIT] | BATCH key batch-id batch-seq EOB
@@ -643,13 +611,6 @@ def _commit(server, current):
     flat = current.flat
     offset = stream.append_many(flat, time_ns())
     count = len(flat) >> 1
-    server.dirty += count
-    if server.aof is not None:
-        # one record for the whole batch, exactly as TWRITE ENTRIES logs it
-        server.aof.log([APPEND, key, offset, stream.last_time, *flat])
-        if stream.first != first:
-            server.aof.log([EVICT, key, stream.first])
-    _log_limit_deletes(server, key, stream)
-    if server.waiting_keys:
-        server.wake(key)
+    # one record for the whole batch, exactly as TWRITE ENTRIES logs it
+    server.writes.appended(key, stream, first, offset, flat, 0, count)
     return {"stream": key, "seq": offset + count - 1, "batch": current.id, "count": count}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from tstream.persistence.effects import DELKEY, FLUSH
 from tstream.resp import OK, Status
 
 from .args import to_int, to_positive
@@ -17,13 +16,9 @@ def del_(client, argv):
     server = client.server
     removed = 0
     for key in argv[1:]:
-        if key in server.streams:
-            server.key_deleted(key)
-            server.keyspace.delete(key)
+        if server.keyspace.delete(key):
+            server.writes.deleted(key)
             removed += 1
-            if server.aof is not None:
-                server.aof.log([DELKEY, key])
-    server.dirty += removed
     return removed
 
 
@@ -111,10 +106,7 @@ def flushall(client, argv):
     if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() not in (b"async", b"sync")):
         raise SyntaxErr()
     server = client.server
-    for key in list(server.keyspace.keys(b"*")):
-        server.key_deleted(key)
-    server.dirty += len(server.keyspace)
+    count = len(server.keyspace)
     server.keyspace.flush()
-    if server.aof is not None:
-        server.aof.log([FLUSH])
+    server.writes.flushed(count)
     return OK

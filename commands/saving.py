@@ -62,5 +62,9 @@ def bgrewriteaof(client, argv):
     if persistence.bgsave_started is not None:
         persistence.rewrite_scheduled = True
         return Status("Background append only file rewriting scheduled")
-    persistence.start_rewrite()
+    try:
+        persistence.start_rewrite()
+    except OSError:
+        raise CommandError("ERR Can't execute an AOF background rewriting. "
+                           "Please check the server logs for more information.") from None
     return Status("Background append only file rewriting started")

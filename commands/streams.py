@@ -1,7 +1,10 @@
 """Handlers of the RCP 11 stream commands: TWRITE, TREAD, TEVICT, TINFO, TCONFIG.
 
 Every handler parses and validates all of its arguments before it touches the
-keyspace, so a bad request changes nothing (no half-created key).
+keyspace, so a bad request changes nothing (no half-created key).  A handler
+that changes something describes it to ``server.writes`` (commands/writes.py),
+which logs the effects, counts the changes and wakes blocked readers once the
+handler returns.
 """
 
 from __future__ import annotations
@@ -10,15 +13,10 @@ import re
 from time import time_ns
 
 from tstream.engine.groups import Group
-from tstream.persistence.effects import ACK, APPEND, CONFIG, EVICT, group_moved
-from tstream.resp import OK, Entries
+from tstream.resp import NO_REPLY, OK, Entries, encode_integer_run
 
 from .args import to_bool, to_int, to_nonnegative, to_positive_list
 from .errors import CommandError, SyntaxErr
-
-# A handler's reply when the client gets no reply now (it blocked, or the
-# connection closes, as after SHUTDOWN).
-NO_REPLY = object()
 
 NO_SUCH_KEY = "ERR no such key"
 
@@ -36,13 +34,7 @@ def twrite(client, argv):
             stream = server.create_stream(argv[1])
         first = stream.first
         offset = stream.append(argv[2], argv[3], time_ns())
-        server.dirty += 1
-        if server.aof is not None:
-            server.aof.log([APPEND, argv[1], offset, stream.last_time, argv[2], argv[3]])
-            if stream.first != first:
-                server.aof.log([EVICT, argv[1], stream.first])
-        if server.waiting_keys:
-            server.wake(argv[1])
+        server.writes.appended(argv[1], stream, first, offset, argv, 2)
         return offset
     backlog = -1
     i = 2
@@ -63,13 +55,7 @@ def twrite(client, argv):
     offset = stream.append_many(argv, time_ns(), i)
     if backlog >= 0:
         stream.evict_keep(backlog)
-    server.dirty += 1
-    if server.aof is not None:
-        server.aof.log([APPEND, argv[1], offset, stream.last_time, *argv[i:]])
-        if stream.first != first:
-            server.aof.log([EVICT, argv[1], stream.first])
-    if server.waiting_keys:
-        server.wake(argv[1])
+    server.writes.appended(argv[1], stream, first, offset, argv, i)
     return offset
 
 
@@ -90,21 +76,8 @@ def twrite_run(client, argvs: list) -> bytes:
         stream = server.create_stream(key)
     first = stream.first
     offset = stream.append_columns(tags, datas, time_ns())
-    server.dirty += count
-    if server.aof is not None:
-        record = [APPEND, key, offset, stream.last_time, *tags, *datas]
-        record[4::2], record[5::2] = tags, datas  # interleaved: tag, data, tag, data, ...
-        server.aof.log(record)
-        if stream.first != first:
-            server.aof.log([EVICT, key, stream.first])
-    if server.waiting_keys:
-        server.wake(key)
-    fmt = _OFFSET_REPLIES[count] if count < len(_OFFSET_REPLIES) else b":%d\r\n" * count
-    return fmt % tuple(range(offset, offset + count))
-
-
-# Format strings of the replies of runs of up to 64 commands, made once.
-_OFFSET_REPLIES = [b":%d\r\n" * n for n in range(65)]
+    server.writes.appended_columns(key, stream, first, offset, tags, datas)
+    return encode_integer_run(offset, count)
 
 
 def parse_offset(arg: bytes) -> int | bytes:
@@ -146,28 +119,35 @@ class ReadRequest:
         return (self.key, self.offset, self.count, self.block_ms, self.group, self.retry, self.withinfo)
 
 
-# A group's consumers send the very same TREAD over and over: its parse is
-# kept, by its words, so a repeat costs one dict lookup (at most
-# _PARSED_GROUP_READS_MAX of them, forgotten all at once when full; plain
-# reads are not kept, their offsets change from one read to the next).
-_parsed_group_reads: dict[tuple, tuple] = {}
-_PARSED_GROUP_READS_MAX = 1024
+class TreadParses:
+    """TREAD's parser, with the parses of group reads kept.
+
+    A group's consumers send the very same TREAD over and over: its parse is
+    kept, by its words, so a repeat costs one dict lookup (at most MAX of them,
+    forgotten all at once when full; plain reads are not kept, their offsets
+    change from one read to the next).  One per server (``server.tread_parses``).
+    """
+
+    MAX = 1024
+
+    def __init__(self) -> None:
+        self.kept: dict[tuple, tuple] = {}  # the words of a group read -> ReadRequest.fields()
+
+    def parse(self, argv) -> ReadRequest:
+        words = tuple(argv)
+        fields = self.kept.get(words)
+        if fields is not None:
+            return ReadRequest(*fields)
+        request = parse_tread(argv)
+        if request.group is not None:
+            if len(self.kept) >= self.MAX:
+                self.kept.clear()
+            self.kept[words] = request.fields()
+        return request
 
 
 def parse_tread(argv) -> ReadRequest:
-    words = tuple(argv)
-    fields = _parsed_group_reads.get(words)
-    if fields is not None:
-        return ReadRequest(*fields)
-    request = _parse_tread(argv)
-    if request.group is not None:
-        if len(_parsed_group_reads) >= _PARSED_GROUP_READS_MAX:
-            _parsed_group_reads.clear()
-        _parsed_group_reads[words] = request.fields()
-    return request
-
-
-def _parse_tread(argv) -> ReadRequest:
+    """A TREAD's words as a ReadRequest; raises CommandError."""
     request = ReadRequest(argv[1], parse_offset(argv[2]), to_nonnegative(argv[3], "count"))
     i = 4
     n = len(argv)
@@ -213,17 +193,13 @@ def perform_read(server, request: ReadRequest, blocking: bool):
         if group is None:
             group = Group(request.group, resolve_offset(stream, request.offset))
             stream.add_group(request.group, group)
-            server.dirty += 1
-            if server.aof is not None:
-                server.aof.log(group_moved(request.key, group))
+            server.writes.group_moved(request.key, group)
         reply = []
         if request.count:
             reply = group.read(stream, request.count, time_ns() // 1_000_000, request.retry,
                                server.config.values["group-max-pending"])
             if reply:
-                server.dirty += 1
-                if server.aof is not None:
-                    server.aof.log(group_moved(request.key, group, [entry[0] for entry in reply]))
+                server.writes.group_moved(request.key, group, reply)
         if not reply and blocking and request.count:
             return None
     if request.withinfo:
@@ -242,7 +218,7 @@ def tread(client, argv):
     behind the group's blocked readers; the client's next commands wait for it.
     O(1) seek + O(count); group reads O(count log pending) for the due retries, amortised O(1) per new entry.
     """
-    request = parse_tread(argv)
+    request = client.server.tread_parses.parse(argv)
     if request.group is not None:
         client.server.blocking.defer(client, request)
         return NO_REPLY
@@ -277,11 +253,8 @@ def tack(client, argv):
     was_full = group.pending_count >= server.config.values["group-max-pending"]
     acked = group.ack(offsets)
     if acked:
-        server.dirty += 1
-        if server.aof is not None:
-            server.aof.log([ACK, argv[1], argv[2], *offsets])
-        if was_full and argv[1] in server.waiting_keys:
-            server.wake(argv[1])  # room in a full pending list: capped readers may go on
+        # room in a full pending list: capped readers may go on
+        server.writes.acked(argv[1], argv[2], offsets, wake=was_full)
     return acked
 
 
@@ -312,11 +285,10 @@ def tevict(client, argv):
     stream = client.server.keyspace.get(argv[1])
     if stream is None:
         return 0
+    first = stream.first
     evicted = stream.evict_keep(-offset) if offset < 0 else stream.evict_through(offset)
     if evicted:
-        client.server.dirty += evicted
-        if client.server.aof is not None:
-            client.server.aof.log([EVICT, argv[1], stream.first])
+        client.server.writes.wrote(argv[1], stream, first, evicted, wake=False)
     return evicted
 
 
@@ -411,13 +383,6 @@ def tconfig(client, argv):
     if config.max_msgs_per_subject > 0:
         config.allow_direct = True  # ADR-31: per-subject limits (KV) force direct get on
     first = stream.first
-    server.dirty += 1 + stream.enforce_limits(time_ns())
-    if server.aof is not None:
-        record = [CONFIG, argv[1]]
-        for name in changes:
-            record += [name.encode(), getattr(config, name)]
-        record += [b"allow_direct", config.allow_direct]
-        server.aof.log(record)
-        if stream.first != first:
-            server.aof.log([EVICT, argv[1], stream.first])
+    evicted = stream.enforce_limits(time_ns())
+    server.writes.configured(argv[1], stream, first, list(changes), 1 + evicted)
     return OK

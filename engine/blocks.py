@@ -53,14 +53,15 @@ import sys
 from array import array
 from collections import OrderedDict
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import zstandard
 
-if TYPE_CHECKING:
-    from .node import SealedNode
-
 __all__ = ["BLOCK_BYTES", "BlockCache", "FRESH_CACHED_BLOCKS"]
+
+# A SealedNode of engine/node.py, which imports this module: named, not
+# imported (no import cycle, not even one for the type checker).
+SealedNode = Any
 
 COMPRESSION_LEVEL = 1  # level 1 vs 3: faster sealing for slightly larger blobs
 FAST_COMPRESSION_LEVEL = -1  # for streams whose payloads do not compress

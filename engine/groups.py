@@ -144,6 +144,7 @@ class Group:
         """Hand out the due retries (in due order) into ``out``, up to ``count``."""
         by_offset = self._by_offset
         due = self._by_due
+        again = None  # with a retry time of 0, handed out entries are due again at once: not in this read
         while due and len(out) < count:
             item = due[0]
             if item[0] > now_ms:
@@ -165,8 +166,17 @@ class Group:
             pending.deliveries += 1
             pending.retry_at = retry_at = now_ms + pending.retry_ms
             pending.due_item = item = (retry_at, offset)
-            heapreplace(due, item)
+            if retry_at > now_ms:
+                heapreplace(due, item)
+            else:
+                heappop(due)
+                if again is None:
+                    again = []
+                again.append(item)
             out.append([offset, entry.tag, entry.data])
+        if again is not None:
+            for item in again:
+                heappush(due, item)
 
     def _add_pending(self, entries: list, now_ms: int, retry: tuple[int, int]) -> None:
         """Make newly handed-out entries (ascending offsets, none pending) pending."""

@@ -35,6 +35,8 @@ def check_stream(s) -> None:
         assert s.first == s.next_offset, "no node but entries held"
     if not nodes or nodes[-1].sealed:
         assert s._active is None
+    if s._active is None:
+        assert s._node_bytes >= 0, "a seal owed with no active node"
     refs = [0] * len(s._tag_list)
     used: set[int] = set()
     sealed_mem = 0
@@ -52,7 +54,7 @@ def check_stream(s) -> None:
             sealed_mem += node.mem
         else:
             assert i == len(nodes) - 1 and node is s._active, "active node must be the last"
-            buf, ends, tags, times = _check_active(node)
+            buf, ends, tags, times = _check_active(node, s._node_bytes < 0)
             ids = set(tags)
         used |= ids
         count = len(times)
@@ -145,15 +147,16 @@ def _check_sealed(node, cache: BlockCache):
     return buf, ends, tags, times
 
 
-def _check_active(node):
-    """The active node: its own tables, not full."""
+def _check_active(node, seal_owed: bool):
+    """The active node: its own tables, not full unless its seal is owed
+    (sealing it failed for lack of memory: see Stream._owe_seal)."""
     assert isinstance(node, ActiveNode) and isinstance(node.buf, bytearray)
     buf, ends, tags, times = node.decoded()
     if node.ends is None:  # compact: one entry, no tables
         assert node.tags is None and node.times is None and node.count == 1
     count = len(times)
     assert count >= 1 and node.count == count and node.last_time == times[-1]
-    assert node.start + count < node.cap_end, "full node left unsealed"
+    assert (node.start + count == node.cap_end) == seal_owed, "full node left unsealed (or a seal owed by none)"
     assert len(buf) == ends[count]
     return buf, ends, tags, times
 

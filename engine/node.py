@@ -316,10 +316,25 @@ class ActiveNode(Node):
         if self.ends is not None:
             return
         end = len(self.buf) if first_len is None else first_len
-        self.ends = array("I" if end <= 0xFFFFFFFF else "Q", (0, end))
-        self.tags = array("I", (self._tid0,))
-        self.times = array("q", (self._time0,))
+        # Every table first, then the switch: a MemoryError leaves the node compact.
+        ends = array("I" if end <= 0xFFFFFFFF else "Q", (0, end))
+        tags = array("I", (self._tid0,))
+        times = array("q", (self._time0,))
+        self.ends, self.tags, self.times = ends, tags, times
         self._time0 = 0
+
+    def cut_back(self, held: int) -> None:
+        """Take back what an append stored past the first ``held`` entries
+        (an append that failed midway): every table cut to ``held``
+        entries.  A compact node has nothing to cut (an append stores into
+        its tables only after :meth:`expand`).  Allocates nothing. O(1)."""
+        ends, tags, times = self.ends, self.tags, self.times
+        if ends is None or tags is None or times is None:
+            return
+        del ends[held + 1:]
+        del tags[held:]
+        del times[held:]
+        del self.buf[ends[held]:]
 
     @property
     def count(self) -> int:
@@ -355,7 +370,8 @@ class ActiveNode(Node):
         when that does not save 1/64.  ``short``: sealed by bytes, before the
         range is full (the node ends after its last entry).  ``fresh``: put
         the newest decoded blocks in ``cache``'s LRU.  This object is spent
-        (its tables dropped).  O(node)."""
+        (its tables dropped) only once the sealed node is complete: a
+        MemoryError leaves it whole and active.  O(node)."""
         buf, ends, tags, times = self.decoded()
         count = len(times)
         code = ends.typecode
@@ -418,11 +434,8 @@ class ActiveNode(Node):
         frames = [ctx.compress(body) for body in bodies]
         raw_len = sum(map(len, bodies))
         node.raw_len = raw_len
-        # This object is no longer the stream's: cap_end 0 tells suspended
-        # iterators to look the offset up again (they find the sealed node).
-        self.buf = bytearray()
-        self.ends = self.tags = self.times = self.deleted = None
-        self.cap_end = 0
+        spent_buf = bytearray()
+        blocks: list[_Block | None]
         if sum(map(len, frames)) <= raw_len - (raw_len >> _KEEP_SHIFT):
             # One exact-size object (python-zstandard over-allocates each
             # frame to the compress bound and merely shortens it).
@@ -431,15 +444,7 @@ class ActiveNode(Node):
             node.block_entries = be
             node.block_offs = array("I" if len(data) < 1 << 32 else "Q",
                                     [0, *accumulate(map(len, frames))])
-            blocks: list[_Block | None] = [None] * nb
-            node.blocks = blocks
-            if fresh:
-                # Tail readers are the common case: keep the newest blocks
-                # decoded (the others cost one small decompression each).
-                for k in range(max(0, nb - FRESH_CACHED_BLOCKS), nb):
-                    c = count - k * be
-                    blocks[k] = blk = _Block(node, k, bodies[k], be if be < c else c, code)
-                    cache.add(blk)
+            node.blocks = blocks = [None] * nb
         else:
             node.data = data = bodies[0] if nb == 1 else _block_body(buf, ends, tags, times)
             node.raw_len = len(data)
@@ -447,7 +452,28 @@ class ActiveNode(Node):
             node.block_entries = count
             node.block_offs = array("I" if len(data) < 1 << 32 else "Q", (0, len(data)))
             node.blocks = [_Block(None, 0, data, count, code)]  # permanent views
+            fresh = False
         node.mem = node._sealed_mem()
+        # The commit point, after every allocation the sealed node needs.
+        # This object is no longer the stream's: cap_end 0 tells suspended
+        # iterators to look the offset up again (they find the sealed node).
+        self.buf = spent_buf
+        self.ends = self.tags = self.times = self.deleted = None
+        self.cap_end = 0
+        if fresh:
+            # Tail readers are the common case: keep the newest blocks
+            # decoded (the others cost one small decompression each).  Only
+            # a help: a MemoryError leaves them to be decoded when read.
+            try:
+                for k in range(max(0, nb - FRESH_CACHED_BLOCKS), nb):
+                    c = count - k * be
+                    blocks[k] = blk = _Block(node, k, bodies[k], be if be < c else c, code)
+                    cache.add(blk)
+            except MemoryError:
+                lru = cache.lru
+                for k, cached in enumerate(blocks):
+                    if cached is not None and cached not in lru:
+                        blocks[k] = None
         return node, ids
 
     def active_mem(self) -> int:

@@ -65,6 +65,18 @@ non-decreasing per stream (``max(now_ns, last_time)``), so time-based eviction
 binary-searches (node ``last_time``, then over the node's blocks, then bisect
 inside one block).
 
+Out of memory
+-------------
+An append stores its entry whole or not at all when a MemoryError strikes
+(the node's tables are cut back, a tag interned for it is forgotten);
+``append_many`` likewise, as long as it sealed no node (once it did, what
+went into sealed nodes stays and the error is raised).  Sealing builds the
+sealed node aside and swaps it in only when complete: a MemoryError leaves
+the active node whole and active.  After a failed seal of a full node its
+entries stay and the seal is *owed*: the byte bound turns negative (see
+``Stream._owe_seal``), so the next append, on the byte test it makes anyway,
+seals the node first.
+
 Snapshots
 ---------
 :meth:`Stream.export_state` / :meth:`Stream.from_state` carry the tag table,
@@ -135,7 +147,8 @@ class Stream(TagTable):
         "_nodes", "_first_node_index",  # _active and the tag table: engine/tags.py
         "_deleted_held", "_sealed_mem", "_age_floor", "_fast_seal",
         "_subjects",  # JetStream subject index (engine/subjects.py), None until first needed
-        "_node_bytes",  # node_max_bytes, or a bound never reached when 0 (one test when appending)
+        "_node_bytes",  # node_max_bytes, or a bound never reached when 0 (one test when appending);
+                        # its complement (< 0) while a seal is owed (see _owe_seal)
         "_cache",  # the decoded-block cache (engine/blocks.py) of the keyspace
         "key_id",  # its id in the Keyspace holding it (SCAN order), or 0
         "limit_pending",  # its keyspace's set of subject indexes with deletions to log, or None
@@ -151,6 +164,7 @@ class Stream(TagTable):
         self._cache = BlockCache() if cache is None else cache
         self._groups: dict | None = None  # consumer group name -> engine.groups.Group, once one exists
         self.node_entries = int(node_entries)
+        self._node_bytes = 0               # no seal owed (set by node_max_bytes next)
         self.node_max_bytes = node_max_bytes
         self.first = 1
         self.next_offset = 1
@@ -191,14 +205,18 @@ class Stream(TagTable):
         """Payload bytes a node may hold before it is sealed (0: no limit);
         a single bigger entry gets a node of its own.  Applies to the nodes
         written from now on. O(1)."""
-        return 0 if self._node_bytes == _NO_BYTE_LIMIT else self._node_bytes
+        limit = self._node_bytes
+        if limit < 0:  # a seal is owed
+            limit = ~limit
+        return 0 if limit == _NO_BYTE_LIMIT else limit
 
     @node_max_bytes.setter
     def node_max_bytes(self, value: int) -> None:
         value = int(value)
         if value < 0:
             raise ValueError("node_max_bytes must be >= 0")
-        self._node_bytes = value or _NO_BYTE_LIMIT
+        limit = value or _NO_BYTE_LIMIT
+        self._node_bytes = ~limit if self._node_bytes < 0 else limit
 
     @property
     def last(self) -> int:
@@ -266,20 +284,42 @@ class Stream(TagTable):
     def _seal_active(self, short: bool = False) -> None:
         """Seal the active node, which becomes a SealedNode in the list:
         full, or ``short`` (the next entry would take it past
-        ``node_max_bytes``: it ends at ``next_offset``). O(node)."""
+        ``node_max_bytes``: it ends at ``next_offset``).  A MemoryError
+        changes nothing: the node stays active and whole. O(node)."""
         node = self._active
         assert node is not None
-        self._active = None
+        refs = self._ref_counts()
         sealed, ids = node.seal(self._cache, self._fast_seal, short=short)
+        self._active = None
         self._nodes[-1] = sealed
+        if self._node_bytes < 0:  # the owed seal is done
+            self._node_bytes = ~self._node_bytes
         # Payloads that barely compress: seal the next node with the fast
         # level (the tables alone usually save ~10%, so "kept compressed" is
         # not the signal); a node that compresses well switches back.
         self._fast_seal = len(sealed.data) > 0.8 * sealed.raw_len
         self._sealed_mem += sealed.mem
-        refs = self._ref_counts()
         for tid in ids:
             refs[tid] += 1
+
+    def _owe_seal(self) -> None:
+        """Sealing the full active node failed (MemoryError) after its last
+        entry was stored: the entries stay, the seal is owed.  The byte
+        bound turns negative (its complement), so the next append's byte
+        test, made anyway, sends it to the slow path, which seals first: no
+        extra test per append. O(1)."""
+        if self._node_bytes >= 0:
+            self._node_bytes = ~self._node_bytes
+
+    def _undo_append(self, node: ActiveNode | None, tid: int) -> None:
+        """A MemoryError midway through storing one entry in ``node``: take
+        its part back (``node``'s tables cut back to the ``next_offset -
+        node.start`` entries it held; a compact node has nothing to cut) and
+        forget ``tid`` if only this entry used it.  Shrinking allocates
+        nothing. O(entries of the node) for the tag check."""
+        if node is not None and self._active is node:
+            node.cut_back(self.next_offset - node.start)
+        self._free_unused((tid,))
 
     @staticmethod
     def _widen_ends(node: ActiveNode, value: int) -> None:
@@ -309,36 +349,52 @@ class Stream(TagTable):
         # Any: a compact node's tables are None, which the AttributeError
         # below handles on purpose (no test on the hot path).
         node: Any = self._active
-        if node is None:
-            node = self._open_node(data, tid, now_ns)  # rejects bad data before any change
-        else:
-            buf = node.buf
-            buf += data
-            end = len(buf)
-            if end > self._node_bytes and node.count:
-                # The entry would take the node past node_max_bytes: seal the
-                # node without it and start the next one with it.
-                del buf[end - memoryview(data).nbytes:]
-                self._seal_active(short=True)
-                node = self._open_node(data, tid, now_ns)
+        # All or nothing under MemoryError: until next_offset moves, a
+        # failure takes the entry's part back (_undo_append).  (try costs
+        # nothing while nothing is raised.)
+        try:
+            if node is None:
+                node = self._open_node(data, tid, now_ns)  # rejects bad data before any change
             else:
-                try:
-                    node.ends.append(end)
-                except OverflowError:
-                    self._widen_ends(node, end)
-                except AttributeError:  # a compact node of one entry: give it its tables
-                    node.expand(end - memoryview(data).nbytes)
+                buf = node.buf
+                buf += data
+                end = len(buf)
+                if end > self._node_bytes and node.count:
+                    # The entry would take the node past node_max_bytes (or
+                    # the node is full and its seal owed: see _owe_seal):
+                    # seal the node without it and start the next one with it.
+                    del buf[end - memoryview(data).nbytes:]
+                    self._seal_active(short=self.next_offset != node.cap_end)
+                    node = self._open_node(data, tid, now_ns)
+                else:
                     try:
                         node.ends.append(end)
                     except OverflowError:
                         self._widen_ends(node, end)
-                node.tags.append(tid)
-                node.times.append(now_ns)
+                    except AttributeError:  # a compact node of one entry: give it its tables
+                        first_len = end - memoryview(data).nbytes
+                        try:
+                            node.expand(first_len)
+                        except MemoryError:  # still compact: only the payload to take back
+                            del buf[first_len:]
+                            raise
+                        try:
+                            node.ends.append(end)
+                        except OverflowError:
+                            self._widen_ends(node, end)
+                    node.tags.append(tid)
+                    node.times.append(now_ns)
+        except MemoryError:
+            self._undo_append(node, tid)
+            raise
         self.last_time = now_ns
         offset = self.next_offset
         self.next_offset = after = offset + 1
         if after == node.cap_end:
-            self._seal_active()
+            try:
+                self._seal_active()
+            except MemoryError:  # the entry is stored; the next append seals first
+                self._owe_seal()
         # --- JetStream subject index hook (engine/subjects.py): once built only ---
         if self._subjects is not None:
             self._subjects.appended(tag, offset)
@@ -378,21 +434,44 @@ class Stream(TagTable):
                 # intern, looking each tag up again (a new tag may repeat in the batch)
                 lookup = self._tag_lookup
                 tids = [lookup(tag) or self._intern(tag) for tag in tags]
-        except TypeError:
+        except (TypeError, MemoryError):
             self._free_unused(self._live_tag_ids())  # forget new tags
             raise
-        if now_ns > self.last_time:
+        last_time = self.last_time
+        if now_ns > last_time:
             self.last_time = now_ns
         else:
-            now_ns = self.last_time
+            now_ns = last_time
+        first_node = self._active
         jview = memoryview(joined)
+        try:
+            self._append_chunks(tags, datas, tids, jview, now_ns)
+        except MemoryError:
+            self._undo_append_columns(first_node, first_offset, last_time, tags, tids)
+            raise
+        finally:
+            jview.release()
+        # --- JetStream subject index hook (engine/subjects.py): once built only ---
+        if self._subjects is not None:
+            self._subjects.appended_many(tags, first_offset)
+        cfg = self.config
+        if cfg.max_len or cfg.max_age_ms or cfg.max_msgs_per_subject:
+            self.enforce_limits(now_ns)
+        return first_offset
+
+    def _append_chunks(self, tags: list, datas: list, tids: list, jview: memoryview, now_ns: int) -> None:
+        """The storing part of :meth:`append_columns`: each node's share of
+        the pairs, one chunk per node.  ``next_offset`` moves once a chunk is
+        stored whole.  A seal that fails (MemoryError) with pairs left to
+        store raises; the one after the last chunk is only owed."""
+        npairs = len(tags)
         i = 0          # index of the next pair
         jpos = 0       # its payload's position in ``joined``
         while i < npairs:
             node: Any = self._active  # its tables exist once expand() ran (see append)
             if node is None:
                 node = self._open_node()
-            k = min(npairs - i, node.cap_end - self.next_offset)
+            k = min(npairs - i, node.cap_end - self.next_offset)  # 0: a full node, its seal owed
             whole = k == npairs  # the usual case: no slicing
             buf = node.buf
             lens = list(map(len, datas if whole else datas[i:i + k]))
@@ -402,7 +481,7 @@ class Stream(TagTable):
                 fit = bisect_right(list(accumulate(lens)), self._node_bytes - len(buf))
                 if not fit:
                     if node.count:
-                        self._seal_active(short=True)
+                        self._seal_active(short=self.next_offset != node.cap_end)
                         continue
                     fit = 1  # one entry bigger than the limit: a node of its own
                 if fit < k:
@@ -422,17 +501,45 @@ class Stream(TagTable):
             i += k
             self.next_offset += k
             if self.next_offset == node.cap_end:
-                self._seal_active()
+                if i < npairs:
+                    self._seal_active()  # more to store: the next node needs this one sealed
+                else:
+                    try:
+                        self._seal_active()
+                    except MemoryError:  # every pair is stored; the next append seals first
+                        self._owe_seal()
             elif cut:
                 self._seal_active(short=True)
-        jview.release()
-        # --- JetStream subject index hook (engine/subjects.py): once built only ---
-        if self._subjects is not None:
-            self._subjects.appended_many(tags, first_offset)
-        cfg = self.config
-        if cfg.max_len or cfg.max_age_ms or cfg.max_msgs_per_subject:
-            self.enforce_limits(now_ns)
-        return first_offset
+
+    def _undo_append_columns(self, first_node: ActiveNode | None, first_offset: int,
+                             last_time: int, tags: list, tids: list) -> None:
+        """A MemoryError midway through :meth:`append_columns`.  While the
+        node active before the batch (``first_node``) is still active,
+        nothing of the batch is kept: all or nothing.  Once this batch
+        sealed a node it keeps what went into sealed nodes (and a chunk
+        stored whole in a node whose seal failed, owed then); only the
+        active node's unfinished chunk is taken back.  New tags left unused
+        are forgotten.  Shrinking allocates nothing.  O(node) for the tag
+        check."""
+        node = self._active
+        if node is not None:
+            if node is first_node:
+                self.next_offset = first_offset
+            held = self.next_offset - node.start
+            node.cut_back(held)
+            if not held:  # opened by this batch, left empty: not kept
+                self._nodes.pop()
+                self._active = None
+            if self.next_offset == node.cap_end:
+                self._owe_seal()
+        stored = self.next_offset - first_offset
+        if stored:
+            # --- JetStream subject index hook (engine/subjects.py): once built only ---
+            if self._subjects is not None:
+                self._subjects.appended_many(tags[:stored], first_offset)
+        else:
+            self.last_time = last_time
+        self._free_unused(set(tids))
 
     # -- reading -------------------------------------------------------------------
     def read(self, offset: int, count: int) -> list:
@@ -728,6 +835,8 @@ class Stream(TagTable):
             assert isinstance(node, ActiveNode)
             ids = list(node.tag_ids())  # refs 0: only the active node used them
             self._active = None
+            if self._node_bytes < 0:  # its owed seal goes with it
+                self._node_bytes = ~self._node_bytes
             node.buf = bytearray()
             node.ends = node.tags = node.times = None
         node.cap_end = 0  # tells suspended iterators that it is gone
@@ -948,6 +1057,8 @@ class Stream(TagTable):
                     raise ValueError("only the last node may be partial")
                 self._check_tag_ids(node.tag_ids())
                 self._active = node
+                if node.start + node.count == node.cap_end:
+                    self._owe_seal()  # a full active node given as an object: the next append seals it
                 times = (node.decoded()[3][0], node.last_time)
             if times[0] < prev_time:
                 raise ValueError("node times go backwards")

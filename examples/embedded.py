@@ -1,6 +1,8 @@
 """Embedding tstream in a Python program, talking to it with redis-py.
 
-    .venv/bin/python examples/embedded.py
+    python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/python examples/embedded.py
+
+(``pip install -e .`` brings redis-py too; tstream imports as ``tstream.*`` only once installed.)
 
 1. In an asyncio program: ``async with tstream_server(...)`` serves on the
    program's own event loop; redis.asyncio talks to it.
@@ -16,17 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import tempfile
 from pathlib import Path
 
 import redis
 import redis.asyncio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout too
-
-from tstream.client import AsyncTStream, TStream  # noqa: E402
-from tstream.server.embed import ServerThread, tstream_server  # noqa: E402
+from tstream.client import AsyncTStream, TStream
+from tstream.server.embed import ServerThread, tstream_server
 
 
 async def asyncio_program(data_dir: str) -> None:

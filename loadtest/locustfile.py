@@ -3,7 +3,7 @@
     .venv/bin/pip install -e '.[load]'
     .venv/bin/tstream-server --dir /tmp/tstream-load --save '' &
     .venv/bin/locust -f loadtest/locustfile.py --headless -u 100 -r 20 -t 2m \\
-        --csv loadtest/results/run --host redis://127.0.0.1:6380
+        --csv loadtest/runs/run --host redis://127.0.0.1:6380
 
 (``loadtest/run.sh`` does all three and stops the server.)  Every command is
 timed with ``perf_counter`` around redis-py's ``execute_command`` and reported

@@ -1,6 +1,6 @@
 """Render locust's ``<prefix>_stats.csv`` as a markdown table (for RESULTS.md).
 
-    .venv/bin/python loadtest/report.py [loadtest/results/run]
+    .venv/bin/python loadtest/report.py [loadtest/runs/<run>/run]   (default: the committed loadtest/results/run)
 """
 
 from __future__ import annotations

@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
 # Headless locust run against a fresh tstream-server:
-#   loadtest/run.sh [extra locust options]
+#   loadtest/run.sh [--out DIR] [extra locust options]
 # Starts tstream-server on 127.0.0.1:$PORT (default 6380) in a temporary dir (no
 # snapshots, no AOF unless TSTREAM_ARGS says so), runs locust for $DURATION
 # (default 2m) with $USERS users (default 100) spawned at $SPAWN_RATE/s (default 20),
-# writes the CSVs to loadtest/results/run_*.csv, then stops the server.
+# writes the CSVs to DIR/run_*.csv, then stops the server.
+# DIR defaults to a new loadtest/runs/<time>/ (ignored by git): the committed
+# loadtest/results/ changes only when asked, with --out loadtest/results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT=${PORT:-6380}
 USERS=${USERS:-100}
 SPAWN_RATE=${SPAWN_RATE:-20}
 DURATION=${DURATION:-2m}
-CSV=${CSV:-loadtest/results/run}
 VENV=${VENV:-.venv}
+OUT=loadtest/runs/$(date +%Y%m%d-%H%M%S)
+if [ "${1:-}" = "--out" ]; then
+    [ $# -ge 2 ] || { echo "usage: loadtest/run.sh [--out DIR] [locust options]" >&2; exit 2; }
+    OUT=$2
+    shift 2
+fi
+CSV=$OUT/run
+mkdir -p "$OUT"
+echo "writing ${CSV}_*.csv"
 DATA=$(mktemp -d /tmp/tstream-load-XXXXXX)
-mkdir -p "$(dirname "$CSV")"
 
 # shellcheck disable=SC2086
 "$VENV/bin/tstream-server" --port "$PORT" --dir "$DATA" --save '' ${TSTREAM_ARGS:-} > "$DATA/server.log" 2>&1 &

@@ -1,6 +1,9 @@
 """Soak test: a long mixed load on a server whose data is bounded by eviction.
 
-    .venv/bin/python loadtest/soak.py [--duration 600] [--interval 10] [--out loadtest/results]
+    .venv/bin/python loadtest/soak.py [--duration 600] [--interval 10] [--out DIR]
+
+A run writes to a new directory ``loadtest/runs/soak-<time>/`` (ignored by git);
+the committed ``loadtest/results/`` changes only when asked: ``--out loadtest/results``.
 
 Starts its own ``tstream-server`` (a subprocess on a free loopback port, in a
 temporary ``dir``, append-only file on with ``appendfsync everysec``, automatic
@@ -197,12 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=600.0, help="seconds of load (default 600)")
     parser.add_argument("--interval", type=float, default=10.0, help="seconds per recorded row (default 10)")
-    parser.add_argument("--out", default=str(HERE / "results"), help="directory of soak.csv/soak.png")
+    parser.add_argument("--out", default=None,
+                        help="directory of soak.csv/soak.png/soak-summary.md (default: a new "
+                             "loadtest/runs/soak-<time>/; loadtest/results updates the committed ones)")
     parser.add_argument("--keep-dir", action="store_true", help="keep the server's data directory")
     parser.add_argument("--render-only", action="store_true", help="redraw soak.png from soak.csv, run nothing")
     args = parser.parse_args(argv)
 
-    out_dir = Path(args.out)
+    if args.out is None and args.render_only:
+        parser.error("--render-only needs --out DIR (the directory holding soak.csv)")
+    out_dir = Path(args.out) if args.out else HERE / "runs" / time.strftime("soak-%Y%m%d-%H%M%S")
     out_dir.mkdir(parents=True, exist_ok=True)
     if args.render_only:
         rows = [{k: (float(v) if v not in ("", None) else 0.0) for k, v in row.items()}

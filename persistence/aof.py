@@ -12,14 +12,22 @@ the directory describes a complete history.
 A rewrite (BGREWRITEAOF, or automatic when the incremental files outgrow the
 base) never loses a record and never stalls clients:
 
-1. on the loop: open a new incr file and point new records at it; write a
-   manifest listing the old base, the old incr files and the new one;
+1. on the loop: open a new incr file, write a manifest listing the old base,
+   the old incr files and the new one, and only then point new records at it
+   (if either step fails, records keep going to the old file: the rewrite
+   failed, nothing else changed);
 2. on the loop: capture the keyspace (see persistence.snapshot);
 3. in a worker thread: write the capture as the new base;
 4. on the loop: write a manifest with just the new base and the new incr file,
    then delete the old files.
 
 A crash at any point leaves a manifest whose files replay to the latest state.
+Files a crash leaves outside the manifest (temp files, a new incr or base file
+never named) are deleted at the next start (``remove_strays``).
+
+Every file operation goes through a ``persistence.fileops.FileOps`` (the
+fault-injection seam); how the writer survives a failing disk is drawn in
+``AppendOnlyFile``.
 
 ``fsync`` policies: ``always`` fsyncs once per event-loop turn (group commit),
 before any reply of that turn leaves; ``everysec`` writes every turn and fsyncs
@@ -37,6 +45,7 @@ from dataclasses import dataclass
 from tstream.engine import Keyspace
 
 from . import effects, snapshot
+from .fileops import FileOps
 from .framing import CorruptFile, PersistenceError, TornTail, iter_frames, pack, unpack
 
 log = logging.getLogger("tstream.aof")
@@ -55,10 +64,14 @@ class ManifestEntry:
 def read_manifest(directory: str) -> list[ManifestEntry]:
     path = os.path.join(directory, MANIFEST)
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        with open(path, "rb") as handle:
+            raw = handle.read()
     except OSError as exc:
         raise PersistenceError(f"cannot read the manifest: {exc.strerror}", path) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptFile("the manifest is not UTF-8 text (damaged?)", path, exc.start) from None
     entries = []
     offset = 0
     for line in text.splitlines(keepends=True):
@@ -76,16 +89,48 @@ def read_manifest(directory: str) -> list[ManifestEntry]:
     return entries
 
 
-def write_manifest(directory: str, entries: list[ManifestEntry]) -> None:
-    path = os.path.join(directory, MANIFEST)
-    temp = path + ".tmp"
-    with open(temp, "w", encoding="utf-8") as handle:
-        for entry in entries:
-            handle.write(f"file {entry.name} seq {entry.seq} type {entry.kind}\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp, path)
-    snapshot.fsync_directory(directory)
+def write_manifest(directory: str, entries: list[ManifestEntry], ops: FileOps | None = None) -> None:
+    """Replace the manifest durably: temp file, fsync, rename, directory fsync.
+    Raises OSError; the old manifest then still describes a complete history
+    (or, when only the directory fsync failed, the new one may already)."""
+    text = "".join(f"file {e.name} seq {e.seq} type {e.kind}\n" for e in entries)
+    (ops or FileOps()).write_file(os.path.join(directory, MANIFEST), text.encode(), step="manifest")
+
+
+_FILE_NAME = re.compile(r"appendonly\.aof\.(\d+)\.(base\.tsr|incr\.aof)")
+
+
+def seqs_on_disk(directory: str) -> list[int]:
+    """The seqs of every AOF file in ``directory``, named by a manifest or not."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return [int(match.group(1)) for match in map(_FILE_NAME.fullmatch, names) if match]
+
+
+def remove_strays(directory: str, named: list[ManifestEntry], ops: FileOps | None = None) -> list[str]:
+    """Delete what a crash or a failed step left in the AOF directory: temp
+    files of snapshots and manifests, and AOF files the manifest does not name
+    (``named``: the manifest's entries; none when there is no manifest yet).
+    Returns the names deleted."""
+    ops = ops or FileOps()
+    keep = {entry.name for entry in named}
+    removed: list[str] = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        if name in keep:
+            continue
+        if snapshot.is_temp_name(name) or name == MANIFEST + ".tmp" or _FILE_NAME.fullmatch(name):
+            try:
+                ops.unlink(os.path.join(directory, name))
+                removed.append(name)
+            except OSError as exc:
+                log.warning("could not delete the stray file %s: %s", name, exc)
+    return removed
 
 
 def base_name(seq: int) -> str:
@@ -159,106 +204,218 @@ def load(directory: str, truncate_torn_tail: bool = True) -> LoadResult:
 
 
 class AppendOnlyFile:
-    """The open AOF: buffers records during a loop turn, writes and syncs them."""
+    """The open AOF: collects a turn's records, writes and syncs them.
 
-    def __init__(self, directory: str, fsync: str) -> None:
+    Failure rules (no acknowledged record is ever dropped or misplaced):
+
+    - a write that fails keeps every unwritten byte (``unwritten``) and cuts a
+      short write back to the last whole record, so the file never holds a
+      partial record followed by others; the next ``write_buffer`` retries;
+    - ``write_errno`` / ``fsync_errno`` say why the last write / fsync failed
+      (0 once one succeeds): the server refuses writes meanwhile (MISCONF);
+    - records only ever go to a file the manifest on disk names (or, before
+      the very first base exists, to the one file that base will be paired
+      with): a new incr file is opened, the manifest naming it written
+      durably, and only then are records pointed at it; a failure of either
+      step leaves records going to the old file, and the rewrite fails.
+    """
+
+    def __init__(self, directory: str, fsync: str, ops: FileOps | None = None) -> None:
         self.directory = directory
         self.fsync_policy = fsync
-        self.entries: list[ManifestEntry] = []
+        self.ops = ops or FileOps()
+        self.entries: list[ManifestEntry] = []  # what the manifest on disk names (none yet: empty)
+        # The files of an older history the manifest on disk still names while this
+        # AOF has no base yet (appendonly turned on again): kept, their seqs not
+        # reused, deleted once the first rewrite replaced that manifest.
+        self.replaces: list[ManifestEntry] = []
+        self.current: ManifestEntry | None = None  # the incr file records go to
         self.fd = -1
-        self.buffer: list[bytes] = []
-        self.size = 0          # bytes in the current incr files
-        self.base_size = 0     # bytes of the base (for automatic rewrites)
-        self.last_write_ok = True
+        self.records: list[list] = []  # logged this turn, packed when written
+        self.unwritten = b""  # packed records a failed write left behind (whole records)
+        self.offset = 0        # bytes of whole records in the current incr file
+        self.size = 0          # bytes in the incr files since the base (for automatic rewrites)
+        self.base_size = 0     # bytes of the base
+        self.write_errno = 0   # errno of the last failed write (0: the last write succeeded)
+        self.fsync_errno = 0   # errno of the last failed fsync (0: the last fsync succeeded)
         self._lock = threading.Lock()  # the fsync thread and the loop share the fd
         self._unsynced = False
+
+    @property
+    def last_write_ok(self) -> bool:
+        return not self.write_errno and not self.fsync_errno
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self.unwritten)
 
     # setup
 
     def open_existing(self, entries: list[ManifestEntry]) -> None:
         """Continue the history a successful load read."""
-        self.entries = entries
+        self.entries = list(entries)
         last = entries[-1]
-        if last.kind != "i":  # a base alone: start an incr file after it
-            self._start_incr(last.seq)
-            write_manifest(self.directory, self.entries)
+        if last.kind != "i":  # a base alone: start an incr file after it, named first
+            self._switch_to_new_incr(last.seq)
         else:
-            self._open_incr(last.name)
+            fd = self.ops.open(os.path.join(self.directory, last.name), os.O_WRONLY | os.O_APPEND,
+                               step="open-existing")
+            self.current, self.fd = last, fd
+            self.offset = os.fstat(fd).st_size
         base = entries[0]
         if base.kind == "b":
             self.base_size = os.path.getsize(os.path.join(self.directory, base.name))
         self.size = sum(os.path.getsize(os.path.join(self.directory, e.name)) for e in entries if e.kind == "i")
 
-    def _start_incr(self, seq: int) -> None:
-        entry = ManifestEntry(incr_name(seq), seq, "i")
-        self.entries.append(entry)
-        self._open_incr(entry.name)
+    def _open_new_incr(self, name: str) -> int:
+        """A new, empty incr file (a stale one of the same name, left by a
+        crash or a failed step, is emptied: it was never part of a history)."""
+        return self.ops.open(os.path.join(self.directory, name),
+                             os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644, step="open-incr")
 
-    def _open_incr(self, name: str) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-        self.fd = os.open(os.path.join(self.directory, name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    def _switch_to_new_incr(self, seq: int) -> None:
+        """Point records at a new incr file ``seq``, after a manifest naming it
+        is durable (when a manifest exists).  Raises OSError with nothing
+        changed: records keep going to the current file."""
+        entry = ManifestEntry(incr_name(seq), seq, "i")
+        fd = self._open_new_incr(entry.name)
+        if self.entries:
+            try:
+                write_manifest(self.directory, self.entries + [entry], self.ops)
+            except BaseException:
+                # The new file stays (empty): if only the directory fsync failed the
+                # manifest on disk may name it, and an empty incr file replays to nothing.
+                self.ops.close(fd)
+                raise
+            self.entries.append(entry)
+        with self._lock:
+            old_fd, old = self.fd, self.current
+            self.fd, self.current, self.offset = fd, entry, 0
+            self._unsynced = False
+        if old_fd >= 0:
+            self.ops.close(old_fd)
+        if old is not None and old not in self.entries:  # never named by a manifest: no history
+            try:
+                self.ops.unlink(os.path.join(self.directory, old.name))
+            except OSError as exc:
+                log.warning("could not delete the unused AOF file %s: %s", old.name, exc)
 
     # the hot path
 
     def log(self, record: list) -> None:
         """Queue one effect record; it reaches the file at the end of this loop turn."""
-        self.buffer.append(pack(record))
+        self.records.append(record)
 
     def write_buffer(self) -> None:
-        """Write what this turn logged (no fsync). Raises OSError on failure."""
-        if not self.buffer:
+        """Write what was logged and not written yet (no fsync).
+
+        Raises OSError (or MemoryError while packing) and keeps everything
+        not written for the next call; a short write is cut back to the last
+        whole record (or, if that fails too, its written part is counted so
+        the next write completes the record)."""
+        if self.records:
+            packed = b"".join(map(pack, self.records))
+            self.records.clear()
+            self.unwritten = self.unwritten + packed if self.unwritten else packed
+        data = self.unwritten
+        if not data:
+            self.write_errno = 0  # nothing left that failed to be written
             return
-        data = b"".join(self.buffer)
-        self.buffer.clear()
         with self._lock:
+            written = 0
             view = memoryview(data)
-            while view:
-                written = os.write(self.fd, view)
-                view = view[written:]
+            try:
+                while written < len(data):
+                    written += self.ops.write(self.fd, view[written:])
+            except OSError as exc:
+                self.write_errno = exc.errno or 5
+                if written:
+                    self._undo_short_write(data, written)
+                raise
+            finally:
+                view.release()
             self._unsynced = True
+            self.offset += len(data)
         self.size += len(data)
+        self.unwritten = b""
+        self.write_errno = 0
+
+    def _undo_short_write(self, data: bytes, written: int) -> None:
+        try:
+            self.ops.truncate(self.fd, self.offset)
+            log.warning("short write to the append-only file (%d of %d bytes): truncated back to "
+                        "%d bytes, the last whole record", written, len(data), self.offset)
+        except OSError as exc:
+            # The file keeps the written prefix: the retry appends the rest, so the
+            # record ends up whole (a crash before that leaves a torn tail).
+            log.warning("could not truncate a short write of the append-only file (%s): the next "
+                        "write completes it", exc)
+            self.unwritten = data[written:]
+            self.offset += written
+            self.size += written
 
     def sync(self) -> None:
         """fsync the current incr file if anything was written since the last one."""
         with self._lock:
             if self._unsynced and self.fd >= 0:
-                os.fsync(self.fd)
+                try:
+                    self.ops.fsync(self.fd)
+                except OSError as exc:
+                    self.fsync_errno = exc.errno or 5
+                    raise
                 self._unsynced = False
+                self.fsync_errno = 0
 
     def close(self) -> None:
-        self.write_buffer()
-        self.sync()
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        try:
+            self.write_buffer()
+            self.sync()
+        finally:
+            if self.fd >= 0:
+                self.ops.close(self.fd)
+                self.fd = -1
 
     # rewrites
 
     def begin_rewrite(self) -> int:
-        """Step 1 of a rewrite: new records go to a fresh incr file. Returns the new seq.
+        """Step 1 of a rewrite: new records go to a fresh incr file. Returns the
+        seq of the base to write (captured right after this returns).
 
-        With no history yet (the AOF is being turned on), no manifest is written
-        until the base exists: a crash before that leaves the AOF off, as it was.
+        Raises OSError with nothing changed (records keep going to the current
+        file).  With no history yet (the AOF is being turned on), no manifest
+        is written until the base exists: a crash before that leaves the AOF
+        off, as it was.  When nothing was written to the current incr file
+        since it began, the base can take its place: no new file, so failed
+        rewrites retried on an idle server do not grow the manifest.
         """
         self.write_buffer()
         self.sync()
-        had_history = bool(self.entries)
-        seq = max(e.seq for e in self.entries) + 1 if had_history else 1
-        self._start_incr(seq)
-        if had_history:
-            write_manifest(self.directory, self.entries)
+        if self.current is not None and self.offset == 0:
+            self.size = 0
+            return self.current.seq
+        seqs = [e.seq for e in self.entries + self.replaces] + ([self.current.seq] if self.current is not None else [])
+        if not self.entries:  # no history of ours yet: never reuse the name of a file still here
+            seqs += seqs_on_disk(self.directory)
+        seq = max(seqs) + 1 if seqs else 1
+        self._switch_to_new_incr(seq)
         self.size = 0
         return seq
 
     def finish_rewrite(self, seq: int, base_size: int) -> None:
-        """Step 4: the base of ``seq`` is written: forget the files before it."""
-        old = [e for e in self.entries if e.seq < seq]
-        self.entries = [ManifestEntry(base_name(seq), seq, "b")] + [e for e in self.entries if e.seq >= seq]
-        write_manifest(self.directory, self.entries)
+        """Step 4: the base of ``seq`` is written: a manifest naming it and the
+        incr files from ``seq`` on, then the old files go.  Raises OSError
+        (the rewrite failed) with the old history still complete."""
+        incrs = [e for e in self.entries if e.kind == "i" and e.seq >= seq]
+        if self.current is not None and self.current not in incrs:
+            incrs.append(self.current)
+        new_entries = [ManifestEntry(base_name(seq), seq, "b")] + incrs
+        write_manifest(self.directory, new_entries, self.ops)
+        old = [e for e in self.entries + self.replaces if e not in new_entries]
+        self.entries = new_entries
+        self.replaces = []
         self.base_size = base_size
         for entry in old:
             try:
-                os.unlink(os.path.join(self.directory, entry.name))
+                self.ops.unlink(os.path.join(self.directory, entry.name))
             except OSError as exc:
                 log.warning("could not delete the old AOF file %s: %s", entry.name, exc)

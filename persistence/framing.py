@@ -10,9 +10,17 @@ for a record cut short.  A reader tells two failures apart:
 
 - a **torn tail**: the file ends inside its last record (a crash while writing);
   everything before that record is good;
-- **corruption**: a record whose checksum does not match, a damaged header, or
-  a short record followed by more records (before calling a tail torn the reader
-  checks that no valid record starts after it).
+- **corruption**: a record whose checksum does not match, or a damaged header.
+
+The record's own header decides: a tail is torn when what is left of the file
+is a prefix of a record whose header is good (magic, and the length matching
+its inverted copy) but whose length runs past the end of the file, or a prefix
+of a header.  Nothing after that point is looked at: a record's payload is
+client data and may well contain bytes that look like a frame, so scanning
+ahead for "a valid record after the damage" would take an ordinary crash for
+corruption.  A damaged length cannot pass for a torn tail (its inverted copy
+no longer matches), and a record cut short with more records after it is
+caught by its checksum, since those records become part of its payload.
 
 Payloads of effect records and metadata are msgpack (a compact, well-kept C
 serializer: it is what keeps appending and loading cheap); node blobs are stored
@@ -23,7 +31,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import Iterator
+from typing import Any, Iterator
 
 import msgpack
 
@@ -63,7 +71,7 @@ def pack(record) -> bytes:
     return HEADER.pack(MAGIC, len(payload), zlib.crc32(payload), len(payload) ^ _INVERT) + payload
 
 
-def unpack(payload) -> object:
+def unpack(payload) -> Any:
     return msgpack.unpackb(payload, raw=True, use_list=True, strict_map_key=False)
 
 
@@ -83,6 +91,10 @@ def iter_frames(data, start: int = 0, path: str = "", check_crc: bool = True) ->
         if size - pos < HEADER.size:
             if not MAGIC.startswith(bytes(view[pos : pos + 2])):
                 raise CorruptFile("not a record header", path, pos)
+            if size - pos >= 6:  # the length is there: it must be plausible
+                (length,) = struct.unpack_from("<I", view, pos + 2)
+                if length > MAX_RECORD:
+                    raise CorruptFile("not a record header", path, pos)
             _raise_tail(view, pos, path, "the file ends inside a record header")
         magic, length, crc, inverted = unpack_header(view, pos)
         if magic != MAGIC or length ^ inverted != _INVERT or length > MAX_RECORD:
@@ -98,25 +110,4 @@ def iter_frames(data, start: int = 0, path: str = "", check_crc: bool = True) ->
 
 
 def _raise_tail(view: memoryview, pos: int, path: str, why: str) -> None:
-    if _valid_record_after(view, pos + 1):
-        raise CorruptFile("damaged record followed by valid records", path, pos)
     raise TornTail(why, path, pos)
-
-
-def _valid_record_after(view: memoryview, pos: int) -> bool:
-    """Does a complete record with a good checksum start anywhere at or after ``pos``?"""
-    data = view.obj if isinstance(view.obj, (bytes, bytearray)) else bytes(view)
-    size = len(view)
-    find = data.find
-    while True:
-        pos = find(MAGIC, pos)
-        if pos < 0 or size - pos < HEADER.size:
-            return False
-        _, length, crc, inverted = HEADER.unpack_from(view, pos)
-        if length ^ inverted != _INVERT:
-            pos += 1
-            continue
-        end = pos + HEADER.size + length
-        if end <= size and zlib.crc32(view[pos + HEADER.size : end]) == crc:
-            return True
-        pos += 1

@@ -65,6 +65,7 @@ from tstream.engine import Keyspace, Stream
 from tstream.engine.groups import Group
 from tstream.engine.stream import BLOB_PREFIX, Node
 
+from .fileops import FileOps
 from .framing import HEADER, MAGIC, MAX_RECORD, CorruptFile, PersistenceError, frame, unpack
 
 FILE_MAGIC = b"TSTREAM\x00"
@@ -135,31 +136,82 @@ def records(captured: list[StreamCapture]) -> Iterator[bytes]:
     yield frame(KIND_END + _packb(len(captured)))
 
 
-def write(captured: list[StreamCapture], path: str) -> int:
-    """Write a snapshot to ``path`` atomically; returns its size. Safe in a worker thread."""
+_TEMP_PREFIX = "temp-"
+_TEMP_SUFFIX = ".tsr"
+_WRITE_CHUNK = 1 << 20
+
+
+def is_temp_name(name: str) -> bool:
+    """Is ``name`` a temp file ``write`` makes (left behind by a crash)?"""
+    return name.startswith(_TEMP_PREFIX) and name.endswith(_TEMP_SUFFIX)
+
+
+def remove_temp_files(directory: str, ops: FileOps | None = None) -> list[str]:
+    """Delete the temp files of snapshot writes a crash (or a killed worker)
+    left in ``directory``; returns their names.  Call it only when no write
+    of this process is under way."""
+    ops = ops or FileOps()
+    removed: list[str] = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        if is_temp_name(name):
+            try:
+                ops.unlink(os.path.join(directory, name))
+                removed.append(name)
+            except OSError:
+                pass
+    return removed
+
+
+def write(captured: list[StreamCapture], path: str, ops: FileOps | None = None) -> int:
+    """Write a snapshot to ``path`` atomically; returns its size. Safe in a worker thread.
+
+    Written to a temp file (removed on any failure), fsynced, renamed over
+    ``path``, the directory fsynced.  Every step goes through ``ops`` (the
+    fault-injection seam, see persistence.fileops)."""
+    ops = ops or FileOps()
     directory = os.path.dirname(os.path.abspath(path))
-    temp = os.path.join(directory, f"temp-{os.getpid()}-{time.monotonic_ns()}.tsr")
+    temp = os.path.join(directory, f"{_TEMP_PREFIX}{os.getpid()}-{time.monotonic_ns()}{_TEMP_SUFFIX}")
     crc = 0
     size = 0
     try:
-        with open(temp, "wb", buffering=1 << 20) as handle:
+        fd = ops.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, step="snapshot-open")
+        try:
+            pending: list[bytes] = []
+            pending_size = 0
+
+            def flush() -> None:
+                view = memoryview(b"".join(pending))
+                while view:
+                    view = view[ops.write(fd, view, step="snapshot-write"):]
+                pending.clear()
+
             header = FILE_HEADER.pack(FILE_MAGIC, VERSION, 0, int(time.time() * 1000))
             for chunk in (header, *records(captured)):
-                handle.write(chunk)
                 crc = zlib.crc32(chunk, crc)
                 size += len(chunk)
-            handle.write(FOOTER.pack(FOOTER_MAGIC, crc))
+                pending.append(chunk)
+                pending_size += len(chunk)
+                if pending_size >= _WRITE_CHUNK:
+                    flush()
+                    pending_size = 0
+            pending.append(FOOTER.pack(FOOTER_MAGIC, crc))
             size += FOOTER.size
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
+            flush()
+            ops.fsync(fd, step="snapshot-fsync")
+        finally:
+            ops.close(fd)
+        ops.rename(temp, path, step="snapshot-rename")
     except BaseException:
         try:
             os.unlink(temp)
         except OSError:
             pass
         raise
-    fsync_directory(directory)
+    ops.fsync_directory(directory)
     return size
 
 

@@ -1,6 +1,7 @@
 """RESP2/RESP3 protocol: request parsing and reply encoding, no I/O."""
 
 from .encode import (
+    NO_REPLY,
     NULL_ARRAY,
     OK,
     BigNumber,
@@ -12,14 +13,19 @@ from .encode import (
     Status,
     Verbatim,
     encode,
+    encode_batched_message,
     encode_entries,
     encode_error,
+    encode_integer,
+    encode_integer_run,
+    encode_message,
 )
 from .errors import ProtocolError
 from .parser import RequestParser, split_inline
 from .strict import StrictRequestParser
 
 __all__ = [
-    "NULL_ARRAY", "OK", "BigNumber", "Entries", "ErrorReply", "Push", "Raw", "Set", "Status", "Verbatim",
-    "encode", "encode_entries", "encode_error", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
+    "NO_REPLY", "NULL_ARRAY", "OK", "BigNumber", "Entries", "ErrorReply", "Push", "Raw", "Set", "Status", "Verbatim",
+    "encode", "encode_batched_message", "encode_entries", "encode_error", "encode_integer", "encode_integer_run",
+    "encode_message", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
 ]

@@ -23,6 +23,13 @@ how each looks on the wire under RESP2 or RESP3:
     Entries               * array of entries      * array of entries
     Raw                   the bytes as they are   the bytes as they are
     ====================  ======================  ==========================
+
+The replies the server sends most have fast encoders here too, each giving
+exactly the bytes ``encode`` would (tests/test_resp_encoders.py checks it):
+``encode_integer`` (TWRITE, TACK), ``encode_integer_run`` (a pipelined run of
+TWRITE), ``encode_entries`` (TREAD), ``encode_message`` and
+``encode_batched_message`` (the JetStream message maps of DGET and MLAST).
+Commands never build RESP bytes themselves.
 """
 
 from __future__ import annotations
@@ -81,7 +88,57 @@ class _NullArray:
 
 NULL_ARRAY = _NullArray()
 
+
+class _NoReply:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_REPLY"
+
+
+# A handler's reply when the client gets no reply now: it blocked (the reply comes
+# when it is served), or the connection closes without one (SHUTDOWN).
+NO_REPLY = _NoReply()
+
 OK = Raw(b"+OK\r\n")
+
+
+# encode(n, protocol) of an int n, the same in both protocols: TWRITE's and TACK's reply.
+encode_integer = b":%d\r\n".__mod__
+
+# Format strings of runs of up to 64 integers, made once.
+_INTEGER_RUNS = [b":%d\r\n" * n for n in range(65)]
+
+
+def encode_integer_run(first: int, count: int) -> bytes:
+    """The integers ``first``, ``first + 1``, ... (``count`` of them), one reply
+    each, concatenated: the replies of a pipelined run of TWRITE."""
+    fmt = _INTEGER_RUNS[count] if count < len(_INTEGER_RUNS) else b":%d\r\n" * count
+    return fmt % tuple(range(first, first + count))
+
+
+# JetStream message maps (ADR-31): a map under RESP3, a flat array under RESP2.
+_MESSAGE = (b"$6\r\nstream\r\n$%d\r\n%s\r\n$7\r\nsubject\r\n$%d\r\n%s\r\n$3\r\nseq\r\n:%d\r\n"
+            b"$4\r\ntime\r\n$%d\r\n%s\r\n$4\r\ndata\r\n$%d\r\n%s\r\n")
+_BATCHED_TAIL = b"$11\r\nnum_pending\r\n:%d\r\n$8\r\nlast_seq\r\n:%d\r\n"
+_MESSAGE_HEAD = {2: b"*10\r\n", 3: b"%5\r\n"}
+_BATCHED_HEAD = {2: b"*14\r\n", 3: b"%7\r\n"}
+
+
+def encode_message(protocol: int, stream: bytes, subject: bytes, seq: int, time: bytes, data: bytes) -> Raw:
+    """``encode({"stream": stream, "subject": subject, "seq": seq, "time": time,
+    "data": data}, protocol)``, as Raw: one JetStream message."""
+    return Raw(_MESSAGE_HEAD[protocol] + _MESSAGE % (len(stream), stream, len(subject), subject, seq,
+                                                     len(time), time, len(data), data))
+
+
+def encode_batched_message(protocol: int, stream: bytes, subject: bytes, seq: int, time: bytes, data: bytes,
+                           num_pending: int, last_seq: int) -> Raw:
+    """``encode_message`` with ``num_pending`` and ``last_seq`` after ``data``: a
+    message of a batched reply."""
+    return Raw(_BATCHED_HEAD[protocol] + _MESSAGE % (len(stream), stream, len(subject), subject, seq,
+                                                     len(time), time, len(data), data)
+               + _BATCHED_TAIL % (num_pending, last_seq))
 
 
 def encode(value, protocol: int) -> bytes:

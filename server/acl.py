@@ -10,9 +10,12 @@ A user is described by Redis's rule words::
   ``resetpass`` forgets them all (passwords are kept as SHA-256 digests);
 - ``~pattern`` allows the keys matching a glob, ``allkeys`` (``~*``) all of them,
   ``resetkeys`` none;
-- ``+@category``/``-@category``, ``+command``/``-command``, ``allcommands``
-  (``+@all``), ``nocommands`` (``-@all``); categories as COMMAND INFO shows them
-  (read, write, admin, dangerous, fast, slow, stream, keyspace, connection, blocking).
+- ``+@category``/``-@category``, ``+command``/``-command``, ``+container|sub``
+  (one subcommand: ``-config +config|get``), ``allcommands`` (``+@all``),
+  ``nocommands`` (``-@all``).  A command's categories are those of its entry in
+  the command table, as COMMAND INFO and ACL CAT show them (Redis's categories:
+  read, write, admin, dangerous, fast, slow, stream, keyspace, connection,
+  blocking, ...); an unknown category or command is refused, as in Redis.
 - ``&pattern``, ``allchannels`` (``&*``), ``resetchannels``: accepted for
   redis.conf compatibility and shown by ACL LIST, not enforced yet (restricting
   the subjects DGET/MLAST may return is left to do).
@@ -27,6 +30,7 @@ import hashlib
 import hmac
 
 from tstream.commands import flags as F
+from tstream.commands.table import find as find_command
 from tstream.commands.errors import CommandError, NoAuth, WrongPass
 from tstream.engine.glob import compile_glob
 
@@ -98,8 +102,12 @@ class User:
             self.categories = {"all": False}
             self.commands = {}
         elif word[:2] in ("+@", "-@"):
+            if low[2:] not in F.CATEGORIES:
+                raise ValueError(f"Error in ACL SETUSER modifier '{word}': Unknown command or category name in ACL")
             self.categories[low[2:]] = word[0] == "+"
         elif word[:1] in ("+", "-") and len(word) > 1:
+            if find_command(low[1:].encode()) is None:
+                raise ValueError(f"Error in ACL SETUSER modifier '{word}': Unknown command or category name in ACL")
             self.commands[low[1:]] = word[0] == "+"
         elif low == "reset":
             self.__init__(self.name)
@@ -123,11 +131,16 @@ class User:
         return any(hmac.compare_digest(digest, known) for known in self.passwords)
 
     def may_run(self, name: str, command) -> bool:
+        """Whether the user may run ``command`` (``name`` is ``config|get`` for a
+        subcommand): a rule naming the subcommand, else one naming its container,
+        else the last category rule that covers it."""
         explicit = self.commands.get(name)
+        if explicit is None and "|" in name:
+            explicit = self.commands.get(name.partition("|")[0])
         if explicit is not None:
             return explicit
         allowed = False
-        categories = {c.lstrip("@") for c in F.categories(command.flags, name.encode())}
+        categories = command.categories
         for category, grant in self.categories.items():
             if category == "all" or category in categories:
                 allowed = grant
@@ -209,7 +222,7 @@ def _unauthenticated(client, name: bytes, argv: list, command) -> None:
 def _restricted_gate(user: User):
     def gate(client, name: bytes, argv: list, command) -> None:
         text = name.decode("utf-8", "replace")
-        if text == "acl" and len(argv) == 2 and argv[1].lower() == b"whoami":
+        if text == "acl|whoami":
             return  # everyone may ask who they are
         if not user.may_run(text, command):
             raise NoPerm(f"NOPERM User {user.name} has no permissions to run the '{text}' command")

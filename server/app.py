@@ -12,12 +12,14 @@ import logging
 import os
 import time
 
-from tstream.commands import jetstream
+from tstream.commands import table as command_table
 from tstream.commands.dispatch import build_dispatch
+from tstream.commands.jetstream import TimeTexts
+from tstream.commands.streams import TreadParses
+from tstream.commands.writes import Writes
 from tstream.engine import Keyspace
-from tstream.persistence import effects
+from tstream.engine.batches import BatchRegistry
 
-from .batches import BatchRegistry
 from .blocking import BlockingRegistry
 from .acl import AccessControl
 from .config import Config
@@ -47,11 +49,6 @@ class Stats:
         self.evicted = 0
         self.hits = 0
         self.misses = 0
-        # JetStream atomic batches abandoned, by reason (server/batches.py)
-        self.batch_abandoned_incomplete = 0
-        self.batch_abandoned_timeout = 0
-        self.batch_abandoned_large = 0
-        self.batch_abandoned_rejected = 0
 
     def sample(self, now: float) -> None:
         """Keep a second of (time, commands) samples for instantaneous_ops_per_sec."""
@@ -75,7 +72,11 @@ class Server:
         self.streams = self.keyspace.streams  # key -> Stream, for the hot paths' lookups
         self.waiting_keys: set[bytes] = set()  # keys some blocked client waits on
         self.blocking = BlockingRegistry(self)
-        self.aof: Persistence | None = None  # set while appendonly is on: handlers log effects to it
+        self.dirty = 0  # changes since the last snapshot
+        # The write path: handlers describe their changes, the dispatcher commits them
+        # (logged to the effect sinks, counted in dirty, blocked readers woken).
+        self.writes = Writes(self)
+        self._aof: Persistence | None = None
         self.hold_replies = False  # AOF on: every reply waits for the turn's records (Persistence.attach)
         self.turn_end = TurnEnd(self)  # what waits for the end of the loop turn
         self.persistence = Persistence(self)
@@ -84,8 +85,12 @@ class Server:
         for rules in config["user"]:
             name, *words = rules.split()
             self.acl.setuser(name, words)
-        # name -> handler entry, and name -> observability.CommandStats (see commands.dispatch)
+        # name -> handler entry, and name -> commands.stats.CommandStats (see commands.dispatch)
         self.dispatch, self.command_stats = build_dispatch()
+        self.command_table = command_table  # the table module (COMMANDS, find), for COMMAND and ACL CAT
+        # the commands' caches: each server its own
+        self.tread_parses = TreadParses()  # TREAD ... GROUP parses kept
+        self.time_texts = TimeTexts()  # RFC 3339 texts of DGET/MLAST messages
         self.slowlog = SlowLog()
         self.latency = LatencyMonitor()
         self.slow_threshold_ns = 0
@@ -93,10 +98,9 @@ class Server:
         self.clients: dict[int, object] = {}
         self.next_client_id = 1
         self.stats = Stats()
-        self.batches = BatchRegistry(self.stats)  # JetStream atomic batches in flight
+        self.batches = BatchRegistry()  # JetStream atomic batches in flight
         self.started = time.time()
         self.run_id = os.urandom(20).hex()
-        self.dirty = 0  # changes since the last snapshot
         self.port = 0
         self.event_loop_name = "asyncio"
         self.node_entries = config["node-entries"]
@@ -104,23 +108,32 @@ class Server:
         self._shutdown: asyncio.Future | None = None
         self._cron_handle: asyncio.TimerHandle | None = None
 
+    @property
+    def aof(self) -> Persistence | None:
+        """The append-only file while appendonly is on (Persistence.attach sets it):
+        one of the write path's effect sinks."""
+        return self._aof
+
+    @aof.setter
+    def aof(self, sink: Persistence | None) -> None:
+        if self._aof is not None:
+            self.writes.remove_sink(self._aof)
+        self._aof = sink
+        if sink is not None:
+            self.writes.add_sink(sink)
+
     # --- what handlers call -------------------------------------------------------
 
     def create_stream(self, key: bytes):
         """A new, empty stream at ``key`` (which must not exist), logged."""
         stream = self.keyspace.get_or_create(key, self.node_entries)
-        if self.aof is not None:
-            self.aof.log([effects.CREATE, key, stream.node_entries])
+        self.writes.created(key, stream)
         return stream
 
     def stream_for_write(self, key: bytes):
         """The stream at ``key``, created if needed."""
         stream = self.streams.get(key)
         return stream if stream is not None else self.create_stream(key)
-
-    def wake(self, key: bytes) -> None:
-        """``key``, which blocked clients wait on, changed (a write, a TACK)."""
-        self.blocking.key_ready(key)
 
     def key_deleted(self, key: bytes) -> None:
         """``key`` is about to disappear (DEL, FLUSHALL)."""
@@ -169,6 +182,7 @@ class Server:
 
     def reset_stats(self) -> None:
         self.stats.reset()
+        self.batches.reset_counts()
         for stats in self.command_stats.values():
             stats.reset()
 
@@ -210,17 +224,18 @@ class Server:
             now = time.time()
             self.stats.sample(now)
             now_ns = time.time_ns()
+            writes = self.writes
             for key, stream in list(self.keyspace.items()):
                 if stream.config.max_age_ms:
+                    first = stream.first
                     evicted = stream.enforce_limits(now_ns)
                     if evicted:
                         self.stats.evicted += evicted
-                        self.dirty += evicted
-                        if self.aof is not None:
-                            self.aof.log([effects.EVICT, key, stream.first])
+                        writes.wrote(key, stream, first, evicted, wake=False)
             # JetStream: abandon idle atomic batches; log per-subject limit deletions
             self.batches.expire(self.config["batch-timeout-ms"])
-            jetstream.take_limit_deletes(self)
+            writes.limit_deletes(self.keyspace)
+            writes.commit()
             self.persistence.cron()
             idle_limit = self.config["timeout"]
             if idle_limit:

@@ -9,11 +9,14 @@ Two kinds of waiters:
   group has something to hand out, the head of the queue is served; a served
   client that blocks again joins the back, which spreads entries evenly.
 
-Writes, TACKs and group timers (a retry falling due, a pending entry expiring)
-mark keys *ready*; the ready keys are served once per event-loop turn (like
-Redis's handleClientsBlockedOnKeys), after the commands that made them ready.
-Group reads themselves wait for the end of the turn they arrive in (``defer``),
-then are served after the group's blocked readers (see server.turns).
+Writes, TACKs (through the write path's commit, commands/writes.py) and group
+timers (a retry falling due, a pending entry expiring) mark keys *ready*; the
+ready keys are served once per event-loop turn (like Redis's
+handleClientsBlockedOnKeys), after the commands that made them ready.  Group
+reads themselves wait for the end of the turn they arrive in (``defer``), then
+are served after the group's blocked readers (see server.turns).  The group
+moves the reads served here describe go through the same write path: it is
+committed once per pass, before the turn's AOF records are written.
 
 Timers are kept few, since creating and cancelling a loop timer costs more
 than the read it guards:
@@ -37,6 +40,7 @@ import time
 from collections import deque
 
 from tstream.commands.errors import CommandError
+from tstream.commands.streams import perform_read
 from tstream.resp import NULL_ARRAY, encode, encode_error
 
 log = logging.getLogger("tstream.blocking")
@@ -69,9 +73,7 @@ class BlockingRegistry:
         self._deadline_armed = float("inf")
         self._loop: asyncio.AbstractEventLoop | None = None
         self.count = 0
-        # commands.streams imports the server's modules: import it once the server exists
-        from tstream.commands.streams import perform_read
-        self._perform_read = perform_read
+        self._perform_read = perform_read  # commands.streams.perform_read (tests put a failing one here)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -150,6 +152,9 @@ class BlockingRegistry:
                 self._park(waiter)  # a wait now, at the back of its group's queue
             else:
                 client.unblock(encode(reply, client.protocol))
+        writes = server.writes
+        if writes.pending:  # the group moves of these reads (commands/writes.py)
+            writes.commit()
 
     def _arm_deadline_timer(self, deadline: float) -> None:
         if self._deadline_timer is not None:
@@ -256,6 +261,9 @@ class BlockingRegistry:
                 self._serve_key(key)
             except Exception:
                 log.exception("serving clients blocked on %r failed", key)
+        writes = self.server.writes
+        if writes.pending:  # the group moves of these reads (commands/writes.py)
+            writes.commit()
 
     def _serve_key(self, key: bytes) -> None:
         perform_read = self._perform_read

@@ -107,9 +107,10 @@ OPTIONS: dict[str, Option] = {
     "bind": Option("127.0.0.1", _text, False, "addresses to listen on, space separated"),
     "dir": Option(".", _text, False, "directory of the snapshot and the append-only files"),
     "dbfilename": Option("dump.tsr", _text, True, "snapshot file name, inside dir"),
-    "save": Option("3600 1 300 100 60 10000", parse_save, True, "snapshot save points: seconds changes ..."),
+    "save": Option("3600 1 300 100 60 10000", parse_save, True, "snapshot save points: seconds changes ... (\"\": none)"),
+    "stop-writes-on-bgsave-error": Option("yes", parse_bool, True, "refuse writes (MISCONF) while the last background save failed and save points are set"),
     "appendonly": Option("no", parse_bool, True, "keep an append-only file"),
-    "appendfsync": Option("everysec", _choice("always", "everysec", "no"), True, "when the append-only file is fsynced"),
+    "appendfsync": Option("everysec", _choice("always", "everysec", "no"), True, "when the append-only file is fsynced: always, everysec or no"),
     "appenddirname": Option("appendonlydir", _text, False, "directory of the append-only files, inside dir"),
     "aof-load-truncated": Option("yes", parse_bool, True, "start after cutting off a torn last AOF record"),
     "auto-aof-rewrite-percentage": Option("100", lambda t: parse_int(t, 0), True, "rewrite the AOF when it grew this much over its base (0: never)"),
@@ -121,20 +122,20 @@ OPTIONS: dict[str, Option] = {
     "tls-cert-file": Option("", _text, False, "server certificate (PEM)"),
     "tls-key-file": Option("", _text, False, "server private key (PEM)"),
     "tls-ca-cert-file": Option("", _text, False, "CA certificates to verify client certificates with"),
-    "tls-auth-clients": Option("yes", _choice("yes", "no", "optional"), False, "require client certificates (with a CA file)"),
+    "tls-auth-clients": Option("yes", _choice("yes", "no", "optional"), False, "with a CA file: yes requires client certificates, optional checks them if sent, no ignores them"),
     "client-output-buffer-limit": Option("normal 0 0 0", parse_output_limit, True, "normal <hard> <soft> <seconds>: close clients whose unsent replies pass these"),
     "maxclients": Option("10000", lambda t: parse_int(t, 1), True, "most clients connected at once"),
     "timeout": Option("0", lambda t: parse_int(t, 0), True, "close clients idle this many seconds (0: never)"),
     "proto-max-bulk-len": Option("512mb", parse_memory, True, "largest bulk string a client may send"),
     "client-query-buffer-limit": Option("1gb", parse_memory, True, "largest unparsed input kept per client"),
     "node-entries": Option("1000", lambda t: parse_int(t, 1), True, "entries per macro node of new streams"),
-    "node-max-bytes": Option("1mb", parse_memory, True, "payload bytes of a macro node before it is sealed (0: no limit), for streams created or loaded from now on"),
+    "node-max-bytes": Option("1mb", parse_memory, True, "payload bytes of a macro node before it is sealed (0: no limit; a bigger single entry gets a node of its own), for streams created or loaded from now on"),
     "group-max-pending": Option("10000", lambda t: parse_int(t, 1), True, "pending entries per group before reads hand out only retries"),
     "batch-timeout-ms": Option("10000", lambda t: parse_int(t, 1), True, "an atomic batch idle this long is abandoned"),
     "slowlog-log-slower-than": Option("10000", lambda t: parse_int(t, -1), True, "log commands slower than this many microseconds (-1: never)"),
     "slowlog-max-len": Option("128", lambda t: parse_int(t, 0), True, "slow log entries kept"),
     "latency-monitor-threshold": Option("0", lambda t: parse_int(t, 0), True, "record latency events of at least this many ms (0: off)"),
-    "loglevel": Option("notice", _choice("debug", "verbose", "notice", "warning", "nothing"), True, "log verbosity"),
+    "loglevel": Option("notice", _choice("debug", "verbose", "notice", "warning", "nothing"), True, "log verbosity: debug, verbose, notice, warning or nothing"),
     "logfile": Option("", _text, False, "log file (empty: stderr)"),
     "databases": Option("1", lambda t: parse_int(t, 1), False, "accepted for redis.conf compatibility; always 1"),
 }
@@ -169,6 +170,10 @@ class Config:
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
+
+    def show(self, name: str) -> str:
+        """The value of option ``name`` as CONFIG GET shows it."""
+        return show(name, self.values[name])
 
     def set(self, name: str, text: str, *, at_runtime: bool = False) -> None:
         name = name.lower()

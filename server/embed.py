@@ -16,7 +16,7 @@ append-only file, the final flush and snapshot behave exactly as in the process:
           r = redis.Redis(port=srv.port)
 
 Options are the server's configuration options (``tstream-server --help``,
-README "Running it"), given as keyword arguments with ``_`` for ``-``
+docs/configuration.md), given as keyword arguments with ``_`` for ``-``
 (``group_max_pending=100``); values may be strings as in a config file, ints,
 bools (``appendonly=True``), for ``save`` a list of ``(seconds, changes)``, for a
 repeatable option (``user``) a list of lines.

@@ -1,4 +1,8 @@
-"""``tstream-server [config-file] [--name value ...]``: run the server in this process."""
+"""``tstream-server [config-file] [--name value ...]``: run the server in this process.
+
+``--help`` prints every option of the table in ``config.OPTIONS`` with its default,
+so the help can never disagree with what the server accepts.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import sys
 from tstream.persistence.framing import PersistenceError
 
 from .app import Server
-from .config import Config, ConfigError
+from .config import OPTIONS, Config, ConfigError
 from .connection import ClientConnection
 
 log = logging.getLogger("tstream.server")
@@ -30,6 +34,34 @@ def parse_command_line(argv: list[str]) -> tuple[Config, str | None]:
         argv = argv[1:]
     config.load_args(argv)
     return config, config_file
+
+
+def usage() -> str:
+    """The ``--help`` text: how to call the server, then one line per option."""
+    def shown(default: str) -> str:
+        return f'"{default}"' if not default or " " in default else default
+
+    rows = [(f"--{name}", shown(option.default), "*" if option.runtime else " ", option.help)
+            for name, option in OPTIONS.items()]
+    name_width = max(len(row[0]) for row in rows)
+    default_width = max(len(row[1]) for row in rows)
+    lines = [
+        "Usage: tstream-server [config-file] [--name value ...]",
+        "       tstream-server -v | --version",
+        "       tstream-server -h | --help",
+        "",
+        "A Redis-protocol server for append-only logs (RCP 11), JetStream direct get and",
+        "atomic batches. The config file holds the same options as 'name value' lines",
+        "(# comments, as in redis.conf); --name value on the command line overrides it.",
+        "Memory sizes take Redis units (512mb, 1gb). Options marked * can be changed",
+        "at runtime with CONFIG SET.",
+        "",
+        f"  {'option':<{name_width}}  {'default':<{default_width}}    meaning",
+    ]
+    lines += [f"  {name:<{name_width}}  {default:<{default_width}}  {runtime} {meaning}"
+              for name, default, runtime, meaning in rows]
+    lines += ["", "Example: tstream-server /etc/tstream/tstream.conf --port 6390 --appendonly yes"]
+    return "\n".join(lines)
 
 
 def setup_logging(config: Config) -> None:
@@ -134,13 +166,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tstream-server v={VERSION}")
         return 0
     if args and args[0] in ("-h", "--help"):
-        print(__doc__.strip())
+        print(usage())
         return 0
     try:
         config, config_file = parse_command_line(args)
     except (ConfigError, OSError) as exc:
         print(f"tstream-server: bad configuration: {exc}", file=sys.stderr)
         return 1
+    return run_configured(config, config_file)
+
+
+def run_configured(config: Config, config_file: str | None) -> int:
+    """Run a server with this configuration until it stops; the exit code.
+
+    ``main`` after the command line is parsed; the Docker entrypoint calls it after
+    adding the password it read from the environment or a secret file.
+    """
     setup_logging(config)
     try:
         server = Server(config, config_file)

@@ -1,7 +1,8 @@
-"""What an operator looks at: per-command statistics, the slow log, latency events.
+"""What an operator looks at: the slow log and latency events.
 
-- ``CommandStats``: calls, time, failed and rejected calls per command, shown by
-  ``INFO commandstats`` (Redis's ``cmdstat_<name>:calls=...,usec=...`` lines);
+(The per-command statistics of ``INFO commandstats`` are the dispatcher's, in
+``commands/stats.py``.)
+
 - ``SlowLog``: commands slower than ``slowlog-log-slower-than`` microseconds, the
   newest ``slowlog-max-len`` kept, shown by ``SLOWLOG GET``;
 - ``LatencyMonitor``: Redis's ``LATENCY`` events (``command``, ``fast-command``,
@@ -9,29 +10,14 @@
   the latest and the maximum per event and a history of 160 samples.
 
 Every command is timed with ``perf_counter_ns`` by the dispatcher (two calls and
-a few increments per command).
+a few increments per command); one that takes ``slow_threshold_ns`` or more is
+reported to ``Server.observe_slow``, which feeds these two.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-
-
-class CommandStats:
-    __slots__ = ("calls", "nanos", "failed", "rejected")
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.calls = 0
-        self.nanos = 0
-        self.failed = 0
-        self.rejected = 0
-
-    def used(self) -> bool:
-        return bool(self.calls or self.failed or self.rejected)
 
 
 class SlowLog:

@@ -10,6 +10,13 @@ written with one ``write`` at the end of the turn (and with ``appendfsync
 always`` made durable with one ``fsync``), and the replies of that turn are held
 until then (server.turns), so no client hears "done" before its change is in
 the file (on disk, with ``always``).
+
+When the disk fails, as in Redis: records that could not be written stay in
+memory and are retried every 100 ms (cron) while write commands get MISCONF
+(``write_error``); with ``always`` the process exits instead of releasing
+replies it promised were durable.  A failed BGSAVE refuses writes while save
+points are set (``stop-writes-on-bgsave-error``).  A failed rewrite leaves the
+old history in use and automatic rewrites back off (60 s, doubling to an hour).
 """
 
 from __future__ import annotations
@@ -20,10 +27,32 @@ import os
 import threading
 import time
 
+from tstream.commands.errors import CommandError
 from tstream.persistence import aof, snapshot
-from tstream.persistence.framing import PersistenceError, pack
+from tstream.persistence.fileops import FileOps
+from tstream.persistence.framing import PersistenceError
 
 log = logging.getLogger("tstream.persistence")
+
+# Redis's MISCONF replies, with tstream's words for its snapshot ("RDB") files.
+# The AOF one keeps Redis's text exactly ("-MISCONF Errors writing to the AOF
+# file: <strerror>"); the snapshot one says "tstream" and "snapshots" where
+# Redis says "Redis" and "RDB snapshots", and keeps the rest of its sentence.
+MISCONF_SNAPSHOT = (
+    "MISCONF tstream is configured to save snapshots, but it's currently unable to persist to disk. "
+    "Commands that may modify the data set are disabled, because this instance is configured to report "
+    "errors during writes if snapshotting fails (stop-writes-on-bgsave-error option). Please check the "
+    "tstream logs for details about the snapshot error.")
+MISCONF_AOF = "MISCONF Errors writing to the AOF file: {}"
+
+# A failed automatic AOF rewrite is not retried before this many seconds, doubled
+# after each further failure up to the maximum (Redis limits its retries too).
+REWRITE_RETRY_DELAY = 60.0
+REWRITE_RETRY_MAX_DELAY = 3600.0
+# The first rewrite of an AOF just turned on is retried this long after a failure.
+FIRST_REWRITE_RETRY_DELAY = 5.0
+# After a failed BGSAVE, save points try again no sooner than this (Redis: 5 s).
+BGSAVE_RETRY_DELAY = 5.0
 
 
 class Persistence:
@@ -40,6 +69,16 @@ class Persistence:
         self.last_rewrite_seconds = -1
         self._fsync_thread: threading.Thread | None = None
         self._stop_fsync = threading.Event()
+        # Every file step goes through this object (a test hands the server one
+        # that fails chosen steps: tests/test_faults.py).
+        self.file_ops = FileOps()
+        self.rewrite_failures = 0  # consecutive failed rewrites
+        self.next_auto_rewrite = 0.0  # monotonic time before which no automatic rewrite starts
+        # The MISCONF error write commands get, or None (commands.dispatch reads it
+        # on every write command: kept up to date by _update_write_gate).
+        self.denied_writes: str | None = None
+        self.last_bgsave_try = 0.0  # monotonic time of the last failed BGSAVE
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # --- paths ----------------------------------------------------------------------
 
@@ -63,10 +102,14 @@ class Persistence:
         config = self.server.config
         started = time.monotonic()
         manifest = os.path.join(self.aof_dir, aof.MANIFEST)
+        for name in snapshot.remove_temp_files(self.dir, self.file_ops):
+            log.warning("removed %s, the temp file of a snapshot that never finished", name)
         if config["appendonly"] and os.path.exists(manifest):
             result = aof.load(self.aof_dir, truncate_torn_tail=config["aof-load-truncated"])
             self._install(result.keyspace.items())
-            self.file = aof.AppendOnlyFile(self.aof_dir, config["appendfsync"])
+            for name in aof.remove_strays(self.aof_dir, result.entries, self.file_ops):
+                log.warning("removed %s from %s: a leftover of a rewrite that never finished", name, self.aof_dir)
+            self.file = aof.AppendOnlyFile(self.aof_dir, config["appendfsync"], self.file_ops)
             self.file.open_existing(result.entries)
             log.info("DB loaded from append only file: %d keys, %d records, %.3f seconds",
                      len(self.server.keyspace), result.records, time.monotonic() - started)
@@ -87,9 +130,14 @@ class Persistence:
     def _create_aof_now(self) -> None:
         """Start an AOF from the current state, synchronously (nothing is served yet)."""
         os.makedirs(self.aof_dir, exist_ok=True)
-        file = aof.AppendOnlyFile(self.aof_dir, self.server.config["appendfsync"])
+        # No manifest: whatever AOF files are here (a first rewrite that never
+        # finished) belong to no history.
+        for name in aof.remove_strays(self.aof_dir, [], self.file_ops):
+            log.warning("removed %s from %s: a leftover of a rewrite that never finished", name, self.aof_dir)
+        file = aof.AppendOnlyFile(self.aof_dir, self.server.config["appendfsync"], self.file_ops)
         seq = file.begin_rewrite()
-        size = snapshot.write(snapshot.capture(self.server.keyspace), os.path.join(self.aof_dir, aof.base_name(seq)))
+        size = snapshot.write(snapshot.capture(self.server.keyspace),
+                              os.path.join(self.aof_dir, aof.base_name(seq)), self.file_ops)
         file.finish_rewrite(seq, size)
         self.file = file
 
@@ -107,44 +155,100 @@ class Persistence:
     # --- the effect log (handlers call server.aof.log) ---------------------------
 
     def log(self, record: list) -> None:
-        self.file.buffer.append(pack(record))
+        self.file.records.append(record)
         self.server.turn_end.schedule()
 
     def commit_turn(self) -> None:
         """Write (and with ``always``, fsync) this turn's records (called by
-        server.turns.TurnEnd before it releases the turn's replies)."""
+        server.turns.TurnEnd before it releases the turn's replies).
+
+        A failure keeps the records for the next try (the cron retries every
+        100 ms) and turns MISCONF on for write commands until a write succeeds,
+        as Redis does; reads go on.  With ``appendfsync always`` the turn's
+        replies were promised durability: the process exits instead (Redis
+        too), and none of them is sent."""
         file = self.file
-        if file is not None:
-            try:
-                file.write_buffer()
-                if file.fsync_policy == "always":
-                    started = time.monotonic_ns()
-                    file.sync()
-                    threshold = self.server.config["latency-monitor-threshold"]
-                    millis = (time.monotonic_ns() - started) // 1_000_000
-                    if threshold and millis >= threshold:
-                        self.server.latency.record("aof-fsync-always", millis)
-                file.last_write_ok = True
-            except OSError as exc:
-                file.last_write_ok = False
-                if file.fsync_policy == "always":
-                    # Replies were promised durability: never send them. Redis exits too.
-                    log.critical("can't write the append-only file with appendfsync always (%s): exiting", exc)
-                    os._exit(1)
-                log.error("error writing the append-only file: %s", exc)
+        if file is None or not (file.records or file.unwritten or file.write_errno):
+            return
+        try:
+            file.write_buffer()
+            if file.fsync_policy == "always":
+                started = time.monotonic_ns()
+                file.sync()
+                threshold = self.server.config["latency-monitor-threshold"]
+                millis = (time.monotonic_ns() - started) // 1_000_000
+                if threshold and millis >= threshold:
+                    self.server.latency.record("aof-fsync-always", millis)
+        except (OSError, MemoryError) as exc:
+            if file.fsync_policy == "always":
+                log.critical("Can't recover from AOF write error when the AOF fsync policy is 'always' "
+                             "(%s). Exiting...", exc)
+                os._exit(1)
+            if isinstance(exc, MemoryError):
+                file.write_errno = file.write_errno or 12  # ENOMEM: the records wait, unpacked
+            if self.denied_writes is None:
+                log.warning("Error writing to the AOF file: %s", exc if str(exc) else type(exc).__name__)
+            self._update_write_gate()
+            return
+        if self.denied_writes is not None:
+            self._update_write_gate()
+            if self.denied_writes is None:
+                log.warning("AOF write error looks solved, tstream can write again.")
+
+    def write_error(self) -> str | None:
+        """The MISCONF error write commands get now, or None.
+
+        Redis's rules: a failed BGSAVE blocks writes while save points are set
+        and ``stop-writes-on-bgsave-error`` is yes (until a save succeeds); an
+        AOF write or fsync error blocks them until a write (fsync) succeeds.
+        Reads are never blocked; PING is refused too, as redis-server 7 does.
+
+        The texts (checked against redis-server 7): the AOF error is Redis's
+        word for word, ``MISCONF Errors writing to the AOF file: <strerror>``;
+        the snapshot error is Redis's sentence with "tstream" for "Redis",
+        "snapshots" for "RDB snapshots" and "snapshotting" for "RDB
+        snapshotting", so clients that match the ``MISCONF`` prefix (or the
+        start of the sentence up to the product name) behave the same."""
+        config = self.server.config
+        if not self.last_bgsave_ok and config["stop-writes-on-bgsave-error"] and config["save"]:
+            return MISCONF_SNAPSHOT
+        file = self.file
+        if file is not None and (file.write_errno or file.fsync_errno):
+            return MISCONF_AOF.format(os.strerror(file.write_errno or file.fsync_errno))
+        return None
+
+    def _update_write_gate(self) -> None:
+        self.denied_writes = self.write_error()
 
     def _start_fsync_thread(self) -> None:
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
         def run() -> None:
             while not self._stop_fsync.wait(1.0):
                 file = self.file
                 if file is not None and file.fsync_policy == "everysec":
+                    failing = bool(file.fsync_errno)
                     try:
                         file.sync()
                     except OSError as exc:
-                        log.error("fsync of the append-only file failed: %s", exc)
+                        if not failing:
+                            log.error("fsync of the append-only file failed: %s", exc)
+                    # the gate is read on the loop: recompute it there
+                    if failing != bool(file.fsync_errno):
+                        self._call_on_loop(self._update_write_gate)
 
         self._fsync_thread = threading.Thread(target=run, name="aof-fsync", daemon=True)
         self._fsync_thread.start()
+
+    def _call_on_loop(self, callback) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(callback)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
 
     # --- configuration changes ---------------------------------------------------
 
@@ -152,22 +256,50 @@ class Persistence:
         if self.file is not None:
             self.file.fsync_policy = new["appendfsync"]
         if new["appendonly"] and not old["appendonly"] and self.file is None:
-            os.makedirs(self.aof_dir, exist_ok=True)
-            self.file = aof.AppendOnlyFile(self.aof_dir, new["appendfsync"])
-            self.attach()
-            self.start_rewrite()
+            try:
+                os.makedirs(self.aof_dir, exist_ok=True)
+                # An older history (the AOF was on before): its manifest stays until replaced.
+                older: list[aof.ManifestEntry] = []
+                readable = True
+                if os.path.exists(os.path.join(self.aof_dir, aof.MANIFEST)):
+                    try:
+                        older = aof.read_manifest(self.aof_dir)
+                    except PersistenceError:
+                        readable = False  # delete nothing of a history we can't read
+                if readable:
+                    for name in aof.remove_strays(self.aof_dir, older, self.file_ops):
+                        log.warning("removed %s from %s: a leftover of a rewrite that never finished",
+                                    name, self.aof_dir)
+                self.file = aof.AppendOnlyFile(self.aof_dir, new["appendfsync"], self.file_ops)
+                self.file.replaces = older
+                self.start_rewrite()
+            except OSError as exc:
+                log.warning("tstream needs to enable the AOF but can't start its first rewrite: %s", exc)
+                if self.file is not None:
+                    self.file.close()
+                self.file = None
+                self.server.config.values["appendonly"] = False
+                self.attach()
+                raise CommandError("ERR CONFIG SET failed (possibly related to argument 'appendonly') - "
+                                   "Unable to turn on AOF. Check server logs.") from None
         elif old["appendonly"] and not new["appendonly"] and self.file is not None:
-            self.file.close()
+            try:
+                self.file.close()
+            except OSError as exc:
+                log.warning("error flushing the append-only file while turning it off: %s", exc)
             self.file = None
         self.attach()
+        self._update_write_gate()
 
     # --- snapshots --------------------------------------------------------------------
 
     def save(self) -> None:
         """SAVE: write a snapshot now, on the loop (clients wait, as in Redis)."""
         dirty = self.server.dirty
-        snapshot.write(snapshot.capture(self.server.keyspace), self.snapshot_path)
+        snapshot.write(snapshot.capture(self.server.keyspace), self.snapshot_path, self.file_ops)
+        self.last_bgsave_ok = True  # as in Redis: a good save clears a failed BGSAVE's MISCONF
         self._saved(dirty)
+        self._update_write_gate()
 
     def _saved(self, dirty_at_capture: int) -> None:
         self.server.dirty -= dirty_at_capture
@@ -184,18 +316,20 @@ class Persistence:
         captured = snapshot.capture(self.server.keyspace)
         self.bgsave_started = time.monotonic()
         path = self.snapshot_path
-        future = loop.run_in_executor(None, snapshot.write, captured, path)
+        future = loop.run_in_executor(None, snapshot.write, captured, path, self.file_ops)
 
         def done(fut: asyncio.Future) -> None:
             self.last_bgsave_seconds = int(time.monotonic() - self.bgsave_started)
             self.bgsave_started = None
             if fut.exception() is not None:
                 self.last_bgsave_ok = False
+                self.last_bgsave_try = time.monotonic()
                 log.error("background save failed: %s", fut.exception())
             else:
                 self.last_bgsave_ok = True
                 self._saved(dirty)
                 log.info("Background saving terminated with success")
+            self._update_write_gate()
             self._run_scheduled()
 
         future.add_done_callback(done)
@@ -204,39 +338,76 @@ class Persistence:
     # --- AOF rewrites -----------------------------------------------------------------
 
     def start_rewrite(self) -> None:
-        """BGREWRITEAOF: new incr file now, base written in a worker thread."""
+        """BGREWRITEAOF: new incr file now, base written in a worker thread.
+
+        Raises OSError when the new incr file or the manifest naming it can't
+        be written: the rewrite failed before it began and records keep going
+        to the current file.  A later failure (the base, the final manifest)
+        is reported by INFO (aof_last_bgrewrite_status) and the log; the old
+        files then still hold the whole history."""
         loop = asyncio.get_running_loop()
         file = self.file
-        seq = file.begin_rewrite()
+        started = time.monotonic()
+        try:
+            seq = file.begin_rewrite()
+        except (OSError, MemoryError) as exc:
+            self._rewrite_failed(started, exc)
+            self._update_write_gate()
+            raise OSError(getattr(exc, "errno", 12), f"can't start the AOF rewrite: {exc}") from None
         captured = snapshot.capture(self.server.keyspace)
-        self.rewrite_started = time.monotonic()
+        self.rewrite_started = started
         path = os.path.join(self.aof_dir, aof.base_name(seq))
-        future = loop.run_in_executor(None, snapshot.write, captured, path)
+        future = loop.run_in_executor(None, snapshot.write, captured, path, self.file_ops)
 
         def done(fut: asyncio.Future) -> None:
-            self.last_rewrite_seconds = int(time.monotonic() - self.rewrite_started)
             self.rewrite_started = None
-            if fut.exception() is not None:
-                self.last_rewrite_ok = False
-                log.error("background AOF rewrite failed: %s", fut.exception())
-            elif self.file is file:
-                file.finish_rewrite(seq, fut.result())
+            error = fut.exception()
+            if error is None and self.file is file:
+                try:
+                    file.finish_rewrite(seq, fut.result())
+                except OSError as exc:
+                    error = exc
+            if error is not None:
+                self._rewrite_failed(started, error)
+            else:
+                self.last_rewrite_seconds = int(time.monotonic() - started)
                 self.last_rewrite_ok = True
+                self.rewrite_failures = 0
                 log.info("Background AOF rewrite finished successfully")
             self._run_scheduled()
 
         future.add_done_callback(done)
         log.info("Background append only file rewriting started")
 
+    def _rewrite_failed(self, started: float, error: BaseException) -> None:
+        self.last_rewrite_seconds = int(time.monotonic() - started)
+        self.last_rewrite_ok = False
+        self.rewrite_failures += 1
+        delay = min(REWRITE_RETRY_DELAY * 2 ** (self.rewrite_failures - 1), REWRITE_RETRY_MAX_DELAY)
+        if self.file is not None and not self.file.entries:
+            # The AOF was just turned on and has no base yet: nothing it holds survives a
+            # restart until one exists, so the cron tries again soon (as Redis does).
+            delay = FIRST_REWRITE_RETRY_DELAY
+        self.next_auto_rewrite = time.monotonic() + delay
+        log.error("Background AOF rewrite failed: %s (no automatic rewrite for %d seconds)", error, delay)
+        for name in snapshot.remove_temp_files(self.aof_dir, self.file_ops):
+            log.warning("removed %s, the temp file of the failed rewrite", name)
+
     def _run_scheduled(self) -> None:
         if self.rewrite_scheduled and self.file is not None and not self.background_busy():
             self.rewrite_scheduled = False
-            self.start_rewrite()
+            try:
+                self.start_rewrite()
+            except OSError:
+                pass  # logged; INFO says aof_last_bgrewrite_status:err
 
     # --- housekeeping -----------------------------------------------------------------
 
     def cron(self) -> None:
-        """Save points and automatic AOF rewrites (called every 100 ms)."""
+        """Retry a failed AOF write, save points, automatic AOF rewrites (called every 100 ms)."""
+        file = self.file
+        if file is not None and (file.unwritten or file.records or file.write_errno):
+            self.commit_turn()  # as Redis's serverCron: retry the pending AOF buffer
         if self.background_busy():
             return
         self._run_scheduled()
@@ -246,27 +417,42 @@ class Persistence:
         now = time.time()
         for seconds, changes in server.config["save"]:
             if server.dirty >= changes and server.dirty > 0 and now - self.last_save >= seconds:
+                # After a failed BGSAVE, as Redis: retry no sooner than 5 seconds later.
+                if not self.last_bgsave_ok and time.monotonic() - self.last_bgsave_try < BGSAVE_RETRY_DELAY:
+                    continue
                 log.info("%d changes in %d seconds. Saving...", changes, seconds)
                 self.start_bgsave()
                 return
-        file = self.file
-        if file is not None:
+        if file is not None and not file.write_errno and time.monotonic() >= self.next_auto_rewrite:
+            if not file.entries:  # turned on, its first rewrite failed: no base yet
+                log.info("Retrying the first rewrite of the append only file")
+                try:
+                    self.start_rewrite()
+                except OSError:
+                    pass  # logged; retried after FIRST_REWRITE_RETRY_DELAY
+                return
             percentage = server.config["auto-aof-rewrite-percentage"]
             minimum = server.config["auto-aof-rewrite-min-size"]
             base = max(file.base_size, 1)
             if percentage and file.size >= minimum and file.size * 100 >= base * percentage:
                 log.info("Starting automatic rewriting of AOF on %d%% growth", file.size * 100 // base)
-                self.start_rewrite()
+                try:
+                    self.start_rewrite()
+                except OSError:
+                    pass  # logged; retried after REWRITE_RETRY_DELAY
 
     def shutdown(self, save: bool | None) -> None:
         """Flush the AOF, then save a snapshot when save points are set (or SAVE)."""
         self._stop_fsync.set()
         if self.file is not None:
             try:
-                self.server.turn_end.run()
-                self.file.close()
-            except OSError as exc:
-                log.error("error flushing the append-only file at shutdown: %s", exc)
+                self.server.turn_end.run()  # commit_turn reports its own errors
+            finally:
+                try:
+                    self.file.close()
+                except (OSError, MemoryError) as exc:
+                    log.error("error flushing the append-only file at shutdown (%d bytes of records "
+                              "not written): %s", self.file.pending_bytes, exc)
         if save is None:
             save = bool(self.server.config["save"])
         if save:
@@ -293,6 +479,7 @@ class Persistence:
             "aof_current_rewrite_time_sec": int(now - self.rewrite_started) if self.rewrite_started else -1,
             "aof_last_bgrewrite_status": "ok" if self.last_rewrite_ok else "err",
             "aof_last_write_status": "ok" if file is None or file.last_write_ok else "err",
+            "aof_buffer_length": file.pending_bytes if file is not None else 0,
             "aof_current_size": (file.size + file.base_size) if file is not None else 0,
             "aof_base_size": file.base_size if file is not None else 0,
         }

@@ -6,14 +6,21 @@
 - Random argument lists for every command in the table, pipelined over TCP: each
   gets a reply or an error, the server never crashes or hangs, and data written
   before (keys the fuzzer never names) is intact after every batch.
+- The same fuzzer in process (tests/harness.py), tens of thousands of commands,
+  random and garbled: every reply is well-formed RESP (RESP2 and RESP3 clients),
+  nothing is logged at ERROR (no traceback, no "internal error" reply), every
+  ``_check()`` holds, an error reply changes nothing (no effect record, same
+  keyspace), and the effect log replays to the live keyspace.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import socket
 import string
+from dataclasses import astuple
 
 import hiredis
 import pytest
@@ -21,8 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tstream.commands import COMMANDS
-from tstream.commands.docs import syntax_line
 from tstream.resp import ProtocolError, RequestParser, StrictRequestParser
+
+from .harness import Harness, ReplyError
 
 
 def decode_all(parser, chunks) -> tuple[list, bool]:
@@ -94,7 +102,8 @@ KEYS = [b"fz:a", b"fz:b", b"fz:c", b"fz:d"]
 
 
 def tokens_of(command) -> list[bytes]:
-    return [t.encode() for t in re.findall(r"\b[A-Z][A-Z_]+\b", syntax_line(command.handler))[1:]]
+    words = re.findall(r"\b[A-Z][A-Z_]+\b", " ".join(command.syntax))
+    return [w.encode() for w in words if w.encode() != command.name.upper()]  # every form's tokens
 
 
 def random_arg(rng: random.Random, tokens: list[bytes]) -> bytes:
@@ -191,3 +200,118 @@ def test_broken_protocol_never_disturbs_other_clients(server, garbage):
         except socket.timeout:
             pass
     assert other.execute_command("TREAD", "stay", 1, 1) == [[1, b"t", b"v"]]
+
+
+# --- the command fuzzer, in process -------------------------------------------------------
+
+# In process, only what would stop the server or start background threads is left out.
+IN_PROCESS_EXCLUDED = {b"shutdown", b"bgsave", b"bgrewriteaof"}
+
+
+def garble(rng: random.Random, argv: list[bytes]) -> list[bytes]:
+    """A command mangled the way a broken client would: case, arguments dropped,
+    repeated, swapped, truncated or replaced with junk."""
+    argv = list(argv)
+    for _ in range(rng.randrange(1, 3)):
+        kind = rng.randrange(7)
+        i = rng.randrange(len(argv))
+        if kind == 0:
+            argv[0] = bytes(c ^ 0x20 if 65 <= (c & ~0x20) <= 90 and rng.random() < 0.5 else c for c in argv[0])
+        elif kind == 1 and len(argv) > 1:
+            del argv[max(1, i)]
+        elif kind == 2:
+            argv.insert(i + 1, argv[i])
+        elif kind == 3 and len(argv) > 2:
+            j = rng.randrange(1, len(argv))
+            argv[max(1, i)], argv[j] = argv[j], argv[max(1, i)]
+        elif kind == 4:
+            argv = argv[: max(1, i)]
+        elif kind == 5:
+            argv.insert(max(1, i), bytes(rng.randrange(256) for _ in range(rng.randrange(0, 8))))
+        else:
+            argv.append(rng.choice([b"-1", b"0", b"18446744073709551616", b"", b"\x00", b"nan", b"1e3"]))
+    return argv
+
+
+def well_formed(reply) -> bool:
+    """A decoded reply made only of RESP types; errors start with an upper-case code word."""
+    if isinstance(reply, ReplyError):
+        code = str(reply).split(" ", 1)[0]
+        return code.isupper() and "internal error" not in str(reply)
+    if isinstance(reply, list):
+        return all(well_formed(x) for x in reply)
+    if isinstance(reply, dict):
+        return all(well_formed(k) and well_formed(v) for k, v in reply.items())
+    return reply is None or isinstance(reply, (int, float, bytes, bool))
+
+
+def shape(server) -> tuple:
+    """What any change to the keyspace changes, cheap enough to take around every command."""
+    return tuple((key, s.first, s.next_offset, s.length, s.last_time, astuple(s.config),
+                  tuple((name, g.next, g.pending_count) for name, g in sorted(s.groups.items())))
+                 for key, s in sorted(server.keyspace.items()))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_commands_in_process(tmp_path, caplog, seed):
+    caplog.set_level(logging.WARNING, logger="tstream")
+    rng = random.Random(seed)
+    names = sorted(n for n in COMMANDS if n not in IN_PROCESS_EXCLUDED)
+    with Harness(dir=str(tmp_path), node_entries=8, group_max_pending=20) as h:
+        clients = [h.client(2), h.client(3)]
+        errors = 0
+        for i in range(15000):
+            name = rng.choice(names)
+            argv = random_command(rng, name, COMMANDS[name])
+            if rng.random() < 0.3:
+                argv = garble(rng, argv)
+            k = rng.randrange(len(clients))
+            records, before = len(h.recorder), shape(h.server)
+            reply = clients[k].call(*argv)
+            assert well_formed(reply), (argv, reply)
+            if isinstance(reply, ReplyError):
+                errors += 1
+                assert len(h.recorder) == records, f"{argv!r} failed with {reply} but logged effects"
+                assert shape(h.server) == before, f"{argv!r} failed with {reply} but changed the keyspace"
+            if clients[k].closed:  # QUIT
+                clients[k] = h.client(rng.choice([2, 3]))
+            if i % 25 == 0:
+                h.check()
+        h.check()
+        h.housekeeping()
+        h.replay.assert_matches()
+        assert errors > 3000  # the fuzzer does reach the error paths
+    problems = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not problems, problems[0].getMessage()
+
+
+def test_pipelined_random_commands_and_garbage_in_process(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="tstream")
+    rng = random.Random(20261123)
+    names = sorted(n for n in COMMANDS if n not in IN_PROCESS_EXCLUDED | {b"quit"})
+    with Harness(dir=str(tmp_path), node_entries=8) as h:
+        client = h.client(3)
+        for batch in range(300):
+            commands = [random_command(rng, name, COMMANDS[name]) for name in rng.choices(names, k=60)]
+            commands = [garble(rng, c) if rng.random() < 0.3 else c for c in commands]
+            replies = client.pipeline(commands)
+            assert all(well_formed(r) for r in replies)
+            if batch % 10 == 0:
+                # broken protocol: well-formed replies, then (if the input can't be
+                # parsed) a protocol error and the connection closes; the server goes on
+                victim = h.client(rng.choice([2, 3]))
+                victim.send_bytes(rng.choice([b"*1\r\n$x\r\n", b"*-5\r\nPING\r\n", b"$3\r\nabc\r\n",
+                                              b"*2\r\n$4\r\nECHO\r\n$2\r\nabcdef\r\n",
+                                              b"PING\r\n*1\r\n$99999999999\r\n", rng.randbytes(40)]))
+                answers = victim.replies()
+                assert all(well_formed(r) for r in answers)
+                if victim.closed:
+                    assert str(answers[-1]).startswith("ERR Protocol error")
+                else:
+                    victim.close()
+                h.check()
+        h.housekeeping()
+        h.replay.assert_matches()
+        assert client.call("PING") == b"PONG"
+    problems = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not problems, problems[0].getMessage()

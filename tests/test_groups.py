@@ -473,18 +473,18 @@ def test_replies_keep_their_order_when_a_pipelined_read_blocks_and_is_served_in_
 
 
 def test_kept_group_read_parses_are_bounded():
-    from tstream.commands import streams
+    from tstream.commands.streams import TreadParses
 
-    streams._parsed_group_reads.clear()
-    for i in range(streams._PARSED_GROUP_READS_MAX + 10):
-        request = streams.parse_tread([b"TREAD", b"k%d" % i, b"-", b"10", b"GROUP", b"g"])
+    parses = TreadParses()  # each server has its own (server.tread_parses)
+    for i in range(TreadParses.MAX + 10):
+        request = parses.parse([b"TREAD", b"k%d" % i, b"-", b"10", b"GROUP", b"g"])
         assert (request.key, request.count, request.group) == (b"k%d" % i, 10, b"g")
-        assert len(streams._parsed_group_reads) <= streams._PARSED_GROUP_READS_MAX
-    streams.parse_tread([b"TREAD", b"k", b"5", b"1"])  # a plain read is not kept
-    assert (b"TREAD", b"k", b"5", b"1") not in streams._parsed_group_reads
-    first = streams.parse_tread([b"TREAD", b"k", b"$", b"1", b"GROUP", b"g", b"BLOCK", b"0"])
+        assert len(parses.kept) <= TreadParses.MAX
+    parses.parse([b"TREAD", b"k", b"5", b"1"])  # a plain read is not kept
+    assert (b"TREAD", b"k", b"5", b"1") not in parses.kept
+    first = parses.parse([b"TREAD", b"k", b"$", b"1", b"GROUP", b"g", b"BLOCK", b"0"])
     first.offset = 42  # what blocking does with a resolved "$": the kept parse is untouched
-    again = streams.parse_tread([b"TREAD", b"k", b"$", b"1", b"GROUP", b"g", b"BLOCK", b"0"])
+    again = parses.parse([b"TREAD", b"k", b"$", b"1", b"GROUP", b"g", b"BLOCK", b"0"])
     assert again is not first and again.offset == b"$" and again.block_ms == 0
 
 

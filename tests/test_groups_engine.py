@@ -109,8 +109,9 @@ class Model:
     def read(self, stream, count: int, now: int, retry, max_pending: int) -> list:
         self.purge(stream, now)
         out = []
+        handed = set()  # a read hands each due entry out once, even with a retry time of 0
         while len(out) < count:
-            due = [(p[1], o) for o, p in self.pending.items() if p[1] <= now]
+            due = [(p[1], o) for o, p in self.pending.items() if p[1] <= now and o not in handed]
             if not due:
                 break
             _, o = min(due)
@@ -123,6 +124,7 @@ class Model:
                 p[3] = retry[0]
             p[0] += 1
             p[1] = now + p[3]
+            handed.add(o)
             out.append([o, entry.tag, entry.data])
         room = count - len(out)
         if retry is not None:

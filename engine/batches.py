@@ -9,7 +9,8 @@ Limits (ADR-50): 50 batches in flight per stream, 1000 per server, 1000 messages
 per batch; a batch that receives nothing for ``batch-timeout-ms`` (10 s) is
 abandoned by the server's housekeeping pass (``Server._cron``, every 100 ms).
 
-Abandoned batches are counted in ``Stats`` (INFO stats) by reason:
+This is engine state (no I/O): the server holds one registry, its housekeeping
+expires idle batches and INFO shows ``abandoned``, the batches abandoned by reason:
 ``incomplete`` (a gap in batch-seq, EOB at batch-seq 1, or a new batch-seq 1
 replacing a batch still in flight), ``timeout``, ``large`` (more than 1000
 messages) and ``rejected`` (an expectation failed at commit, an expectation not
@@ -67,8 +68,8 @@ class Batch:
 class BatchRegistry:
     """Every batch in flight on the server."""
 
-    def __init__(self, stats) -> None:
-        self.stats = stats
+    def __init__(self) -> None:
+        self.abandoned = dict.fromkeys(REASONS, 0)  # reason -> batches abandoned (INFO stats)
         self.by_id: dict[tuple[bytes, bytes], Batch] = {}  # (key, batch id) -> batch; read only
         self._per_key: dict[bytes, int] = {}
 
@@ -79,7 +80,7 @@ class BatchRegistry:
         return self.by_id.get((key, batch_id))
 
     def room_for(self, key: bytes) -> bool:
-        """True if one more batch may start on ``key`` (50 per stream, 1000 in all)."""
+        """True if one more batch may start on ``key`` (50 per stream, 1000 in all). O(1)."""
         return len(self.by_id) < MAX_PER_SERVER and self._per_key.get(key, 0) < MAX_PER_STREAM
 
     def start(self, key: bytes, batch_id: bytes) -> Batch:
@@ -89,7 +90,7 @@ class BatchRegistry:
         return batch
 
     def remove(self, batch: Batch) -> None:
-        """Forget a batch (committed or abandoned)."""
+        """Forget a batch (committed or abandoned). O(1)."""
         if self.by_id.pop((batch.key, batch.id), None) is None:
             return
         left = self._per_key[batch.key] - 1
@@ -99,16 +100,20 @@ class BatchRegistry:
             del self._per_key[batch.key]
 
     def abandon(self, batch: Batch, reason: str) -> None:
-        """Drop a batch and count it under ``reason`` (one of REASONS)."""
+        """Drop a batch and count it under ``reason`` (one of REASONS). O(1)."""
         self.remove(batch)
         self.count_abandoned(reason)
 
     def count_abandoned(self, reason: str) -> None:
-        name = "batch_abandoned_" + reason
-        setattr(self.stats, name, getattr(self.stats, name) + 1)
+        self.abandoned[reason] += 1
+
+    def reset_counts(self) -> None:
+        """CONFIG RESETSTAT: the abandoned counts start again from zero."""
+        for reason in REASONS:
+            self.abandoned[reason] = 0
 
     def expire(self, timeout_ms: int, now: float | None = None) -> int:
-        """Abandon the batches idle for ``timeout_ms`` or more; returns how many."""
+        """Abandon the batches idle for ``timeout_ms`` or more; returns how many. O(batches)."""
         if not self.by_id:
             return 0
         now = time.monotonic() if now is None else now

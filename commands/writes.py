@@ -1,0 +1,241 @@
+"""The write path: what a command changed, and the one place that acts on it.
+
+Modelled on Redis's ``call()`` + ``propagate()`` + ``signalKeyAsReady()``.  A
+handler only changes the engine and *describes* the change to its server's
+``Writes`` (``server.writes``), with one of the verbs below: ``appended``,
+``appended_columns``, ``wrote``, ``group_moved``, ``acked``, ``configured``,
+``created``, ``deleted``, ``flushed`` (and ``limit_deletes`` for
+housekeeping).  A verb notes the effect records (``persistence.effects``: what
+the append-only file logs and replays), the changes to count and the keys to
+wake; nothing else.
+
+Then ``commit`` (called by the dispatcher after every handler returns or
+raises, by the end of the turn after the group reads it serves, and by the
+housekeeping pass) is the one place that acts:
+
+1. for the stream the command wrote: an EVICT record when its first offset
+   moved (its limits evicted on the way), DELETE records for the entries its
+   per-subject limit deleted;
+2. every record, in order, to every effect sink (``sinks``: the append-only
+   file while ``appendonly`` is on; replicas would be more);
+3. the changes added to ``server.dirty`` (save points, INFO);
+4. blocked readers woken: the written keys are marked ready (served at the end
+   of the loop turn, server.blocking), group readers of deleted keys unblocked.
+
+Hot paths stay cheap: one ``Writes`` per server, reused (a command allocates
+nothing here but its records, and those only when there is a sink); the
+stream a command wrote sits in three slots, not a list; the dispatcher pays
+one attribute check (``pending``) for a command that wrote nothing.
+"""
+
+from __future__ import annotations
+
+from tstream.persistence.effects import ACK, APPEND, CONFIG, CREATE, DELETE, DELKEY, EVICT, FLUSH, group_moved
+
+
+class Writes:
+    __slots__ = ("server", "sinks", "records", "dirty", "pending", "key", "stream", "first", "wake",
+                 "ready", "gone")
+
+    def __init__(self, server) -> None:
+        self.server = server  # reads waiting_keys and blocking, adds to dirty
+        self.sinks: list = []  # objects with log(record): where the effect records go
+        self.records: list[list] = []  # this command's effect records, built only if there is a sink
+        self.dirty = 0  # this command's changes
+        self.pending = False  # something to commit
+        # The stream this command wrote, and its first offset before the command.
+        self.key: bytes | None = None
+        self.stream = None
+        self.first = 0
+        self.wake = False  # its blocked readers may be served now
+        self.ready: list[bytes] = []  # other keys to wake (TACK)
+        self.gone: list[bytes] = []  # deleted keys that clients wait on
+
+    def add_sink(self, sink) -> None:
+        if sink not in self.sinks:
+            self.sinks.append(sink)
+
+    def remove_sink(self, sink) -> None:
+        if sink in self.sinks:
+            self.sinks.remove(sink)
+
+    # --- describing: what handlers call --------------------------------------------
+
+    def wrote(self, key: bytes, stream, first: int, dirty: int = 1, wake: bool = True) -> None:
+        """``stream`` at ``key`` changed (``dirty`` changes); its first offset was
+        ``first`` before the command.  ``wake``: new entries, serve its readers."""
+        if self.stream is not stream:
+            if self.stream is not None:
+                self._settle()  # a second stream in one command: the first one is done
+            self.key = key
+            self.stream = stream
+            self.first = first
+            self.wake = wake
+        elif wake:
+            self.wake = True
+        self.dirty += dirty
+        self.pending = True
+
+    def appended(self, key: bytes, stream, first: int, offset: int, items: list, start: int,
+                 dirty: int = 1) -> None:
+        """Entries ``items[start:]`` (tag, data, tag, data, ...) were appended to
+        ``stream`` from ``offset`` on, with the stream's last time."""
+        if self.sinks:
+            self.records.append([APPEND, key, offset, stream.last_time, *items[start:]])
+        # wrote(key, stream, first, dirty), inlined: this is every TWRITE's path
+        if self.stream is not stream:
+            if self.stream is not None:
+                self._settle()
+            self.key = key
+            self.stream = stream
+            self.first = first
+        self.wake = True
+        self.dirty += dirty
+        self.pending = True
+
+    def appended_columns(self, key: bytes, stream, first: int, offset: int, tags: list, datas: list) -> None:
+        """``len(tags)`` entries appended from ``offset`` on (a pipelined run of TWRITE):
+        one record, one change per entry."""
+        if self.sinks:
+            record = [APPEND, key, offset, stream.last_time, *tags, *datas]
+            record[4::2], record[5::2] = tags, datas  # interleaved: tag, data, tag, data, ...
+            self.records.append(record)
+        if self.stream is not stream:  # wrote(key, stream, first, len(tags)), inlined
+            if self.stream is not None:
+                self._settle()
+            self.key = key
+            self.stream = stream
+            self.first = first
+        self.wake = True
+        self.dirty += len(tags)
+        self.pending = True
+
+    def configured(self, key: bytes, stream, first: int, names: list[str], dirty: int) -> None:
+        """The stream's config values ``names`` were set (allow_direct may follow
+        them), then its limits enforced."""
+        if self.sinks:
+            config = stream.config
+            record = [CONFIG, key]
+            for name in names:
+                record += [name.encode(), getattr(config, name)]
+            record += [b"allow_direct", config.allow_direct]
+            self.records.append(record)
+        self.wrote(key, stream, first, dirty, wake=False)
+
+    def created(self, key: bytes, stream) -> None:
+        """A new, empty stream at ``key``."""
+        if self.sinks:
+            self.records.append([CREATE, key, stream.node_entries])
+            self.pending = True
+
+    def group_moved(self, key: bytes, group, entries=None) -> None:
+        """``group`` was created or moved; ``entries`` ([offset, ...] each) were
+        handed out and are now pending (as the group keeps them)."""
+        if self.sinks:
+            self.records.append(group_moved(key, group, [entry[0] for entry in entries] if entries else ()))
+        self.dirty += 1
+        self.pending = True
+
+    def acked(self, key: bytes, group_name: bytes, offsets: list, wake: bool) -> None:
+        """Pending ``offsets`` of a group were acknowledged; ``wake``: the group's
+        pending list was full, its capped readers may go on."""
+        if self.sinks:
+            self.records.append([ACK, key, group_name, *offsets])
+        if wake:
+            self.ready.append(key)
+        self.dirty += 1
+        self.pending = True
+
+    def deleted(self, key: bytes) -> None:
+        """``key`` was removed (DEL)."""
+        if self.sinks:
+            self.records.append([DELKEY, key])
+        if key in self.server.waiting_keys:
+            self.gone.append(key)
+        self.dirty += 1
+        self.pending = True
+
+    def flushed(self, count: int) -> None:
+        """Every key (``count`` of them) was removed (FLUSHALL)."""
+        if self.sinks:
+            self.records.append([FLUSH])
+        self.gone.extend(self.server.waiting_keys)
+        self.dirty += count
+        self.pending = True
+
+    def limit_deletes(self, keyspace) -> None:
+        """Housekeeping: DELETE records for the entries ``max_msgs_per_subject``
+        deleted outside a command's commit (every command's are taken by it)."""
+        pending = keyspace.limit_pending
+        if not pending:
+            return
+        streams = keyspace.streams
+        lost = False
+        for index in list(pending):
+            key = index.owner
+            if key is not None and streams.get(key) is index.stream:
+                self._take_limit_deletes(key, index)
+            else:
+                lost = True
+        if lost:  # indexes the engine built itself: find their keys once
+            for key, stream in list(keyspace.items()):
+                index = stream._subjects
+                if index is not None and index in pending:
+                    index.owner = key
+                    self._take_limit_deletes(key, index)
+        pending.clear()  # what is left belongs to streams deleted since
+
+    def _take_limit_deletes(self, key: bytes, index) -> None:
+        offsets = index.take_deleted()
+        if self.sinks and offsets:
+            self.records.append([DELETE, key, *offsets])
+            self.pending = True
+
+    # --- acting: the one place --------------------------------------------------------
+
+    def commit(self) -> None:
+        """Act on what was described since the last commit (see the module docstring)."""
+        self.pending = False
+        server = self.server
+        stream = self.stream
+        if stream is not None:  # _settle(), inlined: this is every TWRITE's path
+            key = self.key
+            self.stream = None
+            if stream.first != self.first and self.sinks:
+                self.records.append([EVICT, key, stream.first])
+            index = stream._subjects
+            if index is not None and index.limit_deleted:
+                index.owner = key
+                self._take_limit_deletes(key, index)
+            if self.wake and key in server.waiting_keys:
+                server.blocking.key_ready(key)
+        records = self.records
+        if records:
+            for sink in self.sinks:
+                for record in records:
+                    sink.log(record)
+            records.clear()
+        server.dirty += self.dirty
+        self.dirty = 0
+        if self.ready:
+            ready, self.ready = self.ready, []
+            for key in ready:
+                if key in server.waiting_keys:
+                    server.blocking.key_ready(key)
+        if self.gone:  # last: unblocking a client may run its next commands (and their commits)
+            gone, self.gone = self.gone, []
+            for key in gone:
+                server.key_deleted(key)
+
+    def _settle(self) -> None:
+        """The written stream: EVICT/DELETE records of what its limits removed, wake its readers."""
+        key, stream = self.key, self.stream
+        self.stream = None
+        if stream.first != self.first and self.sinks:
+            self.records.append([EVICT, key, stream.first])
+        index = stream._subjects
+        if index is not None and index.limit_deleted:
+            index.owner = key
+            self._take_limit_deletes(key, index)
+        if self.wake and key in self.server.waiting_keys:
+            self.server.blocking.key_ready(key)
