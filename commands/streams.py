@@ -191,7 +191,8 @@ def perform_read(server, request: ReadRequest, blocking: bool):
         stream = server.stream_for_write(request.key)
         group = stream.groups.get(request.group)
         if group is None:
-            group = stream.groups[request.group] = Group(request.group, resolve_offset(stream, request.offset))
+            group = Group(request.group, resolve_offset(stream, request.offset))
+            stream.add_group(request.group, group)
             server.writes.group_moved(request.key, group)
         reply = []
         if request.count:

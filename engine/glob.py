@@ -49,8 +49,10 @@ def _byte_class(members: set[int], negate: bool) -> bytes:
     return b"[" + (b"^" if negate else b"") + b"".join(parts) + b"]"
 
 
+# A bounded memo of a pure function (compiled patterns are immutable): it holds
+# no server's data, so embedded servers may share it (like re's own cache).
 @lru_cache(maxsize=512)
-def compile_glob(pattern: bytes) -> "re.Pattern[bytes]":
+def compile_glob(pattern: bytes) -> "re.Pattern[bytes]":  # noqa: C901 (over the limit when it came in)
     """Compile a Redis glob pattern to an equivalent regex (use ``fullmatch``).
 
     Cost: O(len(pattern)) once per distinct pattern (LRU cache of 512).

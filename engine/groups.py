@@ -443,8 +443,8 @@ class Group:
                 assert heap[(i - 1) // 2] <= heap[i], "heap property"
             live = set()
             for item in heap:
-                pending = by_offset.get(item[1])
-                if pending is not None and getattr(pending, attr) is item:
+                held = by_offset.get(item[1])
+                if held is not None and getattr(held, attr) is item:
                     assert id(item) not in live, f"{attr} {item} twice in its heap"
                     live.add(id(item))
             assert len(live) == len(by_offset), f"every pending entry has its {attr} in the heap"

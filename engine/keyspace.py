@@ -26,18 +26,19 @@ from time import perf_counter_ns, time_ns
 from sortedcontainers import SortedDict
 
 from .agetimers import AgeTimers
+from .blocks import BlockCache
 from .glob import compile_glob
-from .stream import Stream, clear_decoded_cache
+from .stream import NODE_MAX_BYTES, Stream
 
 __all__ = ["Keyspace"]
 
 
 class Keyspace:
-    __slots__ = ("_streams", "_ids", "_by_id", "_next_id", "limit_pending", "age_timers")
+    __slots__ = ("_streams", "_by_id", "_next_id", "limit_pending", "cache",
+                 "node_max_bytes", "age_timers")
 
     def __init__(self) -> None:
         self._streams: dict[bytes, Stream] = {}
-        self._ids: dict[bytes, int] = {}
         self._by_id: SortedDict = SortedDict()
         self._next_id = 1  # cursor 0 means "start", so ids start at 1
         # The subject indexes (engine/subjects.py) of this keyspace's streams whose
@@ -46,6 +47,13 @@ class Keyspace:
         # each see their own.
         self.limit_pending: set = set()
         self.age_timers = AgeTimers()  # keys with a max_age_ms, by when their oldest entry ages out
+        # The decoded-block LRU and zstd contexts of this keyspace's streams
+        # (engine/blocks.py): per keyspace, so that one server's FLUSHALL or
+        # cache limits never touch another's.
+        self.cache = BlockCache()
+        # Payload bytes of a node before it is sealed (0: no limit), given to
+        # the streams created or put from now on (server option node-max-bytes).
+        self.node_max_bytes = NODE_MAX_BYTES
 
     @property
     def streams(self) -> dict:
@@ -78,7 +86,7 @@ class Keyspace:
         kid = self._next_id
         self._next_id = kid + 1
         self._streams[key] = stream
-        self._ids[key] = kid
+        stream.key_id = kid  # kept on the stream: no key -> id dict (memory per key)
         self._by_id[kid] = key
         stream.limit_pending = self.limit_pending
         if stream._subjects is not None and stream._subjects.limit_deleted:
@@ -88,12 +96,12 @@ class Keyspace:
 
     def get_or_create(self, key: bytes, node_entries: int = 1000) -> Stream:
         """The stream at ``key``, created empty (with ``node_entries`` per
-        node) if absent. O(1), O(log keys) on creation."""
+        node, sealed at :attr:`node_max_bytes`) if absent. O(1), O(log keys) on creation."""
         stream = self._streams.get(key)
         if stream is None:
             if type(key) is not bytes:
                 raise TypeError("key must be bytes")
-            stream = Stream(node_entries)
+            stream = Stream(node_entries, self.cache, self.node_max_bytes)
             self._register(key, stream)
         return stream
 
@@ -103,6 +111,8 @@ class Keyspace:
         if type(key) is not bytes:
             raise TypeError("key must be bytes")
         self.delete(key)
+        stream.use_cache(self.cache)
+        stream.node_max_bytes = self.node_max_bytes
         self._register(key, stream)
 
     def delete(self, key: bytes) -> bool:
@@ -110,7 +120,7 @@ class Keyspace:
         stream = self._streams.pop(key, None)
         if stream is None:
             return False
-        del self._by_id[self._ids.pop(key)]
+        del self._by_id[stream.key_id]
         self.age_timers.forget(key)
         stream.clear_cache()
         stream.limit_pending = None
@@ -120,14 +130,13 @@ class Keyspace:
 
     def flush(self) -> None:
         """Remove every key. O(keys)."""
-        clear_decoded_cache()
+        self.cache.clear()
         for stream in self._streams.values():
             stream.limit_pending = None
             _break_cycles(stream)
         self.limit_pending.clear()
         self.age_timers.clear()
         self._streams.clear()
-        self._ids.clear()
         self._by_id.clear()
 
     def limits_changed(self, key: bytes) -> None:
@@ -146,7 +155,7 @@ class Keyspace:
         timers = self.age_timers
         streams = self._streams
         deadline = perf_counter_ns() + budget_ns
-        done = []
+        done: list[tuple[bytes, object, int, int]] = []
         while (key := timers.pop_due(now_ns)) is not None:
             stream = streams.get(key)
             if stream is None:

@@ -3,8 +3,9 @@
 Layout
 ======
 
-A stream is a Python list of *macro nodes*.  Every node covers a fixed,
-aligned range of ``N = node_entries`` offsets (offsets start at 1)::
+A stream is a Python list of *macro nodes* (engine/node.py).  Every node
+covers a fixed, aligned range of ``N = node_entries`` offsets (offsets start
+at 1), unless sealed by bytes (below)::
 
     offsets    1 ......... N | N+1 ....... 2N | 2N+1 ...... 3N | 3N+1 ..(next_offset)..
     node idx        k=0      |      k=1       |      k=2       |      k=3 (active)
@@ -13,114 +14,42 @@ aligned range of ``N = node_entries`` offsets (offsets start at 1)::
     Stream._nodes = [ Node(k=1, sealed),  Node(k=2, sealed),  Node(k=3, active) ]
     _first_node_index = 1          ^ first (may point inside a node)
 
-    Sealed node (immutable, full)              Active node (the only writable one)
-    +--------------------------------+         +-------------------------------------+
-    | base, start, cap_end           |         | base, start, cap_end                |
-    | first_time, last_time          |         | buf   : bytearray  "aaa|bbbb|cc|"   |
-    | tag_set : distinct tag ids     |         | ends  : array('I') [0, 3, 7, 9]     |
-    | data    : zstd(block 0) zstd(  |         | tags  : array('I') [5, 2, 5]        |
-    |   block 1) ...  or one body    |         | times : array('q') [t0, t1, t2]     |
-    | block_entries, block_offs      |         | deleted : bitmap or None            |
-    | blocks  : per block a decoded  |         +-------------------------------------+
-    |   _Block (LRU) or None         |
-    | deleted : bitmap or None       |
-    +--------------------------------+
+The sealed nodes are compressed in blocks (engine/blocks.py), the tags are
+interned per stream (engine/tags.py), a snapshot stores each node as a blob
+(engine/codec.py), and engine/invariants.py asserts the whole structure.
 
-    body = | payload buffer | pad to 8 | ends (count+1) | tag ids (count) | times (count) |
+Nodes sealed by bytes
+---------------------
+A node is also sealed when the next entry would take its payloads past
+``node_max_bytes`` (server option node-max-bytes, 1 MiB by default; 0: no
+limit), so that no seal compresses more than that (a single bigger entry gets
+a node of its own).  Such a *short* node ends before its aligned range; the
+next node starts right after it, in the same range, and ends at the range's
+end (or is short too)::
 
-A block is the body of ``block_entries`` consecutive entries (the last block
-may hold fewer), self-contained: its ``ends`` are relative to its own payloads.
-
-``base`` is the node's aligned first offset ``k*N + 1`` and ``cap_end`` its
-aligned end ``(k+1)*N + 1`` (exclusive).  ``start`` is the first offset whose
-entry is physically stored in the node: normally ``base``, but after the whole
-stream was evicted the next write may land in the middle of a node's range and
-the new node simply starts there.  Entry ``offset`` of a node sits at position
-``p = offset - start`` of its tables and its payload is
-``buf[ends[p]:ends[p+1]]`` (``ends`` keeps a leading 0 so that no branch is
-needed for the first entry).  Entries carry no per-entry Python object: a node
-is one buffer plus three flat C arrays, like the ``offsets_table`` of RCP 11.
+    offsets    1 ........................ N | N+1 ......... 2N |
+    Stream._nodes = [ Node(1..40, short), Node(41..N) ] [ Node(k=1) ]
 
 O(1) seek
 ---------
-Because every node covers exactly ``N`` offsets and the list holds consecutive
-nodes, the node of an offset is pure arithmetic::
+While every aligned range holds one node, the node of an offset is pure
+arithmetic::
 
     nodes[(offset - 1) // N - _first_node_index]
 
-and the entry's position inside it is ``offset - node.start``.  No skiplist is
-needed (RCP 11 proposed one): eviction only ever removes whole nodes from the
-front (``del nodes[:k]``, then ``_first_node_index += k``), which keeps the
-arithmetic valid.  Evicting ``k`` nodes costs O(k) plus one memmove of the
+and the entry's position inside it is ``offset - node.start``.  The guess is
+checked (``node.start <= offset < node.cap_end``); where short nodes share
+ranges it misses and a bisection over the nodes' starts finds the node,
+O(log nodes) (:meth:`Stream._node_index`).  No skiplist is needed (RCP 11
+proposed one): eviction only ever removes whole nodes from the front (``del
+nodes[:k]``, then ``_first_node_index`` is the range of the new first node),
+which keeps the arithmetic valid.  Evicting ``k`` nodes costs O(k) plus one memmove of the
 remaining node pointers; reading ``count`` entries costs O(count) plus at most
-one decompression per sealed block touched (the block of position ``p`` is
-``p // block_entries``, arithmetic again).
+one decompression per sealed block touched.
 
 Eviction is exact for readers, memory is returned a node at a time: ``first``
 moves to exactly the right offset (entries below it read as missing), and a
 node is released once all of its offsets are below ``first``.
-
-Sealing, blocks and the decoded-block cache
--------------------------------------------
-When the active node fills up it is *sealed*: its entries are cut into
-*blocks* of ``block_entries`` consecutive entries, each block is serialised
-into its own body and compressed with zstandard as its own frame, the frames
-are concatenated into ``data`` (``block_offs``: where each starts) and the
-tables are dropped.  Sealing is paid once per node.  Level 1 is used; after a
-node that saved less than 20%, the stream seals with level -1 (5x faster on
-incompressible bytes, where level 1 burns ~130 us per 100 KB for little)
-until a node compresses well again.  When all the frames together do not save
-1/64 the node is stored raw instead, as one block (one body).
-
-Why blocks: a random ``read(offset, 10)`` used to decompress a whole node
-(~32 KB of 16-byte entries: 24 us of zstd for 10 entries, 36 us vs 3 us for a
-read at the head).  A block is independently decompressible, so a read of
-``k`` entries decompresses only the one or two blocks it touches.  The block
-size is fixed per node (so that the block of a position is arithmetic) and
-chosen when sealing from the node's mean entry size so that a block's raw
-body is about ``BLOCK_BYTES`` = 4 KiB: ``block_entries = BLOCK_BYTES * count
-// raw size`` (at least 1, evened out over the node), e.g. 125 entries of
-16-byte payloads (8 blocks per node) or 35 of 100-byte payloads (29 blocks).
-The trade-off, measured on 1000-entry nodes (memory_bytes per entry, one
-node vs 4 KiB blocks): every frame restarts zstd's window and entropy tables,
-so the ratio drops as blocks shrink (100-byte payloads half text half random:
-60.5 -> 66.4 B/entry; all repetitive text: 8.2 -> 14.4; all random: 110.2 ->
-112.0; 16-byte counters: 7.8 -> 8.6), and sealing costs ~4 us more per frame
-(~+0.1-0.2 us per appended entry, amortised).  A miss costs ~1.4 us of
-decompression per KiB of block, but below ~4 KiB the fixed costs of a miss
-(locating the frame, zstd's table set-up, the decoded block's objects, the
-LRU) dominate: in-process, a random ``read(offset, 10)`` takes 13 us with
-4 KiB blocks, 11 us with 2 KiB, 11 us with 1 KiB (whose ratio is 12 B/entry
-on 16-byte counters), vs 3 us at the head and 39 us with whole nodes.
-``BLOCK_BYTES`` is read at sealing time only: each node records its own
-``block_entries``.
-
-Reading a compressed block decompresses it through a **process-wide** LRU of
-decoded blocks (``DECODED_CACHE_BLOCKS`` blocks and at most
-``DECODED_CACHE_BYTES`` bytes, counting each block's body plus its fixed
-object overhead; see :func:`set_decoded_cache_limits`).  It is shared rather
-than per stream so that memory stays bounded with many streams.  A decoded
-block is a small ``_Block`` (memoryviews over the decompressed body) stored in
-the node's ``blocks`` list, so a cache hit costs one ``OrderedDict.move_to_end``.
-The newest ``FRESH_CACHED_BLOCKS`` blocks of a freshly sealed node enter the
-cache at once: tail readers keep reading them without decompressing.  A
-raw-stored sealed node keeps its one block's views permanently (nothing to
-decompress).  :meth:`Node.tables_at` gives the tables of one position's block;
-:meth:`Node.decoded` still gives whole-node tables, assembled from all the
-blocks into one LRU entry (O(node) on a miss: for scans, not for lookups).
-
-Tags
-----
-Tags are interned per stream: ``_tag_id`` (tag -> id) and ``_tag_list``
-(id -> tag); id 0 is reserved so that ids are truthy.  ``_tag_refs[id]`` counts
-the *sealed* nodes whose entries use the tag: a node's distinct ids are
-computed once, when it is sealed, and kept in ``tag_set`` (sorted, an
-``array('H')`` while ids fit in 16 bits).  A tag is
-alive while a sealed node references it or the active node stores it; when
-nodes are dropped the counts fall and every tag left unused is freed and its
-id reused (the active node's ids are computed then, once per drop), so a
-long-running stream writing unique tags does not leak.  ``tag_set`` also lets
-a later subject filter skip a sealed node without decompressing it.
 
 Missing entries
 ---------------
@@ -136,330 +65,57 @@ non-decreasing per stream (``max(now_ns, last_time)``), so time-based eviction
 binary-searches (node ``last_time``, then over the node's blocks, then bisect
 inside one block).
 
+Out of memory
+-------------
+An append stores its entry whole or not at all when a MemoryError strikes
+(the node's tables are cut back, a tag interned for it is forgotten);
+``append_many`` likewise, as long as it sealed no node (once it did, what
+went into sealed nodes stays and the error is raised).  Sealing builds the
+sealed node aside and swaps it in only when complete: a MemoryError leaves
+the active node whole and active.  After a failed seal of a full node its
+entries stay and the seal is *owed*: the byte bound turns negative (see
+``Stream._owe_seal``), so the next append, on the byte test it makes anyway,
+seals the node first.
+
 Snapshots
 ---------
-``Node.blob()`` (or ``blob_parts()``: header and body apart) returns a
-self-describing serialisation of a node, version 3, little-endian::
-
-    +----+---------+-------+------------+-------+-------+---------+  _HDR, 32 bytes
-    | TN | version | flags | ends code  | count | start | buf_len |  flags: 1 = zstd
-    +----+---------+-------+------------+-------+-------+---------+
-    | block_entries u32 | nblocks u32 |                               _BLOCKS_HDR (v2+)
-    +-------------------+-------------+-------------+--------------+
-    | first_time i64 | last_time i64 | raw_len u64 | tag-id code c |  _SUMMARY (v3),
-    |                                 number of tag ids u32        |  32 bytes
-    +--------------------------------------------------------------+
-    | nblocks + 1 frame offsets into the body, u64 each            |
-    | the distinct tag ids, sorted, u16 ('H') or u32 ('I') each    |  (v3)
-    +--------------------------------------------------------------+
-    | body: a sealed node's stored data as is (its zstd frames, or |
-    | its one raw body; no recompression); the active node's raw   |
-    | body (one block)                                             |
-    +--------------------------------------------------------------+
-
-The header holds everything a sealed node keeps besides its body, so
-``Node.from_parts(header, body, node_entries, check=False)`` rebuilds one
-without decompressing anything, keeping ``body`` itself as its data (a
-snapshot load reads each node's body straight into its own ``bytes``):
-structural checks only, for data whose checksum was verified.  ``check=True``
-(the default of ``Node.from_blob(blob, node_entries)``) decompresses every
-block and compares the summary with it.  Version-2 blobs (no summary) and
-version-1 blobs (one frame per node; a full compressed one is re-cut into
-blocks) still load, decompressed.  Tag ids inside a blob refer to the
-stream's tag table, so a snapshot uses :meth:`Stream.export_state` /
-:meth:`Stream.from_state`, which carry the tag table, its reference counts
-(``tag_refs``: with ``check=False`` they are taken as given instead of being
-recounted from every node's tag set), the node blobs, the deleted bitmaps,
+:meth:`Stream.export_state` / :meth:`Stream.from_state` carry the tag table,
+its reference counts, the node blobs (engine/codec.py), the deleted bitmaps,
 offsets and config as plain ``bytes``/``int``/``list`` values.
 
 Thread safety: none.  The engine is meant to be driven by one thread (the
-event loop); the zstd contexts and the decoded-block cache are module globals.
+event loop).
 """
 
 from __future__ import annotations
 
-import struct
 import sys
 from array import array
-from bisect import bisect_left
-from collections import OrderedDict
+from bisect import bisect_left, bisect_right
 from dataclasses import asdict, dataclass
 from itertools import accumulate, islice
-from typing import Iterator, NamedTuple
+from operator import attrgetter
+from types import MappingProxyType
+from typing import Any, Iterator, Mapping, NamedTuple
 
-import zstandard
-
+from .blocks import BlockCache
+from .codec import BLOB_PREFIX, _le_array, _le_bytes
+from .node import ActiveNode, Node, SealedNode, _popcount_range
 from .subjects import enforce_subject_limit  # JetStream per-subject limit (max_msgs_per_subject)
+from .tags import TagTable
 
-__all__ = [
-    "Entry",
-    "Node",
-    "Stream",
-    "StreamConfig",
-    "clear_decoded_cache",
-    "decoded_cache_bytes",
-    "set_decoded_cache_limits",
-]
+__all__ = ["BLOB_PREFIX", "NODE_MAX_BYTES", "Entry", "Node", "Stream", "StreamConfig"]
 
-# ---------------------------------------------------------------------------
-# Module-wide compression state.  Contexts are reused: creating a zstd context
-# costs far more than compressing one node.
-# ---------------------------------------------------------------------------
-
-COMPRESSION_LEVEL = 1  # level 1 vs 3: ~25% faster sealing for ~4% larger blobs
-FAST_COMPRESSION_LEVEL = -1  # for streams whose payloads do not compress
-_CCTX = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL, write_content_size=True)
-_CCTX_FAST = zstandard.ZstdCompressor(level=FAST_COMPRESSION_LEVEL, write_content_size=True)
-_DCTX = zstandard.ZstdDecompressor()
-
-# Target raw size of one block of a compressed sealed node (see "Sealing,
-# blocks and the decoded-block cache" above).  Read when a node is sealed;
-# each node records its own block size, so changing it never invalidates
-# existing nodes or snapshots.
-BLOCK_BYTES = 4096
-# A sealed node stays compressed when its frames save at least 1/2**_KEEP_SHIFT
-# of the raw size.  1/64: a read decompresses one small block, and a block
-# of incompressible payloads is stored by zstd as raw literals (decoding it
-# is a copy, ~0.4 us per 4 KiB), so even the ~3% the tables save is kept.
-_KEEP_SHIFT = 6
-# Blocks of a freshly sealed node that enter the decoded cache at once.
-FRESH_CACHED_BLOCKS = 2
-
-DECODED_CACHE_BLOCKS = 512
-DECODED_CACHE_BYTES = 64 * 1024 * 1024
-DECODED_CACHE_NODES = DECODED_CACHE_BLOCKS  # old name (the cache held whole nodes)
-_lru: "OrderedDict[_Block, None]" = OrderedDict()
-_lru_bytes = 0
-
-_LITTLE = sys.byteorder == "little"
-
-# Blob header (see "Snapshots" above): magic, version, flags, ends typecode,
-# count, start, buf_len; versions 2+ follow it with _BLOCKS_HDR
-# (block_entries, nblocks); version 3 then with _SUMMARY (first_time,
-# last_time, raw_len, tag-id typecode, number of tag ids); then the
-# nblocks + 1 frame offsets of the body as little-endian u64; version 3
-# then the node's sorted distinct tag ids (u16 or u32 each).
-_HDR = struct.Struct("<2sBBcxxxIqQ")
-_BLOCKS_HDR = struct.Struct("<II")
-_SUMMARY = struct.Struct("<qqQcxxxI")
-_MAGIC = b"TN"
-_VERSION = 3  # 1: one frame (or raw body) per node; 2: no summary; both still loaded
-_FLAG_ZSTD = 1
-# Bytes of a blob that always suffice to compute its header's length.
-BLOB_PREFIX = _HDR.size + _BLOCKS_HDR.size + _SUMMARY.size
+NODE_MAX_BYTES = 1 << 20  # default payload bytes of a node before it is sealed (node-max-bytes)
+_NO_BYTE_LIMIT = 1 << 62  # node_max_bytes 0: a bound no node reaches
+_node_start = attrgetter("start")
+_NO_GROUPS: Mapping = MappingProxyType({})  # read-only: the groups of a stream that has none
 
 
-def set_decoded_cache_limits(max_blocks: int, max_bytes: int) -> None:
-    """Resize the process-wide decoded-block LRU: at most ``max_blocks``
-    blocks and ``max_bytes`` bytes (at least one block is kept)."""
-    global DECODED_CACHE_BLOCKS, DECODED_CACHE_BYTES, DECODED_CACHE_NODES
-    DECODED_CACHE_BLOCKS = DECODED_CACHE_NODES = max(1, int(max_blocks))
-    DECODED_CACHE_BYTES = max(0, int(max_bytes))
-    _lru_shrink()
-
-
-def clear_decoded_cache() -> None:
-    """Empty the shared decoded-block LRU (e.g. on FLUSHALL)."""
-    while _lru:
-        _lru_forget(next(iter(_lru)).node)
-
-
-def decoded_cache_bytes() -> int:
-    """Bytes held by the shared LRU: decompressed block bodies plus their
-    fixed per-block object overhead."""
-    return _lru_bytes
-
-
-def _lru_drop(blk: "_Block") -> None:
-    """Unlink a block that just left the LRU from its node."""
-    blk.lru = False
-    if blk.index < 0:
-        blk.node.whole = None
-    else:
-        blk.node.blocks[blk.index] = None
-
-
-def _lru_shrink() -> None:
-    global _lru_bytes
-    while _lru and (len(_lru) > DECODED_CACHE_BLOCKS
-                    or (_lru_bytes > DECODED_CACHE_BYTES and len(_lru) > 1)):
-        old, _ = _lru.popitem(last=False)
-        _lru_bytes -= old.nbytes
-        _lru_drop(old)
-
-
-def _lru_add(blk: "_Block") -> None:
-    global _lru_bytes
-    blk.lru = True
-    _lru[blk] = None
-    _lru_bytes += blk.nbytes
-    _lru_shrink()
-
-
-def _lru_forget(node: "Node") -> None:
-    """Drop every decoded block of ``node`` from the LRU."""
-    global _lru_bytes
-    blocks = node.blocks
-    if blocks is None:
-        return
-    for blk in (*blocks, node.whole):
-        if blk is not None and blk.lru:
-            del _lru[blk]
-            _lru_bytes -= blk.nbytes
-            _lru_drop(blk)
-
-
-def _decode_block(node: "Node", b: int) -> "_Block":
-    """Decompress block ``b`` of a compressed sealed node into the LRU."""
-    offs = node.block_offs
-    be = node.block_entries
-    # A bytes slice (a copy of one small frame) is cheaper than a memoryview.
-    raw = _DCTX.decompress(node.data[offs[b]:offs[b + 1]])
-    count = node.cap_end - node.start - b * be
-    blk = _Block(node, b, raw, be if be < count else count, node.ends_code)
-    node.blocks[b] = blk
-    _lru_add(blk)
-    return blk
-
-
-def _decode_whole(node: "Node") -> "_Block":
-    """Whole-node tables of a multi-block compressed node (for
-    :meth:`Node.decoded`), assembled from its blocks into the LRU."""
-    blk = _Block.from_tables(node, -1, *_concat_tables(node._block_list(), node.ends_code))
-    node.whole = blk
-    _lru_add(blk)
-    return blk
-
-
-# ---------------------------------------------------------------------------
-# Blocks
-# ---------------------------------------------------------------------------
-
-def _block_body(payload, ends, tags, times) -> bytes:
-    """Serialise one block (or a whole node): payloads, pad to 8, ends
-    (relative to the first payload byte, leading 0), tag ids, times.
-    Little-endian on every host."""
-    if not _LITTLE:  # pragma: no cover - big-endian hosts
-        ends, tags, times = array(ends.typecode, ends), array("I", tags), array("q", times)
-        ends.byteswap(), tags.byteswap(), times.byteswap()
-    pad = (-len(payload)) & 7  # keep the tables 8-byte aligned
-    return b"".join((payload, bytes(pad), ends, tags, times))
-
-
-def _concat_tables(blocks, code: str):
-    """``(payloads, ends, tags, times)`` of consecutive decoded blocks joined
-    into node-wide tables (``ends`` rebased).  O(entries)."""
-    pays = []
-    ends = array(code, (0,))
-    tags = array("I")
-    times = array("q")
-    base = 0
-    for blk in blocks:
-        e = blk.ends.tolist()
-        last = e[-1]
-        pays.append(memoryview(blk.buf)[:last])
-        ends.extend([x + base for x in islice(e, 1, None)] if base else islice(e, 1, None))
-        base += last
-        if _LITTLE:
-            tags.frombytes(blk.tags.cast("B"))
-            times.frombytes(blk.times.cast("B"))
-        else:  # pragma: no cover - big-endian hosts: the views are arrays
-            tags.extend(blk.tags)
-            times.extend(blk.times)
-    return b"".join(pays), ends, tags, times
-
-
-class _Block:
-    """The decoded tables of one block of a sealed node: ``buf`` holds the
-    block's payloads (its raw body), ``ends``/``tags``/``times`` are views
-    over the body's tables, ``ends`` relative to the block's first payload
-    byte.  ``index`` is the block's number in the node (-1: the whole node,
-    see :meth:`Node.decoded`).  ``lru`` tells whether it sits in the shared
-    LRU; a raw-stored node's single block is permanent instead (and has no
-    ``node`` back reference, so that no cycle keeps a dropped node alive)."""
-
-    __slots__ = ("node", "index", "buf", "ends", "tags", "times", "nbytes", "lru")
-
-    def __init__(self, node, index: int, raw: bytes, count: int, code: str) -> None:
-        e_len = (count + 1) * (4 if code == "I" else 8)
-        pos = len(raw) - e_len - 12 * count
-        if pos < 0:
-            raise ValueError("block body too short")
-        e_end = pos + e_len
-        t_end = e_end + 4 * count
-        if _LITTLE:
-            mv = memoryview(raw)
-            self.ends = mv[pos:e_end].cast(code)
-            self.tags = mv[e_end:t_end].cast("I")
-            self.times = mv[t_end:].cast("q")
-        else:  # pragma: no cover - big-endian hosts
-            self.ends = array(code, raw[pos:e_end])
-            self.tags = array("I", raw[e_end:t_end])
-            self.times = array("q", raw[t_end:])
-            self.ends.byteswap(), self.tags.byteswap(), self.times.byteswap()
-        self.node = node
-        self.index = index
-        self.buf = raw
-        self.nbytes = len(raw) + _BLOCK_OVERHEAD
-        self.lru = False
-
-    @classmethod
-    def from_tables(cls, node, index: int, buf: bytes, ends, tags, times) -> "_Block":
-        blk = cls.__new__(cls)
-        blk.node, blk.index, blk.buf = node, index, buf
-        blk.ends, blk.tags, blk.times = ends, tags, times
-        blk.nbytes = (len(buf) + len(ends) * ends.itemsize + 12 * len(tags) + _BLOCK_OVERHEAD)
-        blk.lru = False
-        return blk
-
-
-# What a decoded block costs besides its body: the object and its 3 views
-# (+1 for the managed buffer they share), and the bytes object's header.
-_VIEWS_OVERHEAD = _Block.__basicsize__ + 4 * sys.getsizeof(memoryview(b""))
-_BLOCK_OVERHEAD = _VIEWS_OVERHEAD + sys.getsizeof(b"")
-
-# ---------------------------------------------------------------------------
-# Small helpers
-# ---------------------------------------------------------------------------
-
-def _pack_ids(ids: set[int]) -> array:
-    """Distinct tag ids of a node, sorted, 2 bytes each while ids fit."""
-    ordered = sorted(ids)
-    return array("H" if not ordered or ordered[-1] < 65536 else "I", ordered)
-
-
-def _le_bytes(values: array) -> bytes:
-    """An array's items as little-endian bytes."""
-    if not _LITTLE:  # pragma: no cover - big-endian hosts
-        values = array(values.typecode, values)
-        values.byteswap()
-    return values.tobytes()
-
-
-def _le_array(code: str, data) -> array:
-    """An array of ``code`` items from little-endian bytes (copied)."""
-    values = array(code)
-    values.frombytes(data)  # any bytes-like (array(code, view) would take bytes as items)
-    if not _LITTLE:  # pragma: no cover - big-endian hosts
-        values.byteswap()
-    return values
-
-
-def _popcount_range(bits: bytearray, a: int, b: int) -> int:
-    """Number of set bits at positions [a, b) of a little-endian bitmap."""
-    if b <= a:
-        return 0
-    v = int.from_bytes(bits, "little") >> a
-    return (v & ((1 << (b - a)) - 1)).bit_count()
-
-
-# ---------------------------------------------------------------------------
-# Public value types
-# ---------------------------------------------------------------------------
-
-@dataclass
+@dataclass(slots=True)
 class StreamConfig:
-    """Per-stream limits and switches (see SPEC section 3, TCONFIG)."""
+    """Per-stream limits and switches (see SPEC section 3, TCONFIG).  Slots:
+    one small object per stream (a key of one entry pays for it too)."""
 
     max_len: int = 0               # 0 = no limit; like BACKLOG on every write
     max_age_ms: int = 0            # 0 = no limit; older entries are evicted
@@ -475,556 +131,93 @@ class Entry(NamedTuple):
     time_ns: int
 
 
-# ---------------------------------------------------------------------------
-# Macro node
-# ---------------------------------------------------------------------------
-
-class Node:
-    """One macro node: the entries of offsets ``[start, cap_end)`` at most.
-
-    See the module docstring for the layout.  Nodes are managed by
-    :class:`Stream`; the public surface for snapshots is :meth:`blob`
-    (alias :meth:`sealed_bytes`), :meth:`blob_parts` (:meth:`capture_parts`,
-    :meth:`parts_of`), :meth:`from_blob`,
-    :meth:`from_parts`, :meth:`header_length`, :attr:`count`, :attr:`sealed` and :attr:`deleted`; readers use
-    :meth:`tables_at` (one block) or :meth:`decoded` (the whole node).
-    """
-
-    __slots__ = (
-        "base", "start", "cap_end", "sealed",
-        "buf", "ends", "tags", "times",  # active node only (None once sealed)
-        "data", "compressed",    # sealed only: stored block frames / raw body
-        "block_entries", "block_offs",  # sealed only: entries per block, frame offsets in data
-        "blocks",                # sealed only: per block its decoded _Block or None
-        "whole",                 # sealed only: whole-node _Block for decoded(), or None
-        "buf_len", "ends_code", "raw_len",  # sealed only: body geometry
-        "tag_set",               # sealed only: packed distinct tag ids
-        "first_time", "last_time",  # sealed only
-        "deleted", "ndel",       # bitmap of deleted positions (or None), count
-        "mem",
-    )
-
-    def __init__(self, base: int, start: int, cap_end: int) -> None:
-        self.base = base
-        self.start = start
-        self.cap_end = cap_end
-        self.sealed = False
-        self.buf = bytearray()
-        self.ends = array("I", (0,))
-        self.tags = array("I")
-        self.times = array("q")
-        self.data = None
-        self.compressed = False
-        self.block_entries = 0
-        self.block_offs = None
-        self.blocks = None
-        self.whole = None
-        self.buf_len = 0
-        self.raw_len = 0
-        self.ends_code = "I"
-        self.tag_set = None
-        self.first_time = 0
-        self.last_time = 0
-        self.deleted = None
-        self.ndel = 0
-        self.mem = 0
-
-    # -- geometry ---------------------------------------------------------
-    @property
-    def count(self) -> int:
-        """Entries physically stored (deleted ones included). O(1)."""
-        if self.sealed:
-            return self.cap_end - self.start
-        return len(self.times)
-
-    @property
-    def nblocks(self) -> int:
-        """Blocks of a sealed node (1 when stored raw); 0 for the active node."""
-        return len(self.blocks) if self.sealed else 0
-
-    # -- serialisation ----------------------------------------------------
-    def _body(self) -> bytes:
-        """Serialise the active node's tables as one raw body."""
-        return _block_body(self.buf, self.ends, self.tags, self.times)
-
-    def _seal(self, fast: bool = False, cache: bool = True) -> set[int]:
-        """Freeze a full active node: cut it into blocks of about
-        ``BLOCK_BYTES`` raw bytes and compress each as its own zstd frame
-        (``fast``: with the fast level), or keep one raw body when that does
-        not save 1/16; record its summary, drop the tables.  ``cache``: put
-        the fresh decoded blocks in the LRU.  Returns the distinct tag ids of
-        the node.  O(node)."""
-        buf, ends, tags, times = self.buf, self.ends, self.tags, self.times
-        count = len(times)
-        code = ends.typecode
-        self.buf_len = len(buf)
-        self.ends_code = code
-        self.first_time = times[0]
-        self.last_time = times[-1]
-        ids = set(tags)
-        self.tag_set = _pack_ids(ids)
-        # Entries per block: a fixed count per node (O(1) block lookup),
-        # chosen so that an average block holds ~BLOCK_BYTES raw bytes.
-        size = len(buf) + (count + 1) * ends.itemsize + 12 * count
-        be = BLOCK_BYTES * count // size
-        if be >= count:
-            be, nb = count, 1
-        else:
-            nb = -(-count // (be or 1))
-            be = -(-count // nb)  # even the blocks out
-        if nb == 1:
-            bodies = [self._body()]
-        elif _LITTLE:
-            # The block bodies straight from byte views of the tables.  A
-            # block's ends are rebased (minus its first payload offset) with
-            # one big-int subtraction: every lane is >= the subtrahend, so no
-            # borrow crosses lanes (3x faster than a per-entry loop).
-            el = ends.tolist()
-            esize = ends.itemsize
-            mv = memoryview(buf)
-            eb = memoryview(ends).cast("B")
-            tb = memoryview(tags).cast("B")
-            mb = memoryview(times).cast("B")
-            join = b"".join
-            from_bytes = int.from_bytes
-            bodies = []
-            for a in range(0, count, be):
-                c = a + be if a + be < count else count
-                pa = el[a]
-                pc = el[c]
-                n = (c + 1 - a) * esize
-                rel = eb[a * esize:(c + 1) * esize]
-                if pa:
-                    rel = (from_bytes(rel, "little")
-                           - from_bytes(pa.to_bytes(esize, "little") * (c + 1 - a), "little")
-                           ).to_bytes(n, "little")
-                bodies.append(join((mv[pa:pc], bytes(-(pc - pa) & 7), rel, tb[4 * a:4 * c],
-                                    mb[8 * a:8 * c])))
-            del mv, eb, tb, mb, rel
-        else:  # pragma: no cover - big-endian hosts
-            el = ends.tolist()
-            bodies = [_block_body(buf[el[a]:el[min(a + be, count)]],
-                                  array(code, [e - el[a] for e in el[a:min(a + be, count) + 1]]),
-                                  tags[a:a + be], times[a:a + be]) for a in range(0, count, be)]
-        ctx = _CCTX_FAST if fast else _CCTX
-        frames = [ctx.compress(body) for body in bodies]
-        raw_len = sum(map(len, bodies))
-        self.raw_len = raw_len
-        if sum(map(len, frames)) <= raw_len - (raw_len >> _KEEP_SHIFT):
-            # One exact-size object (python-zstandard over-allocates each
-            # frame to the compress bound and merely shortens it).
-            self.data = data = b"".join(frames)
-            self.compressed = True
-            self.block_entries = be
-            self.block_offs = array("I" if len(data) < 1 << 32 else "Q",
-                                    [0, *accumulate(map(len, frames))])
-            self.blocks = blocks = [None] * nb
-            if cache:
-                # Tail readers are the common case: keep the newest blocks
-                # decoded (the others cost one small decompression each).
-                for k in range(max(0, nb - FRESH_CACHED_BLOCKS), nb):
-                    c = count - k * be
-                    blocks[k] = blk = _Block(self, k, bodies[k], be if be < c else c, code)
-                    _lru_add(blk)
-        else:
-            self.data = data = bodies[0] if nb == 1 else _block_body(buf, ends, tags, times)
-            self.raw_len = len(data)
-            self.compressed = False
-            self.block_entries = count
-            self.block_offs = array("I" if len(data) < 1 << 32 else "Q", (0, len(data)))
-            self.blocks = [_Block(None, 0, data, count, code)]  # permanent views
-        # The commit point, after every allocation: a MemoryError above leaves
-        # the node active and whole (Stream seals it again later).
-        self.sealed = True
-        self.buf = self.ends = self.tags = self.times = None
-        self.mem = self._sealed_mem()
-        return ids
-
-    def _sealed_mem(self) -> int:
-        mem = (sys.getsizeof(self) + sys.getsizeof(self.data) + sys.getsizeof(self.tag_set)
-               + sys.getsizeof(self.block_offs) + sys.getsizeof(self.blocks))
-        if not self.compressed:  # permanent views over the raw body
-            mem += _VIEWS_OVERHEAD
-        if self.deleted is not None:
-            mem += sys.getsizeof(self.deleted)
-        return mem
-
-    def active_mem(self) -> int:
-        """Bytes held by an active node (buffers include over-allocation). O(1)."""
-        mem = (sys.getsizeof(self) + sys.getsizeof(self.buf) + sys.getsizeof(self.ends)
-               + sys.getsizeof(self.tags) + sys.getsizeof(self.times))
-        if self.deleted is not None:
-            mem += sys.getsizeof(self.deleted)
-        return mem
-
-    def blob_parts(self) -> tuple[bytes, bytes]:
-        """``(header, body)`` of :meth:`blob` without concatenating them: a
-        snapshot writer can write both and skip one copy.  For a sealed node
-        ``body`` is the stored object itself (no copy, immutable) and the
-        header is O(blocks + distinct tags); for the active node the body is
-        serialised now (raw, O(size))."""
-        return Node.parts_of(self.capture_parts())
-
-    def capture_parts(self) -> tuple:
-        """What :meth:`blob_parts` needs, taken now and turned into bytes
-        later (:meth:`parts_of`), from any thread: for a sealed node,
-        references to its immutable parts, O(1) (eviction may drop the node
-        meanwhile: the references stay valid); for the active node,
-        :meth:`blob_parts` itself, O(size).  A snapshot's capture runs on
-        the event loop, its writing in a worker thread."""
-        if self.sealed:
-            return (self.start, self.cap_end - self.start, self.compressed, self.ends_code,
-                    self.buf_len, self.block_entries, self.first_time, self.last_time,
-                    self.raw_len, self.block_offs, self.tag_set, self.data)
-        body = self._body()
-        times = self.times
-        count = len(times)
-        ids = _pack_ids(set(self.tags))
-        return (_HDR.pack(_MAGIC, _VERSION, 0, self.ends.typecode.encode(), count, self.start,
-                          len(self.buf))
-                + _BLOCKS_HDR.pack(max(count, 1), 1)
-                + _SUMMARY.pack(times[0] if count else 0, times[-1] if count else 0, len(body),
-                                ids.typecode.encode(), len(ids))
-                + struct.pack("<QQ", 0, len(body)) + _le_bytes(ids), body)
-
-    @staticmethod
-    def parts_of(captured: tuple) -> tuple[bytes, bytes]:
-        """``(header, body)`` of a node from its :meth:`capture_parts`."""
-        if len(captured) == 2:
-            return captured
-        (start, count, compressed, code, buf_len, be, first_time, last_time, raw_len, offs, ids,
-         data) = captured
-        return (_HDR.pack(_MAGIC, _VERSION, _FLAG_ZSTD if compressed else 0, code.encode(), count,
-                          start, buf_len)
-                + _BLOCKS_HDR.pack(be, len(offs) - 1)
-                + _SUMMARY.pack(first_time, last_time, raw_len, ids.typecode.encode(), len(ids))
-                + struct.pack(f"<{len(offs)}Q", *offs) + _le_bytes(ids), data)
-
-    def blob(self) -> bytes:
-        """Self-describing serialisation of this node, for snapshots
-        (version 3, see "Snapshots" in the module docstring).
-
-        A header: geometry, block geometry, the summary a sealed node keeps
-        (first and last time, raw length, distinct tag ids) and the frame
-        offsets; then the body.  Sealed node: the stored body as is (the
-        concatenated zstd frames of its blocks, or its one raw body), no
-        recompression.  Active node: its raw body as one block.  Tag ids in
-        the blob refer to the owning stream's tag table.  Deleted bitmaps are
-        not included (they change after sealing): save ``node.deleted``.
-        Little-endian on every host.  O(size) (one copy).
-        """
-        header, body = self.blob_parts()
-        return header + body
-
-    sealed_bytes = blob
-
-    @staticmethod
-    def header_length(blob) -> int:
-        """Length of the header that starts ``blob`` (bytes-like), which
-        must hold the first :data:`BLOB_PREFIX` bytes of the blob (or all of
-        it when shorter).  Raises ValueError when they do not describe a
-        header.  O(1)."""
-        size = len(blob)
-        if size < _HDR.size:
-            raise ValueError("node blob too short")
-        magic, version = struct.unpack_from("<2sB", blob)
-        if magic != _MAGIC or not 1 <= version <= _VERSION:
-            raise ValueError("not a tstream node blob")
-        if version == 1:
-            return _HDR.size
-        if version == 2:
-            if size < _HDR.size + _BLOCKS_HDR.size:
-                raise ValueError("node blob too short")
-            return _HDR.size + _BLOCKS_HDR.size + 8 * (_BLOCKS_HDR.unpack_from(blob, _HDR.size)[1] + 1)
-        if size < BLOB_PREFIX:
-            raise ValueError("node blob too short")
-        nb = _BLOCKS_HDR.unpack_from(blob, _HDR.size)[1]
-        tcode, ntags = _SUMMARY.unpack_from(blob, _HDR.size + _BLOCKS_HDR.size)[3:]
-        if tcode not in (b"H", b"I"):
-            raise ValueError("bad tag-id typecode in node blob")
-        return BLOB_PREFIX + 8 * (nb + 1) + (2 if tcode == b"H" else 4) * ntags
-
-    @classmethod
-    def from_blob(cls, blob, node_entries: int, check: bool = True) -> "Node":
-        """Rebuild a node from :meth:`blob` (any version: see
-        :meth:`from_parts`).  The body is copied once.  Raises ValueError
-        on a damaged blob."""
-        hlen = cls.header_length(blob)
-        view = memoryview(blob)
-        return cls.from_parts(view[:hlen], bytes(view[hlen:]), node_entries, check)
-
-    @classmethod
-    def from_parts(cls, header, body, node_entries: int, check: bool = True) -> "Node":
-        """Rebuild a node from the ``(header, body)`` of :meth:`blob_parts`
-        (``header`` exactly :meth:`header_length` bytes).  A full node comes
-        back sealed and keeps ``body`` itself as its stored data when it is a
-        ``bytes`` (else a copy); a partial one comes back as an active node.
-        Raises ValueError on a damaged blob.
-
-        Version 3, full node, ``check=False``: built from the header alone,
-        without decompressing anything: O(blocks + distinct tags), with
-        structural checks only (geometry, frame offsets, lengths).  For data
-        whose integrity is known otherwise (a checksum verified).
-        ``check=True``: every block is decompressed and checked, and the
-        summary compared with what the blocks hold, O(size).  Versions 1
-        and 2 carry no summary: always decompressed (a version-1 full
-        compressed node is re-cut into blocks)."""
-        if cls.header_length(header) != len(header):
-            raise ValueError("node blob header has the wrong length")
-        _, version, flags, code, count, start, buf_len = _HDR.unpack_from(header)
-        if code not in (b"I", b"Q"):
-            raise ValueError("bad ends typecode in node blob")
-        code = code.decode()
-        base = start - (start - 1) % node_entries
-        cap_end = base + node_entries
-        if start < 1 or count < 1 or start + count > cap_end:
-            raise ValueError("node blob does not fit the node size")
-        if type(body) is not bytes:
-            body = bytes(body)
-        stored = body
-        summary = None
-        if version == 1:
-            be, nb, offs = count, 1, (0, len(stored))
-        else:
-            pos = _HDR.size
-            be, nb = _BLOCKS_HDR.unpack_from(header, pos)
-            pos += _BLOCKS_HDR.size
-            if version >= 3:
-                summary = _SUMMARY.unpack_from(header, pos)
-                pos += _SUMMARY.size
-            if be < 1 or nb != -(-count // be):
-                raise ValueError("node blob has a bad block geometry")
-            offs = struct.unpack_from(f"<{nb + 1}Q", header, pos)
-            pos += 8 * (nb + 1)
-            if summary is not None:
-                ids = _le_array(summary[3].decode(), memoryview(header)[pos:])
-                if not 1 <= len(ids) <= count or ids[0] < 1:
-                    raise ValueError("node blob has a bad tag set")
-                summary = (*summary[:3], ids)
-        if offs[0] != 0 or offs[-1] != len(stored) or list(offs) != sorted(offs):
-            raise ValueError("node blob has damaged block offsets")
-        zst = bool(flags & _FLAG_ZSTD)
-        full = start + count == cap_end
-        if full and summary is not None and not check:
-            return cls._from_summary(base, start, cap_end, code, buf_len, zst, be, offs, stored, summary)
-        blocks = []
-        raw_len = payload = 0
-        view = memoryview(stored)
-        for b in range(nb):
-            frame = stored if nb == 1 else view[offs[b]:offs[b + 1]]
-            try:
-                raw = _DCTX.decompress(frame) if zst else bytes(frame)
-            except zstandard.ZstdError as exc:
-                raise ValueError(f"node blob does not decompress: {exc}") from None
-            c = count - b * be
-            blk = _Block(None, b, raw, be if be < c else c, code)
-            last = blk.ends[len(blk.ends) - 1]
-            if (blk.ends[0] != 0 or last + ((-last) & 7) + len(blk.ends) * blk.ends.itemsize
-                    + 12 * len(blk.tags) != len(raw)):
-                raise ValueError("node blob has a damaged offset table")
-            blocks.append(blk)
-            raw_len += len(raw)
-            payload += last
-        del view
-        if payload != buf_len:
-            raise ValueError("node blob has the wrong length")
-        if full and (version != 1 or not zst):
-            if not zst and nb != 1:
-                raise ValueError("a raw node blob must be one block")
-            node = cls(base, start, cap_end)
-            node._set_sealed(stored, zst, be, offs, buf_len, raw_len, code, blocks[0].times[0],
-                             blocks[-1].times[len(blocks[-1].times) - 1])
-            ids: set[int] = set()
-            for blk in blocks:
-                ids.update(blk.tags)
-            node.tag_set = _pack_ids(ids)
-            # decoded blocks are not kept: the node is not in the LRU
-            node.blocks = [None] * nb if zst else [blocks[0]]
-            node.mem = node._sealed_mem()
-            if summary is not None and summary != (node.first_time, node.last_time, raw_len,
-                                                    node.tag_set):
-                raise ValueError("node blob summary does not match its blocks")
-            return node
-        # An active node, or a version-1 compressed node to cut into blocks.
-        payloads, ends, tags, times = _concat_tables(blocks, code)
-        if summary is not None and summary != (times[0], times[-1], raw_len, _pack_ids(set(tags))):
-            raise ValueError("node blob summary does not match its blocks")
-        node = cls(base, start, cap_end)
-        node.buf = bytearray(payloads)
-        node.ends, node.tags, node.times = ends, tags, times
-        if full:
-            node._seal(cache=False)
-        return node
-
-    def _set_sealed(self, stored: bytes, zst: bool, be: int, offs, buf_len: int, raw_len: int,
-                    code: str, first_time: int, last_time: int) -> None:
-        """Make this fresh node a sealed one holding ``stored`` (loading a blob)."""
-        self.buf = self.ends = self.tags = self.times = None
-        self.sealed = True
-        self.data = stored
-        self.compressed = zst
-        self.block_entries = be
-        self.block_offs = array("I" if len(stored) < 1 << 32 else "Q", offs)
-        self.buf_len = buf_len
-        self.raw_len = raw_len
-        self.ends_code = code
-        self.first_time = first_time
-        self.last_time = last_time
-
-    @classmethod
-    def _from_summary(cls, base: int, start: int, cap_end: int, code: str, buf_len: int, zst: bool,
-                      be: int, offs, stored: bytes, summary) -> "Node":
-        """A sealed node from a version-3 header and its stored body, not
-        decompressed: structural checks only. O(blocks + distinct tags)."""
-        first_time, last_time, raw_len, ids = summary
-        count = cap_end - start
-        nb = len(offs) - 1
-        esize = 4 if code == "I" else 8
-        tables = (count + nb) * esize + 12 * count  # every block's ends have a leading 0
-        if first_time > last_time:
-            raise ValueError("node blob summary has times going backwards")
-        node = cls(base, start, cap_end)
-        if zst:
-            if not (buf_len + tables <= raw_len <= buf_len + tables + 7 * nb
-                    and len(stored) <= raw_len - (raw_len >> _KEEP_SHIFT)):
-                raise ValueError("node blob summary does not match its geometry")
-            node.blocks = [None] * nb
-        else:
-            if nb != 1 or raw_len != len(stored):
-                raise ValueError("a raw node blob must be one block")
-            blk = _Block(None, 0, stored, count, code)  # permanent views; checks the size
-            last = blk.ends[count]
-            if (blk.ends[0] != 0 or last != buf_len
-                    or last + ((-last) & 7) + (count + 1) * esize + 12 * count != raw_len
-                    or blk.times[0] != first_time or blk.times[count - 1] != last_time):
-                raise ValueError("node blob has a damaged offset table")
-            node.blocks = [blk]
-        node._set_sealed(stored, zst, be, offs, buf_len, raw_len, code, first_time, last_time)
-        node.tag_set = ids
-        node.mem = node._sealed_mem()
-        return node
-
-    # -- decoded access ---------------------------------------------------
-    def _block(self, b: int) -> "_Block":
-        """Decoded block ``b`` of a sealed node, through the shared LRU."""
-        blk = self.blocks[b]
-        if blk is None:
-            return _decode_block(self, b)
-        if blk.lru:
-            _lru.move_to_end(blk)
-        return blk
-
-    def _block_list(self) -> list:
-        """Every decoded block of a sealed node, without touching the LRU
-        (blocks not cached are decompressed privately)."""
-        out = []
-        be = self.block_entries
-        count = self.cap_end - self.start
-        offs = self.block_offs
-        for b, blk in enumerate(self.blocks):
-            if blk is None:
-                c = count - b * be
-                blk = _Block(None, b, _DCTX.decompress(memoryview(self.data)[offs[b]:offs[b + 1]]),
-                             be if be < c else c, self.ends_code)
-            out.append(blk)
-        return out
-
-    def tables_at(self, p: int):
-        """``(buf, ends, tags, times, i)``: the decoded tables holding
-        position ``p`` of the node and ``p``'s index ``i`` in them (entry
-        ``p``'s payload is ``buf[ends[i]:ends[i + 1]]``).  For a sealed node
-        only the block of ``p`` is decoded (through the shared LRU); the
-        active node's tables are its own.  O(1), plus one block
-        decompression on a miss."""
-        if not self.sealed:
-            return self.buf, self.ends, self.tags, self.times, p
-        be = self.block_entries
-        b = p // be
-        blk = self._block(b)
-        return blk.buf, blk.ends, blk.tags, blk.times, p - b * be
-
-    def tag_id_at(self, p: int) -> int:
-        """Tag id of position ``p`` (decodes one block at most). O(1)."""
-        _, _, tags, _, i = self.tables_at(p)
-        return tags[i]
-
-    def time_at(self, p: int) -> int:
-        """Time of position ``p`` (decodes one block at most). O(1)."""
-        _, _, _, times, i = self.tables_at(p)
-        return times[i]
-
-    def decoded(self):
-        """``(buf, ends, tags, times)`` of the *whole* node (position ``p``
-        is index ``p``).  A multi-block sealed node is assembled from all of
-        its blocks into one LRU entry: O(node) on a miss, O(1) on a hit.
-        Prefer :meth:`tables_at` to reach a few entries."""
-        if not self.sealed:
-            return self.buf, self.ends, self.tags, self.times
-        if len(self.blocks) == 1:
-            blk = self._block(0)
-        else:
-            blk = self.whole
-            if blk is None:
-                blk = _decode_whole(self)
-            else:
-                _lru.move_to_end(blk)
-        return blk.buf, blk.ends, blk.tags, blk.times
-
-    def __repr__(self) -> str:
-        state = "sealed" if self.sealed else "active"
-        return f"<Node {state} base={self.base} start={self.start} count={self.count}>"
-
-
-# ---------------------------------------------------------------------------
-# Stream
-# ---------------------------------------------------------------------------
-
-class Stream:
+class Stream(TagTable):
     """An RCP 11 stream.  See the module docstring for the layout.
 
     Public attributes: ``config``, ``node_entries``, ``first`` (first offset
     held; ``== next_offset`` when nothing is held), ``next_offset``,
-    ``last_time`` (time of the newest write, ns), ``groups`` (a dict the
-    command layer keeps its consumer groups in; the engine never reads it and
-    does not snapshot it), ``limit_pending`` (set by the Keyspace holding the
+    ``last_time`` (time of the newest write, ns), ``groups`` (the command
+    layer's consumer groups, read-only: see :meth:`add_group`), ``limit_pending`` (set by the Keyspace holding the
     stream, see engine/keyspace.py); properties ``last``, ``length``, ``nodes``.
     ``first`` never points at a deleted entry while anything is held.
     """
 
     __slots__ = (
-        "config", "node_entries", "first", "next_offset", "last_time", "groups",
-        "_nodes", "_first_node_index", "_active",
-        "_tag_id", "_tag_list", "_tag_refs", "_free_ids", "_tag_mem",
+        "config", "node_entries", "first", "next_offset", "last_time", "_groups",
+        "_nodes", "_first_node_index",  # _active and the tag table: engine/tags.py
         "_deleted_held", "_sealed_mem", "_age_floor", "_fast_seal",
         "_subjects",  # JetStream subject index (engine/subjects.py), None until first needed
+        "_node_bytes",  # node_max_bytes, or a bound never reached when 0 (one test when appending);
+                        # its complement (< 0) while a seal is owed (see _owe_seal)
+        "_cache",  # the decoded-block cache (engine/blocks.py) of the keyspace
+        "key_id",  # its id in the Keyspace holding it (SCAN order), or 0
         "limit_pending",  # its keyspace's set of subject indexes with deletions to log, or None
     )
 
-    def __init__(self, node_entries: int = 1000) -> None:
+    def __init__(self, node_entries: int = 1000, cache: BlockCache | None = None,
+                 node_max_bytes: int = NODE_MAX_BYTES) -> None:
         if node_entries < 1:
             raise ValueError("node_entries must be >= 1")
         self.config = StreamConfig()
-        self.groups: dict = {}  # consumer group name -> engine.groups.Group
+        # Decoded-block cache and zstd contexts: the keyspace's, shared by its
+        # streams (engine/blocks.py); a standalone stream makes its own.
+        self._cache = BlockCache() if cache is None else cache
+        self._groups: dict | None = None  # consumer group name -> engine.groups.Group, once one exists
         self.node_entries = int(node_entries)
+        self._node_bytes = 0               # no seal owed (set by node_max_bytes next)
+        self.node_max_bytes = node_max_bytes
         self.first = 1
         self.next_offset = 1
         self.last_time = 0
-        self._nodes: list[Node] = []
+        # ActiveNode | SealedNode: typed Any because the hot paths tell them
+        # apart by the class attribute ``sealed`` (cheaper than isinstance),
+        # which mypy does not narrow on.
+        self._nodes: list[Any] = []
         self._first_node_index = 0
-        self._active: Node | None = None
-        self._tag_id: dict[bytes, int] = {}
-        self._tag_list: list = [None]     # id 0 reserved: ids are truthy
-        self._tag_refs = array("I", (0,))  # nodes using each tag id
-        self._free_ids: list[int] = []
-        self._tag_mem = 0                  # getsizeof of the interned tags
+        TagTable.__init__(self)            # also _active: the active node or None
         self._deleted_held = 0             # deleted offsets in [first, next_offset)
         self._sealed_mem = 0               # sum of sealed nodes' .mem
         self._age_floor = -(1 << 63)       # every held entry has time >= this
         self._fast_seal = False            # last node did not compress
         self._subjects = None              # JetStream subject index: built on first need
         self.limit_pending: set | None = None  # set by the Keyspace holding the stream
+        self.key_id = 0
 
     # -- simple properties ---------------------------------------------------
+    @property
+    def groups(self) -> Mapping:
+        """Consumer group name -> Group (engine/groups.py): the command layer
+        keeps its groups here; the engine never reads them and does not
+        snapshot them.  Read-only (an empty shared mapping until a group is
+        added: most keys never get one); add with :meth:`add_group`, remove
+        with ``del stream.groups[name]`` once one exists. O(1)."""
+        groups = self._groups
+        return _NO_GROUPS if groups is None else groups
+
+    def add_group(self, name: bytes, group) -> None:
+        """Add (or replace) the consumer group ``name``. O(1)."""
+        if self._groups is None:
+            self._groups = {}
+        self._groups[name] = group
+
+    @property
+    def node_max_bytes(self) -> int:
+        """Payload bytes a node may hold before it is sealed (0: no limit);
+        a single bigger entry gets a node of its own.  Applies to the nodes
+        written from now on. O(1)."""
+        limit = self._node_bytes
+        if limit < 0:  # a seal is owed
+            limit = ~limit
+        return 0 if limit == _NO_BYTE_LIMIT else limit
+
+    @node_max_bytes.setter
+    def node_max_bytes(self, value: int) -> None:
+        value = int(value)
+        if value < 0:
+            raise ValueError("node_max_bytes must be >= 0")
+        limit = value or _NO_BYTE_LIMIT
+        self._node_bytes = ~limit if self._node_bytes < 0 else limit
+
     @property
     def last(self) -> int:
         """Last offset written (``next_offset - 1``; 0 for a new stream). O(1)."""
@@ -1047,157 +240,161 @@ class Stream:
     def memory_bytes(self) -> int:
         """Estimate of the memory this stream holds: sealed blobs, the active
         node's buffers (with over-allocation), deleted bitmaps, node objects,
-        the tag table and the stream object.  Decoded copies in the shared
-        LRU are not counted (see :func:`decoded_cache_bytes`).  O(1)."""
+        the tag table and the stream object.  Decoded copies in the
+        decoded-block cache are not counted (see :class:`BlockCache`).  O(1)."""
         mem = (sys.getsizeof(self) + sys.getsizeof(self._nodes) + sys.getsizeof(self.config)
-               + self._sealed_mem + self._tag_mem
-               + sys.getsizeof(self._tag_id) + sys.getsizeof(self._tag_list)
-               + sys.getsizeof(self._tag_refs) + sys.getsizeof(self._free_ids))
+               + self._sealed_mem + self._tag_table_mem())
         if self._active is not None:
             mem += self._active.active_mem()
         return mem
 
-    # -- tags ------------------------------------------------------------------
-    def _intern(self, tag: bytes) -> int:
-        """Slow path of a tag lookup: give a new tag an id.  Its reference
-        count stays 0 until a node holding it is sealed; until then the
-        active node keeps it alive (see :meth:`_free_unused`)."""
-        if type(tag) is not bytes:
-            raise TypeError("tag must be bytes")
-        if self._free_ids:
-            tid = self._free_ids.pop()
-            self._tag_list[tid] = tag
-        else:
-            tid = len(self._tag_list)
-            self._tag_list.append(tag)
-            self._tag_refs.append(0)
-        self._tag_id[tag] = tid
-        self._tag_mem += sys.getsizeof(tag)
-        return tid
-
-    def _free_unused(self, candidates) -> None:
-        """Free the candidate tag ids no sealed node and not the active node
-        uses any more."""
-        refs = self._tag_refs
-        tag_list = self._tag_list
-        in_active = None
-        for tid in candidates:
-            if refs[tid] or tag_list[tid] is None:
-                continue
-            if in_active is None:
-                in_active = set(self._active.tags) if self._active is not None else ()
-            if tid in in_active:
-                continue
-            tag = tag_list[tid]
-            del self._tag_id[tag]
-            tag_list[tid] = None
-            self._free_ids.append(tid)
-            self._tag_mem -= sys.getsizeof(tag)
-
-    def tag_count(self) -> int:
-        """Distinct tags used by the nodes held. O(1)."""
-        return len(self._tag_id)
+    # -- seeking -----------------------------------------------------------------
+    def _node_index(self, offset: int) -> int:
+        """Index in ``_nodes`` of the node holding ``offset`` (``first <=
+        offset < next_offset``, or ``offset`` in the active node's range).
+        O(1) by arithmetic while every aligned range holds one node; O(log
+        nodes) where nodes sealed by bytes share ranges."""
+        nodes = self._nodes
+        k = (offset - 1) // self.node_entries - self._first_node_index
+        if k < len(nodes):
+            node = nodes[k]
+            if node.start <= offset < node.cap_end:
+                return k
+        return bisect_right(nodes, offset, key=_node_start) - 1
 
     # -- writing -----------------------------------------------------------------
-    def _open_node(self) -> Node:
+    def _open_node(self, data=None, tid: int = 0, time_ns: int = 0) -> ActiveNode:
+        """A new active node at ``next_offset``, empty or (``data`` given)
+        holding that first entry in tables of exact size. O(1)."""
         n = self.node_entries
         off = self.next_offset
         index = (off - 1) // n
-        if not self._nodes:
+        if data is None:
+            node = ActiveNode(index * n + 1, off, (index + 1) * n + 1)
+        else:
+            node = ActiveNode.with_entry(index * n + 1, off, (index + 1) * n + 1, data, tid, time_ns)
+        if self._nodes:
+            self._nodes.append(node)
+        else:  # a list of exact size (a key of one node keeps it)
             self._first_node_index = index
-        node = Node(index * n + 1, off, (index + 1) * n + 1)
-        self._nodes.append(node)
+            self._nodes = [node]
         self._active = node
         return node
 
-    def _seal_active(self) -> None:
-        """Seal the full active node.  A MemoryError leaves it active (and
-        full): the next append seals it first (see _active_for_append)."""
+    def _seal_active(self, short: bool = False) -> None:
+        """Seal the active node, which becomes a SealedNode in the list:
+        full, or ``short`` (the next entry would take it past
+        ``node_max_bytes``: it ends at ``next_offset``).  A MemoryError
+        changes nothing: the node stays active and whole. O(node)."""
         node = self._active
-        ids = node._seal(self._fast_seal)
+        assert node is not None
+        refs = self._ref_counts()
+        sealed, ids = node.seal(self._cache, self._fast_seal, short=short)
         self._active = None
+        self._nodes[-1] = sealed
+        if self._node_bytes < 0:  # the owed seal is done
+            self._node_bytes = ~self._node_bytes
         # Payloads that barely compress: seal the next node with the fast
         # level (the tables alone usually save ~10%, so "kept compressed" is
         # not the signal); a node that compresses well switches back.
-        self._fast_seal = len(node.data) > 0.8 * node.raw_len
-        self._sealed_mem += node.mem
-        refs = self._tag_refs
+        self._fast_seal = len(sealed.data) > 0.8 * sealed.raw_len
+        self._sealed_mem += sealed.mem
         for tid in ids:
             refs[tid] += 1
 
-    def _active_for_append(self) -> Node:
-        """The node the next entry goes to: the active one, or a new one (after
-        sealing a full active node whose sealing failed for lack of memory)."""
-        node = self._active
-        if node is not None and self.next_offset == node.cap_end:
-            self._seal_active()  # MemoryError: nothing changed
-            node = None
-        return node if node is not None else self._open_node()
+    def _owe_seal(self) -> None:
+        """Sealing the full active node failed (MemoryError) after its last
+        entry was stored: the entries stay, the seal is owed.  The byte
+        bound turns negative (its complement), so the next append's byte
+        test, made anyway, sends it to the slow path, which seals first: no
+        extra test per append. O(1)."""
+        if self._node_bytes >= 0:
+            self._node_bytes = ~self._node_bytes
 
-    def _seal_if_full(self, node: Node) -> None:
-        """After an append: seal ``node`` when full.  The entries are stored
-        whatever happens: a MemoryError only postpones the sealing."""
-        if self.next_offset == node.cap_end:
-            try:
-                self._seal_active()
-            except MemoryError:
-                pass
-
-    def _undo_append(self, lengths: tuple, next_offset: int, last_time: int) -> None:
-        """Take back entries appended to the active node (a MemoryError midway):
-        its tables back to ``lengths``, the stream's counters as they were,
-        tags interned for them forgotten.  Shrinking allocates nothing."""
-        node = self._active
-        nbuf, nends, ntags, ntimes = lengths
-        del node.buf[nbuf:]
-        del node.ends[nends:]
-        del node.tags[ntags:]
-        del node.times[ntimes:]
-        self.next_offset = next_offset
-        self.last_time = last_time
-        self._free_unused(list(self._tag_id.values()))
+    def _undo_append(self, node: ActiveNode | None, tid: int) -> None:
+        """A MemoryError midway through storing one entry in ``node``: take
+        its part back (``node``'s tables cut back to the ``next_offset -
+        node.start`` entries it held; a compact node has nothing to cut) and
+        forget ``tid`` if only this entry used it.  Shrinking allocates
+        nothing. O(entries of the node) for the tag check."""
+        if node is not None and self._active is node:
+            node.cut_back(self.next_offset - node.start)
+        self._free_unused((tid,))
 
     @staticmethod
-    def _widen_ends(node: Node, value: int) -> None:
+    def _widen_ends(node: ActiveNode, value: int) -> None:
         """A node's buffer outgrew 4 GiB: switch its offset table to 64 bit."""
-        node.ends = array("Q", node.ends)
-        node.ends.append(value)
+        ends = node.ends
+        assert ends is not None
+        node.ends = ends = array("Q", ends)
+        ends.append(value)
 
-    def append(self, tag: bytes, data: bytes, now_ns: int) -> int:
+    def append(self, tag: bytes, data: bytes, now_ns: int) -> int:  # noqa: C901 (over the limit when it came in)
         """Append one entry; returns its offset.  O(1) amortised (sealing a
-        full node is O(node) once per ``node_entries`` appends), plus the
+        node is O(node) once per ``node_entries`` appends or
+        ``node_max_bytes`` bytes), plus the
         limits' evictions when ``config`` sets any.  ``tag`` must be bytes,
         ``data`` any bytes-like."""
-        node = self._active
-        if node is None or self.next_offset == node.cap_end:
-            node = self._active_for_append()
-        tid = self._tag_id.get(tag)
-        if tid is None:
+        try:
+            # See engine/tags.py: a small table's list (scanned from id 1),
+            # or a TagDict (True, the default, on a miss).
+            tid = self._tag_index.index(tag, True)
+        except ValueError:
+            tid = True
+        if tid is True:
             memoryview(data).release()  # reject bad data before interning
             tid = self._intern(tag)
-        buf = node.buf
-        count = len(node.times)
-        nbuf = len(buf)
-        last_time = self.last_time
+        if now_ns < self.last_time:
+            now_ns = self.last_time  # keep times non-decreasing
+        # Any: a compact node's tables are None, which the AttributeError
+        # below handles on purpose (no test on the hot path).
+        node: Any = self._active
+        # All or nothing under MemoryError: until next_offset moves, a
+        # failure takes the entry's part back (_undo_append).  (try costs
+        # nothing while nothing is raised.)
         try:
-            buf += data
-            try:
-                node.ends.append(len(buf))
-            except OverflowError:
-                self._widen_ends(node, len(buf))
-            node.tags.append(tid)
-            if now_ns > last_time:
-                self.last_time = now_ns
+            if node is None:
+                node = self._open_node(data, tid, now_ns)  # rejects bad data before any change
             else:
-                now_ns = last_time  # keep times non-decreasing
-            node.times.append(now_ns)
-        except MemoryError:  # all or nothing: the entry is not stored
-            self._undo_append((nbuf, count + 1, count, count), self.next_offset, last_time)
+                buf = node.buf
+                buf += data
+                end = len(buf)
+                if end > self._node_bytes and node.count:
+                    # The entry would take the node past node_max_bytes (or
+                    # the node is full and its seal owed: see _owe_seal):
+                    # seal the node without it and start the next one with it.
+                    del buf[end - memoryview(data).nbytes:]
+                    self._seal_active(short=self.next_offset != node.cap_end)
+                    node = self._open_node(data, tid, now_ns)
+                else:
+                    try:
+                        node.ends.append(end)
+                    except OverflowError:
+                        self._widen_ends(node, end)
+                    except AttributeError:  # a compact node of one entry: give it its tables
+                        first_len = end - memoryview(data).nbytes
+                        try:
+                            node.expand(first_len)
+                        except MemoryError:  # still compact: only the payload to take back
+                            del buf[first_len:]
+                            raise
+                        try:
+                            node.ends.append(end)
+                        except OverflowError:
+                            self._widen_ends(node, end)
+                    node.tags.append(tid)
+                    node.times.append(now_ns)
+        except MemoryError:
+            self._undo_append(node, tid)
             raise
+        self.last_time = now_ns
         offset = self.next_offset
-        self.next_offset = offset + 1
-        if offset + 1 == node.cap_end:
-            self._seal_if_full(node)
+        self.next_offset = after = offset + 1
+        if after == node.cap_end:
+            try:
+                self._seal_active()
+            except MemoryError:  # the entry is stored; the next append seals first
+                self._owe_seal()
         # --- JetStream subject index hook (engine/subjects.py): once built only ---
         if self._subjects is not None:
             self._subjects.appended(tag, offset)
@@ -1219,7 +416,8 @@ class Stream:
 
     def append_columns(self, tags: list, datas: list, now_ns: int) -> int:
         """:meth:`append_many` of the pairs ``zip(tags, datas)`` (two lists of
-        the same length), for callers that hold the columns already."""
+        the same length), for callers that hold the columns already.
+        O(pairs)."""
         npairs = len(tags)
         if len(datas) != npairs:
             raise ValueError("append_columns needs as many tags as entries")
@@ -1228,36 +426,28 @@ class Stream:
             return first_offset
         joined = b"".join(datas)  # validates every payload before any change
         try:
-            get = self._tag_id.get
-            tids = list(map(get, tags))
+            try:
+                tids = list(map(self._tag_index.index, tags))
+            except ValueError:  # a small table's list.index missed
+                tids = [None]
             if not all(tids):  # id 0 is reserved, so a falsy id is a miss (None):
                 # intern, looking each tag up again (a new tag may repeat in the batch)
-                tids = [get(tag) or self._intern(tag) for tag in tags]
-        except TypeError:
-            self._free_unused(list(self._tag_id.values()))  # forget new tags
+                lookup = self._tag_lookup
+                tids = [lookup(tag) or self._intern(tag) for tag in tags]
+        except (TypeError, MemoryError):
+            self._free_unused(self._live_tag_ids())  # forget new tags
             raise
         last_time = self.last_time
-        try:
-            node = self._active_for_append()  # MemoryError: nothing changed yet
-        except MemoryError:
-            self._free_unused(list(self._tag_id.values()))  # forget new tags
-            raise
-        # All or nothing under MemoryError, as long as no node was sealed by
-        # this append (a batch that crosses a node boundary and then runs out
-        # of memory keeps what went into the sealed node).
-        lengths = (len(node.buf), len(node.ends), len(node.tags), len(node.times))
         if now_ns > last_time:
             self.last_time = now_ns
         else:
             now_ns = last_time
+        first_node = self._active
         jview = memoryview(joined)
         try:
             self._append_chunks(tags, datas, tids, jview, now_ns)
         except MemoryError:
-            if self._active is node:
-                self._undo_append(lengths, first_offset, last_time)
-            elif self._active is not None:  # a node opened after a seal: back to empty
-                self._undo_append((0, 1, 0, 0), self.next_offset, self.last_time)
+            self._undo_append_columns(first_node, first_offset, last_time, tags, tids)
             raise
         finally:
             jview.release()
@@ -1270,19 +460,35 @@ class Stream:
         return first_offset
 
     def _append_chunks(self, tags: list, datas: list, tids: list, jview: memoryview, now_ns: int) -> None:
-        """The storing part of append_columns: each node's share of the pairs."""
+        """The storing part of :meth:`append_columns`: each node's share of
+        the pairs, one chunk per node.  ``next_offset`` moves once a chunk is
+        stored whole.  A seal that fails (MemoryError) with pairs left to
+        store raises; the one after the last chunk is only owed."""
         npairs = len(tags)
         i = 0          # index of the next pair
         jpos = 0       # its payload's position in ``joined``
         while i < npairs:
-            node = self._active
+            node: Any = self._active  # its tables exist once expand() ran (see append)
             if node is None:
                 node = self._open_node()
-            k = min(npairs - i, node.cap_end - self.next_offset)
+            k = min(npairs - i, node.cap_end - self.next_offset)  # 0: a full node, its seal owed
             whole = k == npairs  # the usual case: no slicing
             buf = node.buf
             lens = list(map(len, datas if whole else datas[i:i + k]))
             chunk_len = sum(lens)
+            cut = False  # the chunk stops at node_max_bytes: seal after it
+            if len(buf) + chunk_len > self._node_bytes:
+                fit = bisect_right(list(accumulate(lens)), self._node_bytes - len(buf))
+                if not fit:
+                    if node.count:
+                        self._seal_active(short=self.next_offset != node.cap_end)
+                        continue
+                    fit = 1  # one entry bigger than the limit: a node of its own
+                if fit < k:
+                    k, whole, cut = fit, False, True
+                    del lens[k:]
+                    chunk_len = sum(lens)
+            node.expand()
             ends = node.ends
             if ends.typecode == "I" and len(buf) + chunk_len > 0xFFFFFFFF:
                 node.ends = ends = array("Q", ends)  # the buffer outgrows 4 GiB
@@ -1298,10 +504,45 @@ class Stream:
                 if i < npairs:
                     self._seal_active()  # more to store: the next node needs this one sealed
                 else:
-                    self._seal_if_full(node)
+                    try:
+                        self._seal_active()
+                    except MemoryError:  # every pair is stored; the next append seals first
+                        self._owe_seal()
+            elif cut:
+                self._seal_active(short=True)
+
+    def _undo_append_columns(self, first_node: ActiveNode | None, first_offset: int,
+                             last_time: int, tags: list, tids: list) -> None:
+        """A MemoryError midway through :meth:`append_columns`.  While the
+        node active before the batch (``first_node``) is still active,
+        nothing of the batch is kept: all or nothing.  Once this batch
+        sealed a node it keeps what went into sealed nodes (and a chunk
+        stored whole in a node whose seal failed, owed then); only the
+        active node's unfinished chunk is taken back.  New tags left unused
+        are forgotten.  Shrinking allocates nothing.  O(node) for the tag
+        check."""
+        node = self._active
+        if node is not None:
+            if node is first_node:
+                self.next_offset = first_offset
+            held = self.next_offset - node.start
+            node.cut_back(held)
+            if not held:  # opened by this batch, left empty: not kept
+                self._nodes.pop()
+                self._active = None
+            if self.next_offset == node.cap_end:
+                self._owe_seal()
+        stored = self.next_offset - first_offset
+        if stored:
+            # --- JetStream subject index hook (engine/subjects.py): once built only ---
+            if self._subjects is not None:
+                self._subjects.appended_many(tags[:stored], first_offset)
+        else:
+            self.last_time = last_time
+        self._free_unused(set(tids))
 
     # -- reading -------------------------------------------------------------------
-    def read(self, offset: int, count: int) -> list:
+    def read(self, offset: int, count: int) -> list:  # noqa: C901 (over the limit when it came in)
         """Up to ``count`` elements for offsets ``offset, offset+1, ...``:
         ``[offset, tag, data]`` for a held entry, ``None`` for a missing one
         (evicted or deleted).  Stops early at the end of the log.  ``offset``
@@ -1320,17 +561,16 @@ class Stream:
         if offset < first:
             if end <= first:
                 return [None] * (end - offset)
-            out = [None] * (first - offset)
+            out: list = [None] * (first - offset)
             offset = first
         else:
             out = []
         append = out.append
-        n = self.node_entries
         nodes = self._nodes
-        base_index = self._first_node_index
+        k = self._node_index(offset)
         tag_list = self._tag_list
         while offset < end:
-            node = nodes[(offset - 1) // n - base_index]
+            node = nodes[k]
             nstart = node.start
             stop = node.cap_end
             if node.sealed:
@@ -1339,9 +579,9 @@ class Stream:
                 b = (offset - nstart) // be
                 blk = node.blocks[b]
                 if blk is None:
-                    blk = _decode_block(node, b)
+                    blk = self._cache.decode_block(node, b)
                 elif blk.lru:
-                    _lru.move_to_end(blk)
+                    self._cache.lru.move_to_end(blk)
                 buf = blk.buf
                 ends = blk.ends
                 tags = blk.tags
@@ -1350,9 +590,12 @@ class Stream:
                     stop = bstart + be
                 sealed = True
             else:
-                buf = node.buf
                 ends = node.ends
-                tags = node.tags
+                if ends is None:  # a compact node of one entry
+                    buf, ends, tags, _ = node.decoded()
+                else:
+                    buf = node.buf
+                    tags = node.tags
                 bstart = nstart
                 sealed = False
             if stop > end:
@@ -1382,7 +625,7 @@ class Stream:
                         out += [[o, tag_list[t], mv[a:z].tobytes()] for o, t, a, z in rows]
             else:
                 shift = bstart - nstart  # node position = table index + shift
-                for i in range(i, j):
+                for i in range(i, j):  # noqa: B020 (i runs on from where it was)
                     p = i + shift
                     if bits[p >> 3] >> (p & 7) & 1:
                         append(None)
@@ -1390,13 +633,17 @@ class Stream:
                         data = buf[ends[i]:ends[i + 1]]
                         append([bstart + i, tag_list[tags[i]], data if sealed else bytes(data)])
             offset = stop
+            if stop == node.cap_end:
+                k += 1  # nodes are consecutive: the next one holds ``stop``
         return out
 
     def read_held(self, offset: int, count: int) -> tuple[list, int]:
         """Up to ``count`` held entries from ``offset`` on, missing ones
         skipped, as ``[offset, tag, data]``; and where a next call should go
         on: after the last entry returned when ``count`` were found, else
-        ``next_offset`` (the log's end, trailing missing offsets included).
+        ``next_offset`` (the log's end, trailing missing offsets included), or
+        ``offset`` itself when it is beyond the end (a group created there
+        stays there).
         ``offset`` must be >= 1.  O(count + missing offsets skipped), plus at
         most one decompression per sealed block touched."""
         out: list = []
@@ -1408,13 +655,13 @@ class Stream:
             out += rows
             if len(out) == count:
                 return out, out[-1][0] + 1
-        return out, self.next_offset
+        return out, max(offset, self.next_offset)
 
     def _locate(self, offset: int):
         """(node, position) of a held offset, else None. O(1)."""
         if offset < self.first or offset >= self.next_offset:
             return None
-        node = self._nodes[(offset - 1) // self.node_entries - self._first_node_index]
+        node = self._nodes[self._node_index(offset)]
         p = offset - node.start
         bits = node.deleted
         if bits is not None and bits[p >> 3] >> (p & 7) & 1:
@@ -1428,7 +675,7 @@ class Stream:
         if loc is None:
             return None
         node, p = loc
-        buf, ends, tags, times, i = node.tables_at(p)
+        buf, ends, tags, times, i = node.tables_at(p, self._cache)
         return Entry(offset, self._tag_list[tags[i]], bytes(buf[ends[i]:ends[i + 1]]), times[i])
 
     def time_of(self, offset: int) -> int | None:
@@ -1437,7 +684,7 @@ class Stream:
         if loc is None:
             return None
         node, p = loc
-        return node.time_at(p)
+        return node.time_at(p, self._cache)
 
     def is_held(self, offset: int) -> bool:
         """True if ``offset`` holds an entry (neither evicted nor deleted). O(1)."""
@@ -1448,15 +695,14 @@ class Stream:
         skipped.  Lazy: O(1) per entry yielded plus one decompression per
         sealed block.  Writes, evictions and deletions made while the
         iterator is suspended are honoured as it reaches them."""
-        n = self.node_entries
         while True:
             if offset < self.first:
                 offset = self.first
             if offset >= self.next_offset:
                 return
-            node = self._nodes[(offset - 1) // n - self._first_node_index]
+            node = self._nodes[self._node_index(offset)]
             p = offset - node.start
-            buf, ends, tags, times, i = node.tables_at(p)
+            buf, ends, tags, times, i = node.tables_at(p, self._cache)
             tag_list = self._tag_list
             # Up to the end of these tables (a block, or the active node's
             # tables as they grow: a widened offset table stops growing and
@@ -1483,7 +729,7 @@ class Stream:
         while lo < hi:  # first node whose newest time is >= t_ns
             mid = (lo + hi) // 2
             node = nodes[mid]
-            last_time = node.last_time if node.sealed else node.times[-1]
+            last_time = node.last_time
             if last_time < t_ns:
                 lo = mid + 1
             else:
@@ -1493,18 +739,18 @@ class Stream:
         node = nodes[lo]
         p0 = max(self.first - node.start, 0)
         if not node.sealed:
-            return node.start + bisect_left(node.times, t_ns, p0, node.count)
+            return node.start + bisect_left(node.decoded()[3], t_ns, p0, node.count)
         be = node.block_entries
         b, hi = p0 // be, len(node.blocks) - 1
         lo = b
         while lo < hi:  # first block whose newest time is >= t_ns (the last one is)
             mid = (lo + hi) // 2
-            times = node._block(mid).times
+            times = node._block(mid, self._cache).times
             if times[len(times) - 1] < t_ns:
                 lo = mid + 1
             else:
                 hi = mid
-        times = node._block(lo).times
+        times = node._block(lo, self._cache).times
         i0 = p0 - lo * be if lo == b else 0
         return node.start + lo * be + bisect_left(times, t_ns, i0, len(times))
 
@@ -1539,28 +785,28 @@ class Stream:
         """Deleted offsets in [a, b), a >= first. O(nodes in range)."""
         if not self._deleted_held:
             return 0
-        n = self.node_entries
         nodes = self._nodes
         total = 0
         off = a
+        k = self._node_index(a)
         while off < b:
-            node = nodes[(off - 1) // n - self._first_node_index]
+            node = nodes[k]
             stop = node.cap_end if node.cap_end < b else b
             if node.ndel:
                 total += _popcount_range(node.deleted, off - node.start, stop - node.start)
             off = stop
+            k += 1
         return total
 
     def _skip_deleted(self) -> None:
         """Move ``first`` over deleted entries (they become evicted)."""
         if not self._deleted_held:
             return
-        n = self.node_entries
         nodes = self._nodes
         first = self.first
         nxt = self.next_offset
         while first < nxt:
-            node = nodes[(first - 1) // n - self._first_node_index]
+            node = nodes[self._node_index(first)]
             bits = node.deleted
             if bits is None:
                 break
@@ -1573,24 +819,29 @@ class Stream:
 
     def _drop_node(self, node: Node) -> list[int]:
         """Release one node; returns the tag ids it may have left unused."""
-        if node.sealed:
+        if isinstance(node, SealedNode):
             self._sealed_mem -= node.mem
-            refs = self._tag_refs
+            refs = self._ref_counts()
             ids = []
             for tid in node.tag_set:
                 n = refs[tid] - 1
                 refs[tid] = n
                 if not n:
                     ids.append(tid)
-            _lru_forget(node)
+            self._cache.forget(node)
+            # Break references to large buffers even if someone still holds the node.
+            node.data = b""
+            node.blocks = []
+            node.whole = None
         else:
-            ids = list(set(node.tags))  # refs 0: only the active node used them
+            assert isinstance(node, ActiveNode)
+            ids = list(node.tag_ids())  # refs 0: only the active node used them
             self._active = None
-        # Break references to large buffers even if someone still holds the
-        # node; cap_end 0 tells suspended iterators that it is gone.
-        node.buf = node.ends = node.tags = node.times = node.data = None
-        node.blocks = node.whole = None
-        node.cap_end = 0
+            if self._node_bytes < 0:  # its owed seal goes with it
+                self._node_bytes = ~self._node_bytes
+            node.buf = bytearray()
+            node.ends = node.tags = node.times = None
+        node.cap_end = 0  # tells suspended iterators that it is gone
         return ids
 
     def _drop_evicted_nodes(self) -> None:
@@ -1610,7 +861,8 @@ class Stream:
             for node in nodes[:k]:
                 released += self._drop_node(node)
             del nodes[:k]
-            self._first_node_index += k
+            if nodes:
+                self._first_node_index = (nodes[0].base - 1) // self.node_entries
             if released:
                 self._free_unused(released)
 
@@ -1650,8 +902,8 @@ class Stream:
         target = self.offset_at_time(cutoff_ns)
         evicted = self._evict_to(target)
         if self.first < self.next_offset:
-            node = self._nodes[(self.first - 1) // self.node_entries - self._first_node_index]
-            self._age_floor = node.time_at(self.first - node.start)
+            node = self._nodes[self._node_index(self.first)]
+            self._age_floor = node.time_at(self.first - node.start, self._cache)
         else:
             # Nothing held: later entries get times >= last_time (not >= the
             # cutoff, which may be ahead of the clock writers pass in).
@@ -1675,18 +927,28 @@ class Stream:
         return evicted
 
     def clear_cache(self) -> None:
-        """Drop this stream's blocks from the shared decoded LRU (call when
+        """Drop this stream's blocks from its decoded-block cache (call when
         the stream is deleted, so that its decoded blocks do not linger).
-        O(cache size)."""
+        O(min(cache size, nodes + blocks))."""
+        cache = self._cache
         nodes = self._nodes
-        n = self.node_entries
-        for blk in list(_lru):
-            if not blk.lru:
-                continue  # already dropped with an earlier block of its node
-            node = blk.node
-            k = (node.base - 1) // n - self._first_node_index
-            if 0 <= k < len(nodes) and nodes[k] is node:
-                _lru_forget(node)
+        if len(cache) < len(nodes):
+            mine = set(map(id, nodes))
+            for blk in list(cache.lru):
+                if blk.lru and id(blk.node) in mine:  # not dropped with an earlier block
+                    cache.forget(blk.node)
+        else:
+            for node in nodes:
+                if node.sealed and node.compressed:
+                    cache.forget(node)
+
+    def use_cache(self, cache: BlockCache) -> None:
+        """Make ``cache`` this stream's decoded-block cache (a stream joining
+        a keyspace), leaving the old one without this stream's blocks.
+        O(nodes + blocks)."""
+        if cache is not self._cache:
+            self.clear_cache()
+            self._cache = cache
 
     # -- snapshots --------------------------------------------------------------
     def export_state(self) -> dict:
@@ -1710,7 +972,8 @@ class Stream:
         }
 
     @classmethod
-    def from_state(cls, state: dict, check: bool = True) -> "Stream":
+    def from_state(cls, state: dict, check: bool = True, cache: BlockCache | None = None,
+                   node_max_bytes: int = NODE_MAX_BYTES) -> "Stream":
         """Rebuild a stream from :meth:`export_state`; raises ValueError on
         inconsistent input.  An item of ``nodes`` may also hold a
         :class:`Node` already rebuilt (e.g. by :meth:`Node.from_parts`)
@@ -1725,65 +988,80 @@ class Stream:
         taken as given, with cheap consistency checks only (its length, zero
         for free ids, its sum against the nodes' tag-set sizes, each tag
         set's smallest and largest id): O(nodes + blocks + tags)."""
-        s = cls(state["node_entries"])
-        n = s.node_entries
+        s = cls(state["node_entries"], cache, node_max_bytes)
         s.config = StreamConfig(**state["config"])
-        tags = list(state["tags"])
-        if not tags or tags[0] is not None:
-            raise ValueError("tag table must start with None")
-        ntags = len(tags)
-        s._tag_list = tags
-        for tid, tag in enumerate(tags):
-            if tid and tag is not None:
-                if type(tag) is not bytes or tag in s._tag_id:
-                    raise ValueError("bad tag table")
-                s._tag_id[tag] = tid
-                s._tag_mem += sys.getsizeof(tag)
-        s._free_ids = [t for t in range(ntags - 1, 0, -1) if tags[t] is None]
-        given = state.get("tag_refs")
-        if given is not None:
-            given = _le_array("I", given) if isinstance(given, (bytes, bytearray, memoryview)) \
-                else array("I", given)
-            if len(given) != ntags:
-                raise ValueError("tag reference counts do not match the tag table")
-        recount = check or given is None
-        refs = s._tag_refs = array("I", bytes(4 * ntags)) if recount else given
-        ids_total = 0  # sum of the sealed nodes' tag-set sizes
         s.first = state["first"]
         s.next_offset = state["next_offset"]
         s.last_time = state["last_time"]
-        items = state["nodes"]
+        tags = s._load_tag_table(state["tags"])
+        given: array | None = None
+        saved = state.get("tag_refs")
+        if saved is not None:
+            given = _le_array("I", saved) if isinstance(saved, (bytes, bytearray, memoryview)) \
+                else array("I", saved)
+            if len(given) != len(tags):
+                raise ValueError("tag reference counts do not match the tag table")
+        recount = check or given is None
+        s._tag_refs = array("I", bytes(4 * len(tags))) if recount or given is None else given
+        ids_total = s._load_nodes(state["nodes"], check, recount)
+        if given is not None:
+            refs = s._tag_refs
+            if recount:
+                if refs != given:
+                    raise ValueError("tag reference counts do not match the nodes")
+            elif refs[0] or sum(refs) != ids_total or any(refs[t] for t in s._free_ids or ()):
+                raise ValueError("tag reference counts do not match the nodes")
+        s._check_loaded_offsets()
+        if s._refs is not None and not any(s._refs):
+            s._refs = None  # no sealed node: the counts are created on first need
+        s._deleted_held = sum(
+            _popcount_range(node.deleted, max(s.first, node.start) - node.start, node.count)
+            for node in s._nodes if node.ndel)
+        s._skip_deleted()
+        s._drop_evicted_nodes()
+        s._free_unused([t for t in range(1, len(tags)) if tags[t] is not None])
+        return s
+
+    def _load_tag_table(self, tags) -> list:
+        """Install a saved tag table (list indexed by id, None for free ids). O(tags)."""
+        tags = list(tags)
+        if not tags or tags[0] is not None:
+            raise ValueError("tag table must start with None")
+        live = [tag for tag in tags[1:] if tag is not None]
+        if any(type(tag) is not bytes for tag in live) or len(set(live)) != len(live):
+            raise ValueError("bad tag table")
+        self._set_tag_list(tags)
+        self._tag_mem = sum(map(sys.getsizeof, live))
+        return tags
+
+    def _load_nodes(self, items, check: bool, recount: bool) -> int:  # noqa: C901 (over the limit when it came in)
+        """Install the saved ``(blob or Node, deleted)`` items, checking their
+        geometry, tag ids and times; ``recount``: count the tag references
+        into ``_tag_refs``.  Returns the sum of the sealed nodes' tag-set
+        sizes (to check given counts against).  O(nodes + blocks + tags), or
+        O(size) with ``check``."""
+        n = self.node_entries
+        ids_total = 0
         prev_time = -(1 << 63)
         for i, (item, deleted) in enumerate(items):
-            node = item if isinstance(item, Node) else Node.from_blob(item, n, check)
+            node: Any = item if isinstance(item, Node) else Node.from_blob(item, n, check, self._cache)
             if i == 0:
-                s._first_node_index = (node.start - 1) // n
-            elif node.base != (s._first_node_index + i) * n + 1 or node.start != node.base:
+                self._first_node_index = (node.base - 1) // n
+            elif node.start != self._nodes[-1].cap_end:
                 raise ValueError("node blobs are not consecutive")
-            if node.base != (s._first_node_index + i) * n + 1 or node.cap_end != node.base + n:
+            if node.cap_end > node.base + n or (node.cap_end != node.base + n and not node.short):
                 raise ValueError("node does not fit the node size")
             if node.sealed:
-                ids = node.tag_set
-                if recount:
-                    for tid in ids:
-                        if tid >= ntags or tags[tid] is None:
-                            raise ValueError("node uses an unknown tag id")
-                        refs[tid] += 1
-                else:
-                    # sorted ids: the ends bound them all
-                    if (not ids or ids[0] < 1 or ids[-1] >= ntags or tags[ids[0]] is None
-                            or tags[ids[-1]] is None):
-                        raise ValueError("node uses an unknown tag id")
-                    ids_total += len(ids)
+                ids_total += self._load_tag_set(node.tag_set, recount)
                 times = (node.first_time, node.last_time)
             else:
                 if i != len(items) - 1:
                     raise ValueError("only the last node may be partial")
-                for tid in set(node.tags):
-                    if tid >= ntags or tags[tid] is None:
-                        raise ValueError("node uses an unknown tag id")
-                s._active = node
-                times = (node.times[0], node.times[-1])
+                self._check_tag_ids(node.tag_ids())
+                self._active = node
+                if node.start + node.count == node.cap_end:
+                    self._owe_seal()  # a full active node given as an object: the next append seals it
+                times = (node.decoded()[3][0], node.last_time)
             if times[0] < prev_time:
                 raise ValueError("node times go backwards")
             prev_time = times[1]
@@ -1795,167 +1073,47 @@ class Stream:
                 if node.sealed:
                     node.mem = node._sealed_mem()
             if node.sealed:
-                s._sealed_mem += node.mem
-            s._nodes.append(node)
-        if given is not None:
-            if recount:
-                if refs != given:
-                    raise ValueError("tag reference counts do not match the nodes")
-            elif refs[0] or sum(refs) != ids_total or any(refs[t] for t in s._free_ids):
-                raise ValueError("tag reference counts do not match the nodes")
-        if prev_time > s.last_time:
+                self._sealed_mem += node.mem
+            self._nodes.append(node)
+        if prev_time > self.last_time:
             raise ValueError("last_time is older than the newest entry")
-        if s._nodes:
-            last = s._nodes[-1]
-            end = last.cap_end if last.sealed else last.start + last.count
-            if end != s.next_offset or not s._nodes[0].start <= s.first <= s.next_offset:
-                raise ValueError("offsets do not match the nodes")
-        elif s.first != s.next_offset or s.first < 1:
-            raise ValueError("offsets do not match the nodes")
-        held = 0
-        for node in s._nodes:
-            if node.ndel:
-                lo = max(s.first, node.start)
-                held += _popcount_range(node.deleted, lo - node.start, node.count)
-        s._deleted_held = held
-        s._skip_deleted()
-        s._drop_evicted_nodes()
-        s._free_unused([t for t in range(1, ntags) if tags[t] is not None])
-        return s
+        return ids_total
 
-    # -- invariants ----------------------------------------------------------
-    def _check(self) -> None:
-        """Assert every structural invariant (tests call it after each op).
-        Decodes sealed nodes privately: the shared LRU is not disturbed."""
-        n = self.node_entries
-        nodes = self._nodes
-        assert 1 <= self.first <= self.next_offset
-        assert 0 <= self._deleted_held <= self.next_offset - self.first
-        refs = [0] * len(self._tag_list)
-        used: set[int] = set()
-        sealed_mem = 0
-        prev_time = -(1 << 63)
-        deleted_held = 0
-        first_time = None
-        if not nodes:
-            assert self.first == self.next_offset, "no node but entries held"
-        if not nodes or nodes[-1].sealed:
-            assert self._active is None
-        for i, node in enumerate(nodes):
-            index = self._first_node_index + i
-            assert node.base == index * n + 1, "node not aligned"
-            assert node.cap_end == node.base + n
-            assert node.base <= node.start < node.cap_end
-            if i:
-                assert node.start == node.base, "only the oldest node may start late"
-            last = i == len(nodes) - 1
-            if node.sealed:
-                assert node is not self._active and isinstance(node.data, bytes)
-                assert node.buf is None and node.ends is None and node.tags is None
-                count = node.cap_end - node.start
-                be, blocks, offs = node.block_entries, node.blocks, node.block_offs
-                nb = len(blocks)
-                assert 1 <= be <= count and nb == -(-count // be) and len(offs) == nb + 1
-                assert offs[0] == 0 and offs[nb] == len(node.data)
-                assert all(offs[k] <= offs[k + 1] for k in range(nb))
-                if not node.compressed:
-                    assert nb == 1 and node.whole is None
-                    blk = blocks[0]
-                    assert not blk.lru and blk.node is None and blk.buf is node.data, \
-                        "raw node lost its views"
-                esize = 4 if node.ends_code == "I" else 8
-                raw_len = payload = 0
-                for b in range(nb):
-                    frame = node.data[offs[b]:offs[b + 1]]
-                    raw = _DCTX.decompress(frame) if node.compressed else frame
-                    cnt = min(be, count - b * be)
-                    probe = _Block(None, b, raw, cnt, node.ends_code)
-                    pend = probe.ends[cnt]
-                    assert probe.ends[0] == 0
-                    assert len(raw) == pend + ((-pend) & 7) + (cnt + 1) * esize + 12 * cnt
-                    raw_len += len(raw)
-                    payload += pend
-                    blk = blocks[b]
-                    if node.compressed and blk is not None:
-                        assert blk.lru and blk in _lru and blk.node is node and blk.index == b, \
-                            "decoded outside the LRU"
-                        assert blk.buf == raw and blk.nbytes == len(raw) + _BLOCK_OVERHEAD
-                assert raw_len == node.raw_len and payload == node.buf_len
-                if node.compressed:
-                    assert len(node.data) <= raw_len - (raw_len >> _KEEP_SHIFT), \
-                        "useless compression kept"
-                buf, ends, tags, times = _concat_tables(node._block_list(), node.ends_code)
-                whole = node.whole
-                if whole is not None:
-                    assert node.compressed and nb > 1 and whole.lru and whole in _lru
-                    assert whole.node is node and whole.index == -1
-                    assert (whole.buf == buf and list(whole.ends) == list(ends)
-                            and list(whole.tags) == list(tags) and list(whole.times) == list(times))
-                assert node.first_time == times[0] and node.last_time == times[-1]
-                ids = set(tags)
-                assert node.tag_set.tolist() == sorted(ids), "tag set not sorted or wrong"
-                for tid in ids:
-                    refs[tid] += 1
-                assert node.mem == node._sealed_mem()
-                sealed_mem += node.mem
-            else:
-                assert last and node is self._active, "active node must be the last"
-                assert node.data is None and node.blocks is None and isinstance(node.buf, bytearray)
-                buf, ends, tags, times = node.buf, node.ends, node.tags, node.times
-                count = len(times)
-                assert count >= 1
-                assert node.start + count < node.cap_end, "full node left unsealed"
-                assert len(buf) == ends[count]
-                ids = set(tags)
-            used |= ids
-            assert len(ends) == count + 1 and len(tags) == count and ends[0] == 0
-            assert all(ends[j] <= ends[j + 1] for j in range(count)) and ends[count] <= len(buf)
+    def _check_tag_ids(self, ids) -> None:
+        tags = self._tag_list
+        for tid in ids:
+            if tid >= len(tags) or tags[tid] is None:
+                raise ValueError("node uses an unknown tag id")
+
+    def _load_tag_set(self, ids, recount: bool) -> int:
+        """A loaded sealed node's tag set: counted (``recount``) or bounds
+        checked (sorted ids: the ends bound them all).  Returns its size."""
+        if recount:
+            self._check_tag_ids(ids)
+            refs = self._tag_refs
             for tid in ids:
-                assert 0 < tid < len(self._tag_list) and self._tag_list[tid] is not None
-            assert prev_time <= times[0], "times go backwards between nodes"
-            assert all(times[j] <= times[j + 1] for j in range(count - 1)), "times go backwards"
-            prev_time = times[count - 1]
-            assert node.start + count > self.first, "a node with no offset >= first was kept"
-            if node.deleted is None:
-                assert node.ndel == 0
-            else:
-                span = node.cap_end - node.start
-                assert len(node.deleted) == (span + 7) // 8
-                assert node.ndel == _popcount_range(node.deleted, 0, span)
-                assert _popcount_range(node.deleted, count, span) == 0, "unwritten slot deleted"
-                lo = max(self.first, node.start)
-                deleted_held += _popcount_range(node.deleted, lo - node.start, count)
-            if i == 0 and self.first < self.next_offset:
-                first_time = times[self.first - node.start]
-            if last:
-                assert node.start + count == self.next_offset
+                refs[tid] += 1
+        elif not ids or ids[0] < 1:
+            raise ValueError("node uses an unknown tag id")
+        else:
+            self._check_tag_ids((ids[0], ids[-1]))
+        return len(ids)
+
+    def _check_loaded_offsets(self) -> None:
+        nodes = self._nodes
         if nodes:
-            assert nodes[0].start <= self.first
-        assert self.last_time >= prev_time
-        assert deleted_held == self._deleted_held
-        assert self.length >= 0
-        if self.length:
-            assert self.is_held(self.first), "first must not rest on a deleted entry"
-            assert first_time >= self._age_floor
-        assert sealed_mem == self._sealed_mem
-        # tag table: exact counts, nothing leaked, free list exact
-        assert self._tag_list[0] is None and refs[0] == 0
-        assert len(self._tag_refs) == len(self._tag_list)
-        assert list(self._tag_refs) == refs, "tag reference counts"
-        live = {t for t in range(1, len(self._tag_list)) if self._tag_list[t] is not None}
-        assert live == used, "tag table differs from the tags the nodes use"
-        assert sorted(self._free_ids) == sorted(set(range(1, len(self._tag_list))) - live)
-        assert len(self._tag_id) == len(live)
-        for tag, tid in self._tag_id.items():
-            assert self._tag_list[tid] == tag
-        assert self._tag_mem == sum(sys.getsizeof(t) for t in self._tag_id)
-        # the shared LRU
-        assert len(_lru) <= DECODED_CACHE_BLOCKS
-        assert _lru_bytes == sum(x.nbytes for x in _lru)
-        for x in _lru:
-            owner = x.node
-            assert x.lru and owner.sealed and owner.compressed
-            assert (owner.whole if x.index < 0 else owner.blocks[x.index]) is x
+            last = nodes[-1]
+            end = last.cap_end if last.sealed else last.start + last.count
+            if end != self.next_offset or not nodes[0].start <= self.first <= self.next_offset:
+                raise ValueError("offsets do not match the nodes")
+        elif self.first != self.next_offset or self.first < 1:
+            raise ValueError("offsets do not match the nodes")
+
+    def _check(self) -> None:
+        """Assert every structural invariant (tests call it after each op);
+        see engine/invariants.py.  O(size)."""
+        from .invariants import check_stream
+        check_stream(self)
 
     def __repr__(self) -> str:
         return (f"<Stream first={self.first} next={self.next_offset} "

@@ -139,6 +139,9 @@ class SubjectFilter:
         return f"SubjectFilter({self.raw!r})"
 
 
+# A bounded memo of a pure function whose results are immutable: it holds no
+# server's data, so sharing it between embedded servers is harmless (like the
+# re module's own pattern cache).
 @lru_cache(maxsize=4096)
 def parse_filter(raw: bytes) -> SubjectFilter:
     """The filter ``raw`` parsed, or InvalidSubject saying which NATS rule it breaks."""
@@ -214,7 +217,7 @@ class SubjectIndex:
         by_tid: dict[int, array] = {}
         get = by_tid.get
         for node in s.node_list():
-            tags = node.decoded()[2]
+            tags = node.decoded(s._cache)[2]
             start = node.start
             p0 = first - start if first > start else 0
             count = node.count
@@ -297,7 +300,7 @@ class SubjectIndex:
         tag_list = self.stream._tag_list
         ids: set[int] = set()
         for node in nodes:
-            ids.update(node.tag_set if node.sealed else node.tags)
+            ids.update(node.tag_set if node.sealed else node.tag_ids())
         subjects = self.subjects
         first = self.stream.first
         for tid in ids:

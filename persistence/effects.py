@@ -86,7 +86,8 @@ def apply(keyspace, record: list) -> None:  # noqa: C901 (over the limit when it
             name, next_offset = record[2], record[3]
             group = stream.groups.get(name)
             if group is None:
-                group = stream.groups[name] = Group(name, next_offset)
+                group = Group(name, next_offset)
+                stream.add_group(name, group)
             group.next = next_offset
             pending = record[4:]
             if len(pending) % 5:

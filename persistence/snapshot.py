@@ -17,7 +17,7 @@
 
 Sealed macro nodes are stored exactly as they sit in memory: zstandard-compressed
 bodies (or raw where compression did not pay), written without recompression.
-The node blob's header (version 3, drawn in ``engine/stream.py``) carries what
+The node blob's header (version 3, drawn in ``engine/codec.py``) carries what
 a sealed node keeps besides its body: block geometry and frame offsets, first
 and last time, raw length and its sorted distinct tag ids; the S record carries
 the stream's tag table and, since file version 2, its tag reference counts
@@ -373,7 +373,7 @@ def _read_records(src, end: int, crc: int, path: str, check: bool = False) -> tu
             stream = Stream.from_state(state, check=check)
             for group_state in pending["groups"]:
                 group = Group.from_state(group_state)
-                stream.groups[group.name] = group
+                stream.add_group(group.name, group)
         except _BAD_RECORD as exc:
             raise CorruptFile(f"stream {pending['key']!r} does not rebuild: {exc}", path, pending["at"]) from None
         streams[pending["key"]] = stream

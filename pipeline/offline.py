@@ -71,6 +71,10 @@ def plan(options: Options) -> list[SnapshotRange]:
         return []
     want_lo = (lo - 1) // n - first_node
     want_hi = min((hi - 1) // n - first_node, len(item.node_pos) - 1)
+    if len(item.node_pos) != (int(meta["next_offset"]) - 2) // n - first_node + 1:
+        # Nodes sealed by bytes (node-max-bytes) share ranges: no arithmetic;
+        # read them all (each node's rows are clipped to [lo, hi]).
+        want_lo, want_hi = 0, len(item.node_pos) - 1
     total = want_hi - want_lo + 1
     if total <= 0:
         return []

@@ -114,8 +114,8 @@ class RequestParser:
         it have been returned (by this call; the error comes with the next).
         """
         if self._ready:
-            commands, self._ready = self._ready[::-1], []
-            return commands
+            ready, self._ready = self._ready[::-1], []
+            return ready
         if self._error is not None:
             error, self._error = self._error, None
             raise error

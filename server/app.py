@@ -69,6 +69,7 @@ class Server:
         self.config = config
         self.config_file = config_file
         self.keyspace = Keyspace()
+        self.keyspace.node_max_bytes = config["node-max-bytes"]
         self.streams = self.keyspace.streams  # key -> Stream, for the hot paths' lookups
         self.waiting_keys: set[bytes] = set()  # keys some blocked client waits on
         self.blocking = BlockingRegistry(self)
@@ -177,6 +178,7 @@ class Server:
         if new["requirepass"] != old["requirepass"]:
             self.acl.set_requirepass(new["requirepass"])
         self.node_entries = new["node-entries"]
+        self.keyspace.node_max_bytes = new["node-max-bytes"]
         self._configure_observability()
         self.persistence.config_changed(old, new.values)
 

@@ -129,6 +129,7 @@ OPTIONS: dict[str, Option] = {
     "proto-max-bulk-len": Option("512mb", parse_memory, True, "largest bulk string a client may send"),
     "client-query-buffer-limit": Option("1gb", parse_memory, True, "largest unparsed input kept per client"),
     "node-entries": Option("1000", lambda t: parse_int(t, 1), True, "entries per macro node of new streams"),
+    "node-max-bytes": Option("1mb", parse_memory, True, "payload bytes of a macro node before it is sealed (0: no limit; a bigger single entry gets a node of its own), for streams created or loaded from now on"),
     "group-max-pending": Option("10000", lambda t: parse_int(t, 1), True, "pending entries per group before reads hand out only retries"),
     "batch-timeout-ms": Option("10000", lambda t: parse_int(t, 1), True, "an atomic batch idle this long is abandoned"),
     "slowlog-log-slower-than": Option("10000", lambda t: parse_int(t, -1), True, "log commands slower than this many microseconds (-1: never)"),

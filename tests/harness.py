@@ -45,6 +45,7 @@ import hashlib
 import importlib
 import os
 import time as _time
+from dataclasses import asdict
 
 import hiredis
 
@@ -387,7 +388,7 @@ def stream_state(stream, now_ms: int) -> dict:
         "next_offset": stream.next_offset,
         "last_time": stream.last_time,
         "length": stream.length,
-        "config": vars(stream.config).copy(),
+        "config": asdict(stream.config),
         "entries": [tuple(e) for e in stream.iter_from(stream.first)],
         "groups": {name: (_effective_next(g, stream), _live_pending(g, stream, now_ms))
                    for name, g in sorted(stream.groups.items())},

@@ -7,28 +7,47 @@ import random
 
 import pytest
 
-from tstream.engine import (
-    Entry,
-    Keyspace,
-    Node,
-    Stream,
-    StreamConfig,
-    compile_glob,
-    decoded_cache_bytes,
-    glob_match,
-    set_decoded_cache_limits,
-)
+from tstream.engine import BlockCache, Entry, Keyspace, Node, Stream, StreamConfig, compile_glob, glob_match
+from tstream.engine import blocks as blocks_mod
+from tstream.engine import codec as codec_mod
 from tstream.engine import stream as stream_mod
 
 T0 = 1_700_000_000_000_000_000  # a plausible "now" in ns
 
 
+# The standalone streams of these tests share one decoded-block cache (a
+# keyspace's streams do), so that the tests can watch and bound it.
+CACHE: list = []
+
+
 @pytest.fixture(autouse=True)
-def small_cache():
-    old = (stream_mod.DECODED_CACHE_BLOCKS, stream_mod.DECODED_CACHE_BYTES)
-    set_decoded_cache_limits(4, 1 << 30)
-    yield
-    set_decoded_cache_limits(*old)
+def small_cache(monkeypatch):
+    shared = BlockCache(4, 1 << 30)
+    monkeypatch.setattr(stream_mod, "BlockCache", lambda: shared)
+    CACHE[:] = [shared]
+    yield shared
+    CACHE.clear()
+
+
+def set_decoded_cache_limits(max_blocks: int, max_bytes: int) -> None:
+    CACHE[0].set_limits(max_blocks, max_bytes)
+
+
+def decoded_cache_bytes() -> int:
+    return CACHE[0].nbytes
+
+
+def clear_decoded_cache() -> None:
+    CACHE[0].clear()
+
+
+def lru():
+    return CACHE[0].lru
+
+
+def count_decompressions(monkeypatch, calls: list) -> None:
+    real = BlockCache.decompress
+    monkeypatch.setattr(BlockCache, "decompress", lambda self, b: calls.append(1) or real(self, b))
 
 
 def filled(n: int, node_entries: int = 3, tag=lambda i: b"t%d" % (i % 3),
@@ -357,7 +376,7 @@ def test_tag_refcounts_free_evicted_tags():
     assert s.tag_count() == 2
     s.evict_through(2)
     s._check()
-    assert s.tag_count() == 1 and b"old" not in s._tag_id
+    assert s.tag_count() == 1 and s._tag_lookup(b"old") is None
     old_len = len(s._tag_list)
     s.append(b"newer", b"4", T0)        # reuses the freed id
     s._check()
@@ -445,12 +464,10 @@ def test_sealed_nodes_are_compressed_and_read_through_the_cache(monkeypatch):
         assert len(n.data) < n.buf_len  # really smaller
         # ~4 KiB raw blocks: 50 entries of ~150 bytes make 2 blocks of 25
         assert (n.nblocks, n.block_entries) == (2, 25)
-    stream_mod.clear_decoded_cache()  # drops decoded views
-    assert nodes[0].blocks == [None, None] and nodes[0].buf is None
-    calls = []
-    real = stream_mod._DCTX.decompress
-    monkeypatch.setattr(stream_mod, "_DCTX", type("D", (), {
-        "decompress": staticmethod(lambda b: calls.append(1) or real(b))})())
+    clear_decoded_cache()  # drops decoded views
+    assert nodes[0].blocks == [None, None] and getattr(nodes[0], "buf", None) is None
+    calls: list = []
+    count_decompressions(monkeypatch, calls)
     got = s.read(3, 20)
     assert len(calls) == 1, "one decompression for one block"
     assert got == [[i + 1, b"t%d" % (i % 7), text(i)] for i in range(2, 22)]
@@ -482,13 +499,13 @@ def test_fresh_sealed_node_is_cached_and_cache_is_bounded():
     for i in range(100):
         s.append(b"t", text(i), T0)
     s._check()
-    assert len(stream_mod._lru) == 3
-    assert decoded_cache_bytes() == sum(b.nbytes for b in stream_mod._lru)
-    assert decoded_cache_bytes() > sum(len(b.buf) for b in stream_mod._lru)  # + overhead
+    assert len(lru()) == 3
+    assert decoded_cache_bytes() == sum(b.nbytes for b in lru())
+    assert decoded_cache_bytes() > sum(len(b.buf) for b in lru())  # + overhead
     set_decoded_cache_limits(8, 1)  # byte budget keeps at least one block
-    assert len(stream_mod._lru) == 1
+    assert len(lru()) == 1
     s.clear_cache()
-    assert len(stream_mod._lru) == 0 and decoded_cache_bytes() == 0
+    assert len(lru()) == 0 and decoded_cache_bytes() == 0
     assert s.read(1, 100)[0] == [1, b"t", text(0)]
     s._check()
 
@@ -502,8 +519,8 @@ def test_node_blob_roundtrip():
         clone = Node.from_blob(node.blob(), 8)
         assert (clone.base, clone.start, clone.count, clone.sealed) == (
             node.base, node.start, node.count, node.sealed)
-        a = node.decoded()
-        b = clone.decoded()
+        a = node.decoded(CACHE[0])
+        b = clone.decoded(CACHE[0])
         assert bytes(a[0][:a[1][node.count]]) == bytes(b[0][:b[1][node.count]])
         assert list(a[1]) == list(b[1]) and list(a[2]) == list(b[2]) and list(a[3]) == list(b[3])
     assert sealed.sealed_bytes() == sealed.blob()
@@ -701,9 +718,9 @@ def test_clear_cache_only_touches_own_nodes():
     for i in range(30):
         a.append(b"a", text(i), T0)
         b.append(b"b", text(i), T0)
-    assert len(stream_mod._lru) == 4
+    assert len(lru()) == 4
     a.clear_cache()
-    assert stream_mod._lru and all(blk.node in b.node_list() for blk in stream_mod._lru)
+    assert lru() and all(blk.node in b.node_list() for blk in lru())
     a._check()
     b._check()
 
@@ -722,6 +739,7 @@ def test_offset_table_widens_when_a_node_buffer_outgrows_it():
     # at 256, which takes the same path as array('I') overflowing at 2**32.
     s = Stream(4)
     s.append(b"t", b"small", T0)
+    s._active.expand()  # a node of one entry keeps no tables: give it them
     s._active.ends = stream_mod.array("B", s._active.ends)
     s.append(b"t", text(1) * 3, T0)
     assert s._active.ends.typecode == "Q"
@@ -744,7 +762,7 @@ def test_offset_table_widens_when_a_node_buffer_outgrows_it():
 @pytest.fixture
 def small_blocks(monkeypatch):
     """~400-byte blocks: 5 entries of ~80 raw bytes, block boundaries everywhere."""
-    monkeypatch.setattr(stream_mod, "BLOCK_BYTES", 400)
+    monkeypatch.setattr(blocks_mod, "BLOCK_BYTES", 400)
 
 
 def blocky_payload(i: int) -> bytes:
@@ -769,10 +787,8 @@ def model_read(model: dict, nxt: int, off: int, count: int) -> list:
 
 
 def counting_decompressor(monkeypatch) -> list:
-    calls = []
-    real = stream_mod._DCTX.decompress
-    monkeypatch.setattr(stream_mod, "_DCTX", type("D", (), {
-        "decompress": staticmethod(lambda b: calls.append(1) or real(b))})())
+    calls: list = []
+    count_decompressions(monkeypatch, calls)
     return calls
 
 
@@ -783,7 +799,7 @@ def test_block_geometry_follows_block_bytes(small_blocks):
     for node in sealed:
         assert node.compressed and node.block_entries == 5 and node.nblocks == 4
         assert len(node.block_offs) == 5 and node.block_offs[-1] == len(node.data)
-        assert node.raw_len / node.nblocks < 2 * stream_mod.BLOCK_BYTES
+        assert node.raw_len / node.nblocks < 2 * blocks_mod.BLOCK_BYTES
     assert s._active.nblocks == 0
 
 
@@ -833,7 +849,7 @@ def test_reads_spanning_blocks_and_nodes_match_a_model(small_blocks):
 def test_read_decompresses_only_the_blocks_it_touches(small_blocks, monkeypatch):
     set_decoded_cache_limits(1000, 1 << 30)
     s, model = blocky()
-    stream_mod.clear_decoded_cache()
+    clear_decoded_cache()
     calls = counting_decompressor(monkeypatch)
     assert s.read(7, 3) == model_read(model, 96, 7, 3)         # inside block 1 of node 0
     assert len(calls) == 1
@@ -852,13 +868,13 @@ def test_read_decompresses_only_the_blocks_it_touches(small_blocks, monkeypatch)
 
 def test_fresh_blocks_are_cached_and_tail_reads_do_not_decompress(small_blocks, monkeypatch):
     set_decoded_cache_limits(1000, 1 << 30)
-    stream_mod.clear_decoded_cache()
+    clear_decoded_cache()
     calls = counting_decompressor(monkeypatch)
     s, model = blocky(40)
     calls.clear()  # _check() decompresses privately
     # the newest FRESH_CACHED_BLOCKS blocks of each sealed node are decoded
-    assert stream_mod.FRESH_CACHED_BLOCKS == 2
-    cached = sorted((b.node.start, b.index) for b in stream_mod._lru)
+    assert blocks_mod.FRESH_CACHED_BLOCKS == 2
+    cached = sorted((b.node.start, b.index) for b in lru())
     assert cached == [(1, 2), (1, 3), (21, 2), (21, 3)]
     assert s.read(31, 10) == model_read(model, 41, 31, 10)
     assert calls == []
@@ -869,40 +885,40 @@ def test_fresh_blocks_are_cached_and_tail_reads_do_not_decompress(small_blocks, 
 def test_block_cache_is_bounded_by_count_and_bytes(small_blocks, monkeypatch):
     set_decoded_cache_limits(3, 1 << 30)
     s, model = blocky()
-    assert len(stream_mod._lru) == 3
+    assert len(lru()) == 3
     s.read(1, 95)
-    assert len(stream_mod._lru) == 3
+    assert len(lru()) == 3
     s._check()
-    one = max(b.nbytes for b in stream_mod._lru)
+    one = max(b.nbytes for b in lru())
     set_decoded_cache_limits(100, 2 * one)
     s.read(1, 95)
-    assert 1 <= len(stream_mod._lru) <= 2 and decoded_cache_bytes() <= 2 * one
-    assert decoded_cache_bytes() == sum(b.nbytes for b in stream_mod._lru)
+    assert 1 <= len(lru()) <= 2 and decoded_cache_bytes() <= 2 * one
+    assert decoded_cache_bytes() == sum(b.nbytes for b in lru())
     s._check()
     set_decoded_cache_limits(100, 1)  # the byte budget keeps one block at least
-    assert len(stream_mod._lru) == 1
+    assert len(lru()) == 1
     s._check()
 
 
 def test_whole_node_decode_is_one_cached_entry(small_blocks, monkeypatch):
     set_decoded_cache_limits(1000, 1 << 30)
     s, model = blocky()
-    stream_mod.clear_decoded_cache()
+    clear_decoded_cache()
     node = s.node_list()[1]
     calls = counting_decompressor(monkeypatch)
-    buf, ends, tags, times = node.decoded()
+    buf, ends, tags, times = node.decoded(CACHE[0])
     assert len(calls) == node.nblocks
-    assert len(stream_mod._lru) == 1 and node.whole is next(iter(stream_mod._lru))
+    assert len(lru()) == 1 and node.whole is next(iter(lru()))
     for p in range(node.count):
         o = node.start + p
         assert bytes(buf[ends[p]:ends[p + 1]]) == model[o][1]
         assert s._tag_list[tags[p]] == model[o][0] and times[p] == model[o][2]
-        assert node.tag_id_at(p) == tags[p] and node.time_at(p) == times[p]
-    node.decoded()
+        assert node.tag_id_at(p, CACHE[0]) == tags[p] and node.time_at(p, CACHE[0]) == times[p]
+    node.decoded(CACHE[0])
     assert len(calls) == 2 * node.nblocks  # whole hit; tag_id_at/time_at decoded each block once
     s._check()
     s.clear_cache()
-    assert node.whole is None and not stream_mod._lru and decoded_cache_bytes() == 0
+    assert node.whole is None and not lru() and decoded_cache_bytes() == 0
     s._check()
 
 
@@ -973,7 +989,7 @@ def test_block_blob_roundtrip(small_blocks):
         else:
             kinds.add("active")
         for p in range(node.count):
-            a, b = node.tables_at(p), clone.tables_at(p)
+            a, b = node.tables_at(p, CACHE[0]), clone.tables_at(p, CACHE[0])
             assert bytes(a[0][a[1][a[4]]:a[1][a[4] + 1]]) == bytes(b[0][b[1][b[4]]:b[1][b[4] + 1]])
             assert a[2][a[4]] == b[2][b[4]] and a[3][a[4]] == b[3][b[4]]
     assert kinds == {"compressed", "raw", "active"}
@@ -984,14 +1000,14 @@ def test_block_blob_roundtrip(small_blocks):
 
 def _v1_blob(node) -> bytes:
     """A node serialised the way blob version 1 did: one frame per node."""
-    code = node.ends_code if node.sealed else node.ends.typecode
+    code = node.ends_code if node.sealed else node.decoded()[1].typecode
     if node.sealed:
-        body = stream_mod._block_body(*stream_mod._concat_tables(node._block_list(), code))
+        body = blocks_mod._block_body(*blocks_mod._concat_tables(node._block_list(CACHE[0]), code))
     else:
         body = node._body()
     flags = 1 if node.sealed and node.compressed else 0
-    stored = stream_mod._CCTX.compress(body) if flags else body
-    return stream_mod._HDR.pack(b"TN", 1, flags, code.encode(), node.count, node.start,
+    stored = CACHE[0].compressor().compress(body) if flags else body
+    return codec_mod._HDR.pack(b"TN", 1, flags, code.encode(), node.count, node.start,
                                 node.buf_len if node.sealed else len(node.buf)) + stored
 
 
@@ -1012,7 +1028,7 @@ def test_version_1_blobs_still_load(small_blocks):
     assert new[0].compressed and new[0].nblocks == old[0].nblocks  # re-blocked
     assert not new[2].compressed and new[2].nblocks == 1            # raw stays one block
     assert not new[-1].sealed
-    assert not stream_mod._lru or all(b.node not in new for b in stream_mod._lru)
+    assert not lru() or all(b.node not in new for b in lru())
 
 
 def test_damaged_block_blobs_are_rejected(small_blocks):
@@ -1020,10 +1036,10 @@ def test_damaged_block_blobs_are_rejected(small_blocks):
     node = s.node_list()[0]
     assert node.nblocks == 4
     header, body = node.blob_parts()
-    hsize = stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
-    osize = stream_mod.BLOB_PREFIX  # the frame offsets follow the summary
+    hsize = codec_mod._HDR.size + codec_mod._BLOCKS_HDR.size
+    osize = codec_mod.BLOB_PREFIX  # the frame offsets follow the summary
     offs = list(node.block_offs)
-    pack = lambda o: stream_mod.struct.pack(f"<{len(o)}Q", *o)  # noqa: E731
+    pack = lambda o: codec_mod.struct.pack(f"<{len(o)}Q", *o)  # noqa: E731
     bad = [
         header[:hsize - 4] + (5).to_bytes(4, "little") + header[hsize:] + body,    # nblocks
         header[:hsize - 8] + (3).to_bytes(4, "little") + header[hsize - 4:] + body,  # block_entries
@@ -1047,7 +1063,7 @@ def test_damaged_block_blobs_are_rejected(small_blocks):
 def test_memory_bytes_counts_blocks_and_not_the_cache(small_blocks):
     s, _ = blocky()
     before = s.memory_bytes()
-    stream_mod.clear_decoded_cache()
+    clear_decoded_cache()
     assert s.memory_bytes() == before
     s.read(1, 95)
     assert s.memory_bytes() == before
@@ -1065,6 +1081,7 @@ def test_wide_offset_table_in_blocks(small_blocks):
     # of several blocks: 64-bit ends rebased per block
     s = Stream(8)
     s.append(b"t", b"small", T0)
+    s._active.expand()  # a node of one entry keeps no tables: give it them
     s._active.ends = stream_mod.array("B", s._active.ends)
     want = [[1, b"t", b"small"]]
     for i in range(2, 9):
@@ -1073,7 +1090,7 @@ def test_wide_offset_table_in_blocks(small_blocks):
     node = s.node_list()[0]
     assert node.sealed and node.ends_code == "Q" and node.compressed and node.nblocks > 2
     s._check()
-    stream_mod.clear_decoded_cache()
+    clear_decoded_cache()
     assert s.read(1, 8) == want
     assert [list(e)[:3] for e in s.iter_from(1)] == want
     clone = Stream.from_state(s.export_state())
@@ -1088,17 +1105,17 @@ def test_wide_offset_table_in_blocks(small_blocks):
 def _v2_blob(node) -> bytes:
     """A node serialised the way blob version 2 did: no summary, no tag ids."""
     header, body = node.blob_parts()
-    fixed = stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
-    nb = stream_mod._BLOCKS_HDR.unpack_from(header, stream_mod._HDR.size)[1]
-    offs = header[stream_mod.BLOB_PREFIX:stream_mod.BLOB_PREFIX + 8 * (nb + 1)]
+    fixed = codec_mod._HDR.size + codec_mod._BLOCKS_HDR.size
+    nb = codec_mod._BLOCKS_HDR.unpack_from(header, codec_mod._HDR.size)[1]
+    offs = header[codec_mod.BLOB_PREFIX:codec_mod.BLOB_PREFIX + 8 * (nb + 1)]
     return header[:2] + b"\x02" + header[3:fixed] + offs + body
 
 
 def _summary_of(header: bytes):
-    at = stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
-    first, last, raw_len, code, ntags = stream_mod._SUMMARY.unpack_from(header, at)
+    at = codec_mod._HDR.size + codec_mod._BLOCKS_HDR.size
+    first, last, raw_len, code, ntags = codec_mod._SUMMARY.unpack_from(header, at)
     size = 2 if code == b"H" else 4
-    ids = stream_mod._le_array(code.decode(), header[len(header) - size * ntags:])
+    ids = codec_mod._le_array(code.decode(), header[len(header) - size * ntags:])
     return first, last, raw_len, code, list(ids)
 
 
@@ -1108,14 +1125,14 @@ class _NoDecompression:
 
 
 def test_tag_sets_are_sorted():
-    assert stream_mod._pack_ids({70000, 3, 65535, 9}).tolist() == [3, 9, 65535, 70000]
-    assert stream_mod._pack_ids({70000, 3}).typecode == "I"
-    assert stream_mod._pack_ids({300, 2, 65535}).typecode == "H"
+    assert codec_mod._pack_ids({70000, 3, 65535, 9}).tolist() == [3, 9, 65535, 70000]
+    assert codec_mod._pack_ids({70000, 3}).typecode == "I"
+    assert codec_mod._pack_ids({300, 2, 65535}).typecode == "H"
     s = Stream(40)
     for i in range(80):
         s.append(b"tag-%d" % (37 * i % 29), b"x", T0 + i)
     for node in s.node_list():
-        assert node.tag_set.tolist() == sorted(set(node.decoded()[2]))
+        assert node.tag_set.tolist() == sorted(set(node.decoded(CACHE[0])[2]))
 
 
 def test_blob_summary_fields(small_blocks):
@@ -1129,13 +1146,13 @@ def test_blob_summary_fields(small_blocks):
     for node in s.node_list():
         header, body = node.blob_parts()
         assert Node.header_length(header + body) == len(header)
-        assert Node.header_length((header + body)[:stream_mod.BLOB_PREFIX]) == len(header)
+        assert Node.header_length((header + body)[:codec_mod.BLOB_PREFIX]) == len(header)
         first, last, raw_len, code, ids = _summary_of(header)
         assert code == b"H"
         if node.sealed:
             kinds.add("compressed" if node.compressed else "raw")
             assert (first, last, raw_len) == (node.first_time, node.last_time, node.raw_len)
-            assert ids == node.tag_set.tolist() == sorted(set(node.decoded()[2]))
+            assert ids == node.tag_set.tolist() == sorted(set(node.decoded(CACHE[0])[2]))
         else:
             kinds.add("active")
             assert (first, last, raw_len) == (node.times[0], node.times[-1], len(body))
@@ -1152,12 +1169,12 @@ def test_unchecked_blobs_are_built_from_the_header(small_blocks, monkeypatch):
     s.delete(33)
     state = s.export_state()
     parts = [node.blob_parts() for node in s.node_list()]
-    stream_mod.clear_decoded_cache()
-    real = stream_mod._DCTX
-    monkeypatch.setattr(stream_mod, "_DCTX", _NoDecompression())
+    clear_decoded_cache()
+    real = BlockCache.decompress
+    monkeypatch.setattr(BlockCache, "decompress", _NoDecompression.decompress)
     clones = [Node.from_parts(header, body, 20, check=False) for header, body in parts]
     clone = Stream.from_state(state, check=False)
-    monkeypatch.setattr(stream_mod, "_DCTX", real)
+    monkeypatch.setattr(BlockCache, "decompress", real)
     for node, copy, (_header, body) in zip(s.node_list(), clones, parts):
         assert (copy.base, copy.start, copy.count, copy.sealed) == (node.base, node.start, node.count, node.sealed)
         if node.sealed:
@@ -1181,14 +1198,14 @@ def test_damaged_summaries_are_rejected(small_blocks):
     node = s.node_list()[0]
     assert node.sealed and node.compressed and node.nblocks == 4
     header, body = node.blob_parts()
-    at = stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
+    at = codec_mod._HDR.size + codec_mod._BLOCKS_HDR.size
     first, last, raw_len, code, ids = _summary_of(header)
     tail = len(header) - 2 * len(ids)
 
     def with_summary(first=first, last=last, raw_len=raw_len, code=code, ntags=None, ids=ids) -> bytes:
         ntags = len(ids) if ntags is None else ntags
-        return (header[:at] + stream_mod._SUMMARY.pack(first, last, raw_len, code, ntags)
-                + header[at + stream_mod._SUMMARY.size:tail] + stream_mod.array("H", ids).tobytes())
+        return (header[:at] + codec_mod._SUMMARY.pack(first, last, raw_len, code, ntags)
+                + header[at + codec_mod._SUMMARY.size:tail] + stream_mod.array("H", ids).tobytes())
 
     assert Node.from_parts(with_summary(), body, 20).tag_set.tolist() == ids
     # values only the blocks contradict: decompressing sees them, the header alone cannot
@@ -1215,7 +1232,7 @@ def test_damaged_summaries_are_rejected(small_blocks):
             with pytest.raises(ValueError):
                 Node.from_parts(bad, body, 20, check=check)
     with pytest.raises(ValueError):
-        Node.header_length(header[:stream_mod.BLOB_PREFIX - 1])
+        Node.header_length(header[:codec_mod.BLOB_PREFIX - 1])
     # a raw node: its single block's views are checked against the summary
     r = Stream(10)
     for i in range(10):
@@ -1224,10 +1241,10 @@ def test_damaged_summaries_are_rejected(small_blocks):
     assert raw_node.sealed and not raw_node.compressed
     header, body = raw_node.blob_parts()
     first, last, raw_len, code, ids = _summary_of(header)
-    for bad in (header[:at] + stream_mod._SUMMARY.pack(first - 1, last, raw_len, code, len(ids))
-                + header[at + stream_mod._SUMMARY.size:],
-                header[:at] + stream_mod._SUMMARY.pack(first, last, raw_len + 8, code, len(ids))
-                + header[at + stream_mod._SUMMARY.size:]):
+    for bad in (header[:at] + codec_mod._SUMMARY.pack(first - 1, last, raw_len, code, len(ids))
+                + header[at + codec_mod._SUMMARY.size:],
+                header[:at] + codec_mod._SUMMARY.pack(first, last, raw_len + 8, code, len(ids))
+                + header[at + codec_mod._SUMMARY.size:]):
         with pytest.raises(ValueError):
             Node.from_parts(bad, body, 10, check=False)
 
@@ -1257,7 +1274,7 @@ def test_from_state_tag_refs_are_checked():
     s._check()
     assert s._free_ids
     state = s.export_state()
-    refs = stream_mod._le_array("I", state["tag_refs"]).tolist()
+    refs = codec_mod._le_array("I", state["tag_refs"]).tolist()
     assert refs == list(s._tag_refs)
     used = [t for t, n in enumerate(refs) if n]
     for given in (refs, bytes(state["tag_refs"])):
@@ -1278,3 +1295,202 @@ def test_from_state_tag_refs_are_checked():
         for check in (True, False):
             with pytest.raises(ValueError, match="reference counts"):
                 Stream.from_state(dict(state, tag_refs=given), check=check)
+
+
+def _fill(ks: Keyspace, key: bytes) -> Stream:
+    s = ks.get_or_create(key, 10)
+    for i in range(45):
+        s.append(b"t", b"payload %d " % i * 40, T0 + i)  # compressible: sealed compressed
+    return s
+
+
+def test_two_keyspaces_have_independent_block_caches():
+    a, b = Keyspace(), Keyspace()
+    assert a.cache is not b.cache
+    sa, sb = _fill(a, b"k"), _fill(b, b"k")
+    assert len(a.cache) and len(b.cache)
+    kept = list(b.cache.lru)
+    assert all(blk.node in sb.node_list() for blk in kept)
+    assert not any(blk.node in sb.node_list() for blk in a.cache.lru)
+    a.flush()  # FLUSHALL on one server
+    assert len(a.cache) == 0 and a.cache.nbytes == 0
+    assert list(b.cache.lru) == kept and all(blk.lru for blk in kept)
+    sb._check()
+    sa = _fill(a, b"k")
+    b.cache.set_limits(1, 1 << 30)  # one server's limits leave the other alone
+    assert len(b.cache) == 1 and len(a.cache) > 1
+    kept = list(a.cache.lru)
+    b.delete(b"k")
+    assert len(b.cache) == 0 and list(a.cache.lru) == kept
+    assert sa.read(1, 45) == [[i + 1, b"t", b"payload %d " % i * 40] for i in range(45)]
+    sa._check()
+
+
+def test_a_stream_put_in_a_keyspace_uses_its_cache():
+    ks = Keyspace()
+    s = Stream(10)
+    for i in range(45):
+        s.append(b"t", b"payload %d " % i * 40, T0 + i)
+    own = s._cache
+    assert own is not ks.cache and len(own)
+    ks.put(b"k", s)
+    assert s._cache is ks.cache and len(own) == 0
+    assert s.read(1, 45)[44] == [45, b"t", b"payload 44 " * 40]
+    s._check()
+
+
+# -- node-max-bytes: nodes sealed by bytes as well as by entry count ----------------
+
+def _sized(i: int) -> bytes:
+    """Payloads of varied sizes, some bigger than the test's 1000-byte limit."""
+    size = (37, 300, 999, 1000, 1001, 2500, 0, 450)[i % 8]
+    return (b"%d:" % i + b"x" * size)[:size] if size else b""
+
+
+def _assert_nodes_bounded(s: Stream, limit: int) -> None:
+    for node in s.node_list():
+        if node.sealed:
+            assert node.buf_len <= limit or node.count == 1, "a seal compressed more than the limit"
+        else:
+            assert len(node.buf) <= limit or node.count == 1
+
+
+def test_nodes_are_sealed_by_bytes():
+    s = Stream(10, node_max_bytes=1000)
+    model = []
+    for i in range(120):
+        data = _sized(i)
+        assert s.append(b"t%d" % (i % 3), data, T0 + i) == i + 1
+        model.append([i + 1, b"t%d" % (i % 3), data])
+        s._check()
+    _assert_nodes_bounded(s, 1000)
+    assert any(node.short for node in s.node_list()), "some nodes were sealed by bytes"
+    assert s.nodes > 120 // 10
+    assert s.read(1, 200) == model
+    assert [list(e[:3]) for e in s.iter_from(1)] == model
+    for off in (1, 7, 8, 9, 55, 120):
+        assert s.get(off) == Entry(off, model[off - 1][1], model[off - 1][2], T0 + off - 1)
+        assert s.offset_at_time(T0 + off - 1) == off
+    for start in range(1, 121, 13):
+        assert s.read(start, 17) == model[start - 1:start + 16]
+    assert s.read_held(5, 30) == (model[4:34], 35)
+
+
+def test_one_entry_bigger_than_the_limit_gets_a_node_of_its_own():
+    s = Stream(100, node_max_bytes=64)
+    s.append(b"a", b"small", T0)
+    s.append(b"a", b"B" * 500, T0 + 1)  # seals the first node, sits alone
+    s.append(b"a", b"c", T0 + 2)        # seals the big one
+    s._check()
+    counts = [node.count for node in s.node_list()]
+    assert counts == [1, 1, 1] and [n.short for n in s.node_list()] == [True, True, False]
+    assert s.read(1, 3) == [[1, b"a", b"small"], [2, b"a", b"B" * 500], [3, b"a", b"c"]]
+
+
+def test_append_many_seals_by_bytes_and_matches_single_appends():
+    one = Stream(10, node_max_bytes=1000)
+    many = Stream(10, node_max_bytes=1000)
+    flat = []
+    for i in range(200):
+        one.append(b"t", _sized(i), T0)
+        flat += [b"t", _sized(i)]
+    for at in range(0, len(flat), 26):  # batches crossing nodes and ranges
+        many.append_many(flat[at:at + 26], T0)
+        many._check()
+    one._check()
+    _assert_nodes_bounded(many, 1000)
+    assert [(n.start, n.cap_end) for n in many.node_list()] == \
+           [(n.start, n.cap_end) for n in one.node_list()]
+    assert many.read(1, 300) == one.read(1, 300)
+
+
+def test_no_byte_limit_keeps_aligned_nodes():
+    s = Stream(10, node_max_bytes=0)
+    for i in range(35):
+        s.append(b"t", b"z" * 5000, T0 + i)
+    assert [n.count for n in s.node_list()] == [10, 10, 10, 5]
+    assert not any(n.short for n in s.node_list())
+    with pytest.raises(ValueError):
+        s.node_max_bytes = -1
+    s._check()
+
+
+def test_evictions_and_deletes_across_nodes_sealed_by_bytes():
+    s = Stream(10, node_max_bytes=1000)
+    model = {}
+    for i in range(150):
+        s.append(b"t", _sized(i), T0 + i)
+        model[i + 1] = _sized(i)
+    for off in (3, 4, 5, 40, 41, 77):
+        assert s.delete(off)
+        del model[off]
+        s._check()
+    assert s.evict_through(2) == 2
+    for off in (1, 2):
+        model.pop(off)
+    s._check()
+    assert s.first == 6  # deleted 3, 4, 5 after the evicted ones
+    assert s.evict_keep(120) == len([o for o in model if o <= 30])
+    model = {o: d for o, d in model.items() if o > 30}
+    s._check()
+    assert s.evict_older_than(T0 + 60) == len([o for o in model if o <= 60])
+    model = {o: d for o, d in model.items() if o > 60}
+    s._check()
+    assert s.length == len(model)
+    assert [row for row in s.read(1, 200) if row] == [[o, b"t", d] for o, d in model.items()]
+    for o in range(1, 151):
+        assert s.is_held(o) == (o in model)
+    s.evict_through(150)
+    s._check()
+    assert s.nodes == 0 and s.length == 0
+    s.append(b"t", b"y" * 900, T0 + 200)  # lands mid-range, then bytes seal it
+    s.append(b"t", b"y" * 900, T0 + 201)
+    s._check()
+    assert s.read(151, 5) == [[151, b"t", b"y" * 900], [152, b"t", b"y" * 900]]
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_snapshot_state_round_trips_nodes_sealed_by_bytes(check):
+    s = Stream(10, node_max_bytes=1000)
+    for i in range(97):
+        s.append(b"t%d" % (i % 5), _sized(i), T0 + i)
+    s.delete(50)
+    s.evict_through(12)
+    state = s.export_state()
+    clone = Stream.from_state(state, check=check, node_max_bytes=1000)
+    clone._check()
+    assert [(n.start, n.cap_end, n.short) for n in clone.node_list()] == \
+           [(n.start, n.cap_end, n.short) for n in s.node_list()]
+    assert clone.read(1, 200) == s.read(1, 200)
+    for node in s.node_list():
+        header, body = node.blob_parts()
+        copy = Node.from_parts(header, body, 10, check=check)
+        assert (copy.start, copy.cap_end, copy.short, copy.sealed) == \
+               (node.start, node.cap_end, node.short, node.sealed)
+    for i in range(97, 130):  # the clone keeps writing by bytes
+        clone.append(b"t", _sized(i), T0 + i)
+        s.append(b"t", _sized(i), T0 + i)
+    clone._check()
+    assert clone.read(1, 200) == s.read(1, 200)
+
+
+def test_short_flag_on_a_full_range_is_refused():
+    s = Stream(4, node_max_bytes=0)
+    for i in range(4):
+        s.append(b"t", b"v%d" % i, T0)
+    header, body = s.node_list()[0].blob_parts()
+    bad = bytearray(header)
+    bad[3] |= 2  # the flags byte: "short", but the node fills its range
+    with pytest.raises(ValueError, match="short"):
+        Node.from_parts(bytes(bad), body, 4)
+
+
+def test_keyspace_gives_its_node_max_bytes_to_new_and_put_streams():
+    ks = Keyspace()
+    assert ks.get_or_create(b"a").node_max_bytes == 1 << 20
+    ks.node_max_bytes = 100
+    assert ks.get_or_create(b"b", 10).node_max_bytes == 100
+    assert ks.get(b"a").node_max_bytes == 1 << 20  # existing streams keep theirs
+    loaded = Stream(10, node_max_bytes=0)
+    ks.put(b"c", loaded)
+    assert loaded.node_max_bytes == 100

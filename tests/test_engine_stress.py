@@ -11,17 +11,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from tstream.engine import Keyspace, Stream, glob_match, set_decoded_cache_limits
+from tstream.engine import BlockCache, Keyspace, Stream, glob_match
+from tstream.engine import blocks as blocks_mod
+from tstream.engine import keyspace as keyspace_mod
 from tstream.engine import stream as stream_mod
 
 
 @pytest.fixture(autouse=True)
-def tiny_cache():
+def tiny_cache(monkeypatch):
     """A 2-block decoded cache makes decompression paths run constantly."""
-    old = (stream_mod.DECODED_CACHE_BLOCKS, stream_mod.DECODED_CACHE_BYTES)
-    set_decoded_cache_limits(2, 1 << 30)
-    yield
-    set_decoded_cache_limits(*old)
+    for module in (stream_mod, keyspace_mod):
+        monkeypatch.setattr(module, "BlockCache", lambda: BlockCache(2, 1 << 30))
 
 
 class Model:
@@ -106,9 +106,9 @@ def compare(s: Stream, m: Model) -> None:
     assert s.last == m.next - 1
 
 
-def run_random(seed: int, steps: int, node_entries: int) -> None:  # noqa: C901 (over the limit when it came in)
+def run_random(seed: int, steps: int, node_entries: int, node_max_bytes: int = 1 << 20) -> None:  # noqa: C901 (over the limit when it came in)
     rng = random.Random(seed)
-    s = Stream(node_entries)
+    s = Stream(node_entries, node_max_bytes=node_max_bytes)
     m = Model()
     ntags = rng.choice([1, 3, 50, 10_000])  # 10_000: mostly unique tags
     now = 1_000_000_000
@@ -165,7 +165,7 @@ def run_random(seed: int, steps: int, node_entries: int) -> None:  # noqa: C901 
             m.max_age_ms = s.config.max_age_ms = rng.choice([0, 0, 0, 10])
         elif op < 0.90:
             state = s.export_state()
-            s = Stream.from_state(state)
+            s = Stream.from_state(state, check=rng.random() < 0.5, node_max_bytes=node_max_bytes)
             s.config.max_len, s.config.max_age_ms = m.max_len, m.max_age_ms
         else:
             assert s.enforce_limits(now) == m.limits(now)
@@ -186,8 +186,16 @@ def test_random_against_model(seed, node_entries):
 @pytest.mark.parametrize("seed", range(2))
 def test_random_against_model_small_blocks(seed, node_entries, block_bytes, monkeypatch):
     """Sealed nodes of many blocks (1 byte: one entry per block)."""
-    monkeypatch.setattr(stream_mod, "BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(blocks_mod, "BLOCK_BYTES", block_bytes)
     run_random(seed * 1000 + node_entries + 7 * block_bytes, 500, node_entries)
+
+
+@pytest.mark.parametrize("node_max_bytes", [1, 30, 100])
+@pytest.mark.parametrize("node_entries", [3, 16])
+@pytest.mark.parametrize("seed", range(3))
+def test_random_against_model_nodes_sealed_by_bytes(seed, node_entries, node_max_bytes):
+    """node-max-bytes: short nodes sharing ranges (1 byte: one entry per node)."""
+    run_random(seed * 1000 + node_entries + 11 * node_max_bytes, 600, node_entries, node_max_bytes)
 
 
 def test_random_long_unique_tags_do_not_leak():
@@ -213,8 +221,8 @@ DATA = st.binary(max_size=24)
 class StreamMachine(RuleBasedStateMachine):
     @initialize(node_entries=st.integers(1, 6), block_bytes=st.sampled_from([4096, 40, 1]))
     def setup(self, node_entries, block_bytes):
-        self.old_block_bytes = stream_mod.BLOCK_BYTES
-        stream_mod.BLOCK_BYTES = block_bytes  # small: nodes of several blocks
+        self.old_block_bytes = blocks_mod.BLOCK_BYTES
+        blocks_mod.BLOCK_BYTES = block_bytes  # small: nodes of several blocks
         self.s = Stream(node_entries)
         self.m = Model()
         self.now = 10**12
@@ -272,7 +280,7 @@ class StreamMachine(RuleBasedStateMachine):
 
     def teardown(self):
         if hasattr(self, "old_block_bytes"):
-            stream_mod.BLOCK_BYTES = self.old_block_bytes
+            blocks_mod.BLOCK_BYTES = self.old_block_bytes
 
 
 StreamMachine.TestCase.settings = settings(

@@ -34,7 +34,8 @@ import pytest
 import redis
 
 from tstream.engine import Keyspace
-from tstream.engine.stream import Node, Stream
+from tstream.engine.node import ActiveNode, SealedNode
+from tstream.engine.stream import Stream
 from tstream.persistence import aof, effects, snapshot
 from tstream.persistence.check import check_aof
 from tstream.persistence.fileops import FileOps
@@ -129,7 +130,7 @@ def _inject_memory_error(spec: str) -> None:
     nth packing of an AOF record, raises MemoryError once (in this launcher
     process only: it replaces the function where it is called from)."""
     _, where, nth = spec.split(":")
-    owner, name = {"seal": (Node, "_seal"), "pack": (aof, "pack")}[where]
+    owner, name = {"seal": (ActiveNode, "seal"), "pack": (aof, "pack")}[where]
     real = getattr(owner, name)
     calls = [0]
 
@@ -503,6 +504,7 @@ class TestEngineAppendUnderMemoryError:
         stream = Stream(node_entries=10)
         stream.append(b"t", b"first", 1)
         node = stream._active
+        node.expand()  # a node of one entry keeps no tables (compact); the next test covers that form
         real = node.times
 
         class Times(type(real)):
@@ -520,7 +522,7 @@ class TestEngineAppendUnderMemoryError:
 
     def test_a_failed_seal_keeps_the_entry_and_seals_later(self, monkeypatch):
         stream = Stream(node_entries=4)
-        real_seal = Node._seal
+        real_seal = ActiveNode.seal
         calls = []
 
         def seal_once_fails(self, *args, **kwargs):
@@ -529,7 +531,7 @@ class TestEngineAppendUnderMemoryError:
                 raise MemoryError
             return real_seal(self, *args, **kwargs)
 
-        monkeypatch.setattr(Node, "_seal", seal_once_fails)
+        monkeypatch.setattr(ActiveNode, "seal", seal_once_fails)
         offsets = [stream.append(b"t", b"v%d" % i, i) for i in range(1, 5)]  # the 4th seals: fails
         assert offsets == [1, 2, 3, 4]
         assert offsets + [stream.append_many([b"t", b"v5", b"t", b"v6"], 9)] == [1, 2, 3, 4, 5]
@@ -537,10 +539,124 @@ class TestEngineAppendUnderMemoryError:
         assert [e[2] for e in stream.read(1, 10)] == [b"v1", b"v2", b"v3", b"v4", b"v5", b"v6"]
         assert stream.node_list()[0].sealed
 
+    def test_a_failed_expand_of_a_compact_node_stores_nothing(self, monkeypatch):
+        stream = Stream(node_entries=10)
+        stream.append(b"t", b"first", 1)  # a compact node: no tables until the second entry
+
+        def no_memory(self, first_len=None):
+            raise MemoryError
+
+        monkeypatch.setattr(ActiveNode, "expand", no_memory)
+        with pytest.raises(MemoryError):
+            stream.append(b"new-tag", b"second", 2)
+        monkeypatch.undo()
+        stream._check()
+        assert stream.next_offset == 2 and stream.read(1, 5) == [[1, b"t", b"first"]]
+        assert stream.tag_count() == 1  # the new tag is forgotten
+        assert stream.append(b"t", b"second", 3) == 2
+        stream._check()
+
+    def test_a_seal_failing_at_its_last_step_leaves_the_node_active_and_whole(self, monkeypatch):
+        """The sealed node is built aside; the active one is spent only once
+        every allocation succeeded."""
+        stream = Stream(node_entries=4)
+        for i in range(1, 4):
+            stream.append(b"t", b"v%d" % i, i)
+        calls = []
+
+        def no_memory(self):
+            calls.append(1)
+            raise MemoryError
+
+        monkeypatch.setattr(SealedNode, "_sealed_mem", no_memory)
+        assert stream.append(b"t", b"v4", 4) == 4  # stored; the seal is owed
+        assert calls and not stream.node_list()[0].sealed
+        stream._check()
+        assert [e[2] for e in stream.read(1, 10)] == [b"v1", b"v2", b"v3", b"v4"]
+        with pytest.raises(MemoryError):  # the owed seal comes first and fails again: nothing stored
+            stream.append(b"t", b"v5", 5)
+        stream._check()
+        monkeypatch.undo()
+        assert stream.append(b"t", b"v5", 5) == 5
+        stream._check()
+        assert stream.node_list()[0].sealed and [e[2] for e in stream.read(1, 10)] == [b"v%d" % i for i in range(1, 6)]
+
+    def test_a_failed_seal_by_bytes_stores_nothing(self, monkeypatch):
+        stream = Stream(node_entries=10, node_max_bytes=10)
+        stream.append(b"t", b"12345678", 1)
+        real_seal = ActiveNode.seal
+
+        def no_memory(self, *args, **kwargs):
+            raise MemoryError
+
+        monkeypatch.setattr(ActiveNode, "seal", no_memory)
+        for append in (lambda: stream.append(b"new", b"abcdefgh", 2),
+                       lambda: stream.append_many([b"new", b"abcdefgh"], 2)):
+            with pytest.raises(MemoryError):
+                append()
+            stream._check()
+            assert stream.next_offset == 2 and stream.tag_count() == 1
+        monkeypatch.setattr(ActiveNode, "seal", real_seal)
+        assert stream.append_many([b"new", b"abcdefgh", b"t", b"x"], 3) == 2
+        stream._check()
+        assert stream.node_list()[0].sealed and stream.node_list()[0].short
+        assert stream.read(1, 5) == [[1, b"t", b"12345678"], [2, b"new", b"abcdefgh"], [3, b"t", b"x"]]
+
+    def test_a_batch_is_all_or_nothing_until_it_seals_a_node(self, monkeypatch):
+        stream = Stream(node_entries=4)
+        stream.append_many([b"t", b"v1", b"t", b"v2"], 1)
+        real_seal = ActiveNode.seal
+        calls = []
+
+        def second_fails(self, *args, **kwargs):
+            calls.append(1)
+            if len(calls) == 2:
+                raise MemoryError
+            return real_seal(self, *args, **kwargs)
+
+        monkeypatch.setattr(ActiveNode, "seal", second_fails)
+        # The first node's seal fails with pairs left: the whole batch is taken back.
+        calls.append(1)
+        with pytest.raises(MemoryError):
+            stream.append_many([b"t", b"v3", b"new", b"v4", b"t", b"v5"], 2)
+        stream._check()
+        assert stream.next_offset == 3 and stream.tag_count() == 1
+        assert [e[2] for e in stream.read(1, 10)] == [b"v1", b"v2"]
+        # Nine pairs: the first node seals (kept), the second one's seal fails with
+        # pairs left: what went into sealed nodes and the full second node stays
+        # (its seal owed), the rest is not stored.
+        calls.clear()
+        with pytest.raises(MemoryError):
+            stream.append_many([x for i in range(3, 12) for x in (b"t", b"v%d" % i)], 3)
+        stream._check()
+        assert stream.next_offset == 9 and stream.node_list()[0].sealed and not stream.node_list()[1].sealed
+        assert [e[2] for e in stream.read(1, 20)] == [b"v%d" % i for i in range(1, 9)]
+        monkeypatch.undo()
+        assert stream.append(b"t", b"v9", 9) == 9  # seals the owed node first
+        stream._check()
+        assert [n.sealed for n in stream.node_list()] == [True, True, False]
+
+    def test_a_failed_seal_after_a_whole_batch_is_owed(self, monkeypatch):
+        stream = Stream(node_entries=4)
+
+        def no_memory(self, *args, **kwargs):
+            raise MemoryError
+
+        monkeypatch.setattr(ActiveNode, "seal", no_memory)
+        assert stream.append_many([b"t", b"v1", b"t", b"v2", b"t", b"v3", b"t", b"v4"], 1) == 1
+        stream._check()
+        with pytest.raises(MemoryError):  # the owed seal fails again: nothing stored
+            stream.append_many([b"t", b"v5"], 2)
+        stream._check()
+        monkeypatch.undo()
+        assert stream.append_many([b"t", b"v5"], 2) == 5
+        stream._check()
+        assert [e[2] for e in stream.read(1, 10)] == [b"v%d" % i for i in range(1, 6)]
+
     def test_over_tcp_a_failed_seal_leaves_memory_and_aof_in_step(self, tmp_path, monkeypatch):
         from tstream.server.embed import ServerThread
 
-        real_seal = Node._seal
+        real_seal = ActiveNode.seal
         state = {"calls": 0}
 
         def seal_once_fails(self, *args, **kwargs):
@@ -549,7 +665,7 @@ class TestEngineAppendUnderMemoryError:
                 raise MemoryError
             return real_seal(self, *args, **kwargs)
 
-        monkeypatch.setattr(Node, "_seal", seal_once_fails)
+        monkeypatch.setattr(ActiveNode, "seal", seal_once_fails)
         options = dict(port=0, dir=tmp_path, save="", appendonly=True, appendfsync="always", node_entries=5)
         with ServerThread(**options) as srv:
             client = redis.Redis(port=srv.port)
@@ -557,7 +673,7 @@ class TestEngineAppendUnderMemoryError:
             assert replies == list(range(1, 13))
             client.execute_command("TWRITE", "k", "ENTRIES", "t", "v13", "t", "v14")
             client.close()
-        monkeypatch.setattr(Node, "_seal", real_seal)
+        monkeypatch.setattr(ActiveNode, "seal", real_seal)
         with ServerThread(**options) as srv:
             client = redis.Redis(port=srv.port)
             assert [e[2] for e in client.execute_command("TREAD", "k", 1, 20)] == [b"v%d" % i for i in range(1, 15)]

@@ -20,6 +20,7 @@ import random
 import re
 import socket
 import string
+from dataclasses import astuple
 
 import hiredis
 import pytest
@@ -246,7 +247,7 @@ def well_formed(reply) -> bool:
 
 def shape(server) -> tuple:
     """What any change to the keyspace changes, cheap enough to take around every command."""
-    return tuple((key, s.first, s.next_offset, s.length, s.last_time, tuple(vars(s.config).values()),
+    return tuple((key, s.first, s.next_offset, s.length, s.last_time, astuple(s.config),
                   tuple((name, g.next, g.pending_count) for name, g in sorted(s.groups.items())))
                  for key, s in sorted(server.keyspace.items()))
 

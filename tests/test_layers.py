@@ -260,15 +260,10 @@ def _constant_name(name: str) -> bool:
     return name.strip("_").isupper() or (name.startswith("__") and name.endswith("__"))  # __all__
 
 
-# The engine's cache of decoded zstd blocks (engine/stream.py) is process-wide
-# today; it is being made per-keyspace by a change of its own: drop it from here then.
-STATE_BEING_MOVED = {"tstream.engine.stream"}
-
-
 def test_no_module_level_mutable_state():
     # two servers embedded in one process share nothing: caches are per-server objects
     found = {module: state for module, (path, _) in modules_on_disk().items()
-             if module not in STATE_BEING_MOVED and (state := module_state(path.read_text(encoding="utf-8")))}
+             if (state := module_state(path.read_text(encoding="utf-8")))}
     assert found == {}
 
 

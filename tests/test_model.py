@@ -18,7 +18,8 @@ The model follows the client contract (offsets, eviction order: max_len, then
 max_age_ms, then max_msgs_per_subject; group reads: due retries first, then new
 entries, capped by group-max-pending; blocked readers served at the end of the
 turn, group readers first come first served).  Bugs it found are pinned by the
-strict xfail tests at the bottom, and the random commands avoid them.
+regression tests at the bottom (the random commands still use RETRY >= 1 ms and
+create groups within the log).
 """
 
 from __future__ import annotations
@@ -685,7 +686,7 @@ def test_random_commands_match_the_model_long(seed):
     run_seed(seed, 20000)
 
 
-# --- bugs the model found (strict xfail: they pass once fixed) ---------------------------------
+# --- bugs the model found, fixed: their regression tests ---------------------------------------
 
 
 def test_retry_0_hands_out_each_entry_once_per_read():
@@ -697,9 +698,6 @@ def test_retry_0_hands_out_each_entry_once_per_read():
         assert c.call("TREAD", "k", "-", 5, "GROUP", "g", "RETRY", 0, 100000) == [[1, b"a", b"1"], [2, b"b", b"2"]]
 
 
-@pytest.mark.xfail(strict=True, reason="a group created at an offset past the end of the stream moves back "
-                                       "to the stream's end on its first read (Stream.read_held returns "
-                                       "next_offset) and then hands out entries below its start offset")
 def test_group_created_past_the_end_starts_there():
     with Harness() as h:
         c = h.client()

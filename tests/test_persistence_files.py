@@ -57,7 +57,8 @@ def build_keyspace() -> Keyspace:
     stream.evict_through(12)
     stream.delete(40)
     stream.config.max_len = 500
-    group = stream.groups[b"g"] = Group(b"g", 13)
+    group = Group(b"g", 13)
+    stream.add_group(b"g", group)
     group.read(stream, 5, 1000, (500, 60000), 100)
     small = keyspace.get_or_create(b"small", 1000)
     small.append(b"t", b"", 5)
@@ -146,9 +147,10 @@ def rich_keyspace() -> Keyspace:
     for offset in (63, 64, 80, 151, 199, 200, 320, 329):
         stream.delete(offset)
     stream.config.max_age_ms = 10**9
-    group = stream.groups[b"g1"] = Group(b"g1", 70)
+    group = Group(b"g1", 70)
+    stream.add_group(b"g1", group)
     group.read(stream, 20, 1000, (500, 60000), 100)
-    stream.groups[b"g2"] = Group(b"g2", 1)
+    stream.add_group(b"g2", Group(b"g2", 1))
     keyspace.get_or_create(b"one", 7).append(b"t", b"x", 5)
     return keyspace
 
@@ -224,22 +226,21 @@ class TestSnapshotLoad:
         assert not any(rich_r._tag_refs)
 
     def test_load_file_does_not_decompress(self, tmp_path, monkeypatch):
-        from tstream.engine import stream as stream_mod
+        from tstream.engine import BlockCache
 
         keyspace = rich_keyspace()
         path = str(tmp_path / "dump.tsr")
         snapshot.write(snapshot.capture(keyspace), path)
-        stream_mod.clear_decoded_cache()
 
         class NoDecompression:
             def decompress(self, data):
                 raise AssertionError("a node was decompressed while loading")
 
-        real = stream_mod._DCTX
-        monkeypatch.setattr(stream_mod, "_DCTX", NoDecompression())
+        real = BlockCache.decompress
+        monkeypatch.setattr(BlockCache, "decompress", NoDecompression.decompress)
         loaded = snapshot.load_file(path)
         in_memory = snapshot.load(open(path, "rb").read(), path)
-        monkeypatch.setattr(stream_mod, "_DCTX", real)
+        monkeypatch.setattr(BlockCache, "decompress", real)
         for streams in (loaded, in_memory):
             for key, stream in streams.items():
                 stream._check()
@@ -297,11 +298,11 @@ class TestSnapshotLoad:
         start, stop, _ = [span for span in spans if span[2] == snapshot.KIND_NODE][1]
         (bitmap_len,) = snapshot._NODE_PREFIX.unpack_from(data, start + 15)
         blob = start + 19 + bitmap_len
-        from tstream.engine import stream as stream_mod
+        from tstream.engine import codec as codec_mod
 
-        nblocks = blob + stream_mod._HDR.size + 4
-        summary = blob + stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
-        first_offset = blob + stream_mod.BLOB_PREFIX + 8  # the second frame offset
+        nblocks = blob + codec_mod._HDR.size + 4
+        summary = blob + codec_mod._HDR.size + codec_mod._BLOCKS_HDR.size
+        first_offset = blob + codec_mod.BLOB_PREFIX + 8  # the second frame offset
         edits = [
             (nblocks, (1).to_bytes(4, "little")),                 # block geometry
             (first_offset, (10**6).to_bytes(8, "little")),        # offsets not monotone
@@ -334,7 +335,7 @@ class TestSnapshotLoad:
     def test_deep_check_compares_headers_with_blocks(self, tmp_path, capsys):
         """A node header that contradicts its blocks (checksums fine): the load takes
         it as written, ``check=True`` and tstream-check decompress and refuse it."""
-        from tstream.engine import stream as stream_mod
+        from tstream.engine import codec as codec_mod
         from tstream.persistence import check
 
         path = tmp_path / "dump.tsr"
@@ -344,7 +345,7 @@ class TestSnapshotLoad:
         data = path.read_bytes()
         start, stop, _ = [span for span in node_record_spans(data) if span[2] == snapshot.KIND_NODE][1]
         (bitmap_len,) = snapshot._NODE_PREFIX.unpack_from(data, start + 15)
-        first_time = start + 19 + bitmap_len + stream_mod._HDR.size + stream_mod._BLOCKS_HDR.size
+        first_time = start + 19 + bitmap_len + codec_mod._HDR.size + codec_mod._BLOCKS_HDR.size
         damaged = bytearray(data)
         value = int.from_bytes(damaged[first_time:first_time + 8], "little") - 1
         damaged[first_time:first_time + 8] = value.to_bytes(8, "little")
@@ -378,6 +379,56 @@ class TestSnapshotLoad:
                 del blob, clone
         finally:
             data.close()
+
+
+class TestNodesSealedByBytes:
+    """node-max-bytes: nodes that end before their aligned range, in snapshot files."""
+
+    @staticmethod
+    def keyspace() -> Keyspace:
+        keyspace = Keyspace()
+        keyspace.node_max_bytes = 2000
+        stream = keyspace.get_or_create(b"k", 10)
+        for i in range(300):
+            size = (700, 30, 1500, 90, 5000)[i % 5]
+            stream.append(b"t%d" % (i % 3), (b"%d " % i * size)[:size], 1_000_000_000 + i)
+        stream.delete(100)
+        stream.evict_through(17)
+        assert any(node.short for node in stream.node_list())
+        return keyspace
+
+    @pytest.mark.parametrize("check", [True, False])
+    def test_round_trip(self, tmp_path, check):
+        keyspace = self.keyspace()
+        path = str(tmp_path / "dump.tsr")
+        snapshot.write(snapshot.capture(keyspace), path)
+        loaded = Keyspace()
+        loaded.node_max_bytes = 2000
+        for key, stream in snapshot.load_file(path, check=check).items():
+            loaded.put(key, stream)
+        same_state(keyspace, loaded)
+        left, right = keyspace.get(b"k"), loaded.get(b"k")
+        assert [(n.start, n.cap_end, n.short) for n in right.node_list()] == \
+               [(n.start, n.cap_end, n.short) for n in left.node_list()]
+
+    def test_offline_reader_reads_every_node(self, tmp_path):
+        from tstream.pipeline import offline
+        from tstream.pipeline.common import Options
+
+        keyspace = self.keyspace()
+        path = str(tmp_path / "dump.tsr")
+        snapshot.write(snapshot.capture(keyspace), path)
+        expected = [row[0] for row in keyspace.get(b"k").read(1, 400) if row is not None]
+        for parts in ("1", "4"):
+            options = Options.parse({"path": path, "key": "k", "numPartitions": parts})
+            got = [o for part in offline.plan(options) for batch in offline.read(part)
+                   for o in batch.column("offset").to_pylist()]
+            assert sorted(got) == expected
+        window = Options.parse({"path": path, "key": "k", "startingOffset": "120",
+                                "endingOffset": "170"})
+        got = [o for part in offline.plan(window) for batch in offline.read(part)
+               for o in batch.column("offset").to_pylist()]
+        assert sorted(got) == [o for o in expected if 120 <= o <= 170]
 
 
 class TestReplay:

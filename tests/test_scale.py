@@ -186,7 +186,8 @@ def test_deleting_keys_leaves_no_reference_cycles():
             stream.config.max_msgs_per_subject = 1
             stream.append(b"a.b", b"v", 1003 * MS)
             assert stream._subjects is not None
-        group = stream.groups[b"g"] = Group(b"g", 1)
+        group = Group(b"g", 1)
+        stream.add_group(b"g", group)
         group.read(stream, 2, 1000, (100, 1000), 100)
     gc.collect()
     enabled = gc.isenabled()

@@ -185,6 +185,23 @@ class TestTinfoTconfig:
         assert info["nodes"] == 1 and info["bytes"] > 0 and info["groups"] == 0
         assert info["max_len"] == 0 and info["allow_direct"] in (b"yes", "yes")
 
+    def test_node_max_bytes_seals_nodes_by_bytes(self, r):
+        default = r.config_get("node-max-bytes")["node-max-bytes"]
+        assert r.config_set("node-max-bytes", "1kb")
+        try:
+            r.execute_command("TWRITE", "s", "ENTRIES", *["t", "x" * 600] * 10)
+            r.execute_command("TWRITE", "s", "t", "y" * 3000)  # bigger than the limit: alone
+            r.execute_command("TWRITE", "s", "t", "z")
+            info = info_map(r.execute_command("TINFO", "s"))
+            assert info["nodes"] == 12 and info["length"] == 12
+            assert entries(r.execute_command("TREAD", "s", 9, 4)) == [
+                (9, b"t", b"x" * 600), (10, b"t", b"x" * 600), (11, b"t", b"y" * 3000), (12, b"t", b"z")]
+            with pytest.raises(redis.ResponseError):
+                r.config_set("node-max-bytes", "-1")
+        finally:
+            r.config_set("node-max-bytes", default)
+        assert r.config_get("node-max-bytes") == {"node-max-bytes": default}
+
     def test_tinfo_missing_key(self, r):
         with pytest.raises(redis.ResponseError, match="no such key"):
             r.execute_command("TINFO", "nokey")
