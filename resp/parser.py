@@ -116,6 +116,8 @@ class RequestParser:
         if self._ready:
             ready, self._ready = self._ready[::-1], []
             return ready
+        if not self._fresh and not self._slow_mode and self._error is None:
+            return []  # nothing received since the last call: the usual second call of a turn
         if self._error is not None:
             error, self._error = self._error, None
             raise error
@@ -147,7 +149,8 @@ class RequestParser:
                 return
             data = fresh[0] if len(fresh) == 1 else b"".join(fresh)
             self._fresh = []
-            if data[:1] != b"*" or _BIG_COUNT.search(data) is not None:
+            if data[0] != 0x2A or (_BIG_COUNT.search(data) is not None if data.find(b"*", 1) > 0
+                                   else data[1:6].isdigit()):  # one "*": only the first count to look at
                 # Inline text (or a blank line), or what hiredis must not see: the
                 # strict parser takes this read (a match inside a payload only costs speed).
                 self._to_slow(data)

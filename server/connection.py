@@ -37,6 +37,7 @@ log = logging.getLogger("tstream.connection")
 
 REPLY_CHUNK = 1 << 20  # reply bytes one run of commands may produce before yielding
 TURN_BUDGET_NS = 1_000_000  # time one connection may execute commands in one loop turn
+CLOCK_EVERY = 16  # commands between two looks at the clock (the turn budget's granularity)
 WINDOW = 256  # commands handed to the dispatcher at once (a run of TWRITEs is at most this long)
 UNAUTHENTICATED_QUERY_LIMIT = 1 << 20
 LOOPBACK = ("127.", "::1", "::ffff:127.")
@@ -176,13 +177,20 @@ class ClientConnection(asyncio.Protocol):
         queue, at = self._queue, self._queue_at
         executed = 0
         deadline = perf_counter_ns() + TURN_BUDGET_NS
+        clock_in = CLOCK_EVERY  # commands until the clock is read again: reading it costs
         out_of_turn = False
         while True:
             if at >= len(queue):
                 if queue:
                     self.last_argv = queue[-1]
                 try:
-                    queue = self._next_window()
+                    if self._parsed_at >= len(self._parsed):
+                        queue = self.parser.pull()  # the usual case, inlined
+                        if len(queue) > WINDOW:
+                            self._parsed, self._parsed_at = queue, 0
+                            queue = self._next_window()
+                    else:
+                        queue = self._next_window()
                 except ProtocolError as exc:
                     replies.append(encode_error(f"ERR Protocol error: {exc}"))
                     self.closing = True
@@ -198,7 +206,13 @@ class ClientConnection(asyncio.Protocol):
                 produced += len(reply)
             if self.closing or self.blocked is not None:
                 break
-            if produced > REPLY_CHUNK or perf_counter_ns() > deadline:
+            clock_in -= 1
+            if not clock_in:
+                clock_in = CLOCK_EVERY
+                spent = perf_counter_ns() > deadline
+            else:
+                spent = False
+            if spent or produced > REPLY_CHUNK:
                 # Let the other connections (and the replies) go first.
                 out_of_turn = at < len(queue) or self._parsed_at < len(self._parsed) or self.parser.has_input()
                 break
