@@ -116,8 +116,14 @@ class RequestParser:
         if self._ready:
             ready, self._ready = self._ready[::-1], []
             return ready
-        if not self._fresh and not self._slow_mode and self._error is None:
-            return []  # nothing received since the last call: the usual second call of a turn
+        fresh = self._fresh
+        if not self._slow_mode and self._error is None:
+            if not fresh:
+                return []  # nothing received since the last call: the usual second call of a turn
+            if len(fresh) == 1:
+                lone = self._lone_command(fresh[0])
+                if lone is not None:
+                    return lone
         if self._error is not None:
             error, self._error = self._error, None
             raise error
@@ -130,6 +136,28 @@ class RequestParser:
                 raise
             self._error = exc
         return commands
+
+    def _lone_command(self, data: bytes) -> list | None:
+        """``[command]`` when the read ``data`` is exactly one multibulk of bulk
+        strings with a small count (an unpipelined client's read, the most
+        common), else None and nothing consumed (_parse takes the read)."""
+        if data[0] != 0x2A or data.find(b"*", 1) > 0 or data[1:6].isdigit():
+            return None
+        reader = self._reader
+        reader.feed(data)
+        try:
+            command = reader.gets()
+        except Exception:  # hiredis refused it: _parse gives Redis's error
+            command = None
+        if command.__class__ is list and command and not reader.has_data():
+            for arg in command:
+                if arg.__class__ is not bytes:
+                    break
+            else:
+                self._fresh = []
+                return [command]
+        self._reader = hiredis.Reader()  # incomplete, or not a plain command: frame it again
+        return None
 
     def _parse(self, out: list) -> None:  # noqa: C901 (over the limit when it came in)
         while True:

@@ -176,15 +176,18 @@ class ClientConnection(asyncio.Protocol):
         produced = 0
         queue, at = self._queue, self._queue_at
         executed = 0
-        deadline = perf_counter_ns() + TURN_BUDGET_NS
-        clock_in = CLOCK_EVERY  # commands until the clock is read again: reading it costs
+        # The turn's budget runs from the first window of more than CLOCK_EVERY
+        # commands; the clock is read every CLOCK_EVERY commands after that, so a
+        # read of a few commands (the unpipelined client) never reads it.
+        started = 0
+        clock_in = CLOCK_EVERY
         out_of_turn = False
         while True:
             if at >= len(queue):
                 if queue:
                     self.last_argv = queue[-1]
                 try:
-                    if self._parsed_at >= len(self._parsed):
+                    if not self._parsed:  # nothing pulled beyond the last window
                         queue = self.parser.pull()  # the usual case, inlined
                         if len(queue) > WINDOW:
                             self._parsed, self._parsed_at = queue, 0
@@ -198,6 +201,8 @@ class ClientConnection(asyncio.Protocol):
                 at = 0
                 if not queue:
                     break
+                if not started and len(queue) > CLOCK_EVERY:
+                    started = perf_counter_ns()
             before = at
             reply, at = execute_at(self, queue, at)
             executed += at - before
@@ -206,16 +211,16 @@ class ClientConnection(asyncio.Protocol):
                 produced += len(reply)
             if self.closing or self.blocked is not None:
                 break
-            clock_in -= 1
-            if not clock_in:
+            clock_in -= at - before
+            if clock_in <= 0 or produced > REPLY_CHUNK:
                 clock_in = CLOCK_EVERY
-                spent = perf_counter_ns() > deadline
-            else:
-                spent = False
-            if spent or produced > REPLY_CHUNK:
-                # Let the other connections (and the replies) go first.
-                out_of_turn = at < len(queue) or self._parsed_at < len(self._parsed) or self.parser.has_input()
-                break
+                now = perf_counter_ns()
+                if not started:
+                    started = now
+                if produced > REPLY_CHUNK or now - started > TURN_BUDGET_NS:
+                    # Let the other connections (and the replies) go first.
+                    out_of_turn = at < len(queue) or self._parsed_at < len(self._parsed) or self.parser.has_input()
+                    break
         if at:
             self.last_argv = queue[at - 1]
         if self.closing:
