@@ -44,6 +44,14 @@ LOOPBACK = ("127.", "::1", "::ffff:127.")
 
 
 class ClientConnection(asyncio.Protocol):
+    # One per client: slots keep it small and its attribute reads fast, and make
+    # a misspelt attribute an error instead of a new one.
+    __slots__ = ("server", "parser", "transport", "id", "name", "lib_name", "lib_ver", "protocol", "user",
+                 "gate", "addr", "laddr", "fd", "created", "last_interaction", "last_argv", "commands",
+                 "net_in", "net_out", "closing", "blocked", "_queue", "_queue_at", "_parsed", "_parsed_at",
+                 "_resume_scheduled", "_backlog_paused", "_unmeasured", "_holding", "_write_paused",
+                 "_soft_limit_since", "_soft_limit_timer", "__weakref__")
+
     def __init__(self, server) -> None:
         self.server = server
         self.parser = RequestParser(max_bulk=server.config["proto-max-bulk-len"])
