@@ -2,12 +2,24 @@
 
 SCAN
 ----
-Every key gets a monotonically increasing id when it is created; a
-``SortedDict`` maps id -> key.  A SCAN cursor is simply the next id to look at,
-so a key present for the whole scan is returned exactly once (its id never
-changes and the cursor only moves forward), keys created during the scan may
-or may not be returned, and cursor 0 starts and ends a scan, as Redis
-guarantees.  A deleted and re-created key gets a new id.
+Every key gets a monotonically increasing id when it is created.  A SCAN
+cursor is simply the next id to look at, so a key present for the whole scan
+is returned exactly once (its id never changes and the cursor only moves
+forward), keys created during the scan may or may not be returned, and cursor
+0 starts and ends a scan, as Redis guarantees.  A deleted and re-created key
+gets a new id.
+
+The ids are positions in *chunks* of :data:`SCAN_CHUNK` consecutive ids, kept
+in id order; a chunk is a list that starts with its number and its count of
+live keys, then one slot per id (the key, or None once deleted)::
+
+    _chunks = [ [0, 2, b"a", None, b"c", ...],  [1, 128, b"x", ...],  [3, 5, ...] ]
+                 ^ ids 1..128                      ids 129..256          (chunk 2: all deleted, dropped)
+
+A stream holds its chunk (``Stream.key_slot``: a reference, no object of its
+own), so deleting a key finds its slot by one scan of the chunk.  A key costs
+one list slot (8 bytes) here, not a sorted-map entry and an int (~140 bytes
+at a million keys).
 
 Time-based eviction
 -------------------
@@ -20,26 +32,33 @@ schedules it; whoever changes a stream's config calls ``limits_changed``.
 
 from __future__ import annotations
 
-from itertools import islice
 from time import perf_counter_ns, time_ns
 
-from sortedcontainers import SortedDict
+from bisect import bisect_left
+from operator import itemgetter
 
 from .agetimers import AgeTimers
 from .blocks import BlockCache
 from .glob import compile_glob
 from .stream import NODE_MAX_BYTES, Stream
 
-__all__ = ["Keyspace"]
+__all__ = ["SCAN_CHUNK", "Keyspace"]
+
+SCAN_CHUNK = 128  # ids per chunk: a live key holds at most one chunk of slots (~1 KiB) alive
+_HEAD = 2  # a chunk's header: its number, its count of live keys
+_chunk_number = itemgetter(0)
 
 
 class Keyspace:
-    __slots__ = ("_streams", "_by_id", "_next_id", "limit_pending", "cache",
+    __slots__ = ("_streams", "_chunks", "_tail", "_next_id", "limit_pending", "cache",
                  "node_max_bytes", "age_timers")
 
     def __init__(self) -> None:
         self._streams: dict[bytes, Stream] = {}
-        self._by_id: SortedDict = SortedDict()
+        # SCAN order (see the module docstring): the chunks in id order, and
+        # the one new ids go to (None: start a new one).
+        self._chunks: list[list] = []
+        self._tail: list | None = None
         self._next_id = 1  # cursor 0 means "start", so ids start at 1
         # The subject indexes (engine/subjects.py) of this keyspace's streams whose
         # max_msgs_per_subject deleted entries not yet taken (take_deleted) by the
@@ -86,8 +105,15 @@ class Keyspace:
         kid = self._next_id
         self._next_id = kid + 1
         self._streams[key] = stream
-        stream.key_id = kid  # kept on the stream: no key -> id dict (memory per key)
-        self._by_id[kid] = key
+        tail = self._tail
+        if tail is None:  # the first id of a chunk
+            self._tail = tail = [(kid - 1) // SCAN_CHUNK, 0]
+            self._chunks.append(tail)
+        tail.append(key)
+        tail[1] += 1
+        if len(tail) == _HEAD + SCAN_CHUNK:
+            self._tail = None
+        stream.key_slot = tail  # its chunk: no key -> id dict, no int per key (memory per key)
         stream.limit_pending = self.limit_pending
         if stream._subjects is not None and stream._subjects.limit_deleted:
             self.limit_pending.add(stream._subjects)
@@ -116,11 +142,12 @@ class Keyspace:
         self._register(key, stream)
 
     def delete(self, key: bytes) -> bool:
-        """Remove ``key``; True if it existed. O(log keys)."""
+        """Remove ``key``; True if it existed. O(log keys + SCAN_CHUNK)."""
         stream = self._streams.pop(key, None)
         if stream is None:
             return False
-        del self._by_id[stream.key_id]
+        self._unslot(key, stream.key_slot)
+        stream.key_slot = None
         self.age_timers.forget(key)
         stream.clear_cache()
         stream.limit_pending = None
@@ -133,11 +160,27 @@ class Keyspace:
         self.cache.clear()
         for stream in self._streams.values():
             stream.limit_pending = None
+            stream.key_slot = None
             _break_cycles(stream)
         self.limit_pending.clear()
         self.age_timers.clear()
         self._streams.clear()
-        self._by_id.clear()
+        self._chunks.clear()
+        self._tail = None
+        # Ids go on, from the next chunk's first one (a new chunk starts at its
+        # first slot): a cursor from before the flush returns no old id twice.
+        self._next_id = -(-(self._next_id - 1) // SCAN_CHUNK) * SCAN_CHUNK + 1
+
+    def _unslot(self, key: bytes, chunk: list) -> None:
+        """Empty ``key``'s slot in ``chunk``; drop the chunk once every id it
+        will ever hold is deleted. O(SCAN_CHUNK + log keys)."""
+        chunk[chunk.index(key, _HEAD)] = None
+        live = chunk[1] - 1
+        chunk[1] = live
+        if not live and chunk is not self._tail:
+            chunks = self._chunks
+            i = bisect_left(chunks, chunk[0], key=_chunk_number)
+            del chunks[i]
 
     def limits_changed(self, key: bytes) -> None:
         """The config of ``key``'s stream changed (TCONFIG SET, a replayed
@@ -179,18 +222,30 @@ class Keyspace:
     def scan(self, cursor: int, count: int = 10, pattern: bytes | None = None) -> tuple[int, list[bytes]]:
         """One SCAN step: look at up to ``count`` keys from ``cursor``;
         returns ``(next_cursor, matching keys)``, next_cursor 0 when done.
-        O(count + log keys)."""
+        O(count + log keys), plus the deleted slots passed over (fewer than
+        ``SCAN_CHUNK`` per chunk holding a live key)."""
         if cursor < 0:
             raise ValueError("cursor must be >= 0")
         count = max(1, count)
-        ids = list(islice(self._by_id.irange(minimum=cursor), count + 1))
-        if len(ids) > count:
-            next_cursor = ids[count]
-            ids = ids[:count]
-        else:
-            next_cursor = 0
-        by_id = self._by_id
-        found = [by_id[i] for i in ids]
+        chunks = self._chunks
+        pos = max(cursor, 1) - 1  # the cursor's id - 1: chunk number and slot
+        i = bisect_left(chunks, pos // SCAN_CHUNK, key=_chunk_number)
+        slot = _HEAD + pos % SCAN_CHUNK if i < len(chunks) and chunks[i][0] == pos // SCAN_CHUNK else _HEAD
+        found: list[bytes] = []
+        next_cursor = 0
+        while i < len(chunks):
+            chunk = chunks[i]
+            for j in range(slot, len(chunk)):
+                key = chunk[j]
+                if key is not None:
+                    if len(found) == count:
+                        next_cursor = chunk[0] * SCAN_CHUNK + j - _HEAD + 1
+                        break
+                    found.append(key)
+            if next_cursor:
+                break
+            i += 1
+            slot = _HEAD
         if pattern is not None and pattern != b"*":
             match = compile_glob(pattern).fullmatch
             found = [k for k in found if match(k) is not None]

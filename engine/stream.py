@@ -150,7 +150,7 @@ class Stream(TagTable):
         "_node_bytes",  # node_max_bytes, or a bound never reached when 0 (one test when appending);
                         # its complement (< 0) while a seal is owed (see _owe_seal)
         "_cache",  # the decoded-block cache (engine/blocks.py) of the keyspace
-        "key_id",  # its id in the Keyspace holding it (SCAN order), or 0
+        "key_slot",  # its SCAN chunk in the Keyspace holding it (engine/keyspace.py), or None
         "limit_pending",  # its keyspace's set of subject indexes with deletions to log, or None
     )
 
@@ -181,7 +181,7 @@ class Stream(TagTable):
         self._fast_seal = False            # last node did not compress
         self._subjects = None              # JetStream subject index: built on first need
         self.limit_pending: set | None = None  # set by the Keyspace holding the stream
-        self.key_id = 0
+        self.key_slot: list | None = None
 
     # -- simple properties ---------------------------------------------------
     @property
