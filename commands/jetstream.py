@@ -268,7 +268,7 @@ def _eob(num_pending: int, last_seq: int) -> dict:
 def _direct_stream(server, key: bytes):
     """The stream to read, or None (404); 503 when direct get is off."""
     stream = server.streams.get(key)
-    if stream is not None and not stream.config.allow_direct:
+    if stream is not None and not stream.settings.allow_direct:
         raise CommandError(NOT_ALLOWED)
     return stream
 
@@ -482,7 +482,7 @@ def batch(client, argv):  # noqa: C901 (over the limit when it came in)
             flat = current.flat
             if len(flat) < _MAX_FLAT:
                 stream = server.streams.get(key)
-                if stream is None or stream.config.allow_atomic:
+                if stream is None or stream.settings.allow_atomic:
                     flat.append(argv[4])
                     flat.append(argv[5])
                     seq = current.next_seq + 1
@@ -525,7 +525,7 @@ def batch(client, argv):  # noqa: C901 (over the limit when it came in)
             registry.abandon(current, reason)
         return batch_error(code, text)
 
-    if stream is not None and not stream.config.allow_atomic:
+    if stream is not None and not stream.settings.allow_atomic:
         raise fail(10174, "atomic publish is disabled on this stream", "rejected")
     try:
         seq = to_int(argv[3])
@@ -589,7 +589,7 @@ def _commit(server, current):
     registry = server.batches
     key = current.key
     stream = server.streams.get(key)
-    if stream is not None and not stream.config.allow_atomic:
+    if stream is not None and not stream.settings.allow_atomic:
         registry.abandon(current, "rejected")
         raise batch_error(10174, "atomic publish is disabled on this stream")
     last = stream.last if stream is not None else 0

@@ -311,7 +311,7 @@ STREAM_CONFIG = {
 
 
 def stream_config_map(stream) -> dict:
-    config = stream.config
+    config = stream.settings  # read only: no config object for a key that has none
     shown = {}
     for name in STREAM_CONFIG:
         value = getattr(config, name)

@@ -49,7 +49,7 @@ class AgeTimers:
     def schedule(self, key: bytes, stream, now_ns: int) -> None:
         """(Re)compute ``key``'s due time from its stream's config and oldest
         entry; a stream without ``max_age_ms`` gets none. O(log keys)."""
-        max_age_ms = stream.config.max_age_ms
+        max_age_ms = stream.settings.max_age_ms
         if max_age_ms <= 0:
             self._live.pop(key, None)
             return

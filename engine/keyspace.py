@@ -32,10 +32,9 @@ schedules it; whoever changes a stream's config calls ``limits_changed``.
 
 from __future__ import annotations
 
-from time import perf_counter_ns, time_ns
-
 from bisect import bisect_left
 from operator import itemgetter
+from time import perf_counter_ns, time_ns
 
 from .agetimers import AgeTimers
 from .blocks import BlockCache
@@ -117,7 +116,7 @@ class Keyspace:
         stream.limit_pending = self.limit_pending
         if stream._subjects is not None and stream._subjects.limit_deleted:
             self.limit_pending.add(stream._subjects)
-        if stream.config.max_age_ms > 0:
+        if stream.settings.max_age_ms > 0:
             self.age_timers.schedule(key, stream, time_ns())
 
     def get_or_create(self, key: bytes, node_entries: int = 1000) -> Stream:

@@ -104,7 +104,7 @@ from .node import ActiveNode, Node, SealedNode, _popcount_range
 from .subjects import enforce_subject_limit  # JetStream per-subject limit (max_msgs_per_subject)
 from .tags import TagTable
 
-__all__ = ["BLOB_PREFIX", "NODE_MAX_BYTES", "Entry", "Node", "Stream", "StreamConfig"]
+__all__ = ["BLOB_PREFIX", "DEFAULT_CONFIG", "NODE_MAX_BYTES", "Entry", "Node", "Stream", "StreamConfig"]
 
 NODE_MAX_BYTES = 1 << 20  # default payload bytes of a node before it is sealed (node-max-bytes)
 _NO_BYTE_LIMIT = 1 << 62  # node_max_bytes 0: a bound no node reaches
@@ -124,6 +124,27 @@ class StreamConfig:
     allow_atomic: bool = True
 
 
+class _DefaultConfig(StreamConfig):
+    """The defaults, one read-only object shared by every stream never
+    configured (:attr:`Stream.settings`): most keys never get a config of
+    their own, and a key of one entry should not pay for one."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value) -> None:
+        raise AttributeError("the shared default stream config is read-only: set Stream.config's fields")
+
+
+def _default_config() -> StreamConfig:
+    default = _DefaultConfig.__new__(_DefaultConfig)
+    for name, value in asdict(StreamConfig()).items():
+        object.__setattr__(default, name, value)
+    return default
+
+
+DEFAULT_CONFIG = _default_config()  # read-only (see _DefaultConfig)
+
+
 class Entry(NamedTuple):
     offset: int
     tag: bytes
@@ -134,7 +155,7 @@ class Entry(NamedTuple):
 class Stream(TagTable):
     """An RCP 11 stream.  See the module docstring for the layout.
 
-    Public attributes: ``config``, ``node_entries``, ``first`` (first offset
+    Public attributes: ``config`` (and its read-only view ``settings``), ``node_entries``, ``first`` (first offset
     held; ``== next_offset`` when nothing is held), ``next_offset``,
     ``last_time`` (time of the newest write, ns), ``groups`` (the command
     layer's consumer groups, read-only: see :meth:`add_group`), ``limit_pending`` (set by the Keyspace holding the
@@ -143,7 +164,8 @@ class Stream(TagTable):
     """
 
     __slots__ = (
-        "config", "node_entries", "first", "next_offset", "last_time", "_groups",
+        "_config",  # StreamConfig of its own, or None: the shared defaults (see settings)
+        "node_entries", "first", "next_offset", "last_time", "_groups",
         "_nodes", "_first_node_index",  # _active and the tag table: engine/tags.py
         "_deleted_held", "_sealed_mem", "_age_floor", "_fast_seal",
         "_subjects",  # JetStream subject index (engine/subjects.py), None until first needed
@@ -158,7 +180,7 @@ class Stream(TagTable):
                  node_max_bytes: int = NODE_MAX_BYTES) -> None:
         if node_entries < 1:
             raise ValueError("node_entries must be >= 1")
-        self.config = StreamConfig()
+        self._config: StreamConfig | None = None  # the defaults until configured
         # Decoded-block cache and zstd contexts: the keyspace's, shared by its
         # streams (engine/blocks.py); a standalone stream makes its own.
         self._cache = BlockCache() if cache is None else cache
@@ -184,6 +206,27 @@ class Stream(TagTable):
         self.key_slot: list | None = None
 
     # -- simple properties ---------------------------------------------------
+    @property
+    def config(self) -> StreamConfig:
+        """The stream's limits and switches, to read or change in place (the
+        stream gets a config object of its own on first access). O(1)."""
+        config = self._config
+        if config is None:
+            config = self._config = StreamConfig()
+        return config
+
+    @config.setter
+    def config(self, config: StreamConfig) -> None:
+        self._config = config
+
+    @property
+    def settings(self) -> StreamConfig:
+        """:attr:`config` for reading only: the shared read-only defaults
+        (:data:`DEFAULT_CONFIG`) while the stream has no config of its own,
+        so readers allocate nothing.  O(1)."""
+        config = self._config
+        return DEFAULT_CONFIG if config is None else config
+
     @property
     def groups(self) -> Mapping:
         """Consumer group name -> Group (engine/groups.py): the command layer
@@ -242,7 +285,8 @@ class Stream(TagTable):
         node's buffers (with over-allocation), deleted bitmaps, node objects,
         the tag table and the stream object.  Decoded copies in the
         decoded-block cache are not counted (see :class:`BlockCache`).  O(1)."""
-        mem = (sys.getsizeof(self) + sys.getsizeof(self._nodes) + sys.getsizeof(self.config)
+        mem = (sys.getsizeof(self) + sys.getsizeof(self._nodes)
+               + (0 if self._config is None else sys.getsizeof(self._config))
                + self._sealed_mem + self._tag_table_mem())
         if self._active is not None:
             mem += self._active.active_mem()
@@ -398,8 +442,8 @@ class Stream(TagTable):
         # --- JetStream subject index hook (engine/subjects.py): once built only ---
         if self._subjects is not None:
             self._subjects.appended(tag, offset)
-        cfg = self.config
-        if cfg.max_len or cfg.max_age_ms or cfg.max_msgs_per_subject:
+        cfg = self._config  # None: the defaults, no limits
+        if cfg is not None and (cfg.max_len or cfg.max_age_ms or cfg.max_msgs_per_subject):
             self.enforce_limits(now_ns)
         return offset
 
@@ -454,8 +498,8 @@ class Stream(TagTable):
         # --- JetStream subject index hook (engine/subjects.py): once built only ---
         if self._subjects is not None:
             self._subjects.appended_many(tags, first_offset)
-        cfg = self.config
-        if cfg.max_len or cfg.max_age_ms or cfg.max_msgs_per_subject:
+        cfg = self._config  # None: the defaults, no limits
+        if cfg is not None and (cfg.max_len or cfg.max_age_ms or cfg.max_msgs_per_subject):
             self.enforce_limits(now_ns)
         return first_offset
 
@@ -914,7 +958,7 @@ class Stream(TagTable):
         """Apply ``config.max_len``, ``config.max_age_ms`` then
         ``config.max_msgs_per_subject``; returns entries evicted or deleted.
         Called by append/append_many.  O(1) when nothing is due."""
-        cfg = self.config
+        cfg = self.settings
         evicted = 0
         if cfg.max_len > 0:
             evicted += self._evict_to(self.next_offset - cfg.max_len)
@@ -961,7 +1005,7 @@ class Stream(TagTable):
         bitmap as bytes or None.  O(size)."""
         return {
             "node_entries": self.node_entries,
-            "config": asdict(self.config),
+            "config": asdict(self.settings),
             "first": self.first,
             "next_offset": self.next_offset,
             "last_time": self.last_time,
@@ -989,7 +1033,9 @@ class Stream(TagTable):
         for free ids, its sum against the nodes' tag-set sizes, each tag
         set's smallest and largest id): O(nodes + blocks + tags)."""
         s = cls(state["node_entries"], cache, node_max_bytes)
-        s.config = StreamConfig(**state["config"])
+        config = StreamConfig(**state["config"])
+        if config != StreamConfig():  # else the shared defaults: no object per stream
+            s._config = config
         s.first = state["first"]
         s.next_offset = state["next_offset"]
         s.last_time = state["last_time"]

@@ -243,7 +243,7 @@ class SubjectIndex:
         if entry is None:
             entry = self.subjects[tag] = _Seqs()
         entry.seqs.append(offset)
-        limit = self.stream.config.max_msgs_per_subject
+        limit = self.stream.settings.max_msgs_per_subject
         if limit:
             if len(entry.seqs) - entry.head > limit:
                 self._trim(entry, limit)
@@ -261,7 +261,7 @@ class SubjectIndex:
                 entry = subjects[tag] = _Seqs()
             entry.seqs.append(offset)
             offset += 1
-        limit = self.stream.config.max_msgs_per_subject
+        limit = self.stream.settings.max_msgs_per_subject
         if limit:
             for tag in set(tags):
                 entry = get(tag)
@@ -531,7 +531,7 @@ def index_of(stream) -> SubjectIndex:
     index = stream._subjects
     if index is None:
         index = stream._subjects = SubjectIndex(stream)
-        limit = stream.config.max_msgs_per_subject
+        limit = stream.settings.max_msgs_per_subject
         if limit:
             index.enforce(limit)
     return index
@@ -543,4 +543,4 @@ def enforce_subject_limit(stream) -> int:
     index = stream._subjects
     if index is None:
         stream._subjects = index = SubjectIndex(stream)
-    return index.enforce(stream.config.max_msgs_per_subject)
+    return index.enforce(stream.settings.max_msgs_per_subject)

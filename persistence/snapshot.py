@@ -101,7 +101,7 @@ class StreamCapture:
         self.key = key
         self.meta = {
             "node_entries": stream.node_entries,
-            "config": asdict(stream.config),
+            "config": asdict(stream.settings),
             "first": stream.first,
             "next_offset": stream.next_offset,
             "last_time": stream.last_time,

@@ -1,0 +1,48 @@
+"""The memory layout of a small key (one entry): shared defaults, compact tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from tstream.engine import Keyspace, Stream, StreamConfig
+from tstream.engine.stream import DEFAULT_CONFIG
+
+
+def test_a_stream_shares_the_default_config_until_configured():
+    a, b = Stream(), Stream()
+    assert a.settings is b.settings is DEFAULT_CONFIG and a._config is None
+    assert vars_of(a.settings) == vars_of(StreamConfig())
+    with pytest.raises(AttributeError):
+        DEFAULT_CONFIG.max_len = 3
+    assert DEFAULT_CONFIG.max_len == 0
+    a.config.max_len = 2  # the first access gives the stream a config of its own
+    assert a.settings is a.config and a.config.max_len == 2 and b.settings is DEFAULT_CONFIG
+    for i in range(5):
+        a.append(b"t", b"%d" % i, 10 + i)
+    assert a.length == 2
+    a._check()
+
+
+def vars_of(config) -> list:
+    return [getattr(config, name) for name in ("max_len", "max_age_ms", "max_msgs_per_subject",
+                                                "allow_direct", "allow_atomic")]
+
+
+def test_a_loaded_stream_with_the_default_config_shares_it():
+    s = Stream()
+    s.append(b"t", b"x", 1)
+    t = Stream.from_state(s.export_state())
+    assert t._config is None and t.settings is DEFAULT_CONFIG
+    s.config.max_age_ms = 5
+    u = Stream.from_state(s.export_state())
+    assert u._config is not None and u.config.max_age_ms == 5
+    u._check()
+
+
+def test_keyspace_reads_do_not_give_a_key_a_config():
+    ks = Keyspace()
+    s = ks.get_or_create(b"k")
+    s.append(b"t", b"x", 1)
+    ks.limits_changed(b"k")
+    ks.evict_aged(10 ** 18)
+    assert s.enforce_limits(10 ** 18) == 0 and s._config is None
