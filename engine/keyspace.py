@@ -145,7 +145,9 @@ class Keyspace:
         stream = self._streams.pop(key, None)
         if stream is None:
             return False
-        self._unslot(key, stream.key_slot)
+        chunk = stream.key_slot
+        assert chunk is not None  # every stream of the keyspace holds its chunk
+        self._unslot(key, chunk)
         stream.key_slot = None
         self.age_timers.forget(key)
         stream.clear_cache()
