@@ -77,6 +77,8 @@ BLOCK_BYTES = 4096
 _KEEP_SHIFT = 6
 # Blocks of a freshly sealed node that enter the decoded cache at once.
 FRESH_CACHED_BLOCKS = 2
+# Values BlockCache.intern remembers at most.
+INTERNED_MAX = 4096
 
 DECODED_CACHE_BLOCKS = 512               # default limits of a BlockCache
 DECODED_CACHE_BYTES = 64 * 1024 * 1024
@@ -187,7 +189,7 @@ class BlockCache:
     contexts are created on first use and reused: creating a context costs
     far more than compressing one node.  Not thread-safe (one event loop)."""
 
-    __slots__ = ("lru", "nbytes", "max_blocks", "max_bytes", "_cctx", "_cctx_fast", "_dctx")
+    __slots__ = ("lru", "nbytes", "max_blocks", "max_bytes", "_cctx", "_cctx_fast", "_dctx", "_interned")
 
     def __init__(self, max_blocks: int = DECODED_CACHE_BLOCKS,
                  max_bytes: int = DECODED_CACHE_BYTES) -> None:
@@ -198,10 +200,27 @@ class BlockCache:
         self._cctx: zstandard.ZstdCompressor | None = None
         self._cctx_fast: zstandard.ZstdCompressor | None = None
         self._dctx: zstandard.ZstdDecompressor | None = None
+        self._interned: dict = {}  # see intern()
 
     def __len__(self) -> int:
         """Blocks held. O(1)."""
         return len(self.lru)
+
+    # -- small values shared by the keyspace's streams -------------------------
+    def intern(self, value):
+        """``value``, or an equal one given before: small immutable values that
+        many streams of the keyspace hold a copy of (a tag, the end offset of
+        a first node), kept once (a million keys of one entry each would
+        otherwise hold a million ``b"tag"`` and ``1001`` objects).  At most
+        :data:`INTERNED_MAX` are remembered (forgotten all at once when full:
+        what streams hold stays valid).  O(1)."""
+        interned = self._interned
+        kept = interned.get(value)
+        if kept is None:
+            if len(interned) >= INTERNED_MAX:
+                interned.clear()
+            interned[value] = kept = value
+        return kept
 
     # -- zstd ------------------------------------------------------------------
     def compressor(self, fast: bool = False) -> zstandard.ZstdCompressor:

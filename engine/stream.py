@@ -313,10 +313,13 @@ class Stream(TagTable):
         n = self.node_entries
         off = self.next_offset
         index = (off - 1) // n
+        cap_end = (index + 1) * n + 1
+        if not index:  # most keys have one node: their ends are one shared int
+            cap_end = self._cache.intern(cap_end)
         if data is None:
-            node = ActiveNode(index * n + 1, off, (index + 1) * n + 1)
+            node = ActiveNode(index * n + 1, off, cap_end)
         else:
-            node = ActiveNode.with_entry(index * n + 1, off, (index + 1) * n + 1, data, tid, time_ns)
+            node = ActiveNode.with_entry(index * n + 1, off, cap_end, data, tid, time_ns)
         if self._nodes:
             self._nodes.append(node)
         else:  # a list of exact size (a key of one node keeps it)

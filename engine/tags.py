@@ -38,6 +38,7 @@ from array import array
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .blocks import BlockCache
     from .node import ActiveNode
 
 __all__ = ["SMALL_TAGS", "TagDict", "TagTable"]
@@ -57,6 +58,8 @@ class TagTable:
     """Interned tags of a stream (see the module docstring)."""
 
     __slots__ = ("_tag_list", "_tag_index", "_refs", "_free_ids", "_tag_mem", "_active")
+
+    _cache: BlockCache  # the keyspace's (a slot of Stream): new tags are interned there
 
     def __init__(self) -> None:
         self._tag_list: list = [None]      # id 0 reserved: ids are truthy
@@ -108,6 +111,7 @@ class TagTable:
         active node keeps it alive (see :meth:`_free_unused`)."""
         if type(tag) is not bytes:
             raise TypeError("tag must be bytes")
+        tag = self._cache.intern(tag)  # the keyspace's streams share equal tags
         tag_list = self._tag_list
         if self._free_ids:
             tid = self._free_ids.pop()

@@ -46,3 +46,25 @@ def test_keyspace_reads_do_not_give_a_key_a_config():
     ks.limits_changed(b"k")
     ks.evict_aged(10 ** 18)
     assert s.enforce_limits(10 ** 18) == 0 and s._config is None
+
+
+def test_streams_of_a_keyspace_share_equal_tags_and_first_node_ends():
+    ks = Keyspace()
+    a, b = ks.get_or_create(b"a"), ks.get_or_create(b"b")
+    a.append(bytes(bytearray(b"tag")), b"x", 1)
+    b.append(bytes(bytearray(b"tag")), b"y", 1)
+    assert a._tag_list[1] is b._tag_list[1]
+    assert a.node_list()[0].cap_end is b.node_list()[0].cap_end == 1001
+    other = Keyspace().get_or_create(b"a")  # another keyspace shares nothing with this one
+    other.append(bytes(bytearray(b"tag")), b"z", 1)
+    assert other._tag_list[1] is not a._tag_list[1]
+    a._check()
+    b._check()
+
+
+def test_the_interned_values_are_bounded():
+    from tstream.engine.blocks import INTERNED_MAX, BlockCache
+    cache = BlockCache()
+    for i in range(INTERNED_MAX + 10):
+        assert cache.intern(b"t%d" % i) == b"t%d" % i
+    assert len(cache._interned) <= INTERNED_MAX
