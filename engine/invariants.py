@@ -150,10 +150,12 @@ def _check_sealed(node, cache: BlockCache):
 def _check_active(node, seal_owed: bool):
     """The active node: its own tables, not full unless its seal is owed
     (sealing it failed for lack of memory: see Stream._owe_seal)."""
-    assert isinstance(node, ActiveNode) and isinstance(node.buf, bytearray)
+    assert isinstance(node, ActiveNode)
     buf, ends, tags, times = node.decoded()
-    if node.ends is None:  # compact: one entry, no tables
-        assert node.tags is None and node.times is None and node.count == 1
+    if node.ends is None:  # compact: one entry, no tables, its payload immutable
+        assert node.tags is None and node.times is None and node.count == 1 and type(node.buf) is bytes
+    else:
+        assert isinstance(node.buf, bytearray)
     count = len(times)
     assert count >= 1 and node.count == count and node.last_time == times[-1]
     assert (node.start + count == node.cap_end) == seal_owed, "full node left unsealed (or a seal owed by none)"

@@ -283,14 +283,17 @@ class ActiveNode(Node):
         times : array('q') [t0, t1, t2]       ns since the epoch
 
     A node of one entry is kept *compact*: ``ends``, ``tags`` and ``times``
-    are None and the entry's tag id and time sit in ``_tid0`` / ``_time0``
-    (its payload is all of ``buf``), three arrays fewer for the many keys
-    that hold one entry.  The second entry gives it its tables
+    are None, the entry's tag id and time sit in ``_tid0`` / ``_time0`` and
+    its payload is all of ``buf``, an immutable ``bytes`` (the writer's own
+    object when it gave bytes: no copy), three arrays and a bytearray fewer
+    for the many keys that hold one entry.  The second entry gives it its tables
     (:meth:`expand`); :meth:`decoded` and :meth:`tables_at` answer for both
     forms.
     """
 
     __slots__ = ("buf", "ends", "tags", "times", "_tid0", "_time0")
+
+    buf: bytearray | bytes  # bytes while compact
 
     def __init__(self, base: int, start: int, cap_end: int, buf: bytearray | None = None,
                  ends: array | None = None, tags: array | None = None,
@@ -311,24 +314,24 @@ class ActiveNode(Node):
         node.base, node.start, node.cap_end = base, start, cap_end
         node.deleted = None
         node.ndel = 0
-        node.buf = bytearray(data)
+        node.buf = bytes(data)  # compact: immutable until expand()
         node.ends = node.tags = node.times = None
         node._tid0 = tid
         node._time0 = time_ns
         return node
 
-    def expand(self, first_len: int | None = None) -> None:
-        """Give a compact node its tables; ``first_len``: the length of its
-        entry when ``buf`` already holds more (an append in progress).
-        O(1); no-op when the node has its tables."""
+    def expand(self) -> None:
+        """Give a compact node its tables (and a growable ``buf``).
+        O(entry); no-op when the node has its tables."""
         if self.ends is not None:
             return
-        end = len(self.buf) if first_len is None else first_len
         # Every table first, then the switch: a MemoryError leaves the node compact.
+        buf = bytearray(self.buf)
+        end = len(buf)
         ends = array("I" if end <= 0xFFFFFFFF else "Q", (0, end))
         tags = array("I", (self._tid0,))
         times = array("q", (self._time0,))
-        self.ends, self.tags, self.times = ends, tags, times
+        self.buf, self.ends, self.tags, self.times = buf, ends, tags, times
         self._time0 = 0
 
     def cut_back(self, held: int) -> None:
@@ -342,7 +345,9 @@ class ActiveNode(Node):
         del ends[held + 1:]
         del tags[held:]
         del times[held:]
-        del self.buf[ends[held]:]
+        buf = self.buf
+        assert isinstance(buf, bytearray)  # tables: not compact
+        del buf[ends[held]:]
 
     @property
     def count(self) -> int:

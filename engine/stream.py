@@ -393,8 +393,7 @@ class Stream(TagTable):
             tid = self._intern(tag)
         if now_ns < self.last_time:
             now_ns = self.last_time  # keep times non-decreasing
-        # Any: a compact node's tables are None, which the AttributeError
-        # below handles on purpose (no test on the hot path).
+        # Any: a compact node's tables are None (its payload bytes) until expand().
         node: Any = self._active
         # All or nothing under MemoryError: until next_offset moves, a
         # failure takes the entry's part back (_undo_append).  (try costs
@@ -403,6 +402,8 @@ class Stream(TagTable):
             if node is None:
                 node = self._open_node(data, tid, now_ns)  # rejects bad data before any change
             else:
+                if node.ends is None:  # a compact node of one entry: give it its tables
+                    node.expand()  # all or nothing
                 buf = node.buf
                 buf += data
                 end = len(buf)
@@ -418,17 +419,6 @@ class Stream(TagTable):
                         node.ends.append(end)
                     except OverflowError:
                         self._widen_ends(node, end)
-                    except AttributeError:  # a compact node of one entry: give it its tables
-                        first_len = end - memoryview(data).nbytes
-                        try:
-                            node.expand(first_len)
-                        except MemoryError:  # still compact: only the payload to take back
-                            del buf[first_len:]
-                            raise
-                        try:
-                            node.ends.append(end)
-                        except OverflowError:
-                            self._widen_ends(node, end)
                     node.tags.append(tid)
                     node.times.append(now_ns)
         except MemoryError:
@@ -536,6 +526,7 @@ class Stream(TagTable):
                     del lens[k:]
                     chunk_len = sum(lens)
             node.expand()
+            buf = node.buf  # a compact node's payload was bytes: now its bytearray
             ends = node.ends
             if ends.typecode == "I" and len(buf) + chunk_len > 0xFFFFFFFF:
                 node.ends = ends = array("Q", ends)  # the buffer outgrows 4 GiB
