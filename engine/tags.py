@@ -16,8 +16,10 @@ dropped the counts fall and every tag left unused is freed and its id reused
 (the active node's ids are computed then, once per drop), so a long-running
 stream writing unique tags does not leak.
 
-Small tables are cheap: a stream of a few tags (the usual key of a few
-entries) has no dict (``list.index`` finds a tag among up to
+Small tables are cheap: a stream of one tag shares its table, the tuple
+``(None, tag)``, with every stream of the keyspace using that one tag (kept by
+``BlockCache.intern``; :meth:`TagTable._own_tag_list` copies it into a list of
+the stream's own before any change); a stream of a few tags has no dict (``list.index`` finds a tag among up to
 ``SMALL_TAGS`` ids as fast as a dict lookup), no reference counts until a
 node is sealed and no free list until an id is freed.  Both kinds answer
 ``_tag_index.index(tag)``: ``list.index`` raises ValueError on a miss,
@@ -62,8 +64,10 @@ class TagTable:
     _cache: BlockCache  # the keyspace's (a slot of Stream): new tags are interned there
 
     def __init__(self) -> None:
-        self._tag_list: list = [None]      # id 0 reserved: ids are truthy
-        self._tag_index: list | TagDict = self._tag_list
+        # id 0 reserved: ids are truthy.  A tuple: a one-tag table shared by
+        # the keyspace's streams (copied on write, see _own_tag_list).
+        self._tag_list: list | tuple = [None]
+        self._tag_index: list | tuple | TagDict = self._tag_list
         self._refs: array | None = None    # sealed nodes using each tag id; None: all 0
         self._free_ids: list[int] | None = None
         self._tag_mem = 0                  # getsizeof of the interned tags
@@ -90,6 +94,10 @@ class TagTable:
 
     def _set_tag_list(self, tags: list) -> None:
         """Install ``tags`` (id -> tag, None for free ids) and its index. O(tags)."""
+        if len(tags) == 2 and tags[1] is not None:  # one tag: the keyspace's shared table
+            self._tag_list = self._tag_index = self._cache.intern((None, tags[1]))
+            self._free_ids = None
+            return
         self._tag_list = tags
         if len(tags) > SMALL_TAGS + 1:
             self._tag_index = TagDict((tag, tid) for tid, tag in enumerate(tags) if tid and tag is not None)
@@ -115,13 +123,16 @@ class TagTable:
         tag_list = self._tag_list
         if self._free_ids:
             tid = self._free_ids.pop()
-            tag_list[tid] = tag
+            self._own_tag_list()[tid] = tag
         elif len(tag_list) == 1:
-            tid = 1  # the first tag: a list of exact size
-            self._tag_list = self._tag_index = tag_list = [None, tag]
+            # The first tag: the table (None, tag), one tuple shared by the
+            # keyspace's streams that use that one tag (copied on write).
+            tid = 1
+            self._tag_list = self._tag_index = self._cache.intern((None, tag))
             if self._refs is not None:
                 self._refs.append(0)
         else:
+            tag_list = self._own_tag_list()
             tid = len(tag_list)
             tag_list.append(tag)
             if self._refs is not None:
@@ -133,12 +144,23 @@ class TagTable:
         self._tag_mem += sys.getsizeof(tag)
         return tid
 
+    def _own_tag_list(self) -> list:
+        """The table's list, made the stream's own first if it is a shared
+        one-tag tuple (see :meth:`_intern`). O(1)."""
+        tag_list = self._tag_list
+        if isinstance(tag_list, list):
+            return tag_list
+        own = list(tag_list)
+        if self._tag_index is tag_list:
+            self._tag_index = own
+        self._tag_list = own
+        return own
+
     def _free_unused(self, candidates) -> None:
         """Free the candidate tag ids no sealed node and not the active node
         uses any more."""
         refs = self._refs
         tag_list = self._tag_list
-        index = self._tag_index
         in_active = None
         for tid in candidates:
             if (refs is not None and refs[tid]) or tag_list[tid] is None:
@@ -148,9 +170,12 @@ class TagTable:
             if tid in in_active:
                 continue
             tag = tag_list[tid]
-            if index is not tag_list:
+            own = self._own_tag_list()
+            index = self._tag_index
+            if isinstance(index, TagDict):
                 del index[tag]
-            tag_list[tid] = None
+            own[tid] = None
+            tag_list = own
             if self._free_ids is None:
                 self._free_ids = []
             self._free_ids.append(tid)

@@ -68,3 +68,23 @@ def test_the_interned_values_are_bounded():
     for i in range(INTERNED_MAX + 10):
         assert cache.intern(b"t%d" % i) == b"t%d" % i
     assert len(cache._interned) <= INTERNED_MAX
+
+
+def test_one_tag_streams_share_their_tag_table_and_copy_it_on_write():
+    ks = Keyspace()
+    a, b, c = (ks.get_or_create(k, node_entries=4) for k in (b"a", b"b", b"c"))
+    for s in (a, b, c):
+        s.append(b"tag", b"x", 1)
+    assert a._tag_list is b._tag_list is c._tag_list == (None, b"tag")
+    a.append(b"other", b"y", 2)  # a second tag: a's own list
+    assert a._tag_list == [None, b"tag", b"other"] and b._tag_list == (None, b"tag")
+    for i in range(9):
+        b.append(b"tag", b"%d" % i, 3)  # seals nodes: reference counts, same shared table
+    b.evict_keep(0)  # everything evicted: the tag freed in b's own copy only
+    assert b.tag_count() == 0 and c._tag_list == (None, b"tag") and c.tag_count() == 1
+    assert c.read(1, 1) == [[1, b"tag", b"x"]]
+    state = c.export_state()
+    loaded = Stream.from_state(state, cache=ks.cache)
+    assert loaded._tag_list is c._tag_list
+    for s in (a, b, c, loaded):
+        s._check()
