@@ -163,14 +163,18 @@ class Stream(TagTable):
     ``first`` never points at a deleted entry while anything is held.
     """
 
+    # Slot order is memory order: what append reads comes first, right after
+    # the tag table's _tag_index and _active (engine/tags.py), so that an
+    # append to a stream not in the CPU cache touches one or two lines of it.
     __slots__ = (
         "_config",  # StreamConfig of its own, or None: the shared defaults (see settings)
-        "node_entries", "first", "next_offset", "last_time", "_groups",
-        "_nodes", "_first_node_index",  # _active and the tag table: engine/tags.py
-        "_deleted_held", "_sealed_mem", "_age_floor", "_fast_seal",
-        "_subjects",  # JetStream subject index (engine/subjects.py), None until first needed
+        "next_offset", "last_time",
         "_node_bytes",  # node_max_bytes, or a bound never reached when 0 (one test when appending);
                         # its complement (< 0) while a seal is owed (see _owe_seal)
+        "_subjects",  # JetStream subject index (engine/subjects.py), None until first needed
+        "first", "node_entries", "_groups",
+        "_nodes", "_first_node_index",
+        "_deleted_held", "_sealed_mem", "_age_floor", "_fast_seal",
         "_cache",  # the decoded-block cache (engine/blocks.py) of the keyspace
         "key_slot",  # its SCAN chunk in the Keyspace holding it (engine/keyspace.py), or None
         "limit_pending",  # its keyspace's set of subject indexes with deletions to log, or None

@@ -59,7 +59,8 @@ class TagDict(dict):
 class TagTable:
     """Interned tags of a stream (see the module docstring)."""
 
-    __slots__ = ("_tag_list", "_tag_index", "_refs", "_free_ids", "_tag_mem", "_active")
+    # _tag_index and _active last: next to the slots of Stream that append reads
+    __slots__ = ("_tag_list", "_refs", "_free_ids", "_tag_mem", "_tag_index", "_active")
 
     _cache: BlockCache  # the keyspace's (a slot of Stream): new tags are interned there
 

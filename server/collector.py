@@ -14,7 +14,13 @@ serves, this policy freezes again
 - when the keyspace grew by :data:`FREEZE_EVERY_KEYS` keys since the last
   freeze (a bulk load: what it created is the new long-lived data), and
 - after a full pass that took longer than :data:`SLOW_FULL_PASS_NS` (whatever
-  made the old generation that big survived it: long-lived too),
+  made the old generation that big survived it: long-lived too), and
+- when objects reached the old generation (a generation-1 pass ran) since the
+  last freeze: under writes spread over many keys those are the keys' new
+  node tables (``array`` objects are tracked; three per node), which live as
+  long as the node.  Frozen at the next housekeeping pass, they never pile up
+  for a full pass to walk (1M writes over 1M keys left 1.3M arrays: a 100 ms
+  full pass; frozen every 100 ms, a full pass walks a few ms at most),
 
 checked at each housekeeping pass (``Server._cron``).  The price: a reference
 cycle among frozen objects that later becomes garbage is never collected;
@@ -44,6 +50,7 @@ class CollectorPolicy:
         self._keys_at_freeze = 0
         self._pass_started = 0
         self._freeze_due = False
+        self._promoted = False  # a generation-1 pass ran since the last freeze
 
     def install(self, keys: int) -> None:
         """Freeze what exists now (the loaded data) and watch full passes."""
@@ -56,7 +63,11 @@ class CollectorPolicy:
             gc.callbacks.remove(self._on_collection)
 
     def _on_collection(self, phase: str, info: dict) -> None:
-        if info["generation"] != 2:
+        generation = info["generation"]
+        if generation == 1:
+            self._promoted = True  # its survivors went to the old generation
+            return
+        if generation != 2:
             return
         if phase == "start":
             self._pass_started = time.perf_counter_ns()
@@ -67,14 +78,16 @@ class CollectorPolicy:
                 self._freeze_due = True  # not here: the collector is still running
 
     def cron(self, keys: int) -> None:
-        """Freeze if the keyspace grew enough or the last full pass was slow. O(1)."""
+        """Freeze if the keyspace grew enough, the last full pass was slow or
+        objects reached the old generation. O(1)."""
         if self._freeze_due:
             log.info("a full garbage collection pass took %.1f ms: freezing the objects it kept",
                      self.last_full_pass_ns / 1e6)
-        if self._freeze_due or keys - self._keys_at_freeze >= FREEZE_EVERY_KEYS:
+        if self._freeze_due or self._promoted or keys - self._keys_at_freeze >= FREEZE_EVERY_KEYS:
             gc.freeze()
             self.freezes += 1
             self._freeze_due = False
+            self._promoted = False
             self._keys_at_freeze = keys
         elif keys < self._keys_at_freeze:
             self._keys_at_freeze = keys  # keys deleted: growth counts from here

@@ -88,3 +88,21 @@ def test_one_tag_streams_share_their_tag_table_and_copy_it_on_write():
     assert loaded._tag_list is c._tag_list
     for s in (a, b, c, loaded):
         s._check()
+
+
+def test_collector_policy_freezes_what_reached_the_old_generation():
+    import gc
+
+    from tstream.server import collector
+
+    policy = collector.CollectorPolicy()
+    try:
+        policy.install(keys=0)
+        policy.cron(0)
+        before = policy.freezes
+        gc.collect(1)  # a generation-1 pass: its survivors reach the old generation
+        policy.cron(0)
+        assert policy.freezes == before + 1 and not policy._promoted
+    finally:
+        policy.uninstall()
+        gc.unfreeze()
