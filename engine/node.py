@@ -63,6 +63,12 @@ from .codec import _pack_ids, header_length, pack_header, parse_header
 __all__ = ["ActiveNode", "Node", "SealedNode"]
 
 
+# Templates of ActiveNode.expand's first tables (copied, never changed).
+_TWO_U32 = array("I", (0, 0))
+_ONE_U32 = array("I", (0,))
+_ONE_I64 = array("q", (0,))
+
+
 def _popcount_range(bits: bytearray, a: int, b: int) -> int:
     """Number of set bits at positions [a, b) of a little-endian bitmap."""
     if b <= a:
@@ -328,9 +334,17 @@ class ActiveNode(Node):
         # Every table first, then the switch: a MemoryError leaves the node compact.
         buf = bytearray(self.buf)
         end = len(buf)
-        ends = array("I" if end <= 0xFFFFFFFF else "Q", (0, end))
-        tags = array("I", (self._tid0,))
-        times = array("q", (self._time0,))
+        # Copies of tiny templates: twice as fast as array(code, initializer),
+        # and a write spread over many keys expands a node on most appends.
+        if end <= 0xFFFFFFFF:
+            ends = _TWO_U32[:]
+            ends[1] = end
+        else:
+            ends = array("Q", (0, end))
+        tags = _ONE_U32[:]
+        tags[0] = self._tid0
+        times = _ONE_I64[:]
+        times[0] = self._time0
         self.buf, self.ends, self.tags, self.times = buf, ends, tags, times
         self._time0 = 0
 
