@@ -92,7 +92,7 @@ from __future__ import annotations
 import sys
 from array import array
 from bisect import bisect_left, bisect_right
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, astuple, dataclass
 from itertools import accumulate, islice
 from operator import attrgetter
 from types import MappingProxyType
@@ -133,6 +133,13 @@ class _DefaultConfig(StreamConfig):
 
     def __setattr__(self, name: str, value) -> None:
         raise AttributeError("the shared default stream config is read-only: set Stream.config's fields")
+
+    def __eq__(self, other) -> bool:  # equal to any StreamConfig of the same values
+        if not isinstance(other, StreamConfig):
+            return NotImplemented
+        return astuple(self) == astuple(other)
+
+    __hash__ = None  # type: ignore[assignment]  # as StreamConfig's
 
 
 def _default_config() -> StreamConfig:

@@ -12,6 +12,7 @@ def test_a_stream_shares_the_default_config_until_configured():
     a, b = Stream(), Stream()
     assert a.settings is b.settings is DEFAULT_CONFIG and a._config is None
     assert vars_of(a.settings) == vars_of(StreamConfig())
+    assert a.settings == StreamConfig() and StreamConfig() == a.settings != StreamConfig(max_len=1)
     with pytest.raises(AttributeError):
         DEFAULT_CONFIG.max_len = 3
     assert DEFAULT_CONFIG.max_len == 0
