@@ -15,12 +15,14 @@ serves, this policy freezes again
   freeze (a bulk load: what it created is the new long-lived data), and
 - after a full pass that took longer than :data:`SLOW_FULL_PASS_NS` (whatever
   made the old generation that big survived it: long-lived too), and
-- when objects reached the old generation (a generation-1 pass ran) since the
-  last freeze: under writes spread over many keys those are the keys' new
-  node tables (``array`` objects are tracked; three per node), which live as
-  long as the node.  Frozen at the next housekeeping pass, they never pile up
-  for a full pass to walk (1M writes over 1M keys left 1.3M arrays: a 100 ms
-  full pass; frozen every 100 ms, a full pass walks a few ms at most),
+- on a keyspace of :data:`FREEZE_EVERY_KEYS` keys or more, when objects
+  reached the old generation (a generation-1 pass ran) since the last freeze:
+  under writes spread over many keys those are the keys' new node tables
+  (``array`` objects are tracked; three per node), which live as long as the
+  node.  Frozen at the next housekeeping pass, they never pile up for a full
+  pass to walk (1M writes over 1M keys left 1.3M arrays: a 100 ms full pass;
+  frozen every 100 ms, a full pass walks a few ms at most).  A smaller
+  keyspace cannot hold enough of them to make a full pass slow,
 
 checked at each housekeeping pass (``Server._cron``).  The price: a reference
 cycle among frozen objects that later becomes garbage is never collected;
@@ -83,7 +85,8 @@ class CollectorPolicy:
         if self._freeze_due:
             log.info("a full garbage collection pass took %.1f ms: freezing the objects it kept",
                      self.last_full_pass_ns / 1e6)
-        if self._freeze_due or self._promoted or keys - self._keys_at_freeze >= FREEZE_EVERY_KEYS:
+        promoted = self._promoted and keys >= FREEZE_EVERY_KEYS
+        if self._freeze_due or promoted or keys - self._keys_at_freeze >= FREEZE_EVERY_KEYS:
             gc.freeze()
             self.freezes += 1
             self._freeze_due = False

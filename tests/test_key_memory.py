@@ -98,12 +98,13 @@ def test_collector_policy_freezes_what_reached_the_old_generation():
 
     policy = collector.CollectorPolicy()
     try:
-        policy.install(keys=0)
-        policy.cron(0)
-        before = policy.freezes
+        big = collector.FREEZE_EVERY_KEYS  # a keyspace big enough for full passes to matter
+        policy.install(keys=5)
         gc.collect(1)  # a generation-1 pass: its survivors reach the old generation
-        policy.cron(0)
-        assert policy.freezes == before + 1 and not policy._promoted
+        policy.cron(5)  # a small keyspace: that alone does not freeze
+        assert policy.freezes == 0 and policy._promoted
+        policy.cron(big)  # grown by less than FREEZE_EVERY_KEYS, but big: frozen
+        assert policy.freezes == 1 and not policy._promoted
     finally:
         policy.uninstall()
         gc.unfreeze()
