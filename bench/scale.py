@@ -369,7 +369,7 @@ NOTES = """\
   | max_age_ms due time (1 in 10 keys), group (1 in 100), the rest | 35 | 43 |
   | **allocated, per key** | **944** | **632** |
 
-  RSS through the server at 1M keys: 1,027 B before, 688 B now (in-process, `bench/keys_memory.py`:
+  RSS through the server at 1M keys: 1,027 B before, 690 B now (in-process, `bench/keys_memory.py`:
   898 B before, 600 B now).  What is left is CPython's floor for a few objects per key.
 - *writes across the keys*: the cost of an append to a key not in the CPU cache is its cache
   (and TLB) misses: the stream, its node, the tables, the time.  The changes above touch fewer
