@@ -22,12 +22,13 @@ from __future__ import annotations
 import logging
 from time import perf_counter_ns
 
-from tstream.resp import NO_REPLY, encode, encode_error, encode_integer
+from tstream.resp import NO_REPLY, QUEUED, encode, encode_error, encode_integer
 
 from .errors import CommandError, UnknownCommand, UnknownSubcommand, WrongArity
 from .flags import FAST, WRITE
 from .stats import CommandStats
 from .table import COMMANDS
+from .transactions import EXEC_REFUSED, NOT_QUEUED, end_transaction
 
 log = logging.getLogger("tstream.commands")
 
@@ -79,35 +80,34 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:  # 
     entry = table.get(argv[0]) or table.get(argv[0].lower())
     if entry is None:
         server.stats.errors += 1
+        if client.multi is not None:
+            client.multi_failed = True
         return encode_error(UnknownCommand(argv[0], argv[1:]).message), at + 1
     name, handler, fewest, most, fast, command, stats, run, subcommands = entry
     nargs = len(argv)
     if not fewest <= nargs <= most:
-        stats.rejected += 1
-        server.stats.errors += 1
-        return encode_error(WrongArity(name.decode("utf-8", "replace")).message), at + 1
+        return _refuse(client, name, stats, WrongArity(name.decode("utf-8", "replace")).message), at + 1
     if subcommands is not None and nargs > 1:  # a container: CONFIG GET runs the config|get entry
         entry = subcommands.get(argv[1]) or subcommands.get(argv[1].lower())
         if entry is None:
             server.stats.errors += 1
+            if client.multi is not None:
+                client.multi_failed = True
             return encode_error(UnknownSubcommand(name, argv[1]).message), at + 1
         name, handler, fewest, most, fast, command, stats, run, subcommands = entry
         if not fewest <= nargs <= most:
-            stats.rejected += 1
-            server.stats.errors += 1
-            return encode_error(WrongArity(name.decode("utf-8", "replace")).message), at + 1
+            return _refuse(client, name, stats, WrongArity(name.decode("utf-8", "replace")).message), at + 1
     if client.gate is not None:  # not authenticated yet, or an ACL user with limits
         try:
             client.gate(client, name, argv, command)
         except CommandError as exc:
-            stats.rejected += 1
-            server.stats.errors += 1
-            return encode_error(exc.message), at + 1
+            return _refuse(client, name, stats, exc.message), at + 1
     # MISCONF while the files can't be written (server.persist); Redis refuses PING too.
     if server.persistence.denied_writes is not None and (command.flags & WRITE or name == b"ping"):
-        stats.rejected += 1
-        server.stats.errors += 1
-        return encode_error(server.persistence.denied_writes), at + 1
+        return _refuse(client, name, stats, server.persistence.denied_writes), at + 1
+    if client.multi is not None and name not in NOT_QUEUED:  # in MULTI: kept for EXEC
+        client.multi.append(argv)
+        return QUEUED, at + 1
     if client.gate is None and run is not None and nargs == fewest and at + 1 < len(commands):
         # A run: the commands after this one spelled the same, with as many words
         # and the same key (the scan is inlined: this is the pipelined hot path).
@@ -148,6 +148,19 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:  # 
     if elapsed >= server.slow_threshold_ns:
         server.observe_slow(argv, elapsed, client, fast)
     return out, at + 1
+
+
+def _refuse(client, name: bytes, stats: CommandStats, message: str) -> bytes:
+    """A command refused before it ran; in MULTI this also dooms the transaction
+    (EXECABORT), and a refused EXEC discards it, with Redis's text."""
+    stats.rejected += 1
+    client.server.stats.errors += 1
+    if name == b"exec":
+        end_transaction(client)
+        message = EXEC_REFUSED + (message[4:] if message.startswith("ERR ") else message)
+    elif client.multi is not None:
+        client.multi_failed = True
+    return encode_error(message)
 
 
 def _execute_run(client, run, argvs: list, stats: CommandStats, fast: bool) -> bytes:

@@ -28,7 +28,13 @@ class NotAnInteger(CommandError):
 
 class UnknownCommand(CommandError):
     def __init__(self, name: bytes, args: list) -> None:
-        shown = " ".join(f"'{_printable(a)}'" for a in args[:20])
+        # Redis's text: each argument quoted and followed by a space, while the
+        # list is under 128 characters (the last one cut to what is left of them).
+        shown = ""
+        for arg in args:
+            if len(shown) >= 128:
+                break
+            shown += f"'{_printable(arg)[:128 - len(shown)]}' "
         super().__init__(
             f"ERR unknown command '{_printable(name)}', with args beginning with: {shown}"
         )

@@ -107,6 +107,7 @@ def flushall(client, argv):
         raise SyntaxErr()
     server = client.server
     count = len(server.keyspace)
+    existed = [key for key in server.watched if key in server.streams] if server.watched else ()
     server.keyspace.flush()
-    server.writes.flushed(count)
+    server.writes.flushed(count, existed)
     return OK

@@ -13,7 +13,7 @@ import re
 from time import time_ns
 
 from tstream.engine.groups import Group
-from tstream.resp import NO_REPLY, OK, Entries, encode_integer_run
+from tstream.resp import NO_REPLY, NULL_ARRAY, OK, Entries, encode_integer_run
 
 from .args import to_bool, to_int, to_nonnegative, to_positive_list
 from .errors import CommandError, SyntaxErr
@@ -219,6 +219,9 @@ def tread(client, argv):
     O(1) seek + O(count); group reads O(count log pending) for the due retries, amortised O(1) per new entry.
     """
     request = client.server.tread_parses.parse(argv)
+    if client.in_exec:  # in a transaction: served now, and a BLOCK that would wait times out at once
+        reply = perform_read(client.server, request, blocking=False)
+        return NULL_ARRAY if not reply and request.block_ms is not None and request.count else reply
     if request.group is not None:
         client.server.blocking.defer(client, request)
         return NO_REPLY

@@ -20,7 +20,11 @@ housekeeping pass) is the one place that acts:
    file while ``appendonly`` is on; replicas would be more);
 3. the changes added to ``server.dirty`` (save points, INFO);
 4. blocked readers woken: the written keys are marked ready (served at the end
-   of the loop turn, server.blocking), group readers of deleted keys unblocked.
+   of the loop turn, server.blocking), group readers of deleted keys unblocked;
+5. connections that WATCH a written key marked (their EXEC will do nothing).
+
+While EXEC runs (``begin_transaction`` .. ``end_transaction``) step 2 collects
+the records instead, and they are logged together as one TXN record.
 
 Hot paths stay cheap: one ``Writes`` per server, reused (a command allocates
 nothing here but its records, and those only when there is a sink); the
@@ -30,12 +34,12 @@ one attribute check (``pending``) for a command that wrote nothing.
 
 from __future__ import annotations
 
-from tstream.persistence.effects import ACK, APPEND, CONFIG, CREATE, DELETE, DELKEY, EVICT, FLUSH, group_moved
+from tstream.persistence.effects import ACK, APPEND, CONFIG, CREATE, DELETE, DELKEY, EVICT, FLUSH, TXN, group_moved
 
 
 class Writes:
     __slots__ = ("server", "sinks", "records", "dirty", "pending", "key", "stream", "first", "wake",
-                 "ready", "gone")
+                 "ready", "gone", "watched", "transaction")
 
     def __init__(self, server) -> None:
         self.server = server  # reads waiting_keys and blocking, adds to dirty
@@ -50,6 +54,11 @@ class Writes:
         self.wake = False  # its blocked readers may be served now
         self.ready: list[bytes] = []  # other keys to wake (TACK)
         self.gone: list[bytes] = []  # deleted keys that clients wait on
+        # WATCH (commands.transactions): key -> the connections watching it; a
+        # committed change of a key marks them (EXEC then does nothing).
+        self.watched: dict[bytes, set] = server.watched
+        # While EXEC runs: the effect records of its commands, logged as one TXN record.
+        self.transaction: list | None = None
 
     def add_sink(self, sink) -> None:
         if sink not in self.sinks:
@@ -58,6 +67,26 @@ class Writes:
     def remove_sink(self, sink) -> None:
         if sink in self.sinks:
             self.sinks.remove(sink)
+
+    def begin_transaction(self) -> None:
+        """Until ``end_transaction``, collect the effect records instead of logging them."""
+        self.transaction = []
+
+    def end_transaction(self) -> None:
+        """Log the records collected since ``begin_transaction`` as one unit: a TXN
+        record, which a crash leaves whole or cuts off whole (persistence.effects)."""
+        records, self.transaction = self.transaction, None
+        if records:
+            record = records[0] if len(records) == 1 else [TXN, records]
+            for sink in self.sinks:
+                sink.log(record)
+
+    def touch(self, key: bytes) -> None:
+        """``key`` changed: the connections WATCHing it will not run their EXEC."""
+        clients = self.watched.get(key)
+        if clients:
+            for client in clients:
+                client.dirty_cas = True
 
     # --- describing: what handlers call --------------------------------------------
 
@@ -124,6 +153,8 @@ class Writes:
 
     def created(self, key: bytes, stream) -> None:
         """A new, empty stream at ``key``."""
+        if self.watched:
+            self.touch(key)
         if self.sinks:
             self.records.append([CREATE, key, stream.node_entries])
             self.pending = True
@@ -131,6 +162,8 @@ class Writes:
     def group_moved(self, key: bytes, group, entries=None) -> None:
         """``group`` was created or moved; ``entries`` ([offset, ...] each) were
         handed out and are now pending (as the group keeps them)."""
+        if self.watched:
+            self.touch(key)
         if self.sinks:
             self.records.append(group_moved(key, group, [entry[0] for entry in entries] if entries else ()))
         self.dirty += 1
@@ -139,6 +172,8 @@ class Writes:
     def acked(self, key: bytes, group_name: bytes, offsets: list, wake: bool) -> None:
         """Pending ``offsets`` of a group were acknowledged; ``wake``: the group's
         pending list was full, its capped readers may go on."""
+        if self.watched:
+            self.touch(key)
         if self.sinks:
             self.records.append([ACK, key, group_name, *offsets])
         if wake:
@@ -148,6 +183,8 @@ class Writes:
 
     def deleted(self, key: bytes) -> None:
         """``key`` was removed (DEL)."""
+        if self.watched:
+            self.touch(key)
         if self.sinks:
             self.records.append([DELKEY, key])
         if key in self.server.waiting_keys:
@@ -155,8 +192,11 @@ class Writes:
         self.dirty += 1
         self.pending = True
 
-    def flushed(self, count: int) -> None:
-        """Every key (``count`` of them) was removed (FLUSHALL)."""
+    def flushed(self, count: int, existed=()) -> None:
+        """Every key (``count`` of them) was removed (FLUSHALL); ``existed``: the
+        WATCHed keys among them (a watched key that did not exist is not changed)."""
+        for key in existed:
+            self.touch(key)
         if self.sinks:
             self.records.append([FLUSH])
         self.gone.extend(self.server.waiting_keys)
@@ -209,11 +249,16 @@ class Writes:
                 self._take_limit_deletes(key, index)
             if self.wake and key in server.waiting_keys:
                 server.blocking.key_ready(key)
+            if self.watched:
+                self.touch(key)
         records = self.records
         if records:
-            for sink in self.sinks:
-                for record in records:
-                    sink.log(record)
+            if self.transaction is not None:
+                self.transaction.extend(records)
+            else:
+                for sink in self.sinks:
+                    for record in records:
+                        sink.log(record)
             records.clear()
         server.dirty += self.dirty
         self.dirty = 0
@@ -239,3 +284,5 @@ class Writes:
             self._take_limit_deletes(key, index)
         if self.wake and key in self.server.waiting_keys:
             self.server.blocking.key_ready(key)
+        if self.watched:
+            self.touch(key)

@@ -19,15 +19,17 @@ the file, see ``persistence.framing``):
                                                         group created or moved; pending entries set
     ACK     [7, key, name, offset, ...]                 pending entries acknowledged
     DELETE  [8, key, offset, ...]                       entries deleted (per-subject limits)
+    TXN     [9, [record, record, ...]]                  a transaction (EXEC): its records as one
+                                                        frame, so a crash keeps all or none of them
 """
 
 from __future__ import annotations
 
 from tstream.engine.groups import Group
 
-CREATE, APPEND, EVICT, CONFIG, DELKEY, FLUSH, GROUP, ACK, DELETE = range(9)
+CREATE, APPEND, EVICT, CONFIG, DELKEY, FLUSH, GROUP, ACK, DELETE, TXN = range(10)
 
-NAMES = ["CREATE", "APPEND", "EVICT", "CONFIG", "DELKEY", "FLUSH", "GROUP", "ACK", "DELETE"]
+NAMES = ["CREATE", "APPEND", "EVICT", "CONFIG", "DELKEY", "FLUSH", "GROUP", "ACK", "DELETE", "TXN"]
 
 
 class ReplayError(ValueError):
@@ -56,6 +58,12 @@ def apply(keyspace, record: list) -> None:  # noqa: C901 (over the limit when it
         kind = record[0]
         if kind == FLUSH:
             keyspace.flush()
+            return
+        if kind == TXN:
+            for inner in record[1]:
+                if inner[0] == TXN:
+                    raise ReplayError("a TXN record inside a TXN record")
+                apply(keyspace, inner)
             return
         key = record[1]
         if kind == CREATE:

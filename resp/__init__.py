@@ -4,6 +4,7 @@ from .encode import (
     NO_REPLY,
     NULL_ARRAY,
     OK,
+    QUEUED,
     BigNumber,
     Entries,
     ErrorReply,
@@ -25,7 +26,7 @@ from .parser import RequestParser, split_inline
 from .strict import StrictRequestParser
 
 __all__ = [
-    "NO_REPLY", "NULL_ARRAY", "OK", "BigNumber", "Entries", "ErrorReply", "Push", "Raw", "Set", "Status", "Verbatim",
+    "NO_REPLY", "NULL_ARRAY", "OK", "QUEUED", "BigNumber", "Entries", "ErrorReply", "Push", "Raw", "Set", "Status", "Verbatim",
     "encode", "encode_batched_message", "encode_entries", "encode_error", "encode_integer", "encode_integer_run",
     "encode_message", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
 ]

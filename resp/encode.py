@@ -101,6 +101,7 @@ class _NoReply:
 NO_REPLY = _NoReply()
 
 OK = Raw(b"+OK\r\n")
+QUEUED = Raw(b"+QUEUED\r\n")  # a command kept for EXEC (MULTI)
 
 
 # encode(n, protocol) of an int n, the same in both protocols: TWRITE's and TACK's reply.

@@ -76,6 +76,7 @@ class Server:
         self.dirty = 0  # changes since the last snapshot
         # The write path: handlers describe their changes, the dispatcher commits them
         # (logged to the effect sinks, counted in dirty, blocked readers woken).
+        self.watched: dict[bytes, set] = {}  # WATCHed key -> its connections (commands.transactions)
         self.writes = Writes(self)
         self._aof: Persistence | None = None
         self.hold_replies = False  # AOF on: every reply waits for the turn's records (Persistence.attach)

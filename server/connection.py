@@ -31,6 +31,7 @@ import time
 from time import perf_counter_ns
 
 from tstream.commands.dispatch import execute_at
+from tstream.commands.transactions import unwatch_all
 from tstream.resp import ProtocolError, RequestParser, StrictRequestParser, encode_error
 
 log = logging.getLogger("tstream.connection")
@@ -50,7 +51,8 @@ class ClientConnection(asyncio.Protocol):
                  "gate", "addr", "laddr", "fd", "created", "last_interaction", "last_argv", "commands",
                  "net_in", "net_out", "closing", "blocked", "_queue", "_queue_at", "_parsed", "_parsed_at",
                  "_resume_scheduled", "_backlog_paused", "_unmeasured", "_holding", "_write_paused",
-                 "_soft_limit_since", "_soft_limit_timer", "__weakref__")
+                 "_soft_limit_since", "_soft_limit_timer", "multi", "multi_failed", "in_exec", "watching",
+                 "dirty_cas", "__weakref__")
 
     def __init__(self, server) -> None:
         self.server = server
@@ -86,6 +88,14 @@ class ClientConnection(asyncio.Protocol):
         self._write_paused = False
         self._soft_limit_since = 0.0  # time.monotonic() when the unsent replies passed the soft limit
         self._soft_limit_timer: asyncio.TimerHandle | None = None
+        # Transactions (commands.transactions): the queued commands while in MULTI
+        # (None outside), a refusal while queuing, EXEC running, the WATCHed keys,
+        # and whether one of them changed since WATCH.
+        self.multi: list | None = None
+        self.multi_failed = False
+        self.in_exec = False
+        self.watching: set | None = None
+        self.dirty_cas = False
 
     # --- asyncio.Protocol -----------------------------------------------------------
 
@@ -376,6 +386,8 @@ class ClientConnection(asyncio.Protocol):
             self._soft_limit_timer.cancel()
         self.server.blocking.forget(self)
         self.server.clients.pop(self.id, None)
+        if self.watching:
+            unwatch_all(self)
 
     def pause_writing(self) -> None:
         # The client is not reading its replies: stop reading its requests too.

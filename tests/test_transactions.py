@@ -1,0 +1,328 @@
+"""MULTI / EXEC / DISCARD / WATCH / UNWATCH through the real server.
+
+Replies and errors are compared byte for byte with redis-server's (the oracle)
+over raw sockets, in RESP2 and RESP3; then redis-py's pipeline() (MULTI/EXEC),
+WATCH races between two clients, and the append-only file: a transaction is one
+TXN record, restored whole, and cut off whole when a crash tears it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import hiredis
+import pytest
+import redis
+import redis.asyncio
+
+from tstream.persistence import aof as aof_files
+from tstream.persistence import effects
+from tstream.persistence.framing import iter_frames, unpack
+
+from .conftest import free_port
+
+
+def encode_command(*words) -> bytes:
+    parts = [b"*%d\r\n" % len(words)]
+    for word in words:
+        word = word if isinstance(word, bytes) else str(word).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(word), word))
+    return b"".join(parts)
+
+
+class Raw:
+    """A socket that sends one command and returns its reply's exact bytes."""
+
+    def __init__(self, port: int, protocol: int = 2) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        if protocol == 3:
+            self.call("HELLO", "3")
+
+    def call(self, *words) -> bytes:
+        self.sock.sendall(encode_command(*words))
+        reader = hiredis.Reader()
+        received = b""
+        while True:
+            chunk = self.sock.recv(65536)
+            assert chunk, "connection closed"
+            received += chunk
+            reader.feed(chunk)
+            if reader.gets() is not False:
+                return received
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def redis_port(tmp_path_factory):
+    path = shutil.which("redis-server")
+    if path is None:
+        pytest.fail("redis-server is not installed (apt-get install -y redis-server)")
+    port = free_port()
+    proc = subprocess.Popen([path, "--port", str(port), "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path_factory.mktemp("redis"))],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            redis.Redis(port=port).ping()
+            break
+        except redis.ConnectionError:
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+    yield port
+    proc.terminate()
+    proc.wait(10)
+
+
+# Sequences of commands both servers know; each runs on a fresh connection.
+SEQUENCES = {
+    "exec without multi": [("EXEC",)],
+    "discard without multi": [("DISCARD",)],
+    "empty transaction": [("MULTI",), ("EXEC",)],
+    "queued replies": [("MULTI",), ("PING",), ("ECHO", "hello"), ("EXISTS", "nokey"), ("TYPE", "nokey"),
+                       ("DEL", "nokey"), ("PING", "msg"), ("EXEC",)],
+    "nested multi": [("MULTI",), ("MULTI",), ("PING",), ("EXEC",)],
+    "watch inside multi": [("MULTI",), ("WATCH", "k"), ("PING",), ("EXEC",)],
+    "unknown command aborts": [("MULTI",), ("PING",), ("NOSUCHCOMMAND", "a"), ("ECHO", "x"), ("EXEC",),
+                               ("EXEC",)],
+    "wrong arity aborts": [("MULTI",), ("ECHO",), ("PING",), ("EXEC",)],
+    "unknown subcommand aborts": [("MULTI",), ("CONFIG", "NOSUCH"), ("EXEC",)],
+    "discard": [("MULTI",), ("PING",), ("DISCARD",), ("EXEC",), ("PING",)],
+    "multi arity": [("MULTI", "extra"), ("EXEC", "extra"), ("DISCARD", "x"), ("WATCH",), ("UNWATCH", "x")],
+    "exec arity in multi": [("WATCH", "k"), ("MULTI",), ("PING",), ("EXEC", "extra"), ("EXEC",), ("PING",)],
+    "watch and unwatch": [("WATCH", "a", "b"), ("UNWATCH",), ("MULTI",), ("UNWATCH",), ("EXEC",)],
+    "watch untouched key": [("WATCH", "nokey"), ("MULTI",), ("PING",), ("EXEC",)],
+    "lowercase": [("multi",), ("ping",), ("exec",)],
+}
+
+
+@pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
+@pytest.mark.parametrize("name", list(SEQUENCES))
+def test_replies_match_redis(server, redis_port, protocol, name):
+    replies = {}
+    for port in (server.port, redis_port):
+        conn = Raw(port, protocol)
+        replies[port] = [conn.call(*command) for command in SEQUENCES[name]]
+        conn.close()
+    assert replies[server.port] == replies[redis_port]
+
+
+def make_key(port: int, key: str, is_redis: bool) -> None:
+    client = redis.Redis(port=port)
+    if is_redis:
+        client.xadd(key, {"t": "v"})
+    else:
+        client.execute_command("TWRITE", key, "t", "v")
+    client.close()
+
+
+@pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
+@pytest.mark.parametrize("change", ["del", "flushall"])
+def test_watched_key_changed_by_another_client_matches_redis(server, redis_port, protocol, change):
+    replies = {}
+    for port, is_redis in ((server.port, False), (redis_port, True)):
+        redis.Redis(port=port).flushall()
+        make_key(port, "w", is_redis)
+        conn = Raw(port, protocol)
+        sequence = [conn.call("WATCH", "w", "other")]
+        other = redis.Redis(port=port)
+        other.delete("w") if change == "del" else other.flushall()
+        other.close()
+        sequence += [conn.call("MULTI"), conn.call("PING"), conn.call("EXEC"),
+                     # after EXEC nothing is watched any more: this one runs
+                     conn.call("MULTI"), conn.call("PING"), conn.call("EXEC")]
+        conn.close()
+        replies[port] = sequence
+    assert replies[server.port] == replies[redis_port]
+    assert replies[redis_port][3] == (b"*-1\r\n" if protocol == 2 else b"_\r\n")
+
+
+def test_flushall_of_a_watched_missing_key_does_not_abort_matches_redis(server, redis_port):
+    replies = {}
+    for port in (server.port, redis_port):
+        conn = Raw(port)
+        replies[port] = [conn.call("WATCH", "missing"), conn.call("FLUSHALL"), conn.call("MULTI"),
+                         conn.call("PING"), conn.call("EXEC")]
+        conn.close()
+    assert replies[server.port] == replies[redis_port]
+
+
+# --- tstream's own commands in transactions ---------------------------------------------
+
+
+def test_redis_py_pipeline_writes_once(r):
+    """The issue's repro: redis-py's default pipeline() is MULTI ... EXEC."""
+    pipe = r.pipeline()
+    pipe.execute_command("TWRITE", "k", "t", "A")
+    pipe.execute_command("TWRITE", "k2", "t", "B")
+    pipe.execute_command("TREAD", "k", 1, 10)
+    replies = pipe.execute()
+    assert replies[:2] == [1, 1]
+    assert [list(e) for e in replies[2]] == [[1, b"t", b"A"]]
+    assert [list(e) for e in r.execute_command("TREAD", "k", 1, 10)] == [[1, b"t", b"A"]]
+
+
+def test_nothing_runs_before_exec(r, server):
+    other = server.client()
+    assert r.execute_command("MULTI") in (b"OK", "OK", True)
+    assert r.execute_command("TWRITE", "k", "t", "A") in (b"QUEUED", "QUEUED")
+    assert other.execute_command("TREAD", "k", 1, 10) == []
+    replies = r.execute_command("EXEC")
+    assert replies == [1]
+    assert len(other.execute_command("TREAD", "k", 1, 10)) == 1
+
+
+def test_execabort_writes_nothing(server):
+    r = server.client()
+    pipe = r.pipeline()
+    pipe.execute_command("TWRITE", "k", "t", "A")
+    pipe.execute_command("TWRITE", "k")  # wrong arity: refused while queuing
+    with pytest.raises(redis.exceptions.ResponseError, match="wrong number of arguments"):
+        pipe.execute()  # redis-py raises the queuing error; EXEC replied EXECABORT
+    assert r.execute_command("TREAD", "k", 1, 10) == []
+    assert r.exists("k") == 0
+
+
+def test_runtime_error_is_one_element_the_others_run(server):
+    r = server.client()
+    r.execute_command("TWRITE", "k", "t", "A")
+    pipe = r.pipeline()
+    pipe.execute_command("TWRITE", "k", "t", "B")
+    pipe.execute_command("TACK", "k", "nogroup", "notanumber")
+    pipe.execute_command("TWRITE", "k", "t", "C")
+    replies = pipe.execute(raise_on_error=False)
+    assert replies[0] == 2 and replies[2] == 3
+    assert isinstance(replies[1], redis.exceptions.ResponseError)
+    assert len(r.execute_command("TREAD", "k", 1, 10)) == 3
+
+
+def test_watch_race_between_two_clients(server):
+    a, b = server.client(), server.client()
+    a.execute_command("TWRITE", "k", "t", "A")
+    with a.pipeline() as pipe:
+        pipe.watch("k")
+        b.execute_command("TWRITE", "k", "t", "B")  # changes the watched key
+        pipe.multi()
+        pipe.execute_command("TWRITE", "k", "t", "from-a")
+        with pytest.raises(redis.exceptions.WatchError):
+            pipe.execute()
+    assert [e[2] for e in a.execute_command("TREAD", "k", 1, 10)] == [b"A", b"B"]
+    # Without a change in between, the same transaction runs.
+    with a.pipeline() as pipe:
+        pipe.watch("k")
+        pipe.multi()
+        pipe.execute_command("TWRITE", "k", "t", "from-a")
+        assert pipe.execute() == [3]
+
+
+@pytest.mark.parametrize("change", [
+    ("TWRITE", "k", "t", "x"),
+    ("TACK", "k", "g", 1),
+    ("TREAD", "k", 1, 1, "GROUP", "g2"),
+    ("TCONFIG", "k", "SET", "max_len", 10),
+    ("TEVICT", "k", 1),
+    ("DEL", "k"),
+])
+def test_every_kind_of_change_aborts_a_watching_exec(server, change):
+    a, b = server.client(), server.client()
+    a.execute_command("TWRITE", "k", "t", "A")
+    a.execute_command("TWRITE", "k", "t", "B")
+    a.execute_command("TREAD", "k", 1, 1, "GROUP", "g", "RETRY", 60000, 120000)
+    a.execute_command("WATCH", "k")
+    b.execute_command(*change)
+    a.execute_command("MULTI")
+    a.execute_command("PING")
+    assert a.execute_command("EXEC") is None
+
+
+def test_blocking_read_in_exec_times_out_at_once(server):
+    r = server.client()
+    started = time.monotonic()
+    pipe = r.pipeline()
+    pipe.execute_command("TREAD", "empty", 1, 10, "BLOCK", 0)
+    pipe.execute_command("TREAD", "empty", 1, 10, "GROUP", "g", "BLOCK", 0)
+    pipe.execute_command("TWRITE", "empty", "t", "A")
+    pipe.execute_command("TREAD", "empty", 1, 10, "GROUP", "g", "BLOCK", 0)
+    replies = pipe.execute()
+    assert time.monotonic() - started < 5
+    assert replies[0] is None and replies[1] is None and replies[2] == 1
+    assert [list(e) for e in replies[3]] == [[1, b"t", b"A"]]
+
+
+def test_asyncio_pipeline(server):
+    async def run():
+        client = redis.asyncio.Redis(port=server.port, protocol=3)
+        pipe = client.pipeline()
+        pipe.execute_command("TWRITE", "ak", "t", "A")
+        pipe.execute_command("TWRITE", "ak", "t", "B")
+        replies = await pipe.execute()
+        entries = await client.execute_command("TREAD", "ak", 1, 10)
+        await client.aclose()
+        return replies, entries
+
+    replies, entries = asyncio.run(run())
+    assert replies == [1, 2]
+    assert len(entries) == 2
+
+
+def test_a_closed_connection_forgets_its_watches(server):
+    a = server.client()
+    a.execute_command("WATCH", "k")
+    a.close()
+    b = server.client()
+    b.execute_command("TWRITE", "k", "t", "v")  # nothing left to mark
+    assert b.execute_command("TREAD", "k", 1, 1)[0][2] == b"v"
+
+
+# --- the append-only file ------------------------------------------------------------
+
+
+def aof_records(directory) -> list:
+    entries = aof_files.read_manifest(os.path.join(directory, "appendonlydir"))
+    incr = os.path.join(directory, "appendonlydir", entries[-1].name)
+    with open(incr, "rb") as handle:
+        data = handle.read()
+    return [unpack(payload) for _, payload in iter_frames(data, 0, incr)], incr
+
+
+def test_exec_is_one_txn_record_and_survives_a_restart(make_server, tmp_path):
+    proc = make_server("--save", "", "--appendonly", "yes", "--appendfsync", "always")
+    c = proc.client()
+    pipe = c.pipeline()
+    for i in range(5):
+        pipe.execute_command("TWRITE", f"k{i}", "t", f"v{i}")
+    pipe.execute()
+    records, _ = aof_records(tmp_path)
+    txns = [record for record in records if record[0] == effects.TXN]
+    assert len(txns) == 1
+    assert [inner[0] for inner in txns[0][1]].count(effects.APPEND) == 5
+    proc.kill()
+    proc.start()
+    c = proc.client()
+    assert [c.execute_command("TREAD", f"k{i}", 1, 1)[0][2] for i in range(5)] == [b"v%d" % i for i in range(5)]
+
+
+def test_a_torn_transaction_is_cut_off_whole(make_server, tmp_path):
+    proc = make_server("--save", "", "--appendonly", "yes", "--appendfsync", "always")
+    c = proc.client()
+    c.execute_command("TWRITE", "before", "t", "kept")
+    pipe = c.pipeline()
+    for i in range(5):
+        pipe.execute_command("TWRITE", f"k{i}", "t", "x" * 200)
+    pipe.execute()
+    proc.kill()
+    _, incr = aof_records(tmp_path)
+    size = os.path.getsize(incr)
+    with open(incr, "r+b") as handle:  # a crash in the middle of writing the TXN frame
+        handle.truncate(size - 300)
+    proc.start()
+    c = proc.client()
+    assert c.execute_command("TREAD", "before", 1, 1)[0][2] == b"kept"
+    assert [c.exists(f"k{i}") for i in range(5)] == [0] * 5
