@@ -22,13 +22,13 @@ from __future__ import annotations
 import logging
 from time import perf_counter_ns
 
-from tstream.resp import NO_REPLY, QUEUED, encode, encode_error, encode_integer
+from tstream.resp import NO_REPLY, NULL_ARRAY, QUEUED, Raw, encode, encode_error, encode_integer
 
 from .errors import CommandError, UnknownCommand, UnknownSubcommand, WrongArity
 from .flags import FAST, WRITE
 from .stats import CommandStats
 from .table import COMMANDS
-from .transactions import EXEC_REFUSED, NOT_QUEUED, end_transaction
+from .transactions import EXEC_REFUSED, NOT_QUEUED, Queued, end_transaction
 
 log = logging.getLogger("tstream.commands")
 
@@ -128,6 +128,8 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:  # 
             out = encode_integer(reply)
         elif reply is NO_REPLY:
             out = None
+        elif reply.__class__ is Queued:  # EXEC: its commands run now, one by one
+            out = run_queued(client, reply)
         else:
             out = encode(reply, client.protocol)
     except CommandError as exc:
@@ -148,6 +150,23 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:  # 
     if elapsed >= server.slow_threshold_ns:
         server.observe_slow(argv, elapsed, client, fast)
     return out, at + 1
+
+
+def run_queued(client, queued: list) -> bytes:
+    """EXEC's reply: each queued command run with nothing in between, its reply an
+    element; their effects logged as one TXN record (commands.writes)."""
+    writes = client.server.writes
+    writes.begin_transaction()
+    client.in_exec = True
+    replies = []
+    try:
+        for argv in queued:
+            reply = execute(client, argv)
+            replies.append(Raw(reply) if reply is not None else NULL_ARRAY)
+    finally:
+        client.in_exec = False
+        writes.end_transaction()
+    return encode(replies, client.protocol)
 
 
 def _refuse(client, name: bytes, stats: CommandStats, message: str) -> bytes:

@@ -30,7 +30,7 @@ the end of the turn.
 
 from __future__ import annotations
 
-from tstream.resp import NULL_ARRAY, OK, Raw, encode
+from tstream.resp import NULL_ARRAY, OK
 
 from .errors import CommandError
 
@@ -106,26 +106,14 @@ def exec_(client, argv):
         raise CommandError(EXECABORT)
     if dirty:
         return NULL_ARRAY
-    return Raw(encode([Raw(reply) for reply in run_queued(client, queued)], client.protocol))
+    return Queued(queued)
 
 
-def run_queued(client, queued: list) -> list[bytes]:
-    """Each queued command's encoded reply, the effects logged as one unit."""
-    from .dispatch import execute  # dispatch imports the table, which imports this module
+class Queued(list):
+    """EXEC's reply before it runs: the queued commands, which the dispatcher
+    runs (``commands.dispatch.run_queued``; it owns executing commands)."""
 
-    server = client.server
-    writes = server.writes
-    writes.begin_transaction()
-    client.in_exec = True
-    replies = []
-    try:
-        for argv in queued:
-            reply = execute(client, argv)
-            replies.append(reply if reply is not None else encode(NULL_ARRAY, client.protocol))
-    finally:
-        client.in_exec = False
-        writes.end_transaction()
-    return replies
+    __slots__ = ()
 
 
 def end_transaction(client) -> None:
