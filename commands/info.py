@@ -10,9 +10,10 @@ import time
 
 from .connection import VERSION
 
-# Tools (redis-cli, redis-benchmark, monitoring agents) parse redis_version; tstream
-# speaks the Redis 7 protocol, so it reports that and its own version beside it.
-REDIS_COMPAT_VERSION = "7.2.0"
+# Tools (redis-cli, redis-benchmark, monitoring agents, Sentinel) parse redis_version:
+# it is the Redis version whose replies tstream matches (its tests compare them with
+# that redis-server's), and tstream_version is tstream's own.
+REDIS_COMPAT_VERSION = "7.0.15"
 
 DEFAULT_SECTIONS = ["server", "clients", "memory", "persistence", "stats", "replication", "cpu", "keyspace"]
 

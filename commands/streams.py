@@ -13,12 +13,27 @@ import re
 from time import time_ns
 
 from tstream.engine.groups import Group
-from tstream.resp import NO_REPLY, NULL_ARRAY, OK, Entries, encode_integer_run
+from tstream.resp import NO_REPLY, NULL_ARRAY, OK, Entries, encode_error, encode_integer, encode_integer_run
 
 from .args import to_bool, to_int, to_nonnegative, to_positive_list
 from .errors import CommandError, SyntaxErr
 
 NO_SUCH_KEY = "ERR no such key"
+
+
+def _spellings(word: str) -> set[bytes]:
+    """Every upper/lower-case spelling of ``word``."""
+    found = {b""}
+    for char in word:
+        found = {prefix + c.encode() for prefix in found for c in (char.lower(), char.upper())}
+    return found
+
+
+# ``TWRITE key ENTRIES x`` / ``TWRITE key BACKLOG 5``: a keyword where the tag goes
+# means the keyword form, so a malformed call is refused rather than stored as an
+# entry tagged "ENTRIES" (such a tag is written with the ENTRIES form).  A set of
+# every spelling keeps the simple form's check to one hash lookup.
+KEYWORD_TAGS = frozenset(_spellings("entries") | _spellings("backlog"))
 
 
 def twrite(client, argv):
@@ -28,7 +43,7 @@ def twrite(client, argv):
     O(1) per entry (plus sealing a full macro node, O(node size), once per node).
     """
     server = client.server
-    if len(argv) == 4:  # the simple form, kept short: it is the hottest path of the server
+    if len(argv) == 4 and argv[2] not in KEYWORD_TAGS:  # the simple form, kept short: the hottest path
         stream = server.streams.get(argv[1])
         if stream is None:
             stream = server.create_stream(argv[1])
@@ -70,6 +85,8 @@ def twrite_run(client, argvs: list) -> bytes:
     key = argvs[0][1]
     count = len(argvs)
     tags = [argv[2] for argv in argvs]
+    if not KEYWORD_TAGS.isdisjoint(tags):  # a keyword where the tag goes: each command on its own
+        return b"".join(_twrite_each(client, argvs))
     datas = [argv[3] for argv in argvs]
     stream = server.streams.get(key)
     if stream is None:
@@ -78,6 +95,14 @@ def twrite_run(client, argvs: list) -> bytes:
     offset = stream.append_columns(tags, datas, time_ns())
     server.writes.appended_columns(key, stream, first, offset, tags, datas)
     return encode_integer_run(offset, count)
+
+
+def _twrite_each(client, argvs: list):
+    for argv in argvs:
+        try:
+            yield encode_integer(twrite(client, argv))
+        except CommandError as exc:
+            yield encode_error(exc.message)
 
 
 def parse_offset(arg: bytes) -> int | bytes:

@@ -37,6 +37,15 @@ def parse_int(text: str, minimum: int = 0) -> int:
     return value
 
 
+def parse_databases(text: str) -> int:
+    """Only 1: with more, a client given ``redis://host/1`` would be told at connect
+    time that SELECT 1 fails; refusing the file at load says it where it is set."""
+    value = parse_int(text, 1)
+    if value != 1:
+        raise ConfigError(f"databases must be 1: tstream has one database (0), not {value}")
+    return value
+
+
 def parse_bool(text: str) -> bool:
     word = text.strip().lower()
     if word in ("yes", "true", "1"):
@@ -137,7 +146,7 @@ OPTIONS: dict[str, Option] = {
     "latency-monitor-threshold": Option("0", lambda t: parse_int(t, 0), True, "record latency events of at least this many ms (0: off)"),
     "loglevel": Option("notice", _choice("debug", "verbose", "notice", "warning", "nothing"), True, "log verbosity: debug, verbose, notice, warning or nothing"),
     "logfile": Option("", _text, False, "log file (empty: stderr)"),
-    "databases": Option("1", lambda t: parse_int(t, 1), False, "accepted for redis.conf compatibility; always 1"),
+    "databases": Option("1", parse_databases, False, "only 1: tstream has one database, 0 (SELECT 0)"),
 }
 
 
