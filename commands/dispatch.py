@@ -25,7 +25,7 @@ from time import perf_counter_ns
 from tstream.resp import NO_REPLY, NULL_ARRAY, QUEUED, Raw, encode, encode_error, encode_integer
 
 from .errors import CommandError, UnknownCommand, UnknownSubcommand, WrongArity
-from .flags import FAST, WRITE
+from .flags import DENYOOM, FAST, WRITE
 from .stats import CommandStats
 from .table import COMMANDS
 from .transactions import EXEC_REFUSED, NOT_QUEUED, Queued, end_transaction
@@ -102,6 +102,11 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:  # 
             client.gate(client, name, argv, command)
         except CommandError as exc:
             return _refuse(client, name, stats, exc.message), at + 1
+    # OOM over maxmemory (server.check_memory): writes that can add data are refused;
+    # EXEC too when it holds one, as Redis does (the commands it runs are not checked again).
+    if server.over_maxmemory and not client.in_exec and (
+            command.flags & DENYOOM or (name == b"exec" and _queued_denyoom(client))):
+        return _refuse(client, name, stats, OOM), at + 1
     # MISCONF while the files can't be written (server.persist); Redis refuses PING too.
     if server.persistence.denied_writes is not None and (command.flags & WRITE or name == b"ping"):
         return _refuse(client, name, stats, server.persistence.denied_writes), at + 1
@@ -167,6 +172,18 @@ def run_queued(client, queued: list) -> bytes:
         client.in_exec = False
         writes.end_transaction()
     return encode(replies, client.protocol)
+
+
+OOM = "OOM command not allowed when used memory > 'maxmemory'."
+
+
+def _queued_denyoom(client) -> bool:
+    table = client.server.dispatch
+    for argv in client.multi or ():
+        entry = table.get(argv[0]) or table.get(argv[0].lower())
+        if entry is not None and entry[5].flags & DENYOOM:
+            return True
+    return False
 
 
 def _refuse(client, name: bytes, stats: CommandStats, message: str) -> bytes:

@@ -48,7 +48,7 @@ def _clients(server) -> dict:
 
 
 def _memory(server) -> dict:
-    rss = _rss_bytes()
+    rss = rss_bytes()
     data = sum(stream.memory_bytes() for _, stream in server.keyspace.items())
     return {
         "used_memory": data,
@@ -56,8 +56,9 @@ def _memory(server) -> dict:
         "used_memory_rss": rss,
         "used_memory_rss_human": _human(rss),
         "used_memory_peak": server.peak_memory(data),
-        "maxmemory": 0,
-        "maxmemory_policy": "noeviction",
+        "maxmemory": server.config["maxmemory"],
+        "maxmemory_human": _human(server.config["maxmemory"]),
+        "maxmemory_policy": server.config["maxmemory-policy"],
     }
 
 
@@ -140,7 +141,8 @@ def render(server, wanted: list[str]) -> str:
     return "\r\n\r\n".join(parts) + "\r\n"
 
 
-def _rss_bytes() -> int:
+def rss_bytes() -> int:
+    """The process's resident set size (what maxmemory is compared with)."""
     try:
         with open("/proc/self/statm") as handle:
             return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

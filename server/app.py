@@ -15,6 +15,7 @@ import time
 from tstream.commands import table as command_table
 from tstream.commands.dispatch import build_dispatch
 from tstream.commands.jetstream import TimeTexts
+from tstream.commands.info import rss_bytes
 from tstream.commands.streams import TreadParses
 from tstream.commands.writes import Writes
 from tstream.engine import Keyspace
@@ -107,6 +108,8 @@ class Server:
         self.event_loop_name = "asyncio"
         self.node_entries = config["node-entries"]
         self._peak_memory = 0
+        # Over maxmemory (RSS, checked every housekeeping pass): DENYOOM commands refused.
+        self.over_maxmemory = False
         self._shutdown: asyncio.Future | None = None
         self._cron_handle: asyncio.TimerHandle | None = None
         self.collector = None  # the process's CollectorPolicy (server/collector.py); None when embedded
@@ -182,6 +185,12 @@ class Server:
         self.keyspace.node_max_bytes = new["node-max-bytes"]
         self._configure_observability()
         self.persistence.config_changed(old, new.values)
+        self.check_memory()
+
+    def check_memory(self) -> None:
+        """Compare the process's RSS with maxmemory (0: no limit)."""
+        limit = self.config["maxmemory"]
+        self.over_maxmemory = bool(limit) and rss_bytes() > limit
 
     def reset_stats(self) -> None:
         self.stats.reset()
@@ -237,6 +246,7 @@ class Server:
             writes.limit_deletes(self.keyspace)
             writes.commit()
             self.persistence.cron()
+            self.check_memory()
             if self.collector is not None:
                 self.collector.cron(len(self.keyspace))
             idle_limit = self.config["timeout"]

@@ -46,6 +46,14 @@ def parse_databases(text: str) -> int:
     return value
 
 
+def parse_policy(text: str) -> str:
+    """Only ``noeviction``: dropping a log's entries to make room would lose data a
+    consumer has not read (streams trim themselves with max_len / max_age_ms)."""
+    if text.strip().lower() != "noeviction":
+        raise ConfigError("only noeviction is supported: tstream never evicts data to make room")
+    return "noeviction"
+
+
 def parse_bool(text: str) -> bool:
     word = text.strip().lower()
     if word in ("yes", "true", "1"):
@@ -146,6 +154,8 @@ OPTIONS: dict[str, Option] = {
     "latency-monitor-threshold": Option("0", lambda t: parse_int(t, 0), True, "record latency events of at least this many ms (0: off)"),
     "loglevel": Option("notice", _choice("debug", "verbose", "notice", "warning", "nothing"), True, "log verbosity: debug, verbose, notice, warning or nothing"),
     "logfile": Option("", _text, False, "log file (empty: stderr)"),
+    "maxmemory": Option("0", parse_memory, True, "memory limit: over it (the process's RSS), writes that add data reply -OOM (0: no limit)"),
+    "maxmemory-policy": Option("noeviction", parse_policy, True, "only noeviction: tstream never drops data to make room"),
     "databases": Option("1", parse_databases, False, "only 1: tstream has one database, 0 (SELECT 0)"),
 }
 

@@ -147,3 +147,65 @@ def test_server_process_fixture_is_usable(tmp_path):
         assert proc.client().ping()
     finally:
         proc.stop()
+
+
+# --- maxmemory ---------------------------------------------------------------------------
+
+
+def wait_until(predicate, timeout: float = 5.0) -> None:
+    import time
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def test_over_maxmemory_writes_that_add_data_are_refused_and_the_rest_go_on(make_server):
+    proc = make_server("--save", "")
+    client = proc.client()
+    client.execute_command("TWRITE", "k", "t", "a")
+    client.execute_command("TWRITE", "k", "t", "b")
+    client.execute_command("TREAD", "k", 1, 1, "GROUP", "g", "RETRY", 60000, 120000)
+    client.config_set("maxmemory", "1mb")  # the process's RSS is far over it
+    info = client.info("memory")
+    assert info["maxmemory"] == 1024 * 1024 and info["maxmemory_policy"] == "noeviction"
+    with socket.create_connection(("127.0.0.1", proc.port), timeout=5) as sock:  # Redis's exact text
+        sock.sendall(b"TWRITE k t c\r\n")
+        assert read_until_quiet(sock) == b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        client.execute_command("BATCH", "k", "b1", 1, "subj", "data", "COMMIT")
+    # reads, and the writes that free memory, go on
+    assert len(client.execute_command("TREAD", "k", 1, 10)) == 2
+    assert client.execute_command("TACK", "k", "g", 1) == 1
+    assert client.execute_command("TEVICT", "k", 1) >= 0
+    assert client.delete("k") == 1
+    # a transaction holding a refused write is discarded
+    client.execute_command("MULTI")
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        client.execute_command("TWRITE", "k", "t", "c")
+    with pytest.raises(redis.exceptions.ExecAbortError):
+        client.execute_command("EXEC")
+    client.config_set("maxmemory", "0")
+    assert client.execute_command("TWRITE", "k", "t", "c") == 1
+
+
+def test_maxmemory_from_the_command_line_is_checked_by_housekeeping(make_server):
+    proc = make_server("--save", "", "--maxmemory", "2mb")
+    client = proc.client()
+
+    def refused() -> bool:
+        try:
+            client.execute_command("TWRITE", "k", "t", "v")
+            return False
+        except redis.exceptions.OutOfMemoryError:
+            return True
+
+    wait_until(refused)
+    assert client.config_get("maxmemory") == {"maxmemory": str(2 * 1024 * 1024)}
+
+
+def test_maxmemory_policy_other_than_noeviction_is_refused(r):
+    with pytest.raises(redis.ResponseError, match="only noeviction"):
+        r.config_set("maxmemory-policy", "allkeys-lru")
+    assert r.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+    r.config_set("maxmemory-policy", "noeviction")
