@@ -97,23 +97,11 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:  # 
         name, handler, fewest, most, fast, command, stats, run, subcommands = entry
         if not fewest <= nargs <= most:
             return _refuse(client, name, stats, WrongArity(name.decode("utf-8", "replace")).message), at + 1
-    if client.gate is not None:  # not authenticated yet, or an ACL user with limits
-        try:
-            client.gate(client, name, argv, command)
-        except CommandError as exc:
-            return _refuse(client, name, stats, exc.message), at + 1
-    # OOM over maxmemory (server.check_memory): writes that can add data are refused;
-    # EXEC too when it holds one, as Redis does (the commands it runs are not checked again).
-    if server.over_maxmemory and not client.in_exec and (
-            command.flags & DENYOOM or (name == b"exec" and _queued_denyoom(client))):
-        return _refuse(client, name, stats, OOM), at + 1
-    # MISCONF while the files can't be written (server.persist); Redis refuses PING too.
-    if server.persistence.denied_writes is not None and (command.flags & WRITE or name == b"ping"):
-        return _refuse(client, name, stats, server.persistence.denied_writes), at + 1
-    if client.multi is not None and name not in NOT_QUEUED:  # in MULTI: kept for EXEC
-        client.multi.append(argv)
-        return QUEUED, at + 1
-    if client.gate is None and run is not None and nargs == fewest and at + 1 < len(commands):
+    if client.gate is not None or server.refusing or client.multi is not None:
+        refused = _before_running(client, name, argv, command, stats)  # ACL, OOM, MISCONF, MULTI
+        if refused is not None:
+            return refused, at + 1
+    elif run is not None and nargs == fewest and at + 1 < len(commands):
         # A run: the commands after this one spelled the same, with as many words
         # and the same key (the scan is inlined: this is the pipelined hot path).
         name0, key = argv[0], argv[1]
@@ -175,6 +163,31 @@ def run_queued(client, queued: list) -> bytes:
 
 
 OOM = "OOM command not allowed when used memory > 'maxmemory'."
+
+
+def _before_running(client, name: bytes, argv: list, command, stats: CommandStats) -> bytes | None:
+    """The checks a command passes before it runs, in Redis's order, when one of them
+    may apply (the dispatcher tests that with one condition): the ACL gate (not
+    authenticated yet, or a user with limits), OOM over maxmemory, MISCONF while
+    the files can't be written, then queuing in MULTI.  The reply when the command
+    stops here, else None."""
+    server = client.server
+    if client.gate is not None:
+        try:
+            client.gate(client, name, argv, command)
+        except CommandError as exc:
+            return _refuse(client, name, stats, exc.message)
+    if server.over_maxmemory and not client.in_exec and (
+            command.flags & DENYOOM or (name == b"exec" and _queued_denyoom(client))):
+        return _refuse(client, name, stats, OOM)
+    # MISCONF: Redis refuses PING too.
+    denied = server.persistence.denied_writes
+    if denied is not None and (command.flags & WRITE or name == b"ping"):
+        return _refuse(client, name, stats, denied)
+    if client.multi is not None and name not in NOT_QUEUED:  # kept for EXEC
+        client.multi.append(argv)
+        return QUEUED
+    return None
 
 
 def _queued_denyoom(client) -> bool:

@@ -39,7 +39,7 @@ from tstream.persistence.effects import ACK, APPEND, CONFIG, CREATE, DELETE, DEL
 
 class Writes:
     __slots__ = ("server", "sinks", "records", "dirty", "pending", "key", "stream", "first", "wake",
-                 "ready", "gone", "watched", "transaction")
+                 "ready", "gone", "watched", "transaction", "waiting")
 
     def __init__(self, server) -> None:
         self.server = server  # reads waiting_keys and blocking, adds to dirty
@@ -57,6 +57,7 @@ class Writes:
         # WATCH (commands.transactions): key -> the connections watching it; a
         # committed change of a key marks them (EXEC then does nothing).
         self.watched: dict[bytes, set] = server.watched
+        self.waiting: set[bytes] = server.waiting_keys  # the same set: keys blocked clients wait on
         # While EXEC runs: the effect records of its commands, logged as one TXN record.
         self.transaction: list | None = None
 
@@ -111,6 +112,11 @@ class Writes:
         ``stream`` from ``offset`` on, with the stream's last time."""
         if self.sinks:
             self.records.append([APPEND, key, offset, stream.last_time, *items[start:]])
+        elif not (self.waiting or self.watched or stream._subjects is not None or self.pending):
+            # Nothing to log, no reader to wake, no WATCH to break, no per-subject limit,
+            # nothing else described: counting the change is all there is to commit.
+            self.server.dirty += dirty
+            return
         # wrote(key, stream, first, dirty), inlined: this is every TWRITE's path
         if self.stream is not stream:
             if self.stream is not None:

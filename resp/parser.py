@@ -71,7 +71,7 @@ def wire_size(commands: list) -> int:
 
 
 class RequestParser:
-    __slots__ = ("_reader", "_slow", "_slow_mode", "_fresh", "_ready", "_error")
+    __slots__ = ("_reader", "_slow", "_slow_mode", "_fresh", "_ready", "_error", "drained")
 
     def __init__(self, max_bulk: int = 512 << 20) -> None:
         self._reader = hiredis.Reader()
@@ -80,6 +80,9 @@ class RequestParser:
         self._fresh: list = []  # reads not parsed yet
         self._ready: list = []  # parsed commands not returned yet (next_command)
         self._error: ProtocolError | None = None  # met by pull() after some commands
+        # True when the last pull() returned everything received (an unpipelined
+        # client's one command): the caller need not ask has_input().
+        self.drained = False
 
     @property
     def max_bulk(self) -> int:
@@ -123,7 +126,9 @@ class RequestParser:
             if len(fresh) == 1:
                 lone = self._lone_command(fresh[0])
                 if lone is not None:
+                    self.drained = True
                     return lone
+        self.drained = False
         if self._error is not None:
             error, self._error = self._error, None
             raise error

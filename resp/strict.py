@@ -52,6 +52,8 @@ def _redis_int(text: bytes) -> int | None:
 class StrictRequestParser:
     __slots__ = ("_buf", "_pos", "_args", "_left", "_held", "max_multibulk", "max_bulk", "max_inline")
 
+    drained = False  # see RequestParser.drained: never claimed here (callers ask has_input())
+
     def __init__(self, max_multibulk: int = INT_MAX, max_bulk: int = 512 << 20,
                  max_inline: int = INLINE_MAX_SIZE) -> None:
         self._buf = bytearray()

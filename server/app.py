@@ -14,8 +14,8 @@ import time
 
 from tstream.commands import table as command_table
 from tstream.commands.dispatch import build_dispatch
-from tstream.commands.jetstream import TimeTexts
 from tstream.commands.info import rss_bytes
+from tstream.commands.jetstream import TimeTexts
 from tstream.commands.streams import TreadParses
 from tstream.commands.writes import Writes
 from tstream.engine import Keyspace
@@ -82,6 +82,10 @@ class Server:
         self._aof: Persistence | None = None
         self.hold_replies = False  # AOF on: every reply waits for the turn's records (Persistence.attach)
         self.turn_end = TurnEnd(self)  # what waits for the end of the loop turn
+        # Over maxmemory (RSS, checked every housekeeping pass): DENYOOM commands refused.
+        self.over_maxmemory = False
+        # The dispatcher's one test for both refusals, OOM and MISCONF (update_refusing).
+        self.refusing = False
         self.persistence = Persistence(self)
         self.acl = AccessControl()
         self.acl.set_requirepass(config["requirepass"])
@@ -108,8 +112,6 @@ class Server:
         self.event_loop_name = "asyncio"
         self.node_entries = config["node-entries"]
         self._peak_memory = 0
-        # Over maxmemory (RSS, checked every housekeeping pass): DENYOOM commands refused.
-        self.over_maxmemory = False
         self._shutdown: asyncio.Future | None = None
         self._cron_handle: asyncio.TimerHandle | None = None
         self.collector = None  # the process's CollectorPolicy (server/collector.py); None when embedded
@@ -191,6 +193,11 @@ class Server:
         """Compare the process's RSS with maxmemory (0: no limit)."""
         limit = self.config["maxmemory"]
         self.over_maxmemory = bool(limit) and rss_bytes() > limit
+        self.update_refusing()
+
+    def update_refusing(self) -> None:
+        """Some commands are refused now (OOM or MISCONF): the dispatcher checks which."""
+        self.refusing = self.over_maxmemory or self.persistence.denied_writes is not None
 
     def reset_stats(self) -> None:
         self.stats.reset()

@@ -181,7 +181,60 @@ class ClientConnection(asyncio.Protocol):
         return (self._queue_at < len(self._queue) or self._parsed_at < len(self._parsed)
                 or self.parser.has_input())
 
-    def _run_commands(self) -> None:  # noqa: C901 (over the limit when it came in)
+    def _run_commands(self) -> None:
+        """Execute the complete commands received (``_run_many``), with a short cut
+        for the unpipelined client: one complete command and nothing left over."""
+        if self._queue_at >= len(self._queue) and not self._parsed and not self._backlog_paused:
+            try:
+                queue = self.parser.pull()
+            except ProtocolError as exc:
+                self._queue, self._queue_at = [], 0
+                self._protocol_error(exc)
+                return
+            if len(queue) == 1 and self.parser.drained:
+                self._run_one(queue)
+                return
+            if not queue:
+                return
+            if len(queue) > WINDOW:
+                self._parsed, self._parsed_at = queue, 0
+                queue = self._next_window()
+            self._queue, self._queue_at = queue, 0
+        self._run_many()
+
+    def _run_one(self, queue: list) -> None:
+        """The one command just received (the unpipelined client's path): execute it
+        and write its reply, with none of the pipelining bookkeeping."""
+        server = self.server
+        reply = execute_at(self, queue, 0)[0]
+        self.last_argv = queue[0]
+        self._queue, self._queue_at = queue, 1
+        server.stats.commands += 1
+        self.commands += 1
+        if reply is not None:
+            server.stats.net_output += len(reply)
+            self.net_out += len(reply)
+            if server.hold_replies or self._holding:
+                self._hold(reply, self.closing)
+                return
+            self.transport.write(reply)
+            if self._write_paused:  # the transport's buffer passed its high-water mark
+                self._check_output_limit()
+        if self.closing:
+            self.transport.close()
+
+    def _protocol_error(self, exc: ProtocolError) -> None:
+        """Reply the protocol error (after the replies held, if any) and close."""
+        self.closing = True
+        self._parsed, self._parsed_at = [], 0
+        reply = encode_error(f"ERR Protocol error: {exc}")
+        if self.server.hold_replies or self._holding:
+            self._hold(reply, True)
+            return
+        self.transport.write(reply)
+        self.transport.close()
+
+    def _run_many(self) -> None:  # noqa: C901 (over the limit when it came in)
         """Execute the complete commands received, then write their replies at once.
 
         Stops early when a command blocks the client: the commands after it wait,

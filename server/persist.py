@@ -219,6 +219,7 @@ class Persistence:
 
     def _update_write_gate(self) -> None:
         self.denied_writes = self.write_error()
+        self.server.update_refusing()
 
     def _start_fsync_thread(self) -> None:
         try:
