@@ -135,6 +135,9 @@ class Writes:
             record = [APPEND, key, offset, stream.last_time, *tags, *datas]
             record[4::2], record[5::2] = tags, datas  # interleaved: tag, data, tag, data, ...
             self.records.append(record)
+        elif not (self.waiting or self.watched or stream._subjects is not None or self.pending):
+            self.server.dirty += len(tags)  # nothing else to commit (see appended)
+            return
         if self.stream is not stream:  # wrote(key, stream, first, len(tags)), inlined
             if self.stream is not None:
                 self._settle()

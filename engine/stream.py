@@ -536,9 +536,11 @@ class Stream(TagTable):
                     k, whole, cut = fit, False, True
                     del lens[k:]
                     chunk_len = sum(lens)
-            node.expand()
-            buf = node.buf  # a compact node's payload was bytes: now its bytearray
             ends = node.ends
+            if ends is None:  # a compact node (one entry): its tables first
+                node.expand()
+                ends = node.ends
+            buf = node.buf  # (a compact node's payload was bytes: now its bytearray)
             if ends.typecode == "I" and len(buf) + chunk_len > 0xFFFFFFFF:
                 node.ends = ends = array("Q", ends)  # the buffer outgrows 4 GiB
             lens[0] += len(buf)  # the running sum then gives the end positions

@@ -123,7 +123,7 @@ class RequestParser:
         if not self._slow_mode and self._error is None:
             if not fresh:
                 return []  # nothing received since the last call: the usual second call of a turn
-            if len(fresh) == 1:
+            if len(fresh) == 1 and fresh[0].find(b"*", 1) < 0:  # one "*": maybe one command
                 lone = self._lone_command(fresh[0])
                 if lone is not None:
                     self.drained = True
@@ -146,7 +146,7 @@ class RequestParser:
         """``[command]`` when the read ``data`` is exactly one multibulk of bulk
         strings with a small count (an unpipelined client's read, the most
         common), else None and nothing consumed (_parse takes the read)."""
-        if data[0] != 0x2A or data.find(b"*", 1) > 0 or data[1:6].isdigit():
+        if data[0] != 0x2A or data[1:6].isdigit():  # (the caller saw no other "*")
             return None
         reader = self._reader
         reader.feed(data)
