@@ -168,8 +168,10 @@ OOM = "OOM command not allowed when used memory > 'maxmemory'."
 def _before_running(client, name: bytes, argv: list, command, stats: CommandStats) -> bytes | None:
     """The checks a command passes before it runs, in Redis's order, when one of them
     may apply (the dispatcher tests that with one condition): the ACL gate (not
-    authenticated yet, or a user with limits), OOM over maxmemory, MISCONF while
-    the files can't be written, then queuing in MULTI.  The reply when the command
+    authenticated yet, or a user with limits), a snapshot capture under way
+    (persistence.snapshot.IncrementalCapture: the command's keys are captured
+    before they change), OOM over maxmemory, MISCONF while the files can't be
+    written, then queuing in MULTI.  The reply when the command
     stops here, else None."""
     server = client.server
     if client.gate is not None:
@@ -177,6 +179,15 @@ def _before_running(client, name: bytes, argv: list, command, stats: CommandStat
             client.gate(client, name, argv, command)
         except CommandError as exc:
             return _refuse(client, name, stats, exc.message)
+    capture = server.capture
+    if capture is not None:  # a snapshot is being captured: it takes the keys before they change
+        first, last, step = command.keys
+        if first:
+            stop = last + 1 if last >= 0 else len(argv) + last + 1  # -1: to the end
+            for key in argv[first:stop:step]:
+                capture.before_change(key)
+        elif name == b"flushall" or name == b"flushdb":
+            capture.before_flush()
     if server.over_maxmemory and not client.in_exec and (
             command.flags & DENYOOM or (name == b"exec" and _queued_denyoom(client))):
         return _refuse(client, name, stats, OOM)

@@ -213,6 +213,8 @@ def perform_read(server, request: ReadRequest, blocking: bool):
             return None
         reply = stream.read(start, request.count) if stream is not None and request.count else []
     else:
+        if server.capture is not None:  # a group read changes the key: a snapshot takes it first
+            server.capture.before_change(request.key)
         stream = server.stream_for_write(request.key)
         group = stream.groups.get(request.group)
         if group is None:

@@ -189,7 +189,8 @@ class BlockCache:
     contexts are created on first use and reused: creating a context costs
     far more than compressing one node.  Not thread-safe (one event loop)."""
 
-    __slots__ = ("lru", "nbytes", "max_blocks", "max_bytes", "_cctx", "_cctx_fast", "_dctx", "_interned")
+    __slots__ = ("lru", "nbytes", "max_blocks", "max_bytes", "_cctx", "_cctx_fast", "_dctx", "_interned",
+                 "pins")
 
     def __init__(self, max_blocks: int = DECODED_CACHE_BLOCKS,
                  max_bytes: int = DECODED_CACHE_BYTES) -> None:
@@ -201,6 +202,9 @@ class BlockCache:
         self._cctx_fast: zstandard.ZstdCompressor | None = None
         self._dctx: zstandard.ZstdDecompressor | None = None
         self._interned: dict = {}  # see intern()
+        # Snapshot captures under way that hold references to sealed nodes
+        # (Stream.capture_nodes): while any does, a dropped node keeps its data.
+        self.pins = 0
 
     def __len__(self) -> int:
         """Blocks held. O(1)."""

@@ -291,6 +291,23 @@ class Stream(TagTable):
         """The macro nodes, oldest first (read-only use, e.g. snapshots). O(1)."""
         return self._nodes
 
+    def capture_nodes(self) -> tuple[list, dict, tuple | None]:
+        """A picture of the nodes for a snapshot, cheap enough for any stream size:
+        ``(sealed, deleted, active)`` -- the sealed nodes themselves (immutable;
+        the caller pins the block cache, ``BlockCache.pins``, until it has
+        written them, so that dropping one keeps its data), copies of their
+        deleted bitmaps by index in ``sealed``, and the active node serialised
+        now (``capture_parts``) or None.  O(nodes) in C, plus O(active node)
+        and O(sealed nodes with deletions)."""
+        nodes = self._nodes
+        active = self._active
+        sealed = nodes[:-1] if active is not None and nodes and nodes[-1] is active else nodes[:]
+        deleted = {i: bytes(node.deleted) for i, node in enumerate(sealed) if node.deleted is not None}
+        parts = None
+        if active is not None:
+            parts = (None if active.deleted is None else bytes(active.deleted), active.capture_parts())
+        return sealed, deleted, parts
+
     def memory_bytes(self) -> int:
         """Estimate of the memory this stream holds: sealed blobs, the active
         node's buffers (with over-allocation), deleted bitmaps, node objects,
@@ -536,11 +553,9 @@ class Stream(TagTable):
                     k, whole, cut = fit, False, True
                     del lens[k:]
                     chunk_len = sum(lens)
+            node.expand()
+            buf = node.buf  # a compact node's payload was bytes: now its bytearray
             ends = node.ends
-            if ends is None:  # a compact node (one entry): its tables first
-                node.expand()
-                ends = node.ends
-            buf = node.buf  # (a compact node's payload was bytes: now its bytearray)
             if ends.typecode == "I" and len(buf) + chunk_len > 0xFFFFFFFF:
                 node.ends = ends = array("Q", ends)  # the buffer outgrows 4 GiB
             lens[0] += len(buf)  # the running sum then gives the end positions
@@ -880,10 +895,12 @@ class Stream(TagTable):
                 if not n:
                     ids.append(tid)
             self._cache.forget(node)
-            # Break references to large buffers even if someone still holds the node.
-            node.data = b""
-            node.blocks = []
-            node.whole = None
+            if not self._cache.pins:
+                # Break references to large buffers even if someone still holds the node
+                # (unless a snapshot capture holds it: it writes the node as it was).
+                node.data = b""
+                node.blocks = []
+                node.whole = None
         else:
             assert isinstance(node, ActiveNode)
             ids = list(node.tag_ids())  # refs 0: only the active node used them
@@ -892,7 +909,8 @@ class Stream(TagTable):
                 self._node_bytes = ~self._node_bytes
             node.buf = bytearray()
             node.ends = node.tags = node.times = None
-        node.cap_end = 0  # tells suspended iterators that it is gone
+        if not self._cache.pins:
+            node.cap_end = 0  # tells suspended iterators that it is gone (they check first too)
         return ids
 
     def _drop_evicted_nodes(self) -> None:

@@ -57,12 +57,13 @@ import time
 import zlib
 from array import array
 from dataclasses import asdict
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import msgpack
 
 from tstream.engine import Keyspace, Stream
 from tstream.engine.groups import Group
+from tstream.engine.keyspace import SCAN_CHUNK as _SCAN_CHUNK
 from tstream.engine.stream import BLOB_PREFIX, Node
 
 from .fileops import FileOps
@@ -76,6 +77,7 @@ VERSION = 2  # 2: S records carry tag_refs, node blobs version 3 (with summary)
 READ_VERSIONS = (1, 2)
 
 KIND_STREAM, KIND_NODE, KIND_GROUP, KIND_END = b"S", b"N", b"G", b"E"
+_SCAN_HEAD = 2  # a SCAN chunk's header: its number, its count of live keys (engine/keyspace.py)
 _NODE_PREFIX = struct.Struct("<I")
 # Bytes read at the start of a record: enough for its frame header and, for an
 # N record, usually its prefix, bitmap and node blob header (more is read when
@@ -93,11 +95,17 @@ def _refs_bytes(refs: array) -> bytes:
 
 
 class StreamCapture:
-    """What ``write`` needs of one stream, safe to read from another thread."""
+    """What ``write`` needs of one stream, safe to read from another thread.
 
-    __slots__ = ("key", "meta", "nodes", "groups")
+    Taken on the event loop in O(nodes) C-level work (``Stream.capture_nodes``):
+    the sealed nodes themselves (immutable; the keyspace's block cache stays
+    pinned until the snapshot is written, so a node dropped meanwhile keeps its
+    data), copies of what may still change (deleted bitmaps, the active node,
+    tag table and counts, groups).  The writer thread builds the node records."""
 
-    def __init__(self, key: bytes, stream: Stream) -> None:
+    __slots__ = ("key", "meta", "sealed", "deleted", "active", "groups", "pinned")
+
+    def __init__(self, key: bytes, stream: Stream, pinned: bool = True) -> None:
         self.key = key
         self.meta = {
             "node_entries": stream.node_entries,
@@ -108,32 +116,148 @@ class StreamCapture:
             "tags": list(stream._tag_list),
             "tag_refs": _refs_bytes(stream._tag_refs),
         }
-        # (deleted bitmap copy or None, Node.capture_parts()): references to the
-        # immutable parts of sealed nodes (their headers are built by the writer
-        # thread), the active node serialised now.
-        self.nodes = [
-            (None if node.deleted is None else bytes(node.deleted), node.capture_parts())
-            for node in stream.node_list()
-        ]
+        self.sealed, self.deleted, self.active = stream.capture_nodes()
+        self.pinned = pinned
+        if not pinned:  # nothing keeps dropped nodes whole: take their parts now, O(nodes)
+            self.sealed = [node.capture_parts() for node in self.sealed]
         self.groups = [group.export_state() for group in stream.groups.values()]
+
+    def node_parts(self) -> Iterator[tuple[bytes | None, tuple]]:
+        """(deleted bitmap or None, capture parts) of every node, oldest first
+        (run by the writer thread)."""
+        deleted, pinned = self.deleted, self.pinned
+        for i, node in enumerate(self.sealed):
+            yield deleted.get(i), node.capture_parts() if pinned else node
+        if self.active is not None:
+            yield self.active
 
 
 def capture(keyspace: Keyspace) -> list[StreamCapture]:
-    """Take a consistent picture of the keyspace. Run on the event loop. O(nodes + groups)."""
-    return [StreamCapture(key, stream) for key, stream in keyspace.items()]
+    """Take a consistent picture of the whole keyspace at once (SAVE, SHUTDOWN,
+    tests), unaffected by later changes: on the event loop, O(keys + nodes).
+    BGSAVE and rewrites use :class:`IncrementalCapture`, which never holds the
+    loop for long."""
+    return [StreamCapture(key, stream, pinned=False) for key, stream in keyspace.items()]
 
 
-def records(captured: list[StreamCapture]) -> Iterator[bytes]:
+def records(captured: Iterable[StreamCapture]) -> Iterator[bytes]:
     """The framed records of a snapshot body, in file order."""
+    count = 0
     for item in captured:
+        count += 1
         yield frame(KIND_STREAM + _packb([item.key, item.meta]))
-        for deleted, parts in item.nodes:
+        for deleted, parts in item.node_parts():
             header, body = Node.parts_of(parts)
             bitmap = deleted or b""
             yield frame(b"".join((KIND_NODE, _NODE_PREFIX.pack(len(bitmap)), bitmap, header, body)))
         for group in item.groups:
             yield frame(KIND_GROUP + _packb([item.key, group]))
-    yield frame(KIND_END + _packb(len(captured)))
+    yield frame(KIND_END + _packb(count))
+
+
+class IncrementalCapture:
+    """A consistent picture of a keyspace taken a slice at a time, so that BGSAVE
+    and AOF rewrites never hold the event loop for more than a few ms whatever
+    the number of keys (copy-on-write at the key level)::
+
+        start   the picture's moment: the SCAN chunks are copied (O(keys / 128)),
+                the ids below ``limit`` are the keys that existed then
+        step()  captures keys in SCAN order for about ``budget_ns`` (call it
+                again until it returns True); each goes to ``emit``
+        before_change(key)   called before anything changes a key: a key the
+                walk has not reached yet is captured first, as it still is
+        before_flush()       FLUSHALL: the keys not captured yet are kept aside
+                (a dict copy, O(keys) in C) and the walk goes on over them
+
+    A key created after the start has an id >= ``limit`` and is left out; a key
+    deleted after the start was captured by ``before_change`` first; a key
+    captured early is remembered in ``early`` so the walk skips it.  The
+    keyspace's block cache is pinned (``BlockCache.pins``) from the start until
+    ``release``: nodes dropped meanwhile keep their data for the writer.
+    """
+
+    def __init__(self, keyspace: Keyspace, emit) -> None:
+        self.keyspace = keyspace
+        self.emit = emit  # called with each StreamCapture, in the order taken
+        self.source = keyspace.streams  # where the walk finds streams (a copy after FLUSHALL)
+        self.chunks = list(keyspace._chunks)
+        self.limit = keyspace._next_id
+        self.early: set[bytes] = set()
+        self.count = 0
+        self._chunk = 0  # walk position: chunk index, and the next slot in it
+        self._slot = _SCAN_HEAD
+        self.done = False
+        self.abandoned = False  # set by the writer thread when it failed: the walk stops
+        self.released = False
+        keyspace.cache.pins += 1
+
+    def position(self) -> int:
+        """The id of the next key the walk looks at."""
+        if self._chunk >= len(self.chunks):
+            return self.limit
+        return self.chunks[self._chunk][0] * _SCAN_CHUNK + self._slot - _SCAN_HEAD + 1
+
+    def _take(self, key: bytes, stream: Stream) -> None:
+        self.emit(StreamCapture(key, stream))
+        self.count += 1
+
+    def step(self, budget_ns: int = 1_000_000) -> bool:
+        """Capture keys for about ``budget_ns``; True once every key is captured."""
+        deadline = time.perf_counter_ns() + budget_ns
+        chunks, source, early, limit = self.chunks, self.source, self.early, self.limit
+        taken = 0
+        while self._chunk < len(chunks):
+            chunk = chunks[self._chunk]
+            base = chunk[0] * _SCAN_CHUNK - _SCAN_HEAD + 1  # id of slot j: base + j
+            end = len(chunk)
+            slot = self._slot
+            while slot < end:
+                if base + slot >= limit:
+                    self._chunk = len(chunks)
+                    break
+                key = chunk[slot]
+                slot += 1
+                if key is None or key in early:
+                    continue
+                stream = source.get(key)
+                if stream is not None:
+                    self._take(key, stream)
+                taken += 1
+                if not taken & 31 and time.perf_counter_ns() > deadline:
+                    self._slot = slot
+                    return False
+            else:
+                self._chunk += 1
+                self._slot = _SCAN_HEAD
+                continue
+            break
+        self.done = True
+        return True
+
+    def before_change(self, key: bytes) -> None:
+        """``key`` is about to change: capture it first if the walk still owes it. O(SCAN_CHUNK)."""
+        if self.done or key in self.early:
+            return
+        stream = self.keyspace.streams.get(key)
+        chunk = stream.key_slot if stream is not None else None
+        if chunk is None:
+            return  # no such key (or one being created): nothing to keep
+        kid = chunk[0] * _SCAN_CHUNK + chunk.index(key, _SCAN_HEAD) - _SCAN_HEAD + 1
+        if kid >= self.limit or kid < self.position():
+            return  # created after the start, or captured by the walk already
+        self.early.add(key)
+        self._take(key, stream)
+
+    def before_flush(self) -> None:
+        """Every key is about to go: the walk goes on over a copy of the map."""
+        if not self.done and self.source is self.keyspace.streams:
+            self.source = dict(self.source)
+
+    def release(self) -> None:
+        """The picture is written (or abandoned): dropped nodes may be cleared again."""
+        if not self.released:
+            self.released = True
+            self.keyspace.cache.pins -= 1
 
 
 _TEMP_PREFIX = "temp-"
@@ -166,7 +290,7 @@ def remove_temp_files(directory: str, ops: FileOps | None = None) -> list[str]:
     return removed
 
 
-def write(captured: list[StreamCapture], path: str, ops: FileOps | None = None) -> int:
+def write(captured: Iterable[StreamCapture], path: str, ops: FileOps | None = None) -> int:
     """Write a snapshot to ``path`` atomically; returns its size. Safe in a worker thread.
 
     Written to a temp file (removed on any failure), fsynced, renamed over

@@ -84,7 +84,10 @@ class Server:
         self.turn_end = TurnEnd(self)  # what waits for the end of the loop turn
         # Over maxmemory (RSS, checked every housekeeping pass): DENYOOM commands refused.
         self.over_maxmemory = False
-        # The dispatcher's one test for both refusals, OOM and MISCONF (update_refusing).
+        # A snapshot being captured a slice at a time (persistence.snapshot.IncrementalCapture):
+        # commands tell it before they change a key (commands.dispatch).
+        self.capture = None
+        # The dispatcher's one test for what is rare: OOM, MISCONF, a capture (update_refusing).
         self.refusing = False
         self.persistence = Persistence(self)
         self.acl = AccessControl()
@@ -196,8 +199,10 @@ class Server:
         self.update_refusing()
 
     def update_refusing(self) -> None:
-        """Some commands are refused now (OOM or MISCONF): the dispatcher checks which."""
-        self.refusing = self.over_maxmemory or self.persistence.denied_writes is not None
+        """Some commands are refused now (OOM or MISCONF), or must tell a snapshot
+        capture before they change a key: the dispatcher checks which."""
+        self.refusing = (self.over_maxmemory or self.persistence.denied_writes is not None
+                         or self.capture is not None)
 
     def reset_stats(self) -> None:
         self.stats.reset()
@@ -245,9 +250,12 @@ class Server:
             # Only the keys whose oldest entry aged out cost anything (engine/agetimers.py),
             # for a few ms at most: what is left is due again at the next pass.
             writes = self.writes
-            for key, stream, first, evicted in self.keyspace.evict_aged(time.time_ns(), CRON_BUDGET_NS):
-                self.stats.evicted += evicted
-                writes.wrote(key, stream, first, evicted, wake=False)
+            # (Not while a snapshot is captured: eviction would change keys the capture
+            # still owes; they are due again at the next pass after it.)
+            if self.capture is None:
+                for key, stream, first, evicted in self.keyspace.evict_aged(time.time_ns(), CRON_BUDGET_NS):
+                    self.stats.evicted += evicted
+                    writes.wrote(key, stream, first, evicted, wake=False)
             # JetStream: abandon idle atomic batches; log per-subject limit deletions
             self.batches.expire(self.config["batch-timeout-ms"])
             writes.limit_deletes(self.keyspace)

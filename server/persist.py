@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import queue
 import threading
 import time
 
@@ -31,6 +32,8 @@ from tstream.commands.errors import CommandError
 from tstream.persistence import aof, snapshot
 from tstream.persistence.fileops import FileOps
 from tstream.persistence.framing import PersistenceError
+
+CAPTURE_SLICE_NS = 1_000_000  # loop time a snapshot capture takes per turn (BGSAVE, rewrites)
 
 log = logging.getLogger("tstream.persistence")
 
@@ -312,12 +315,9 @@ class Persistence:
 
     def start_bgsave(self) -> None:
         """BGSAVE: capture on the loop, write in a worker thread."""
-        loop = asyncio.get_running_loop()
         dirty = self.server.dirty
-        captured = snapshot.capture(self.server.keyspace)
         self.bgsave_started = time.monotonic()
-        path = self.snapshot_path
-        future = loop.run_in_executor(None, snapshot.write, captured, path, self.file_ops)
+        future = self._capture_and_write(self.snapshot_path)
 
         def done(fut: asyncio.Future) -> None:
             self.last_bgsave_seconds = int(time.monotonic() - self.bgsave_started)
@@ -336,6 +336,59 @@ class Persistence:
         future.add_done_callback(done)
         log.info("Background saving started")
 
+    def _capture_and_write(self, path: str) -> asyncio.Future:
+        """Write a snapshot of the keyspace as it is now to ``path``, without holding
+        the loop: the keys are captured a slice at a time on the loop (at most
+        CAPTURE_SLICE_NS per turn; commands hand over the keys they are about to
+        change, see persistence.snapshot.IncrementalCapture) and written by a
+        worker thread as they come.  The future gives the file's size."""
+        loop = asyncio.get_running_loop()
+        server = self.server
+        captured: queue.SimpleQueue = queue.SimpleQueue()
+        capture = snapshot.IncrementalCapture(server.keyspace, captured.put)
+
+        def items():
+            while (item := captured.get()) is not None:
+                yield item
+
+        def finish_capture() -> None:
+            if server.capture is capture:
+                server.capture = None
+                server.update_refusing()
+
+        def step() -> None:
+            if capture.abandoned:  # the writer gave up: stop capturing
+                captured.put(None)
+                finish_capture()
+                return
+            try:
+                done = capture.step(CAPTURE_SLICE_NS)
+            except BaseException:
+                captured.put(None)  # the writer ends (with a short file, removed on the error below)
+                finish_capture()
+                raise
+            if done:
+                captured.put(None)
+                finish_capture()
+            else:
+                loop.call_soon(step)
+
+        def write():
+            try:
+                return snapshot.write(items(), path, self.file_ops)
+            except BaseException:
+                capture.abandoned = True  # the loop stops its walk and sends the end
+                while captured.get() is not None:
+                    pass
+                raise
+
+        server.capture = capture
+        server.update_refusing()
+        future = loop.run_in_executor(None, write)
+        future.add_done_callback(lambda _: capture.release())
+        step()
+        return future
+
     # --- AOF rewrites -----------------------------------------------------------------
 
     def start_rewrite(self) -> None:
@@ -346,7 +399,6 @@ class Persistence:
         to the current file.  A later failure (the base, the final manifest)
         is reported by INFO (aof_last_bgrewrite_status) and the log; the old
         files then still hold the whole history."""
-        loop = asyncio.get_running_loop()
         file = self.file
         started = time.monotonic()
         try:
@@ -355,10 +407,8 @@ class Persistence:
             self._rewrite_failed(started, exc)
             self._update_write_gate()
             raise OSError(getattr(exc, "errno", 12), f"can't start the AOF rewrite: {exc}") from None
-        captured = snapshot.capture(self.server.keyspace)
         self.rewrite_started = started
-        path = os.path.join(self.aof_dir, aof.base_name(seq))
-        future = loop.run_in_executor(None, snapshot.write, captured, path, self.file_ops)
+        future = self._capture_and_write(os.path.join(self.aof_dir, aof.base_name(seq)))
 
         def done(fut: asyncio.Future) -> None:
             self.rewrite_started = None

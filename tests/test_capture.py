@@ -1,0 +1,202 @@
+"""Snapshots taken a slice at a time (persistence.snapshot.IncrementalCapture).
+
+BGSAVE and AOF rewrites capture the keyspace in slices of about a millisecond
+per loop turn; commands hand over a key before they change it.  The picture
+must be the keyspace as it was when the capture started, whatever happened
+during it: appends, evictions that drop nodes, deleted entries, group reads and
+acks, config changes, DEL, FLUSHALL, keys created and re-created.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+import redis
+
+from tstream.engine import Keyspace
+from tstream.engine.groups import Group
+from tstream.persistence import snapshot
+
+from .conftest import ServerProcess
+
+
+def state(streams) -> dict:
+    """Everything a snapshot keeps of each stream, as plain values."""
+    out = {}
+    for key, stream in streams.items():
+        entries = [tuple(e) if e is not None else None
+                   for e in stream.read(stream.first, stream.next_offset - stream.first)] \
+            if stream.next_offset > stream.first else []
+        out[key] = (stream.first, stream.next_offset, entries,
+                    sorted((name, repr(group.export_state())) for name, group in stream.groups.items()),
+                    repr(sorted(vars(stream.settings).items()) if hasattr(stream.settings, "__dict__")
+                         else stream.settings))
+    return out
+
+
+def build(rng: random.Random, keys: int) -> Keyspace:
+    keyspace = Keyspace()
+    for k in range(keys):
+        stream = keyspace.get_or_create(b"k%d" % k, 10)  # 10 entries a node: many nodes
+        for i in range(rng.randrange(1, 40)):
+            stream.append(b"t%d" % rng.randrange(4), b"v%d-%d" % (k, i), 1_000 + i)
+        if k % 7 == 0:
+            group = Group(b"g", stream.first)
+            stream.add_group(b"g", group)
+            group.read(stream, 3, 5_000, (60_000, 120_000), 1000)
+        if k % 11 == 0 and stream.next_offset > 3:
+            stream.delete(stream.first + 1)
+    return keyspace
+
+
+def mutate(rng: random.Random, keyspace: Keyspace, capture: snapshot.IncrementalCapture, serial: list) -> None:
+    """One random change, announced to the capture first, as the server does."""
+    names = list(keyspace.streams)
+    choice = rng.random()
+    if not names or choice < 0.1:
+        serial[0] += 1
+        key = b"new%d" % serial[0] if rng.random() < 0.5 else b"k%d" % rng.randrange(400)
+        capture.before_change(key)
+        keyspace.get_or_create(key, 10).append(b"t", b"fresh", 9_000)
+        return
+    key = rng.choice(names)
+    capture.before_change(key)
+    stream = keyspace.get(key)
+    if choice < 0.5:
+        for i in range(rng.randrange(1, 25)):
+            stream.append(b"t", b"late%d" % i, 9_000 + i)
+    elif choice < 0.65:
+        if stream.next_offset > stream.first:
+            stream.evict_through(rng.randrange(stream.first, stream.next_offset))
+    elif choice < 0.75:
+        if stream.next_offset > stream.first:
+            stream.delete(rng.randrange(stream.first, stream.next_offset))
+    elif choice < 0.85:
+        group = stream.groups.get(b"g")
+        if group is None:
+            group = Group(b"g", stream.first)
+            stream.add_group(b"g", group)
+        offsets = [e[0] for e in group.read(stream, 2, 6_000, (60_000, 120_000), 1000)]
+        if offsets and rng.random() < 0.5:
+            group.ack(offsets[:1])
+    elif choice < 0.97:
+        keyspace.delete(key)
+    else:
+        capture.before_flush()
+        keyspace.flush()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_an_incremental_capture_is_the_keyspace_at_its_start(tmp_path, seed):
+    rng = random.Random(seed)
+    keyspace = build(rng, 400)
+    expected = state(keyspace.streams)
+    taken: list = []
+    capture = snapshot.IncrementalCapture(keyspace, taken.append)
+    serial = [0]
+    while not capture.step(budget_ns=0):  # the smallest slices: 32 keys each
+        for _ in range(rng.randrange(0, 12)):
+            mutate(rng, keyspace, capture, serial)
+    for _ in range(50):  # after the walk: changes no longer matter to it
+        mutate(rng, keyspace, capture, serial)
+    path = str(tmp_path / "dump.tsr")
+    snapshot.write(taken, path)
+    capture.release()
+    assert keyspace.cache.pins == 0
+    loaded = snapshot.load_file(path, check=True)
+    assert state(loaded) == expected
+    for stream in keyspace.streams.values():
+        stream._check()
+
+
+def test_a_pinned_cache_keeps_dropped_nodes_whole_until_released():
+    keyspace = Keyspace()
+    stream = keyspace.get_or_create(b"k", 10)
+    for i in range(100):
+        stream.append(b"t", b"v%d" % i, i)
+    capture = snapshot.IncrementalCapture(keyspace, lambda item: None)
+    item = snapshot.StreamCapture(b"k", stream)
+    stream.evict_through(60)  # drops six sealed nodes
+    assert all(node.data for node in item.sealed)
+    capture.release()
+    stream.evict_through(90)
+    assert keyspace.cache.pins == 0
+
+
+def test_an_abandoned_walk_stops():
+    keyspace = build(random.Random(1), 50)
+    capture = snapshot.IncrementalCapture(keyspace, lambda item: None)
+    capture.abandoned = True
+    capture.release()
+    assert keyspace.cache.pins == 0
+
+
+# --- through the server ------------------------------------------------------------------
+
+
+def load_bulk(client: redis.Redis, keys: int) -> None:
+    pipe = client.pipeline(transaction=False)
+    for k in range(keys):
+        pipe.execute_command("TWRITE", f"bulk{k}", "t", "v")
+        if k % 5000 == 4999:
+            pipe.execute()
+    pipe.execute()
+
+
+def pair_writer(proc: ServerProcess, n: int, stop: threading.Event, errors: list) -> None:
+    """MULTI/EXEC: the same value to pair<n>a and pair<n>b, now and then a DEL of a bulk key."""
+    client = proc.client()
+    i = 0
+    while not stop.is_set():
+        try:
+            pipe = client.pipeline()
+            for side in ("a", "b"):
+                pipe.execute_command("TWRITE", f"pair{n}{side}", "t", str(i))
+            if i % 10 == 5:
+                pipe.delete(f"bulk{(n * 997 + i) % 60_000}")
+            pipe.execute()
+        except redis.RedisError as exc:  # pragma: no cover - reported by the test
+            errors.append(exc)
+            return
+        i += 1
+
+
+def wait_for_bgsave(client: redis.Redis) -> None:
+    deadline = time.monotonic() + 60
+    while client.info("persistence")["rdb_bgsave_in_progress"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_bgsave_during_transactions_is_a_consistent_cut(tmp_path):
+    """Pairs of keys written together by MULTI/EXEC while BGSAVE captures 60,000
+    keys: in the snapshot, both keys of every pair have the same entries."""
+    proc = ServerProcess(tmp_path, "--save", "").start()
+    try:
+        client = proc.client()
+        load_bulk(client, 60_000)
+        stop = threading.Event()
+        errors: list = []
+        threads = [threading.Thread(target=pair_writer, args=(proc, n, stop, errors)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.2)
+        assert client.bgsave()
+        wait_for_bgsave(client)
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+        assert not errors
+        assert client.info("persistence")["rdb_last_bgsave_status"] == "ok"
+        loaded = snapshot.load_file(str(tmp_path / "dump.tsr"), check=True)
+        for n in range(4):
+            a, b = loaded.get(b"pair%da" % n), loaded.get(b"pair%db" % n)
+            assert (a is None) == (b is None)
+            if a is not None:
+                assert [e[2] for e in a.read(1, 1_000_000)] == [e[2] for e in b.read(1, 1_000_000)]
+    finally:
+        proc.stop()
