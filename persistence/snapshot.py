@@ -239,9 +239,9 @@ class IncrementalCapture:
         if self.done or key in self.early:
             return
         stream = self.keyspace.streams.get(key)
-        chunk = stream.key_slot if stream is not None else None
-        if chunk is None:
+        if stream is None or stream.key_slot is None:
             return  # no such key (or one being created): nothing to keep
+        chunk = stream.key_slot
         kid = chunk[0] * _SCAN_CHUNK + chunk.index(key, _SCAN_HEAD) - _SCAN_HEAD + 1
         if kid >= self.limit or kid < self.position():
             return  # created after the start, or captured by the walk already
