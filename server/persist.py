@@ -25,6 +25,7 @@ import asyncio
 import logging
 import os
 import queue
+import sys
 import threading
 import time
 
@@ -34,6 +35,10 @@ from tstream.persistence.fileops import FileOps
 from tstream.persistence.framing import PersistenceError
 
 CAPTURE_SLICE_NS = 1_000_000  # loop time a snapshot capture takes per turn (BGSAVE, rewrites)
+# While a snapshot writer thread runs, Python hands the GIL over every 0.5 ms
+# instead of every 5: the writer is Python code too, and the event loop would
+# otherwise wait up to 5 ms for it between two clients' commands.
+WRITER_SWITCH_INTERVAL = 0.0005
 
 log = logging.getLogger("tstream.persistence")
 
@@ -71,6 +76,8 @@ class Persistence:
         self.last_rewrite_ok = True
         self.last_rewrite_seconds = -1
         self._fsync_thread: threading.Thread | None = None
+        self._writers = 0  # snapshot writer threads running (see WRITER_SWITCH_INTERVAL)
+        self._switch_interval = sys.getswitchinterval()
         self._stop_fsync = threading.Event()
         # Every file step goes through this object (a test hands the server one
         # that fails chosen steps: tests/test_faults.py).
@@ -384,8 +391,19 @@ class Persistence:
 
         server.capture = capture
         server.update_refusing()
+        self._writers += 1
+        if self._writers == 1:  # the loop waits for the GIL at most this long while a writer runs
+            self._switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(WRITER_SWITCH_INTERVAL)
         future = loop.run_in_executor(None, write)
-        future.add_done_callback(lambda _: capture.release())
+
+        def written(_: asyncio.Future) -> None:
+            capture.release()
+            self._writers -= 1
+            if not self._writers:
+                sys.setswitchinterval(self._switch_interval)
+
+        future.add_done_callback(written)
         step()
         return future
 
