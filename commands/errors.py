@@ -76,3 +76,12 @@ class SubcommandSyntax(CommandError):
             f"ERR unknown subcommand or wrong number of arguments for '{_printable(argv[1])}'. "
             f"Try {_printable(argv[0]).upper()} HELP."
         )
+
+
+def out_of_memory(stored: int, asked: int, offset: int) -> CommandError:
+    """The error of an append that ran out of memory (MemoryError) midway: it says
+    what was stored (entries that went into sealed nodes stay, and are logged)."""
+    if not stored:
+        return CommandError("ERR out of memory: nothing was stored")
+    return CommandError(f"ERR out of memory after storing {stored} of {asked} entries "
+                        f"(offsets {offset}-{offset + stored - 1})")

@@ -25,7 +25,7 @@ from tstream.engine.subjects import InvalidSubject, TooManySubjects, held_from, 
 from tstream.resp import NULL_ARRAY, OK, Raw, encode_batched_message, encode_message
 
 from .args import to_int
-from .errors import CommandError, SyntaxErr
+from .errors import CommandError, SyntaxErr, out_of_memory
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # nats-server's default max_pending
 MULTI_LAST_LIMIT = 1024
@@ -608,7 +608,12 @@ def _commit(server, current):
         stream = server.create_stream(key)
     first = stream.first
     flat = current.flat
-    offset = stream.append_many(flat, time_ns())
+    start = stream.next_offset
+    try:
+        offset = stream.append_many(flat, time_ns())
+    except MemoryError:  # the entries stored before it (in sealed nodes) are logged
+        server.writes.appended_partly(key, stream, first, start, flat, 0)
+        raise out_of_memory(stream.next_offset - start, len(flat) >> 1, start) from None
     count = len(flat) >> 1
     # one record for the whole batch, exactly as TWRITE ENTRIES logs it
     server.writes.appended(key, stream, first, offset, flat, 0, count)

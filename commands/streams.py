@@ -16,7 +16,7 @@ from tstream.engine.groups import Group
 from tstream.resp import NO_REPLY, NULL_ARRAY, OK, Entries, encode_error, encode_integer, encode_integer_run
 
 from .args import to_bool, to_int, to_nonnegative, to_positive_list
-from .errors import CommandError, SyntaxErr
+from .errors import CommandError, SyntaxErr, out_of_memory
 
 NO_SUCH_KEY = "ERR no such key"
 
@@ -67,7 +67,12 @@ def twrite(client, argv):
         raise CommandError("ERR ENTRIES needs one or more tag entry pairs")
     stream = server.stream_for_write(argv[1])
     first = stream.first
-    offset = stream.append_many(argv, time_ns(), i)
+    start = stream.next_offset
+    try:
+        offset = stream.append_many(argv, time_ns(), i)
+    except MemoryError:  # the entries stored before it (in sealed nodes) are logged
+        server.writes.appended_partly(argv[1], stream, first, start, argv, i)
+        raise out_of_memory(stream.next_offset - start, (len(argv) - i) // 2, start) from None
     if backlog >= 0:
         stream.evict_keep(backlog)
     server.writes.appended(argv[1], stream, first, offset, argv, i)
@@ -92,7 +97,15 @@ def twrite_run(client, argvs: list) -> bytes:
     if stream is None:
         stream = server.create_stream(key)
     first = stream.first
-    offset = stream.append_columns(tags, datas, time_ns())
+    start = stream.next_offset
+    try:
+        offset = stream.append_columns(tags, datas, time_ns())
+    except MemoryError:  # the entries stored before it (in sealed nodes) are logged and acknowledged
+        stored = stream.next_offset - start
+        if stored:
+            server.writes.appended_columns(key, stream, first, start, tags[:stored], datas[:stored])
+        error = encode_error(out_of_memory(0, 1, 0).message)
+        return encode_integer_run(start, stored) + error * (count - stored)
     server.writes.appended_columns(key, stream, first, offset, tags, datas)
     return encode_integer_run(offset, count)
 

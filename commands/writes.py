@@ -128,6 +128,15 @@ class Writes:
         self.dirty += dirty
         self.pending = True
 
+    def appended_partly(self, key: bytes, stream, first: int, offset: int, items: list, start: int) -> None:
+        """An append of the pairs ``items[start:]`` from ``offset`` on failed
+        midway (MemoryError after a node sealed: the engine keeps what went into
+        sealed nodes): the pairs it stored are described as an append of their
+        own, so that the log says what the command did."""
+        stored = stream.next_offset - offset
+        if stored > 0:
+            self.appended(key, stream, first, offset, items[:start + 2 * stored], start, stored)
+
     def appended_columns(self, key: bytes, stream, first: int, offset: int, tags: list, datas: list) -> None:
         """``len(tags)`` entries appended from ``offset`` on (a pipelined run of TWRITE):
         one record, one change per entry."""

@@ -24,8 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import queue
-import sys
 import threading
 import time
 
@@ -34,11 +32,7 @@ from tstream.persistence import aof, snapshot
 from tstream.persistence.fileops import FileOps
 from tstream.persistence.framing import PersistenceError
 
-CAPTURE_SLICE_NS = 1_000_000  # loop time a snapshot capture takes per turn (BGSAVE, rewrites)
-# While a snapshot writer thread runs, Python hands the GIL over every 0.5 ms
-# instead of every 5: the writer is Python code too, and the event loop would
-# otherwise wait up to 5 ms for it between two clients' commands.
-WRITER_SWITCH_INTERVAL = 0.0005
+from .snapshotjob import SnapshotJob
 
 log = logging.getLogger("tstream.persistence")
 
@@ -76,8 +70,6 @@ class Persistence:
         self.last_rewrite_ok = True
         self.last_rewrite_seconds = -1
         self._fsync_thread: threading.Thread | None = None
-        self._writers = 0  # snapshot writer threads running (see WRITER_SWITCH_INTERVAL)
-        self._switch_interval = sys.getswitchinterval()
         self._stop_fsync = threading.Event()
         # Every file step goes through this object (a test hands the server one
         # that fails chosen steps: tests/test_faults.py).
@@ -344,68 +336,9 @@ class Persistence:
         log.info("Background saving started")
 
     def _capture_and_write(self, path: str) -> asyncio.Future:
-        """Write a snapshot of the keyspace as it is now to ``path``, without holding
-        the loop: the keys are captured a slice at a time on the loop (at most
-        CAPTURE_SLICE_NS per turn; commands hand over the keys they are about to
-        change, see persistence.snapshot.IncrementalCapture) and written by a
-        worker thread as they come.  The future gives the file's size."""
-        loop = asyncio.get_running_loop()
-        server = self.server
-        captured: queue.SimpleQueue = queue.SimpleQueue()
-        capture = snapshot.IncrementalCapture(server.keyspace, captured.put)
-
-        def items():
-            while (item := captured.get()) is not None:
-                yield item
-
-        def finish_capture() -> None:
-            if server.capture is capture:
-                server.capture = None
-                server.update_refusing()
-
-        def step() -> None:
-            if capture.abandoned:  # the writer gave up: stop capturing
-                captured.put(None)
-                finish_capture()
-                return
-            try:
-                done = capture.step(CAPTURE_SLICE_NS)
-            except BaseException:
-                captured.put(None)  # the writer ends (with a short file, removed on the error below)
-                finish_capture()
-                raise
-            if done:
-                captured.put(None)
-                finish_capture()
-            else:
-                loop.call_soon(step)
-
-        def write():
-            try:
-                return snapshot.write(items(), path, self.file_ops)
-            except BaseException:
-                capture.abandoned = True  # the loop stops its walk and sends the end
-                while captured.get() is not None:
-                    pass
-                raise
-
-        server.capture = capture
-        server.update_refusing()
-        self._writers += 1
-        if self._writers == 1:  # the loop waits for the GIL at most this long while a writer runs
-            self._switch_interval = sys.getswitchinterval()
-            sys.setswitchinterval(WRITER_SWITCH_INTERVAL)
-        future = loop.run_in_executor(None, write)
-
-        def written(_: asyncio.Future) -> None:
-            capture.release()
-            self._writers -= 1
-            if not self._writers:
-                sys.setswitchinterval(self._switch_interval)
-
-        future.add_done_callback(written)
-        step()
-        return future
+        """Write a snapshot of the keyspace as it is now to ``path`` without holding
+        the loop (server.snapshotjob); the future gives the file's size."""
+        return SnapshotJob(self.server, path, self.file_ops).start()
 
     # --- AOF rewrites -----------------------------------------------------------------
 

@@ -680,6 +680,60 @@ class TestEngineAppendUnderMemoryError:
             client.close()
         assert run_check(tmp_path / "appendonlydir").returncode == 0
 
+    @pytest.mark.parametrize("form", ["entries", "run", "batch"])
+    def test_over_tcp_a_batch_failing_after_a_seal_is_logged_as_what_it_stored(self, tmp_path, monkeypatch, form):
+        """Nine entries into nodes of four: the first node seals, the second seal
+        fails (MemoryError) with entries left.  What went into sealed nodes stays:
+        it is logged as an append of its own and the client is told which offsets
+        were stored; memory and the AOF agree after a restart."""
+        from tstream.server.embed import ServerThread
+
+        real_seal = ActiveNode.seal
+        state = {"calls": 0, "armed": False}
+
+        def second_seal_fails(self, *args, **kwargs):
+            if state["armed"]:
+                state["calls"] += 1
+                if state["calls"] == 2:
+                    raise MemoryError
+            return real_seal(self, *args, **kwargs)
+
+        monkeypatch.setattr(ActiveNode, "seal", second_seal_fails)
+        options = dict(port=0, dir=tmp_path, save="", appendonly=True, appendfsync="always", node_entries=4)
+        values = [b"v%d" % i for i in range(1, 10)]
+        with ServerThread(**options) as srv:
+            client = redis.Redis(port=srv.port)
+            state["armed"] = True
+            if form == "entries":
+                with pytest.raises(redis.ResponseError, match="out of memory after storing 8 of 9 entries"):
+                    client.execute_command("TWRITE", "k", "ENTRIES", *[x for v in values for x in (b"t", v)])
+            elif form == "run":
+                pipe = client.pipeline(transaction=False)
+                for value in values:
+                    pipe.execute_command("TWRITE", "k", "t", value)
+                replies = pipe.execute(raise_on_error=False)
+                assert replies[:8] == list(range(1, 9))
+                assert isinstance(replies[8], redis.ResponseError)
+            else:
+                for seq, value in enumerate(values, 1):
+                    args = ["BATCH", "k", "b1", seq, "subj", value] + (["COMMIT"] if seq == 9 else [])
+                    if seq < 9:
+                        client.execute_command(*args)
+                    else:
+                        with pytest.raises(redis.ResponseError, match="out of memory after storing 8 of 9"):
+                            client.execute_command(*args)
+            state["armed"] = False
+            live = [e[2] for e in client.execute_command("TREAD", "k", 1, 20)]
+            assert live == values[:8]
+            client.close()
+        monkeypatch.setattr(ActiveNode, "seal", real_seal)
+        with ServerThread(**options) as srv:
+            client = redis.Redis(port=srv.port)
+            assert [e[2] for e in client.execute_command("TREAD", "k", 1, 20)] == live
+            assert client.execute_command("TWRITE", "k", "t", "after") == 9
+            client.close()
+        assert run_check(tmp_path / "appendonlydir").returncode == 0
+
 
 # --- real disks: EROFS and ENOSPC through the server ------------------------------------
 
