@@ -11,10 +11,10 @@
 
 The loop captures a slice at a time (persistence.snapshot.IncrementalCapture:
 copy-on-write per key, the dispatcher and group reads hand over the keys they
-are about to change) and the writer writes as the captures come.  While the
-walk runs the garbage collector is off (the walk makes an object or two per
-key, which would otherwise set off full passes over the whole heap, tens of ms
-each at a million keys), and while a writer runs Python hands the GIL over
+are about to change) and the writer writes as the captures come.  Until the
+writer is done the garbage collector is off (the capture makes a few objects
+per key, freed by reference counting as they are written; a collection meeting
+a million of them waiting in the queue would hold the loop for tens of ms), and while a writer runs Python hands the GIL over
 every 0.5 ms instead of every 5 ms (the writer is Python code too: the loop
 would otherwise wait for it up to 5 ms between two clients' commands).
 """
@@ -86,11 +86,11 @@ class SnapshotJob:
         if self.server.capture is self.capture:
             self.server.capture = None
             self.server.update_refusing()
-        if self.gc_was_enabled:
-            gc.enable()
 
     def _written(self, _: asyncio.Future) -> None:
         self.capture.release()
+        if self.gc_was_enabled:  # the captures are written and freed: a collection finds few
+            gc.enable()
         cls = type(self)
         cls.running -= 1
         if not cls.running:
