@@ -173,3 +173,32 @@ def cli(server):
         return done.stdout
 
     return run
+
+
+@pytest.fixture(scope="module")
+def redis_oracle(tmp_path_factory):
+    """A redis-server of its own (no persistence): the oracle where tstream copies Redis.
+    Yields its port."""
+    path = shutil.which("redis-server")
+    if path is None:
+        pytest.fail("redis-server is not installed (apt-get install -y redis-server)")
+    port = free_port()
+    proc = subprocess.Popen([path, "--port", str(port), "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path_factory.mktemp("redis"))],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                sock.sendall(b"PING\r\n")
+                if sock.recv(16) == b"+PONG\r\n":
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("redis-server did not start")
+        time.sleep(0.05)
+    yield port
+    proc.terminate()
+    proc.wait(10)

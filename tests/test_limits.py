@@ -172,35 +172,6 @@ PROTOCOL_CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def redis_oracle(tmp_path_factory):
-    import shutil
-    import subprocess
-
-    from .conftest import free_port
-
-    path = shutil.which("redis-server")
-    if path is None:
-        pytest.fail("redis-server is not installed")
-    port = free_port()
-    proc = subprocess.Popen([path, "--port", str(port), "--save", "", "--appendonly", "no",
-                             "--dir", str(tmp_path_factory.mktemp("redis"))],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: _answers(port))
-    yield port
-    proc.terminate()
-    proc.wait(10)
-
-
-def _answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16) == b"+PONG\r\n"
-    except OSError:
-        return False
-
-
 def exchange(port: int, payload: bytes) -> bytes:
     with connect(port) as sock:
         sock.sendall(payload)

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import socket
-import subprocess
 import threading
 import time
 
@@ -26,16 +24,9 @@ from tstream.persistence import effects
 from tstream.persistence.fileops import FileOps
 from tstream.persistence.framing import iter_frames, unpack
 
-from .conftest import ServerProcess, free_port
+from .conftest import ServerProcess
+from .harness import encode_command
 from .test_faults import FaultyFileOps, FaultyServer, make_aof, replayed
-
-
-def encode_command(*words) -> bytes:
-    parts = [b"*%d\r\n" % len(words)]
-    for word in words:
-        word = word if isinstance(word, bytes) else str(word).encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(word), word))
-    return b"".join(parts)
 
 
 class Raw:
@@ -47,7 +38,7 @@ class Raw:
             self.call("HELLO", "3")
 
     def call(self, *words) -> bytes:
-        self.sock.sendall(encode_command(*words))
+        self.sock.sendall(encode_command(words))
         reader = hiredis.Reader()
         received = b""
         while True:
@@ -60,28 +51,6 @@ class Raw:
 
     def close(self) -> None:
         self.sock.close()
-
-
-@pytest.fixture(scope="module")
-def redis_port(tmp_path_factory):
-    path = shutil.which("redis-server")
-    if path is None:
-        pytest.fail("redis-server is not installed (apt-get install -y redis-server)")
-    port = free_port()
-    proc = subprocess.Popen([path, "--port", str(port), "--save", "", "--appendonly", "no",
-                             "--dir", str(tmp_path_factory.mktemp("redis"))],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            redis.Redis(port=port).ping()
-            break
-        except redis.ConnectionError:
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-    yield port
-    proc.terminate()
-    proc.wait(10)
 
 
 # Sequences of commands both servers know; each runs on a fresh connection.
@@ -108,13 +77,13 @@ SEQUENCES = {
 
 @pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
 @pytest.mark.parametrize("name", list(SEQUENCES))
-def test_replies_match_redis(server, redis_port, protocol, name):
+def test_replies_match_redis(server, redis_oracle, protocol, name):
     replies = {}
-    for port in (server.port, redis_port):
+    for port in (server.port, redis_oracle):
         conn = Raw(port, protocol)
         replies[port] = [conn.call(*command) for command in SEQUENCES[name]]
         conn.close()
-    assert replies[server.port] == replies[redis_port]
+    assert replies[server.port] == replies[redis_oracle]
 
 
 def make_key(port: int, key: str, is_redis: bool) -> None:
@@ -128,9 +97,9 @@ def make_key(port: int, key: str, is_redis: bool) -> None:
 
 @pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
 @pytest.mark.parametrize("change", ["del", "flushall"])
-def test_watched_key_changed_by_another_client_matches_redis(server, redis_port, protocol, change):
+def test_watched_key_changed_by_another_client_matches_redis(server, redis_oracle, protocol, change):
     replies = {}
-    for port, is_redis in ((server.port, False), (redis_port, True)):
+    for port, is_redis in ((server.port, False), (redis_oracle, True)):
         redis.Redis(port=port).flushall()
         make_key(port, "w", is_redis)
         conn = Raw(port, protocol)
@@ -143,18 +112,18 @@ def test_watched_key_changed_by_another_client_matches_redis(server, redis_port,
                      conn.call("MULTI"), conn.call("PING"), conn.call("EXEC")]
         conn.close()
         replies[port] = sequence
-    assert replies[server.port] == replies[redis_port]
-    assert replies[redis_port][3] == (b"*-1\r\n" if protocol == 2 else b"_\r\n")
+    assert replies[server.port] == replies[redis_oracle]
+    assert replies[redis_oracle][3] == (b"*-1\r\n" if protocol == 2 else b"_\r\n")
 
 
-def test_flushall_of_a_watched_missing_key_does_not_abort_matches_redis(server, redis_port):
+def test_flushall_of_a_watched_missing_key_does_not_abort_matches_redis(server, redis_oracle):
     replies = {}
-    for port in (server.port, redis_port):
+    for port in (server.port, redis_oracle):
         conn = Raw(port)
         replies[port] = [conn.call("WATCH", "missing"), conn.call("FLUSHALL"), conn.call("MULTI"),
                          conn.call("PING"), conn.call("EXEC")]
         conn.close()
-    assert replies[server.port] == replies[redis_port]
+    assert replies[server.port] == replies[redis_oracle]
 
 
 # --- tstream's own commands in transactions ---------------------------------------------
