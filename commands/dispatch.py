@@ -137,6 +137,9 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:  # 
     writes = server.writes
     if writes.pending:  # the one after-write step: effects logged, changes counted, readers woken
         writes.commit()
+        if writes.lost:  # its change could not be logged: not acknowledged (Writes.record_lost)
+            writes.lost = False
+            out = encode_error(NOT_RECORDED)
     elapsed = perf_counter_ns() - started
     stats.calls += 1
     stats.nanos += elapsed
@@ -163,6 +166,7 @@ def run_queued(client, queued: list) -> bytes:
 
 
 OOM = "OOM command not allowed when used memory > 'maxmemory'."
+NOT_RECORDED = "ERR out of memory while recording the change for the append-only file: not acknowledged"
 
 
 def _before_running(client, name: bytes, argv: list, command, stats: CommandStats) -> bytes | None:
@@ -240,6 +244,9 @@ def _execute_run(client, run, argvs: list, stats: CommandStats, fast: bool) -> b
     writes = server.writes
     if writes.pending:
         writes.commit()
+        if writes.lost:  # the run's changes could not be logged: none is acknowledged
+            writes.lost = False
+            out = encode_error(NOT_RECORDED) * len(argvs)
     elapsed = perf_counter_ns() - started
     stats.calls += len(argvs)
     stats.nanos += elapsed

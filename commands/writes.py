@@ -39,7 +39,7 @@ from tstream.persistence.effects import ACK, APPEND, CONFIG, CREATE, DELETE, DEL
 
 class Writes:
     __slots__ = ("server", "sinks", "records", "dirty", "pending", "key", "stream", "first", "wake",
-                 "ready", "gone", "watched", "transaction", "waiting")
+                 "ready", "gone", "watched", "transaction", "waiting", "lost")
 
     def __init__(self, server) -> None:
         self.server = server  # reads waiting_keys and blocking, adds to dirty
@@ -60,6 +60,9 @@ class Writes:
         self.waiting: set[bytes] = server.waiting_keys  # the same set: keys blocked clients wait on
         # While EXEC runs: the effect records of its commands, logged as one TXN record.
         self.transaction: list | None = None
+        # A change of the last commit could not be recorded for the sinks (MemoryError):
+        # the dispatcher turns the command's reply into an error (see commit).
+        self.lost = False
 
     def add_sink(self, sink) -> None:
         if sink not in self.sinks:
@@ -81,6 +84,16 @@ class Writes:
             record = records[0] if len(records) == 1 else [TXN, records]
             for sink in self.sinks:
                 sink.log(record)
+
+    def record_lost(self) -> None:
+        """A change is in memory but its record could not be built or handed to the
+        sinks (MemoryError): the append-only file no longer says what memory holds.
+        The command that made it is answered with an error, not an acknowledgement
+        (``lost``, read by the dispatcher), and persistence refuses writes until a
+        rewrite has saved memory as it is (server.persist.Persistence.record_lost)."""
+        self.lost = True
+        self.records.clear()
+        self.server.persistence.record_lost()
 
     def touch(self, key: bytes) -> None:
         """``key`` changed: the connections WATCHing it will not run their EXEC."""
@@ -111,7 +124,10 @@ class Writes:
         """Entries ``items[start:]`` (tag, data, tag, data, ...) were appended to
         ``stream`` from ``offset`` on, with the stream's last time."""
         if self.sinks:
-            self.records.append([APPEND, key, offset, stream.last_time, *items[start:]])
+            try:
+                self.records.append([APPEND, key, offset, stream.last_time, *items[start:]])
+            except MemoryError:
+                self.record_lost()
         elif not (self.waiting or self.watched or stream._subjects is not None or self.pending):
             # Nothing to log, no reader to wake, no WATCH to break, no per-subject limit,
             # nothing else described: counting the change is all there is to commit.
@@ -183,7 +199,10 @@ class Writes:
         if self.watched:
             self.touch(key)
         if self.sinks:
-            self.records.append(group_moved(key, group, [entry[0] for entry in entries] if entries else ()))
+            try:
+                self.records.append(group_moved(key, group, [entry[0] for entry in entries] if entries else ()))
+            except MemoryError:
+                self.record_lost()
         self.dirty += 1
         self.pending = True
 
@@ -271,12 +290,15 @@ class Writes:
                 self.touch(key)
         records = self.records
         if records:
-            if self.transaction is not None:
-                self.transaction.extend(records)
-            else:
-                for sink in self.sinks:
-                    for record in records:
-                        sink.log(record)
+            try:
+                if self.transaction is not None:
+                    self.transaction.extend(records)
+                else:
+                    for sink in self.sinks:
+                        for record in records:
+                            sink.log(record)
+            except MemoryError:
+                self.record_lost()
             records.clear()
         server.dirty += self.dirty
         self.dirty = 0

@@ -22,6 +22,7 @@ old history in use and automatic rewrites back off (60 s, doubling to an hour).
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import threading
@@ -67,6 +68,10 @@ class Persistence:
         self.bgsave_started: float | None = None
         self.rewrite_started: float | None = None
         self.rewrite_scheduled = False
+        # A change is in memory that the AOF could not be told (MemoryError while
+        # recording it, commands.writes): writes are refused (MISCONF) until a
+        # rewrite started after that moment puts memory in a new base.
+        self.log_behind_since: float | None = None
         self.last_rewrite_ok = True
         self.last_rewrite_seconds = -1
         self._fsync_thread: threading.Thread | None = None
@@ -217,7 +222,22 @@ class Persistence:
         file = self.file
         if file is not None and (file.write_errno or file.fsync_errno):
             return MISCONF_AOF.format(os.strerror(file.write_errno or file.fsync_errno))
+        if file is not None and self.log_behind_since is not None:
+            return MISCONF_AOF.format(os.strerror(errno.ENOMEM))
         return None
+
+    def record_lost(self) -> None:
+        """A change made in memory could not be recorded for the AOF (out of memory):
+        refuse writes (MISCONF) and rewrite the AOF from memory; writes resume once
+        a rewrite started after this moment has finished."""
+        if self.file is None:
+            return
+        log.error("out of memory while recording a change for the append-only file: writes are "
+                  "refused until an AOF rewrite has saved memory as it is")
+        self.log_behind_since = time.monotonic()
+        self.rewrite_scheduled = True
+        self._update_write_gate()
+        asyncio.get_running_loop().call_soon(self._run_scheduled)
 
     def _update_write_gate(self) -> None:
         self.denied_writes = self.write_error()
@@ -376,6 +396,11 @@ class Persistence:
                 self.last_rewrite_ok = True
                 self.rewrite_failures = 0
                 log.info("Background AOF rewrite finished successfully")
+                if self.log_behind_since is not None and started > self.log_behind_since:
+                    self.log_behind_since = None  # the new base holds what the log missed
+                    self._update_write_gate()
+                if self.log_behind_since is not None:
+                    self.rewrite_scheduled = True  # it started before the loss: one more
             self._run_scheduled()
 
         future.add_done_callback(done)
@@ -396,6 +421,8 @@ class Persistence:
             log.warning("removed %s, the temp file of the failed rewrite", name)
 
     def _run_scheduled(self) -> None:
+        if self.log_behind_since is not None and time.monotonic() >= self.next_auto_rewrite:
+            self.rewrite_scheduled = True  # the log is behind memory: rewrite (after a failure's back-off)
         if self.rewrite_scheduled and self.file is not None and not self.background_busy():
             self.rewrite_scheduled = False
             try:
