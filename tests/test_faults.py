@@ -321,8 +321,10 @@ def assert_everything_acked_is_there(client: redis.Redis, acked: dict[str, list[
 
 
 def restart_and_verify(proc: ServerProcess, acked: dict[str, list[bytes]], aof_dir: Path) -> None:
-    """Files load, acknowledged writes are all there, tstream-check agrees; then once
-    more after a SIGKILL of the recovered server."""
+    """SIGKILL the server (if it runs), then: files load, acknowledged writes are all
+    there, tstream-check agrees; then once more after a SIGKILL of the recovered
+    server.  (Starting it while the old process still ran would test that process.)"""
+    proc.kill()
     for _ in range(2):
         proc.start()
         client = proc.client()
