@@ -1,25 +1,28 @@
-#!/usr/bin/env python3
-"""Per-command cost of the server's hot path, in process: ns from ``data_received``
-to the reply handed to the transport, for the hottest shapes.
+"""Per-command cost of the hottest shapes, in process: CPU ns per command fed
+through ``ClientConnection.data_received`` on a fake transport (no sockets, no
+kernel, no event-loop wake-ups: what the server's own Python costs).
 
-A Server and a ClientConnection are built in this process with a stand-in
-transport (it counts writes and drops them) and fed the exact bytes a client
-sends; the event loop runs between rounds, so replies held to the end of a turn
-are flushed as in the server.  Best of ``--rounds`` rounds of ``--n`` reads each,
-per shape:
+    .venv/bin/python bench/hotpath.py                       # this tree
+    .venv/bin/python bench/hotpath.py --base /tmp/base930/.venv/bin/python
+                                                            # and another build, interleaved
 
-    TWRITE          one ``TWRITE k t v`` per read (an unpipelined client)
-    TREAD           one ``TREAD k 1 1`` per read
-    TACK            one ``TACK k g <offset>`` per read, on entries a group read handed out
-    16 TWRITE 1 key a read of 16 ``TWRITE k t v`` (redis-benchmark -P 16), per command
-    16 TWRITE keys  a read of 16 ``TWRITE k<i> t v`` on 16 keys, per command
+Shapes (each command in its own read, as an unpipelined client sends it, or 16
+in one read as ``redis-benchmark -P 16`` does):
 
-It also runs against an older tree whose packages are not under ``tstream.``
-(``--namespace ''`` from that tree's directory, with its venv), so a change can be
-compared with a base build in the same session:
+- ``TWRITE k t v``: one append;
+- ``TREAD k o n``: one entry read back;
+- ``TACK k g o``: one pending entry of a group acknowledged (the entries are
+  handed out by a group read before the timed part);
+- ``16x TWRITE, 16 keys`` / ``16x TWRITE, 1 key``: a pipelined burst; its held
+  replies are released by running the end of the loop turn
+  (``server.turn_end.run()``), which is timed with it.
 
-    .venv/bin/python bench/hotpath.py [--rounds 9] [--n 50000]
-    (cd /tmp/base && .venv/bin/python /path/to/bench/hotpath.py --namespace '')
+Each figure is the best of ``--rounds`` rounds (CPU time of this process, so
+load from other processes mostly drops out).  The script imports
+``tstream.server.*`` when it can, else the top-level ``server.*`` of the builds
+before the one namespace (930cefd), so one script measures both.  ``--base``
+runs the other build's interpreter and this one in turn, ``--repeat`` times,
+and prints the best of each as a table.
 """
 
 from __future__ import annotations
@@ -27,16 +30,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import json
 import os
+import subprocess
 import sys
 import time
 
-# bench/ holds a persistence.py: a tree from before the namespace must not import it.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+
+def server_modules(namespace: str | None = None):
+    """(server.app, server.connection, server.config) of whichever build is
+    installed (or of ``namespace``: "tstream." or "" for the old top-level packages)."""
+    # bench/ itself must not shadow an older build's top-level packages.
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    for prefix in ("tstream.", "") if namespace is None else (namespace,):
+        try:
+            return tuple(importlib.import_module(prefix + name)
+                         for name in ("server.app", "server.connection", "server.config"))
+        except ImportError:
+            continue
+    raise SystemExit("neither tstream.server nor server is importable")
 
 
-class Transport(asyncio.Transport):
-    """What the connection uses of a transport; writes are counted and dropped."""
+class CountingTransport(asyncio.Transport):
+    """Takes the replies and counts the writes; never fills up."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -45,7 +62,7 @@ class Transport(asyncio.Transport):
     def write(self, data) -> None:
         self.writes += 1
 
-    def writelines(self, chunks) -> None:
+    def writelines(self, data) -> None:
         self.writes += 1
 
     def is_closing(self) -> bool:
@@ -73,70 +90,112 @@ class Transport(asyncio.Transport):
         pass
 
 
-def encode(*words) -> bytes:
-    out = [b"*%d\r\n" % len(words)]
-    for word in words:
-        word = word if isinstance(word, bytes) else str(word).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(word), word))
-    return b"".join(out)
+def request(*words: bytes) -> bytes:
+    return b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
 
 
-async def measure(namespace: str, rounds: int, n: int) -> dict[str, float]:
-    app = importlib.import_module(namespace + "server.app")
-    connection = importlib.import_module(namespace + "server.connection")
-    config_module = importlib.import_module(namespace + "server.config")
-    config = config_module.Config()
-    config.set("save", "")
-    server = app.Server(config)
-    client = connection.ClientConnection(server)
-    client.connection_made(Transport())
+class Bench:
+    def __init__(self, namespace: str | None = None) -> None:
+        app, connection, config_module = server_modules(namespace)
+        config = config_module.Config()
+        config.set("save", "")
+        config.set("group-max-pending", "100000000")  # every TACK round's entries pending at once
+        self.server = app.Server(config)
+        self.client = connection.ClientConnection(self.server)
+        self.transport = CountingTransport()
+        self.client.connection_made(self.transport)
+        self.feed = self.client.data_received
+        self.turn_end = self.server.turn_end.run
+        self.acks = 0
 
-    async def best(reads: list[bytes], commands_per_read: int) -> float:
-        fastest = float("inf")
-        for _ in range(rounds):
-            started = time.perf_counter()
+    def settle(self) -> None:
+        self.turn_end()
+
+    def prepare_acks(self, n: int) -> list[bytes]:
+        """n TACK requests, each of an entry now pending in group g of a fresh key."""
+        self.acks += 1
+        key = b"hp:ack%d" % self.acks
+        for _ in range(n):
+            self.feed(request(b"TWRITE", key, b"tag", b"v"))
+        self.settle()
+        # RETRY: the entries handed out stay pending until acknowledged.
+        self.feed(request(b"TREAD", key, b"1", b"%d" % n, b"GROUP", b"g", b"RETRY", b"3600000", b"7200000"))
+        self.settle()
+        return [request(b"TACK", key, b"g", b"%d" % offset) for offset in range(1, n + 1)]
+
+    def time_reads(self, reads: list[bytes], per_read: int, settle: bool) -> float:
+        feed, turn_end = self.feed, self.turn_end
+        clock = time.process_time_ns
+        started = clock()
+        if settle:
             for data in reads:
-                client.data_received(data)
-            fastest = min(fastest, (time.perf_counter() - started) / (len(reads) * commands_per_read))
-            await asyncio.sleep(0)  # replies held to the end of the turn go now
-        return fastest * 1e9
+                feed(data)
+                turn_end()
+        else:
+            for data in reads:
+                feed(data)
+        return (clock() - started) / (len(reads) * per_read)
 
-    results = {}
-    results["TWRITE"] = await best([encode("TWRITE", "k", "t", "value")] * n, 1)
-    results["TREAD"] = await best([encode("TREAD", "k", 1, 1)] * n, 1)
-    # TACK: entries handed out by group reads (served at the end of each turn), then acked one by one.
-    total = rounds * n
-    client.data_received(encode("TWRITE", "acks", "ENTRIES", *(["t", "v"] * total)))
-    await asyncio.sleep(0)
-    for _ in range(0, total, 10_000):
-        client.data_received(encode("TREAD", "acks", 1, 10_000, "GROUP", "g", "RETRY", 600_000, 1_200_000))
-        await asyncio.sleep(0)
-    acks = [encode("TACK", "acks", "g", offset) for offset in range(1, total + 1)]
-    fastest = float("inf")
-    for r in range(rounds):
-        chunk = acks[r * n:(r + 1) * n]
-        started = time.perf_counter()
-        for data in chunk:
-            client.data_received(data)
-        fastest = min(fastest, (time.perf_counter() - started) / len(chunk))
-        await asyncio.sleep(0)
-    results["TACK"] = fastest * 1e9
-    burst = encode("TWRITE", "k", "t", "value") * 16
-    results["16 TWRITE 1 key"] = await best([burst] * (n // 16), 16)
-    keys = b"".join(encode("TWRITE", f"k{i}", "t", "value") for i in range(16))
-    results["16 TWRITE keys"] = await best([keys] * (n // 16), 16)
-    return results
+
+def measure(n: int, rounds: int, namespace: str | None = None) -> dict[str, float]:
+    bench = Bench(namespace)
+    for i in range(200):
+        bench.feed(request(b"TWRITE", b"hp:read", b"tag", b"value%d" % i))
+    bench.settle()
+    burst_keys = b"".join(request(b"TWRITE", b"hp:k%d" % k, b"tag", b"value") for k in range(16))
+    burst_one = request(b"TWRITE", b"hp:one", b"tag", b"value") * 16
+    shapes = {
+        "TWRITE k t v": lambda: ([request(b"TWRITE", b"hp:w", b"tag", b"value")] * n, 1, False),
+        "TREAD k o n": lambda: ([request(b"TREAD", b"hp:read", b"100", b"1")] * n, 1, False),
+        "TACK k g o": lambda: (bench.prepare_acks(n), 1, False),
+        "16x TWRITE, 16 keys": lambda: ([burst_keys] * (n // 16), 16, True),
+        "16x TWRITE, 1 key": lambda: ([burst_one] * (n // 16), 16, True),
+    }
+    best: dict[str, float] = {}
+    for _ in range(rounds):
+        for name, make in shapes.items():
+            reads, per_read, settle = make()
+            bench.settle()
+            ns = bench.time_reads(reads, per_read, settle)
+            bench.settle()
+            best[name] = min(ns, best.get(name, ns))
+    return best
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--namespace", default="tstream.", help="'' for a tree from before the tstream namespace")
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--n", type=int, default=50_000)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=20_000, help="commands per shape and round")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--namespace", help="'tstream.' or '' (a tree from before the namespace); default: either")
+    parser.add_argument("--base", metavar="PYTHON", help="another build's interpreter, run in turn with this one")
+    parser.add_argument("--repeat", type=int, default=3, help="with --base: runs of each build")
     args = parser.parse_args()
-    results = asyncio.run(measure(args.namespace, args.rounds, args.n))
-    for shape, ns in results.items():
-        print(f"{shape:16s} {ns:7.0f} ns/command")
+    if not args.base:
+        results = asyncio.run(_measure_in_loop(args.n, args.rounds, args.namespace))
+        if args.json:
+            print(json.dumps(results))
+        else:
+            for name, ns in results.items():
+                print(f"{name:22} {ns:8.0f} ns/command")
+        return
+    builds = {"base": args.base, "this": sys.executable}
+    best: dict[str, dict[str, float]] = {"base": {}, "this": {}}
+    for _ in range(args.repeat):
+        for build, python in builds.items():
+            out = subprocess.run([python, os.path.abspath(__file__), "--json", "--n", str(args.n),
+                                  "--rounds", str(args.rounds)], check=True, capture_output=True, text=True,
+                                 cwd="/").stdout
+            for name, ns in json.loads(out).items():
+                best[build][name] = min(ns, best[build].get(name, ns))
+    print("| shape | base ns/cmd | this ns/cmd | this/base |\n| --- | ---: | ---: | ---: |")
+    for name, ns in best["this"].items():
+        base = best["base"][name]
+        print(f"| {name} | {base:.0f} | {ns:.0f} | {ns / base:.2f} |")
+
+
+async def _measure_in_loop(n: int, rounds: int, namespace: str | None) -> dict[str, float]:
+    return measure(n, rounds, namespace)  # the server wants a running loop (call_soon of the turn's end)
 
 
 if __name__ == "__main__":
