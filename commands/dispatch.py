@@ -9,10 +9,11 @@ commands/writes.py).
 
 Pipelined runs: a command whose table entry has a ``run`` handler (TWRITE) and
 that arrives several times in a row in one read, each time in its simplest
-form (exactly |arity| words) on the same key, is executed as one run: one call
-appends all the entries at once and produces all the replies.  Clients see the
-same replies and the same data as with one call per command (the entries of a
-run share one timestamp, as those of one ``TWRITE ... ENTRIES`` do).  INFO
+form (exactly |arity| words, on one key or several), is executed as one run:
+one call appends all the entries (those of one key at once) and produces all
+the replies.  Clients see the same replies and the same data as with one call
+per command (the entries of a run share one timestamp, as those of one
+``TWRITE ... ENTRIES`` do).  INFO
 commandstats counts every command of the run; the slow log sees the run as
 its first command with the whole run's time.
 """
@@ -65,16 +66,13 @@ def build_dispatch() -> tuple[dict, dict]:
     return table, stats
 
 
-def execute(client, argv: list) -> bytes | None:
-    """The encoded reply to ``argv`` for ``client``; None when nothing is to be sent."""
-    return execute_at(client, [argv], 0)[0]
+def execute(client, argv: list) -> bytes | None:  # noqa: C901 (one straight path: the hottest code)
+    """The encoded reply to ``argv`` for ``client``; None when nothing is to be sent.
 
-
-def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:  # noqa: C901 (over the limit when it came in)
-    """Execute ``commands[at]`` (or the run of commands starting there, see the
-    module docstring); returns the encoded reply (None when nothing is to be
-    sent) and the index of the next command to execute."""
-    argv = commands[at]
+    Every command but a pipelined run (``execute_at``) goes through here, once:
+    a per-connection mode that must divert commands (MULTI queues them) does it
+    in ``_before_running``, behind the one test of the rare cases.
+    """
     server = client.server
     table = server.dispatch
     entry = table.get(argv[0]) or table.get(argv[0].lower())
@@ -82,43 +80,30 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:  # 
         server.stats.errors += 1
         if client.multi is not None:
             client.multi_failed = True
-        return encode_error(UnknownCommand(argv[0], argv[1:]).message), at + 1
+        return encode_error(UnknownCommand(argv[0], argv[1:]).message)
     name, handler, fewest, most, fast, command, stats, run, subcommands = entry
     nargs = len(argv)
     if not fewest <= nargs <= most:
-        return _refuse(client, name, stats, WrongArity(name.decode("utf-8", "replace")).message), at + 1
+        return _refuse(client, name, stats, WrongArity(name.decode("utf-8", "replace")).message)
     if subcommands is not None and nargs > 1:  # a container: CONFIG GET runs the config|get entry
         entry = subcommands.get(argv[1]) or subcommands.get(argv[1].lower())
         if entry is None:
             server.stats.errors += 1
             if client.multi is not None:
                 client.multi_failed = True
-            return encode_error(UnknownSubcommand(name, argv[1]).message), at + 1
+            return encode_error(UnknownSubcommand(name, argv[1]).message)
         name, handler, fewest, most, fast, command, stats, run, subcommands = entry
         if not fewest <= nargs <= most:
-            return _refuse(client, name, stats, WrongArity(name.decode("utf-8", "replace")).message), at + 1
+            return _refuse(client, name, stats, WrongArity(name.decode("utf-8", "replace")).message)
     if client.gate is not None or server.refusing or client.multi is not None:
         refused = _before_running(client, name, argv, command, stats)  # ACL, OOM, MISCONF, MULTI
         if refused is not None:
-            return refused, at + 1
-    elif run is not None and nargs == fewest and at + 1 < len(commands):
-        # A run: the commands after this one spelled the same, with as many words
-        # and the same key (the scan is inlined: this is the pipelined hot path).
-        name0, key = argv[0], argv[1]
-        end = at + 1
-        count = len(commands)
-        while end < count:
-            other = commands[end]
-            if len(other) != nargs or other[0] != name0 or other[1] != key:
-                break
-            end += 1
-        if end > at + 1:
-            return _execute_run(client, run, commands[at:end], stats, fast), end
+            return refused
     started = perf_counter_ns()
     try:
         reply = handler(client, argv)
         if reply.__class__ is int:  # the common TWRITE/TACK reply, without a trip through encode()
-            out = encode_integer(reply)
+            out = encode_integer(reply) if reply > 1 or reply < 0 else SMALL_INTEGERS[reply]
         elif reply is NO_REPLY:
             out = None
         elif reply.__class__ is Queued:  # EXEC: its commands run now, one by one
@@ -145,7 +130,37 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:  # 
     stats.nanos += elapsed
     if elapsed >= server.slow_threshold_ns:
         server.observe_slow(argv, elapsed, client, fast)
-    return out, at + 1
+    return out
+
+
+# ":0\r\n" and ":1\r\n" (TACK's usual replies), made once.
+SMALL_INTEGERS = (encode_integer(0), encode_integer(1))
+
+
+def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
+    """Execute ``commands[at]``, or the run of commands starting there (see the
+    module docstring); returns the encoded reply (None when nothing is to be
+    sent) and the index of the next command to execute."""
+    argv = commands[at]
+    count = len(commands)
+    if at + 1 < count:
+        following = commands[at + 1]
+        # A run needs the next command spelled the same with as many words; the
+        # table is asked only then (a run is the pipelined hot path).
+        if following[0] == argv[0] and len(following) == len(argv):
+            server = client.server
+            entry = server.dispatch.get(argv[0])
+            if (entry is not None and entry[7] is not None and len(argv) == entry[2]
+                    and client.gate is None and not server.refusing and client.multi is None):
+                name0, nargs = argv[0], len(argv)
+                end = at + 2
+                while end < count:
+                    other = commands[end]
+                    if len(other) != nargs or other[0] != name0:
+                        break
+                    end += 1
+                return _execute_run(client, entry[7], commands[at:end], entry[6], entry[4]), end
+    return execute(client, argv), at + 1
 
 
 def run_queued(client, queued: list) -> bytes:

@@ -80,34 +80,81 @@ def twrite(client, argv):
 
 
 def twrite_run(client, argvs: list) -> bytes:
-    """A pipelined run of ``TWRITE key tag entry`` on one key (see commands.dispatch).
+    """A pipelined run of ``TWRITE key tag entry``, on one key or several (see
+    commands.dispatch).
 
-    Appends every entry with one Stream.append_columns (one timestamp, limits
-    enforced once, one effect record) and replies each command's offset.
-    O(entries).
+    The commands of each stretch on one key are appended with one
+    Stream.append_columns (one record, limits enforced once), a lone command
+    with Stream.append; every entry of the run has the same time.  Replies each
+    command's offset, in order.  O(entries).
     """
     server = client.server
-    key = argvs[0][1]
-    count = len(argvs)
     tags = [argv[2] for argv in argvs]
     if not KEYWORD_TAGS.isdisjoint(tags):  # a keyword where the tag goes: each command on its own
         return b"".join(_twrite_each(client, argvs))
     datas = [argv[3] for argv in argvs]
+    keys = [argv[1] for argv in argvs]
+    count = len(argvs)
+    now = time_ns()
+    if keys.count(keys[0]) == count:  # one key (redis-benchmark -P 16)
+        return _append_stretch(server, keys[0], tags, datas, now)[0]
+    streams = server.streams
+    writes = server.writes
+    replies = []
+    i = 0
+    while i < count:
+        key = keys[i]
+        j = i + 1
+        while j < count and keys[j] == key:
+            j += 1
+        if j > i + 1:
+            reply, stored = _append_stretch(server, key, tags[i:j], datas[i:j], now)
+        else:
+            stream = streams.get(key)
+            if stream is None:
+                stream = server.create_stream(key)
+            first = stream.first
+            start = stream.next_offset
+            try:
+                offset = stream.append(tags[i], datas[i], now)
+            except MemoryError:
+                stored = False
+                if stream.next_offset > start:  # stored before memory ran out: acknowledged
+                    writes.appended(key, stream, first, start, argvs[i], 2)
+                    reply = encode_integer(start)
+                else:
+                    reply = encode_error(out_of_memory(0, 1, 0).message)
+            else:
+                writes.appended(key, stream, first, offset, argvs[i], 2)
+                reply, stored = encode_integer(offset), True
+        replies.append(reply)
+        if not stored:  # out of memory: the commands after it are refused too, as in a one-key run
+            replies.append(encode_error(out_of_memory(0, 1, 0).message) * (count - j))
+            break
+        i = j
+    return b"".join(replies)
+
+
+def _append_stretch(server, key: bytes, tags: list, datas: list, now: int) -> tuple[bytes, bool]:
+    """Append ``tags``/``datas`` to the stream at ``key`` at once: the replies, and
+    False if memory ran out (the entries stored before that are acknowledged and
+    logged, the others answered with the error)."""
     stream = server.streams.get(key)
     if stream is None:
         stream = server.create_stream(key)
+    count = len(tags)
     first = stream.first
     start = stream.next_offset
     try:
-        offset = stream.append_columns(tags, datas, time_ns())
+        offset = stream.append_columns(tags, datas, now)
     except MemoryError:  # the entries stored before it (in sealed nodes) are logged and acknowledged
         stored = stream.next_offset - start
         if stored:
             server.writes.appended_columns(key, stream, first, start, tags[:stored], datas[:stored])
         error = encode_error(out_of_memory(0, 1, 0).message)
-        return encode_integer_run(start, stored) + error * (count - stored)
+        return encode_integer_run(start, stored) + error * (count - stored), False
     server.writes.appended_columns(key, stream, first, offset, tags, datas)
-    return encode_integer_run(offset, count)
+    return encode_integer_run(offset, count), True
 
 
 def _twrite_each(client, argvs: list):

@@ -99,6 +99,30 @@ class RequestParser:
         elif data:
             self._fresh.append(data)
 
+    def read_one(self, data: bytes) -> list | None:
+        """The command when the read ``data`` is exactly one multibulk of bulk
+        strings with a small count and nothing from earlier reads waits (the
+        unpipelined client's read): parsed at once, never fed.  Else None, with
+        nothing consumed: the caller then feeds ``data`` as usual."""
+        if self._fresh or self._slow_mode or self._ready or self._error is not None:
+            return None
+        if data[:1] != b"*" or data.find(b"*", 1) > 0 or data[1:6].isdigit():
+            return None  # inline text, several commands, or a count hiredis must not see
+        reader = self._reader
+        reader.feed(data)
+        try:
+            command = reader.gets()
+        except Exception:  # hiredis refused it: _parse gives Redis's error
+            command = None
+        if command.__class__ is list and command and not reader.has_data():
+            for arg in command:
+                if arg.__class__ is not bytes:
+                    break
+            else:
+                return command
+        self._reader = hiredis.Reader()  # incomplete, or not a plain command: frame it again
+        return None
+
     def next_command(self) -> list | None:
         """The next complete command as a list of bytes, or None if more data is needed.
 

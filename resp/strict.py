@@ -54,6 +54,10 @@ class StrictRequestParser:
 
     drained = False  # see RequestParser.drained: never claimed here (callers ask has_input())
 
+    def read_one(self, data: bytes) -> None:
+        """See RequestParser.read_one: never taken here (every read is fed)."""
+        return None
+
     def __init__(self, max_multibulk: int = INT_MAX, max_bulk: int = 512 << 20,
                  max_inline: int = INLINE_MAX_SIZE) -> None:
         self._buf = bytearray()

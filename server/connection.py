@@ -30,7 +30,7 @@ import logging
 import time
 from time import perf_counter_ns
 
-from tstream.commands.dispatch import execute_at
+from tstream.commands.dispatch import execute, execute_at
 from tstream.commands.transactions import unwatch_all
 from tstream.resp import ProtocolError, RequestParser, StrictRequestParser, encode_error
 
@@ -135,23 +135,41 @@ class ClientConnection(asyncio.Protocol):
         if self.closing:
             return
         self.last_interaction = time.time()
-        self.server.stats.net_input += len(data)
-        self.net_in += len(data)
-        self.parser.feed(data)
-        # The unparsed input is measured every 64 KiB received: it can pass a
-        # limit by that much at most, and small requests never pay for it.
-        self._unmeasured += len(data)
-        if self._unmeasured > 65536:
-            self._unmeasured = 0
-            pending = self.parser.pending_bytes()
-            if pending > 65536 and pending > self._query_limit():
-                log.warning("closing client %s: %d bytes of unparsed input are over the limit",
-                            self.addr, pending)
-                self.transport.write(encode_error("ERR Protocol error: query buffer limit reached"))
-                self.kill()
-                return
+        size = len(data)
+        self.server.stats.net_input += size
+        self.net_in += size
         if self.blocked is None and not self._write_paused and not self._resume_scheduled:
+            # The unpipelined client's read, one whole command with nothing queued
+            # before it: parsed, executed and answered at once (the hottest path).
+            # (Nothing is queued when the client is neither blocked nor paused nor
+            # waiting for its next turn, see _run_many.)
+            argv = self.parser.read_one(data)
+            if argv is not None:
+                self._run_one(argv)
+                return
+            self.parser.feed(data)
+            self._unmeasured += size
+            if self._unmeasured > 65536:
+                self._limit_query()
+                if self.closing:
+                    return
             self._run_commands()
+            return
+        self.parser.feed(data)
+        self._unmeasured += size
+        if self._unmeasured > 65536:
+            self._limit_query()
+
+    def _limit_query(self) -> None:
+        """The unparsed input is measured every 64 KiB received: it can pass a
+        limit by that much at most, and small requests never pay for it."""
+        self._unmeasured = 0
+        pending = self.parser.pending_bytes()
+        if pending > 65536 and pending > self._query_limit():
+            log.warning("closing client %s: %d bytes of unparsed input are over the limit",
+                        self.addr, pending)
+            self.transport.write(encode_error("ERR Protocol error: query buffer limit reached"))
+            self.kill()
 
     def _query_limit(self) -> int:
         if self.user is None:
@@ -192,7 +210,7 @@ class ClientConnection(asyncio.Protocol):
                 self._protocol_error(exc)
                 return
             if len(queue) == 1 and self.parser.drained:
-                self._run_one(queue)
+                self._run_one(queue[0])
                 return
             if not queue:
                 return
@@ -202,15 +220,14 @@ class ClientConnection(asyncio.Protocol):
             self._queue, self._queue_at = queue, 0
         self._run_many()
 
-    def _run_one(self, queue: list) -> None:
+    def _run_one(self, argv: list) -> None:
         """The one command just received (the unpipelined client's path): execute it
         and write its reply, with none of the pipelining bookkeeping.  (The reply's
         write is spelled out here as in ``_run_many``, not shared through a call:
         this is the server's hottest path.)"""
         server = self.server
-        reply = execute_at(self, queue, 0)[0]
-        self.last_argv = queue[0]
-        self._queue, self._queue_at = queue, 1
+        reply = execute(self, argv)
+        self.last_argv = argv
         server.stats.commands += 1
         self.commands += 1
         if reply is not None:
