@@ -305,6 +305,12 @@ def tread(client, argv):
     behind the group's blocked readers; the client's next commands wait for it.
     O(1) seek + O(count); group reads O(count log pending) for the due retries, amortised O(1) per new entry.
     """
+    if len(argv) == 4:  # TREAD key offset count, both plain numbers >= 1: the hot form, parsed here
+        offset, count = argv[2], argv[3]
+        if (offset.isdigit() and count.isdigit() and offset[0] != 48 and count[0] != 48
+                and len(offset) < 19 and len(count) < 19):  # (as to_int takes them, without its checks)
+            stream = client.server.streams.get(argv[1])
+            return Entries(stream.read(int(offset), int(count)) if stream is not None else ())
     request = client.server.tread_parses.parse(argv)
     if client.in_exec:  # in a transaction: served now, and a BLOCK that would wait times out at once
         reply = perform_read(client.server, request, blocking=False)
@@ -325,7 +331,9 @@ def tack(client, argv):
     Acknowledges pending entries of the group; replies how many were pending.
     Amortised O(k).
     """
-    if len(argv) == 4 and b"-" in argv[3]:
+    if len(argv) == 4 and argv[3].isdigit() and argv[3][0] != 48 and len(argv[3]) < 19:
+        offsets = [int(argv[3])]  # one plain offset >= 1 (to_positive_list's answer, without its checks)
+    elif len(argv) == 4 and b"-" in argv[3]:
         match = _RANGE.match(argv[3])
         if match is None:
             raise CommandError("ERR invalid range, use start-end with positive integers")
@@ -340,10 +348,10 @@ def tack(client, argv):
         return 0
     if offsets is None:
         offsets = group.pending_offsets(start, end)
-    was_full = group.pending_count >= server.config.values["group-max-pending"]
     acked = group.ack(offsets)
     if acked:
-        # room in a full pending list: capped readers may go on
+        # room in a full pending list (as it was before these acks): capped readers may go on
+        was_full = group.pending_count + acked >= server.config.values["group-max-pending"]
         server.writes.acked(argv[1], argv[2], offsets, wake=was_full)
     return acked
 

@@ -213,6 +213,9 @@ class Writes:
             self.touch(key)
         if self.sinks:
             self.records.append([ACK, key, group_name, *offsets])
+        elif not (wake or self.pending):
+            self.server.dirty += 1  # nothing to log or wake: counting the change is all (see appended)
+            return
         if wake:
             self.ready.append(key)
         self.dirty += 1
