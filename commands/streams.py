@@ -10,10 +10,20 @@ handler returns.
 from __future__ import annotations
 
 import re
+from operator import itemgetter
 from time import time_ns
 
 from tstream.engine.groups import Group
-from tstream.resp import NO_REPLY, NULL_ARRAY, OK, Entries, encode_error, encode_integer, encode_integer_run
+from tstream.resp import (
+    NO_REPLY,
+    NULL_ARRAY,
+    OK,
+    Entries,
+    encode_error,
+    encode_integer,
+    encode_integer_run,
+    encode_integers,
+)
 
 from .args import to_bool, to_int, to_nonnegative, to_positive_list
 from .errors import CommandError, SyntaxErr, out_of_memory
@@ -89,17 +99,17 @@ def twrite_run(client, argvs: list) -> bytes:
     command's offset, in order.  O(entries).
     """
     server = client.server
-    tags = [argv[2] for argv in argvs]
+    tags = list(map(_TAG, argvs))
     if not KEYWORD_TAGS.isdisjoint(tags):  # a keyword where the tag goes: each command on its own
         return b"".join(_twrite_each(client, argvs))
-    datas = [argv[3] for argv in argvs]
-    keys = [argv[1] for argv in argvs]
+    keys = list(map(_KEY, argvs))
     count = len(argvs)
     now = time_ns()
     if keys.count(keys[0]) == count:  # one key (redis-benchmark -P 16)
-        return _append_stretch(server, keys[0], tags, datas, now)[0]
-    streams = server.streams
-    writes = server.writes
+        return _append_stretch(server, keys[0], tags, list(map(_DATA, argvs)), now)[0]
+    if len(set(keys)) == count:  # every command on its own key: one append each
+        return _append_each(server, argvs, now)
+    datas = list(map(_DATA, argvs))
     replies = []
     i = 0
     while i < count:
@@ -110,29 +120,40 @@ def twrite_run(client, argvs: list) -> bytes:
         if j > i + 1:
             reply, stored = _append_stretch(server, key, tags[i:j], datas[i:j], now)
         else:
-            stream = streams.get(key)
-            if stream is None:
-                stream = server.create_stream(key)
-            first = stream.first
-            start = stream.next_offset
-            try:
-                offset = stream.append(tags[i], datas[i], now)
-            except MemoryError:
-                stored = False
-                if stream.next_offset > start:  # stored before memory ran out: acknowledged
-                    writes.appended(key, stream, first, start, argvs[i], 2)
-                    reply = encode_integer(start)
-                else:
-                    reply = encode_error(out_of_memory(0, 1, 0).message)
-            else:
-                writes.appended(key, stream, first, offset, argvs[i], 2)
-                reply, stored = encode_integer(offset), True
+            reply = _append_each(server, argvs[i:j], now)
+            stored = reply[:1] != b"-"
         replies.append(reply)
         if not stored:  # out of memory: the commands after it are refused too, as in a one-key run
             replies.append(encode_error(out_of_memory(0, 1, 0).message) * (count - j))
             break
         i = j
     return b"".join(replies)
+
+
+_KEY, _TAG, _DATA = itemgetter(1), itemgetter(2), itemgetter(3)
+
+
+def _append_each(server, argvs: list, now: int) -> bytes:
+    """Append the entry of each ``TWRITE key tag entry`` in ``argvs`` (keys all
+    different); the replies.  Out of memory (an append stores all or nothing),
+    that command and the ones after it are refused."""
+    streams = server.streams
+    appended = server.writes.appended
+    offsets = []
+    for argv in argvs:
+        key = argv[1]
+        stream = streams.get(key)
+        if stream is None:
+            stream = server.create_stream(key)
+        first = stream.first
+        try:
+            offset = stream.append(argv[2], argv[3], now)
+        except MemoryError:
+            error = encode_error(out_of_memory(0, 1, 0).message)
+            return encode_integers(offsets) + error * (len(argvs) - len(offsets))
+        appended(key, stream, first, offset, argv, 2)
+        offsets.append(offset)
+    return encode_integers(offsets)
 
 
 def _append_stretch(server, key: bytes, tags: list, datas: list, now: int) -> tuple[bytes, bool]:

@@ -19,6 +19,7 @@ from .encode import (
     encode_error,
     encode_integer,
     encode_integer_run,
+    encode_integers,
     encode_message,
 )
 from .errors import ProtocolError
@@ -28,5 +29,5 @@ from .strict import StrictRequestParser
 __all__ = [
     "NO_REPLY", "NULL_ARRAY", "OK", "QUEUED", "BigNumber", "Entries", "ErrorReply", "Push", "Raw", "Set", "Status", "Verbatim",
     "encode", "encode_batched_message", "encode_entries", "encode_error", "encode_integer", "encode_integer_run",
-    "encode_message", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
+    "encode_integers", "encode_message", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
 ]

@@ -26,7 +26,7 @@ how each looks on the wire under RESP2 or RESP3:
 
 The replies the server sends most have fast encoders here too, each giving
 exactly the bytes ``encode`` would (tests/test_resp_encoders.py checks it):
-``encode_integer`` (TWRITE, TACK), ``encode_integer_run`` (a pipelined run of
+``encode_integer`` (TWRITE, TACK), ``encode_integer_run`` and ``encode_integers`` (pipelined runs of
 TWRITE), ``encode_entries`` (TREAD), ``encode_message`` and
 ``encode_batched_message`` (the JetStream message maps of DGET and MLAST).
 Commands never build RESP bytes themselves.
@@ -116,6 +116,14 @@ def encode_integer_run(first: int, count: int) -> bytes:
     each, concatenated: the replies of a pipelined run of TWRITE."""
     fmt = _INTEGER_RUNS[count] if count < len(_INTEGER_RUNS) else b":%d\r\n" * count
     return fmt % tuple(range(first, first + count))
+
+
+def encode_integers(values: list) -> bytes:
+    """The integers ``values``, one reply each, concatenated (a pipelined run of
+    TWRITE on several keys): one format for them all."""
+    count = len(values)
+    fmt = _INTEGER_RUNS[count] if count < len(_INTEGER_RUNS) else b":%d\r\n" * count
+    return fmt % tuple(values)
 
 
 # JetStream message maps (ADR-31): a map under RESP3, a flat array under RESP2.
