@@ -106,7 +106,7 @@ class RequestParser:
         nothing consumed: the caller then feeds ``data`` as usual."""
         if self._fresh or self._slow_mode or self._ready or self._error is not None:
             return None
-        if data[:1] != b"*" or data.find(b"*", 1) > 0 or data[1:6].isdigit():
+        if data[0] != 0x2A or data.find(b"*", 1) > 0 or data[1:6].isdigit():
             return None  # inline text, several commands, or a count hiredis must not see
         reader = self._reader
         reader.feed(data)
@@ -115,6 +115,11 @@ class RequestParser:
         except Exception:  # hiredis refused it: _parse gives Redis's error
             command = None
         if command.__class__ is list and command and not reader.has_data():
+            if len(command) == 4:  # the hot shapes (TWRITE k t v, TREAD k o n, TACK k g o), unrolled
+                name, first, second, third = command
+                if (name.__class__ is bytes and first.__class__ is bytes and second.__class__ is bytes
+                        and third.__class__ is bytes):
+                    return command
             for arg in command:
                 if arg.__class__ is not bytes:
                     break
@@ -223,6 +228,13 @@ class RequestParser:
             try:
                 while (command := gets()) is not False:
                     at_boundary = not has_data()
+                    if command.__class__ is list and len(command) == 4:  # the hot shapes, unrolled
+                        name, first, second, third = command
+                        if (name.__class__ is bytes and first.__class__ is bytes and second.__class__ is bytes
+                                and third.__class__ is bytes):
+                            out.append(command)
+                            continue
+                        raise ValueError  # the strict parser gives Redis's text
                     if command.__class__ is list and command:
                         for arg in command:
                             if arg.__class__ is not bytes:

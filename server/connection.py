@@ -135,8 +135,10 @@ class ClientConnection(asyncio.Protocol):
         if self.closing:
             return
         self.last_interaction = time.time()
+        server = self.server
+        stats = server.stats
         size = len(data)
-        self.server.stats.net_input += size
+        stats.net_input += size
         self.net_in += size
         if self.blocked is None and not self._write_paused and not self._resume_scheduled:
             # The unpipelined client's read, one whole command with nothing queued
@@ -145,7 +147,23 @@ class ClientConnection(asyncio.Protocol):
             # waiting for its next turn, see _run_many.)
             argv = self.parser.read_one(data)
             if argv is not None:
-                self._run_one(argv)
+                # _run_one(argv), inlined: a call less on the server's hottest path.
+                reply = execute(self, argv)
+                self.last_argv = argv
+                stats.commands += 1
+                self.commands += 1
+                if reply is not None:
+                    size = len(reply)
+                    stats.net_output += size
+                    self.net_out += size
+                    if server.hold_replies or self._holding:
+                        self._hold(reply, self.closing)
+                        return
+                    self.transport.write(reply)
+                    if self._write_paused:  # the transport's buffer passed its high-water mark
+                        self._check_output_limit()
+                if self.closing:
+                    self.transport.close()
                 return
             self.parser.feed(data)
             self._unmeasured += size
@@ -224,7 +242,7 @@ class ClientConnection(asyncio.Protocol):
         """The one command just received (the unpipelined client's path): execute it
         and write its reply, with none of the pipelining bookkeeping.  (The reply's
         write is spelled out here as in ``_run_many``, not shared through a call:
-        this is the server's hottest path.)"""
+        this is the server's hottest path; data_received has it inlined too.)"""
         server = self.server
         reply = execute(self, argv)
         self.last_argv = argv
