@@ -20,7 +20,7 @@ as in the docs (``UPPER`` tokens, lower-case arguments, ``[...]`` optional,
 ``a|b`` one of, ``...`` repeats); COMMAND DOCS describes all of them and HELP
 shows all of them.  ``acl`` holds the explicit ACL categories; those implied by
 the flags are added here, once (commands.flags).  ``run``, when set, executes a
-pipelined run of the command's simplest form on one key in one call.
+pipelined run of the command's simplest form (on one key or several) in one call.
 """
 
 from __future__ import annotations

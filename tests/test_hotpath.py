@@ -1,0 +1,193 @@
+"""The short cuts of the hot path answer exactly as the general path does.
+
+Through a real server: pipelined runs of ``TWRITE k t v`` over several keys
+(one call for the run) reply, store, log, count and wake as the same commands
+sent one by one; ``TREAD k o n`` and ``TACK k g o``, parsed in their handlers
+when their numbers are plain, answer every other spelling as before.  Unit
+tests: ``RequestParser.read_one`` takes only a read that is exactly one plain
+command, and leaves everything else to the parser, unconsumed.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+import redis
+
+from tstream.persistence.effects import APPEND, CREATE
+from tstream.resp import RequestParser, encode_integers
+from tstream.server.embed import ServerThread
+
+from .test_write_path import records
+
+
+def multibulk(*words) -> bytes:
+    words = [w if isinstance(w, bytes) else str(w).encode() for w in words]
+    return b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
+
+
+def exchange(port: int, data: bytes, replies: int) -> bytes:
+    """Send ``data`` in one write; the bytes of ``replies`` replies (each one line here)."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(data)
+        got = b""
+        while got.count(b"\r\n") < replies:
+            chunk = sock.recv(65536)
+            assert chunk, "connection closed early"
+            got += chunk
+        return got
+
+
+@pytest.fixture
+def served(tmp_path):
+    with ServerThread(port=0, dir=tmp_path, save="", appendonly=True) as srv:
+        client = redis.Redis(port=srv.port)
+        yield srv, client, tmp_path
+        client.close()
+
+
+def test_a_run_over_several_keys_replies_stores_and_logs_as_one_by_one(served):
+    srv, c, directory = served
+    c.execute_command("TWRITE", "b", "t", "old")
+    keys = ["a", "b", "b", "c", "a", "d", "d", "d"]
+    data = b"".join(multibulk("TWRITE", key, "tag", f"v{i}") for i, key in enumerate(keys))
+    replies = exchange(srv.port, data, len(keys))
+    assert replies == b":1\r\n:2\r\n:3\r\n:1\r\n:2\r\n:1\r\n:2\r\n:3\r\n"
+    assert c.execute_command("TREAD", "a", 1, 10) == [[1, b"tag", b"v0"], [2, b"tag", b"v4"]]
+    assert [e[2] for e in c.execute_command("TREAD", "b", 1, 10)] == [b"old", b"v1", b"v2"]
+    assert [e[2] for e in c.execute_command("TREAD", "d", 1, 10)] == [b"v5", b"v6", b"v7"]
+    logged = [(rec[0], rec[1], rec[2], rec[4:]) for rec in records(directory) if rec[0] == APPEND]
+    assert logged[1:] == [
+        (APPEND, b"a", 1, [b"tag", b"v0"]),
+        (APPEND, b"b", 2, [b"tag", b"v1", b"tag", b"v2"]),
+        (APPEND, b"c", 1, [b"tag", b"v3"]),
+        (APPEND, b"a", 2, [b"tag", b"v4"]),
+        (APPEND, b"d", 1, [b"tag", b"v5", b"tag", b"v6", b"tag", b"v7"]),
+    ]
+    assert [rec[1] for rec in records(directory) if rec[0] == CREATE] == [b"b", b"a", b"c", b"d"]
+    assert c.info("persistence")["rdb_changes_since_last_save"] == 1 + len(keys)
+    stats = c.info("commandstats")["cmdstat_twrite"]
+    assert stats["calls"] == 1 + len(keys) and stats["failed_calls"] == 0
+
+
+def test_a_run_over_several_keys_wakes_the_readers_of_each(served):
+    srv, c, _ = served
+    got = {}
+
+    def read(key):
+        reader = redis.Redis(port=srv.port)
+        got[key] = reader.execute_command("TREAD", key, "$", 5, "BLOCK", 0)
+        reader.close()
+
+    threads = [threading.Thread(target=read, args=(key,)) for key in ("x", "y")]
+    for thread in threads:
+        thread.start()
+    while c.info("clients")["blocked_clients"] != 2:
+        time.sleep(0.01)
+    data = b"".join(multibulk("TWRITE", key, "t", key) for key in ("x", "y", "z"))
+    assert exchange(srv.port, data, 3) == b":1\r\n:1\r\n:1\r\n"
+    for thread in threads:
+        thread.join()
+    assert got == {"x": [[1, b"t", b"x"]], "y": [[1, b"t", b"y"]]}
+
+
+def test_a_keyword_tag_in_a_run_over_several_keys_is_refused_alone(served):
+    srv, c, _ = served
+    data = b"".join([multibulk("TWRITE", "p", "t", "1"), multibulk("TWRITE", "q", "ENTRIES", "1"),
+                     multibulk("TWRITE", "r", "t", "1")])
+    replies = exchange(srv.port, data, 3).split(b"\r\n")
+    assert replies[0] == b":1" and replies[1].startswith(b"-ERR") and replies[2] == b":1"
+    assert c.exists("q") == 0
+
+
+@pytest.mark.parametrize("offset, count", [
+    ("1", "2"), ("0", "2"), ("-", "2"), ("$", "2"), ("01", "2"), ("2", "02"), ("2", "0"), ("+1", "2"),
+    (" 1", "2"), ("1", "-2"), ("-1", "2"), ("9223372036854775807", "1"), ("99999999999999999999", "1"),
+    ("3", "100"), ("1", "9223372036854775807"),
+])
+def test_tread_answers_as_its_general_parser(served, offset, count):
+    _, c, _ = served
+    for i in range(3):
+        c.execute_command("TWRITE", "r", "t", str(i))
+    c.execute_command("TEVICT", "r", 1)
+    for key in ("r", "missing"):
+        fast = _reply(c, "TREAD", key, offset, count)
+        # The same words and WITHINFO take the general parser: the same entries after the info, or the same error.
+        general = _reply(c, "TREAD", key, offset, count, "WITHINFO")
+        if isinstance(fast, Exception):
+            assert str(fast) == str(general)
+        else:
+            assert fast == general[1:]
+
+
+@pytest.mark.parametrize("offset", ["1", "2", "0", "01", "+1", " 1", "x", "99999999999999999999",
+                                    "9223372036854775807", "1234567890123456789"])
+def test_tack_of_one_offset_answers_as_a_list_of_offsets(served, offset):
+    _, c, _ = served
+    for name in ("one", "many"):
+        for i in range(3):
+            c.execute_command("TWRITE", name, "t", str(i))
+        c.execute_command("TREAD", name, 1, 3, "GROUP", "g", "RETRY", 60000, 60000)
+    fast = _reply(c, "TACK", "one", "g", offset)
+    general = _reply(c, "TACK", "many", "g", offset, "3")  # two offsets: the general parser
+    if isinstance(general, Exception):
+        assert str(fast) == str(general)
+    else:
+        assert fast == general - 1
+    assert c.execute_command("TACK", "one", "g", "2-3") == 2 - (offset == "2")  # a range: not the short cut
+
+
+def _reply(client, *args):
+    try:
+        return client.execute_command(*args)
+    except redis.ResponseError as exc:
+        return exc
+
+
+def test_read_one_takes_exactly_one_plain_command():
+    parser = RequestParser()
+    assert parser.read_one(multibulk("TWRITE", "k", "t", "v")) == [b"TWRITE", b"k", b"t", b"v"]
+    assert parser.read_one(multibulk("PING")) == [b"PING"]
+    assert parser.pull() == [] and not parser.has_input()
+
+
+@pytest.mark.parametrize("data", [
+    multibulk("PING") * 2,  # two commands
+    multibulk("TWRITE", "k", "t", "v")[:-3],  # incomplete
+    b"PING\r\n",  # inline
+    b"*1\r\n:1\r\n",  # not a bulk string
+    b"*2\r\n$4\r\nPING\r\n*1\r\n$1\r\nx\r\n",  # a nested array
+    b"*12345\r\n",  # a count hiredis must not see
+    b"*-1\r\n",
+])
+def test_read_one_leaves_anything_else_to_the_parser(data):
+    parser = RequestParser()
+    assert parser.read_one(data) is None
+    parser.feed(data)
+    reference = RequestParser()
+    reference.feed(data)
+    assert _pulled(parser) == _pulled(reference)
+
+
+def test_read_one_waits_behind_input_already_fed():
+    parser = RequestParser()
+    parser.feed(b"*1\r\n$4\r\nPI")
+    assert parser.read_one(multibulk("PING")) is None
+    parser.feed(b"NG\r\n")
+    assert parser.pull() == [[b"PING"]]
+
+
+def _pulled(parser):
+    try:
+        return parser.pull()
+    except Exception as exc:  # a protocol error: compared by its text
+        return str(exc)
+
+
+def test_encode_integers():
+    assert encode_integers([]) == b""
+    assert encode_integers([5, 1, 300]) == b":5\r\n:1\r\n:300\r\n"
+    assert encode_integers(list(range(100))) == b"".join(b":%d\r\n" % n for n in range(100))
