@@ -81,7 +81,8 @@ class RequestParser:
         self._ready: list = []  # parsed commands not returned yet (next_command)
         self._error: ProtocolError | None = None  # met by pull() after some commands
         # True when the last pull() returned everything received (an unpipelined
-        # client's one command): the caller need not ask has_input().
+        # client's one command, or a whole pipelined read): the caller need not
+        # ask has_input().
         self.drained = False
 
     @property
@@ -164,6 +165,7 @@ class RequestParser:
         commands: list[list] = []
         try:
             self._parse(commands)
+            self.drained = not self._fresh and not self._slow_mode  # the read ended at a command's end
         except ProtocolError as exc:
             self._fresh = []
             if not commands:
