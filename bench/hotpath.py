@@ -5,6 +5,7 @@ kernel, no event-loop wake-ups: what the server's own Python costs).
     .venv/bin/python bench/hotpath.py                       # this tree
     .venv/bin/python bench/hotpath.py --base /tmp/base930/.venv/bin/python
                                                             # and another build, interleaved
+    .venv/bin/python bench/hotpath.py --stages              # where the time goes, stage by stage
 
 Shapes (each command in its own read, as an unpipelined client sends it, or 16
 in one read as ``redis-benchmark -P 16`` does):
@@ -162,6 +163,107 @@ def measure(n: int, rounds: int, namespace: str | None = None) -> dict[str, floa
     return best
 
 
+def best_ns(step, n: int, rounds: int) -> float:
+    """Best CPU ns of one ``step()`` over ``rounds`` rounds of ``n``."""
+    clock = time.process_time_ns
+    best = float("inf")
+    for _ in range(rounds):
+        started = clock()
+        for _ in range(n):
+            step()
+        best = min(best, (clock() - started) / n)
+    return best
+
+
+def stages(n: int, rounds: int, namespace: str | None = None) -> dict[str, float]:
+    """Where one unpipelined ``TWRITE k t v`` and one read of 16 on one key spend
+    their time: each stage timed on its own (so the stages of a build add up to
+    about its total), the connection's share being what is left."""
+    bench = Bench(namespace)
+    prefix = "tstream." if bench.server.__class__.__module__.startswith("tstream.") else ""
+    resp = importlib.import_module(prefix + "resp")
+    dispatch = importlib.import_module(prefix + "commands.dispatch")
+    streams = importlib.import_module(prefix + "commands.streams")
+    client = bench.client
+    read = request(b"TWRITE", b"hp:stage", b"tag", b"value")
+    argv = [b"TWRITE", b"hp:stage", b"tag", b"value"]
+    bench.feed(read)
+    stream = bench.server.streams[b"hp:stage"]
+    parser = resp.RequestParser()
+    if hasattr(parser, "read_one"):
+        def parse():
+            parser.read_one(read)
+    else:
+        def parse():
+            parser.feed(read)
+            parser.pull()
+    if "execute_at(client, [argv], 0)" in open(dispatch.__file__).read():  # execute() wraps execute_at()
+        def run():
+            dispatch.execute_at(client, [argv], 0)
+    else:
+        def run():
+            dispatch.execute(client, argv)
+    now = time.time_ns()
+    out = {"TWRITE: total": best_ns(lambda: bench.feed(read), n, rounds),
+           "TWRITE: parse": best_ns(parse, n, rounds),
+           "TWRITE: dispatch and handler": best_ns(run, n, rounds),
+           "TWRITE: handler": best_ns(lambda: streams.twrite(client, argv), n, rounds),
+           "TWRITE: engine append": best_ns(lambda: stream.append(b"tag", b"value", now), n, rounds)}
+    bench.settle()
+    burst = request(b"TWRITE", b"hp:run", b"tag", b"value") * 16
+    parser = resp.RequestParser()
+
+    def parse_burst():
+        parser.feed(burst)
+        return parser.pull()
+
+    commands = parse_burst()
+    turn_end = bench.server.turn_end
+
+    def feed_burst():
+        bench.feed(burst)
+        bench.settle()
+
+    def hold_and_release():
+        turn_end.hold(client, b":1\r\n", False)
+        turn_end.run()
+
+    bursts = max(1, n // 16)
+    out["16x 1 key: total"] = best_ns(feed_burst, bursts, rounds)
+    out["16x 1 key: parse"] = best_ns(parse_burst, bursts, rounds)
+    out["16x 1 key: dispatch and run"] = best_ns(lambda: dispatch.execute_at(client, commands, 0), bursts, rounds)
+    tags, datas = [b"tag"] * 16, [b"value"] * 16
+    run_stream = bench.server.streams[b"hp:run"]
+    out["16x 1 key: engine append_columns"] = best_ns(lambda: run_stream.append_columns(tags, datas, now),
+                                                      bursts, rounds)
+    out["16x 1 key: reply held, end of turn"] = best_ns(hold_and_release, bursts, rounds)
+    bench.settle()
+    return out
+
+
+def print_stages(results: dict[str, float]) -> None:
+    """The stages as a breakdown: each stage's own time, the connection's as the rest."""
+    one = {
+        "parse": results["TWRITE: parse"],
+        "dispatch": results["TWRITE: dispatch and handler"] - results["TWRITE: handler"],
+        "handler and write path": results["TWRITE: handler"] - results["TWRITE: engine append"],
+        "engine append": results["TWRITE: engine append"],
+    }
+    one["connection (the rest)"] = results["TWRITE: total"] - results["TWRITE: parse"] \
+        - results["TWRITE: dispatch and handler"]
+    burst = {
+        "parse": results["16x 1 key: parse"],
+        "dispatch and run": results["16x 1 key: dispatch and run"] - results["16x 1 key: engine append_columns"],
+        "engine append_columns": results["16x 1 key: engine append_columns"],
+        "reply held, end of turn": results["16x 1 key: reply held, end of turn"],
+    }
+    burst["connection (the rest)"] = results["16x 1 key: total"] - sum(burst.values())
+    print(f"one TWRITE k t v: {results['TWRITE: total']:.0f} ns; "
+          + "; ".join(f"{name} {ns:.0f}" for name, ns in one.items()))
+    print(f"16 TWRITE on one key, per read: {results['16x 1 key: total']:.0f} ns; "
+          + "; ".join(f"{name} {ns:.0f}" for name, ns in burst.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=20_000, help="commands per shape and round")
@@ -170,7 +272,12 @@ def main() -> None:
     parser.add_argument("--namespace", help="'tstream.' or '' (a tree from before the namespace); default: either")
     parser.add_argument("--base", metavar="PYTHON", help="another build's interpreter, run in turn with this one")
     parser.add_argument("--repeat", type=int, default=3, help="with --base: runs of each build")
+    parser.add_argument("--stages", action="store_true",
+                        help="where one TWRITE and one read of 16 spend their time (this build only)")
     args = parser.parse_args()
+    if args.stages:
+        print_stages(asyncio.run(_in_loop(stages, args.n, args.rounds, args.namespace)))
+        return
     if not args.base:
         results = asyncio.run(_measure_in_loop(args.n, args.rounds, args.namespace))
         if args.json:
@@ -196,6 +303,10 @@ def main() -> None:
 
 async def _measure_in_loop(n: int, rounds: int, namespace: str | None) -> dict[str, float]:
     return measure(n, rounds, namespace)  # the server wants a running loop (call_soon of the turn's end)
+
+
+async def _in_loop(function, *args):
+    return function(*args)
 
 
 if __name__ == "__main__":
