@@ -144,8 +144,9 @@ class ClientConnection(asyncio.Protocol):
             # The unpipelined client's read, one whole command with nothing queued
             # before it: parsed, executed and answered at once (the hottest path).
             # (Nothing is queued when the client is neither blocked nor paused nor
-            # waiting for its next turn, see _run_many.)
-            argv = self.parser.read_one(data)
+            # waiting for its next turn, see _run_many.  A read over 64 KiB takes the
+            # usual path, so that the query buffer limit sees it as before.)
+            argv = self.parser.read_one(data) if size <= 65536 else None
             if argv is not None:
                 # _run_one(argv), inlined: a call less on the server's hottest path.
                 reply = execute(self, argv)

@@ -191,3 +191,21 @@ def test_encode_integers():
     assert encode_integers([]) == b""
     assert encode_integers([5, 1, 300]) == b":5\r\n:1\r\n:300\r\n"
     assert encode_integers(list(range(100))) == b"".join(b":%d\r\n" % n for n in range(100))
+
+
+def test_a_short_pipelined_read_waits_behind_a_command_that_blocks(served):
+    srv, c, _ = served
+    with socket.create_connection(("127.0.0.1", srv.port)) as sock:
+        sock.sendall(multibulk("TREAD", "w", "$", 1, "BLOCK", 0) + multibulk("TWRITE", "w2", "t", "v")
+                     + multibulk("PING"))
+        while c.info("clients")["blocked_clients"] != 1:
+            time.sleep(0.01)
+        assert c.exists("w2") == 0  # the commands after the blocked one wait for it
+        c.execute_command("TWRITE", "w", "t", "x")
+        got = b""
+        expected = b"*1\r\n*3\r\n:1\r\n$1\r\nt\r\n$1\r\nx\r\n:1\r\n+PONG\r\n"
+        while len(got) < len(expected):
+            chunk = sock.recv(65536)
+            assert chunk
+            got += chunk
+        assert got == expected
