@@ -57,6 +57,7 @@ import time
 import zlib
 from array import array
 from dataclasses import asdict
+from itertools import chain
 from typing import Iterable, Iterator
 
 import msgpack
@@ -262,6 +263,7 @@ class IncrementalCapture:
 
 _TEMP_PREFIX = "temp-"
 _TEMP_SUFFIX = ".tsr"
+_SYNC_EVERY = 4 << 20  # bytes written between fsyncs of a snapshot being written
 _WRITE_CHUNK = 1 << 20
 
 
@@ -306,6 +308,7 @@ def write(captured: Iterable[StreamCapture], path: str, ops: FileOps | None = No
         try:
             pending: list[bytes] = []
             pending_size = 0
+            unsynced = 0
 
             def flush() -> None:
                 view = memoryview(b"".join(pending))
@@ -314,14 +317,21 @@ def write(captured: Iterable[StreamCapture], path: str, ops: FileOps | None = No
                 pending.clear()
 
             header = FILE_HEADER.pack(FILE_MAGIC, VERSION, 0, int(time.time() * 1000))
-            for chunk in (header, *records(captured)):
+            for chunk in chain((header,), records(captured)):  # lazily: frames are written as made
                 crc = zlib.crc32(chunk, crc)
                 size += len(chunk)
                 pending.append(chunk)
                 pending_size += len(chunk)
                 if pending_size >= _WRITE_CHUNK:
                     flush()
+                    unsynced += pending_size
                     pending_size = 0
+                    if unsynced >= _SYNC_EVERY:
+                        # As Redis's rdb-save-incremental-fsync: the final fsync then
+                        # has little left to flush (one burst of a whole file's
+                        # writeback slows the machine, the server's loop included).
+                        ops.fsync(fd, step="snapshot-fsync")
+                        unsynced = 0
             pending.append(FOOTER.pack(FOOTER_MAGIC, crc))
             size += FOOTER.size
             flush()
