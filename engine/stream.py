@@ -491,10 +491,13 @@ class Stream(TagTable):
             return first_offset
         joined = b"".join(datas)  # validates every payload before any change
         try:
-            try:
-                tids = list(map(self._tag_index.index, tags))
-            except ValueError:  # a small table's list.index missed
-                tids = [None]
+            if tags.count(tags[0]) == npairs:  # one tag for all (a pipelined run): one lookup
+                tids = [self._tag_lookup(tags[0]) or self._intern(tags[0])] * npairs
+            else:
+                try:
+                    tids = list(map(self._tag_index.index, tags))
+                except ValueError:  # a small table's list.index missed
+                    tids = [None]
             if not all(tids):  # id 0 is reserved, so a falsy id is a miss (None):
                 # intern, looking each tag up again (a new tag may repeat in the batch)
                 lookup = self._tag_lookup
