@@ -98,17 +98,15 @@ def twrite_run(client, argvs: list) -> bytes:
     command's offset, in order.  O(entries).
     """
     server = client.server
-    tags = [argv[2] for argv in argvs]  # (list comprehensions: faster than map(itemgetter) here)
+    _, keys, tags, datas = zip(*argvs)  # the columns, as tuples, in one C call
     if not KEYWORD_TAGS.isdisjoint(tags):  # a keyword where the tag goes: each command on its own
         return b"".join(_twrite_each(client, argvs))
-    keys = [argv[1] for argv in argvs]
     count = len(argvs)
     now = time_ns()
     if keys.count(keys[0]) == count:  # one key (redis-benchmark -P 16)
-        return _append_stretch(server, keys[0], tags, [argv[3] for argv in argvs], now)[0]
+        return _append_stretch(server, keys[0], tags, datas, now)[0]
     if len(set(keys)) == count:  # every command on its own key: one append each
         return _append_each(server, argvs, now)
-    datas = [argv[3] for argv in argvs]
     replies = []
     i = 0
     while i < count:

@@ -96,7 +96,7 @@ from dataclasses import asdict, astuple, dataclass
 from itertools import accumulate, islice
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping, NamedTuple
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 from .blocks import BlockCache
 from .codec import BLOB_PREFIX, _le_array, _le_bytes
@@ -479,8 +479,8 @@ class Stream(TagTable):
             raise ValueError("append_many needs tag/data pairs")
         return self.append_columns(flat[start::2], flat[start + 1::2], now_ns)
 
-    def append_columns(self, tags: list, datas: list, now_ns: int) -> int:
-        """:meth:`append_many` of the pairs ``zip(tags, datas)`` (two lists of
+    def append_columns(self, tags: Sequence, datas: Sequence, now_ns: int) -> int:
+        """:meth:`append_many` of the pairs ``zip(tags, datas)`` (two sequences of
         the same length), for callers that hold the columns already.
         O(pairs)."""
         npairs = len(tags)
@@ -490,6 +490,7 @@ class Stream(TagTable):
         if npairs <= 0:
             return first_offset
         joined = b"".join(datas)  # validates every payload before any change
+        tids: list
         try:
             if tags.count(tags[0]) == npairs:  # one tag for all (a pipelined run): one lookup
                 tids = [self._tag_lookup(tags[0]) or self._intern(tags[0])] * npairs
@@ -527,7 +528,7 @@ class Stream(TagTable):
             self.enforce_limits(now_ns)
         return first_offset
 
-    def _append_chunks(self, tags: list, datas: list, tids: list, jview: memoryview, now_ns: int) -> None:
+    def _append_chunks(self, tags: Sequence, datas: Sequence, tids: list, jview: memoryview, now_ns: int) -> None:
         """The storing part of :meth:`append_columns`: each node's share of
         the pairs, one chunk per node.  ``next_offset`` moves once a chunk is
         stored whole.  A seal that fails (MemoryError) with pairs left to
@@ -581,7 +582,7 @@ class Stream(TagTable):
                 self._seal_active(short=True)
 
     def _undo_append_columns(self, first_node: ActiveNode | None, first_offset: int,
-                             last_time: int, tags: list, tids: list) -> None:
+                             last_time: int, tags: Sequence, tids: list) -> None:
         """A MemoryError midway through :meth:`append_columns`.  While the
         node active before the batch (``first_node``) is still active,
         nothing of the batch is kept: all or nothing.  Once this batch
