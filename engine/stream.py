@@ -103,6 +103,7 @@ from .codec import BLOB_PREFIX, _le_array, _le_bytes
 from .node import ActiveNode, Node, SealedNode, _popcount_range
 from .subjects import enforce_subject_limit  # JetStream per-subject limit (max_msgs_per_subject)
 from .tags import TagTable
+from .xids import XState, before_drop, id_of, note_append
 
 __all__ = ["BLOB_PREFIX", "DEFAULT_CONFIG", "NODE_MAX_BYTES", "Entry", "Node", "Stream", "StreamConfig"]
 
@@ -185,6 +186,7 @@ class Stream(TagTable):
         "_cache",  # the decoded-block cache (engine/blocks.py) of the keyspace
         "key_slot",  # its SCAN chunk in the Keyspace holding it (engine/keyspace.py), or None
         "limit_pending",  # its keyspace's set of subject indexes with deletions to log, or None
+        "_x",  # the stored part of its Redis ids (engine/xids.py), None until needed
     )
 
     def __init__(self, node_entries: int = 1000, cache: BlockCache | None = None,
@@ -213,6 +215,7 @@ class Stream(TagTable):
         self._age_floor = -(1 << 63)       # every held entry has time >= this
         self._fast_seal = False            # last node did not compress
         self._subjects = None              # JetStream subject index: built on first need
+        self._x: XState | None = None      # Redis ids: derived from the times until needed
         self.limit_pending: set | None = None  # set by the Keyspace holding the stream
         self.key_slot: list | None = None
 
@@ -460,6 +463,8 @@ class Stream(TagTable):
                 self._seal_active()
             except MemoryError:  # the entry is stored; the next append seals first
                 self._owe_seal()
+        if self._x is not None:  # --- Redis ids (engine/xids.py): once it has stored ones ---
+            note_append(self, offset, 1, now_ns)
         # --- JetStream subject index hook (engine/subjects.py): once built only ---
         if self._subjects is not None:
             self._subjects.appended(tag, offset)
@@ -520,6 +525,8 @@ class Stream(TagTable):
             raise
         finally:
             jview.release()
+        if self._x is not None:  # --- Redis ids (engine/xids.py): once it has stored ones ---
+            note_append(self, first_offset, npairs, now_ns)
         # --- JetStream subject index hook (engine/subjects.py): once built only ---
         if self._subjects is not None:
             self._subjects.appended_many(tags, first_offset)
@@ -927,6 +934,8 @@ class Stream(TagTable):
         if k < len(nodes) and not nodes[k].sealed and first >= self.next_offset:
             k += 1  # everything evicted: the active node goes too
         if k:
+            # --- Redis ids (engine/xids.py): the last id dropped becomes stored ---
+            before_drop(self, min(nodes[k - 1].cap_end, self.next_offset) - 1)
             # --- JetStream subject index hook (engine/subjects.py): once built only ---
             if self._subjects is not None:
                 self._subjects.dropped(nodes[:k])
@@ -1042,6 +1051,7 @@ class Stream(TagTable):
             "tag_refs": _le_bytes(self._tag_refs),
             "nodes": [(node.blob(), None if node.deleted is None else bytes(node.deleted))
                       for node in self._nodes],
+            **({} if self._x is None else {"x": self._x.export()}),
         }
 
     @classmethod
@@ -1089,6 +1099,7 @@ class Stream(TagTable):
         s._check_loaded_offsets()
         if s._refs is not None and not any(s._refs):
             s._refs = None  # no sealed node: the counts are created on first need
+        s._load_ids(state.get("x"))
         s._deleted_held = sum(
             _popcount_range(node.deleted, max(s.first, node.start) - node.start, node.count)
             for node in s._nodes if node.ndel)
@@ -1096,6 +1107,17 @@ class Stream(TagTable):
         s._drop_evicted_nodes()
         s._free_unused([t for t in range(1, len(tags)) if tags[t] is not None])
         return s
+
+    def _load_ids(self, saved) -> None:
+        """Install the saved stored ids (engine/xids.py); a stream saved before
+        they existed, whose first node does not start at 1, gets an anchor
+        before it (its ids are then derived from its times). O(anchors)."""
+        if saved is not None:
+            self._x = XState.load(saved)
+        elif self._nodes and 1 < self._nodes[0].start < self.next_offset:
+            x = self._x = XState()
+            x.offs, x.ids = [self._nodes[0].start - 1], [(0, 0)]
+            x.last = x.top = id_of(self, self.next_offset - 1)
 
     def _load_tag_table(self, tags) -> list:
         """Install a saved tag table (list indexed by id, None for free ids). O(tags)."""
@@ -1189,6 +1211,8 @@ class Stream(TagTable):
         see engine/invariants.py.  O(size)."""
         from .invariants import check_stream
         check_stream(self)
+        if self._x is not None:
+            self._x._check(self)
 
     def __repr__(self) -> str:
         return (f"<Stream first={self.first} next={self.next_offset} "

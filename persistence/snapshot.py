@@ -117,6 +117,8 @@ class StreamCapture:
             "tags": list(stream._tag_list),
             "tag_refs": _refs_bytes(stream._tag_refs),
         }
+        if stream._x is not None:  # the stored part of its Redis ids (engine/xids.py)
+            self.meta["x"] = stream._x.export()
         self.sealed, self.deleted, self.active = stream.capture_nodes()
         self.pinned = pinned
         if not pinned:  # nothing keeps dropped nodes whole: take their parts now, O(nodes)
