@@ -34,7 +34,21 @@ one attribute check (``pending``) for a command that wrote nothing.
 
 from __future__ import annotations
 
-from tstream.persistence.effects import ACK, APPEND, CONFIG, CREATE, DELETE, DELKEY, EVICT, FLUSH, TXN, group_moved
+from tstream.persistence.effects import (
+    ACK,
+    APPEND,
+    CONFIG,
+    CREATE,
+    DELETE,
+    DELKEY,
+    EVICT,
+    FLUSH,
+    TXN,
+    XADD,
+    XDEL,
+    XSETID,
+    group_moved,
+)
 
 
 class Writes:
@@ -172,6 +186,26 @@ class Writes:
         self.wake = True
         self.dirty += len(tags)
         self.pending = True
+
+    def xadded(self, key: bytes, stream, first: int, offset: int, xid: tuple[int, int], tag: bytes,
+               data: bytes, packed: bool) -> None:
+        """XADD appended one entry at ``offset`` with the Redis id ``xid``."""
+        if self.sinks:
+            self.records.append([XADD, key, offset, stream.last_time, xid[0], xid[1], int(packed), tag, data])
+        self.wrote(key, stream, first)
+
+    def xsetid(self, key: bytes, stream, first: int, top: tuple[int, int], added: int,
+               max_deleted: tuple[int, int]) -> None:
+        """XSETID set the stream's top id, entries-added and max-deleted id."""
+        if self.sinks:
+            self.records.append([XSETID, key, top[0], top[1], added, max_deleted[0], max_deleted[1]])
+        self.wrote(key, stream, first, wake=False)
+
+    def xdeleted(self, key: bytes, stream, first: int, offsets: list[int]) -> None:
+        """XDEL deleted the entries at ``offsets``."""
+        if self.sinks:
+            self.records.append([XDEL, key, *offsets])
+        self.wrote(key, stream, first, len(offsets), wake=False)
 
     def configured(self, key: bytes, stream, first: int, names: list[str], dirty: int) -> None:
         """The stream's config values ``names`` were set (allow_direct may follow

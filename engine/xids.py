@@ -326,6 +326,19 @@ def add(stream, pairs: list, now_ns: int, xid: tuple[int, int] | None = None,
     return offset, own
 
 
+def replay_add(stream, tag: bytes, data: bytes, time_ns: int, xid: tuple[int, int], packed: bool) -> int:
+    """Append an entry logged by XADD (persistence.effects) with its id. O(1) amortised."""
+    x = state_of(stream)
+    x.forced = xid
+    try:
+        offset = stream.append(tag, data, time_ns)
+    finally:
+        x.forced = None
+    if packed:
+        mark_packed(stream, offset)
+    return offset
+
+
 def set_last_id(stream, xid: tuple[int, int], entries_added: int | None = None,
                 max_deleted: tuple[int, int] | None = None) -> None:
     """XSETID: the stream's top id (and entries-added, max-deleted id); the

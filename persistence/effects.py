@@ -21,15 +21,22 @@ the file, see ``persistence.framing``):
     DELETE  [8, key, offset, ...]                       entries deleted (per-subject limits)
     TXN     [9, [record, record, ...]]                  a transaction (EXEC): its records as one
                                                         frame, so a crash keeps all or none of them
+    XADD    [10, key, offset, time_ns, ms, seq, packed, tag, data]
+                                                        XADD: one entry with its Redis id
+                                                        (packed 1: tag/data hold field-value pairs)
+    XSETID  [11, key, ms, seq, entries_added, max_deleted_ms, max_deleted_seq]
+    XDEL    [12, key, offset, ...]                      XDEL: entries deleted by id (max-deleted id kept)
 """
 
 from __future__ import annotations
 
+from tstream.engine import xids
 from tstream.engine.groups import Group
 
-CREATE, APPEND, EVICT, CONFIG, DELKEY, FLUSH, GROUP, ACK, DELETE, TXN = range(10)
+CREATE, APPEND, EVICT, CONFIG, DELKEY, FLUSH, GROUP, ACK, DELETE, TXN, XADD, XSETID, XDEL = range(13)
 
-NAMES = ["CREATE", "APPEND", "EVICT", "CONFIG", "DELKEY", "FLUSH", "GROUP", "ACK", "DELETE", "TXN"]
+NAMES = ["CREATE", "APPEND", "EVICT", "CONFIG", "DELKEY", "FLUSH", "GROUP", "ACK", "DELETE", "TXN",
+         "XADD", "XSETID", "XDEL"]
 
 
 class ReplayError(ValueError):
@@ -50,6 +57,25 @@ def group_moved(key: bytes, group: Group, offsets=()) -> list:
 
 
 # --- replaying ------------------------------------------------------------------------
+
+
+def _apply_x(stream, record: list) -> None:
+    """Replay an XADD, XSETID or XDEL record (engine/xids.py)."""
+    kind = record[0]
+    if kind == XADD:
+        offset, time_ns, xid, packed, tag, data = record[2], record[3], (record[4], record[5]), record[6], \
+            record[7], record[8]
+        if offset != stream.next_offset:
+            raise ReplayError(f"XADD at offset {offset}, the stream is at {stream.next_offset}")
+        xids.replay_add(stream, tag, data, time_ns, xid, bool(packed))
+    elif kind == XSETID:
+        xids.set_last_id(stream, (record[2], record[3]), record[4], (record[5], record[6]))
+    else:
+        for offset in record[2:]:
+            if stream.is_held(offset):
+                xid = xids.id_of(stream, offset)
+                stream.delete(offset)
+                xids.note_deleted(stream, xid)
 
 
 def apply(keyspace, record: list) -> None:  # noqa: C901 (over the limit when it came in)
@@ -109,6 +135,8 @@ def apply(keyspace, record: list) -> None:  # noqa: C901 (over the limit when it
         elif kind == DELETE:
             for offset in record[2:]:
                 stream.delete(offset)
+        elif kind in (XADD, XSETID, XDEL):
+            _apply_x(stream, record)
         else:
             raise ReplayError(f"unknown record type {kind!r}")
     except ReplayError:

@@ -8,6 +8,7 @@ from .encode import (
     BigNumber,
     Entries,
     ErrorReply,
+    KeyedReplies,
     Push,
     Raw,
     Set,
@@ -27,7 +28,7 @@ from .parser import RequestParser, split_inline
 from .strict import StrictRequestParser
 
 __all__ = [
-    "NO_REPLY", "NULL_ARRAY", "OK", "QUEUED", "BigNumber", "Entries", "ErrorReply", "Push", "Raw", "Set", "Status", "Verbatim",
+    "NO_REPLY", "NULL_ARRAY", "OK", "QUEUED", "BigNumber", "Entries", "ErrorReply", "KeyedReplies", "Push", "Raw", "Set", "Status", "Verbatim",
     "encode", "encode_batched_message", "encode_entries", "encode_error", "encode_integer", "encode_integer_run",
     "encode_integers", "encode_message", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
 ]

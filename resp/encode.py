@@ -20,6 +20,7 @@ how each looks on the wire under RESP2 or RESP3:
     Verbatim              $ bulk                  = verbatim (txt:)
     BigNumber             $ bulk                  ( big number
     Push                  * array                 > push
+    KeyedReplies          * array of [key, value] % map
     Entries               * array of entries      * array of entries
     Raw                   the bytes as they are   the bytes as they are
     ====================  ======================  ==========================
@@ -69,6 +70,13 @@ class Entries(list):
     """A list of stream entries, each ``[offset, tag, data]`` (int, bytes,
     bytes-like) or None for a missing one: encoded like the plain list, by a
     loop that skips the per-item type dispatch (it is the TREAD reply)."""
+
+    __slots__ = ()
+
+
+class KeyedReplies(dict):
+    """Replies by key (XREAD's): RESP2 an array of ``[key, reply]`` pairs, RESP3
+    a map, as Redis 7 sends them."""
 
     __slots__ = ()
 
@@ -229,6 +237,12 @@ def _write(value, out: list, resp3: bool) -> None:  # noqa: C901 (over the limit
         out.append(b"_\r\n" if resp3 else b"*-1\r\n")
     elif cls is bool:
         out.append((b"#t\r\n" if value else b"#f\r\n") if resp3 else (b":1\r\n" if value else b":0\r\n"))
+    elif cls is KeyedReplies and not resp3:
+        out.append(b"*%d\r\n" % len(value))
+        for key, item in value.items():
+            out.append(b"*2\r\n")
+            _write(key, out, resp3)
+            _write(item, out, resp3)
     elif isinstance(value, dict):
         if resp3:
             out.append(b"%%%d\r\n" % len(value))

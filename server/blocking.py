@@ -93,10 +93,12 @@ class BlockingRegistry:
         key = request.key
         waiter.queued = True
         if request.group is None:
-            waiters = self.plain.get(key)
-            if waiters is None:
-                waiters = self.plain[key] = []
-            waiters.append(waiter)
+            for key in getattr(request, "keys", (request.key,)):  # XREAD waits on several keys
+                waiters = self.plain.get(key)
+                if waiters is None:
+                    waiters = self.plain[key] = []
+                waiters.append(waiter)
+                self.server.waiting_keys.add(key)
         else:
             queues = self.groups.get(key)
             if queues is None:
@@ -215,22 +217,25 @@ class BlockingRegistry:
         request = waiter.request
         key = request.key
         if request.group is None:
-            waiters = self.plain.get(key)
-            if waiters is not None:
-                waiters.remove(waiter)
-                if not waiters:
-                    del self.plain[key]
-        else:
-            queues = self.groups.get(key)
-            queue = queues.get(request.group) if queues is not None else None
-            if queue is not None:
-                queue.remove(waiter)
-                if not queue:
-                    del queues[request.group]
-                    if not queues:
-                        del self.groups[key]
-                    # An armed group timer stays: it may fire for nothing, which is
-                    # cheaper than cancelling it here and arming it at the next block.
+            for key in getattr(request, "keys", (request.key,)):  # XREAD waits on several keys
+                waiters = self.plain.get(key)
+                if waiters is not None:
+                    waiters.remove(waiter)
+                    if not waiters:
+                        del self.plain[key]
+                if key not in self.plain and key not in self.groups:
+                    self.server.waiting_keys.discard(key)
+            return
+        queues = self.groups.get(key)
+        queue = queues.get(request.group) if queues is not None else None
+        if queue is not None:
+            queue.remove(waiter)
+            if not queue:
+                del queues[request.group]
+                if not queues:
+                    del self.groups[key]
+                # An armed group timer stays: it may fire for nothing, which is
+                # cheaper than cancelling it here and arming it at the next block.
         if key not in self.plain and key not in self.groups:
             self.server.waiting_keys.discard(key)
 
@@ -275,7 +280,11 @@ class BlockingRegistry:
         if waiters:
             next_offset = stream.next_offset
             for waiter in [w for w in waiters if w.request.offset < next_offset]:
-                self._deliver(waiter, perform_read(server, waiter.request, blocking=False))
+                perform = getattr(waiter.request, "perform", None)  # XREAD's (commands/xstreams.py)
+                if perform is None:
+                    self._deliver(waiter, perform_read(server, waiter.request, blocking=False))
+                elif (reply := perform(server, True)) is not None:
+                    self._deliver(waiter, reply)
         queues = self.groups.get(key)
         for group_name, queue in list(queues.items()) if queues else ():
             group = stream.groups.get(group_name)
