@@ -1,0 +1,184 @@
+"""The Redis Streams data commands through the real server: redis-py's stream
+helpers (RESP2 and RESP3), the same entries through X* and T*/DGET, blocking
+XREAD woken by a write, and ids kept by the append-only file, its rewrite and
+snapshots."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+import redis
+
+from tstream.engine import xids
+from tstream.persistence import effects
+
+from .test_faults import run_check
+from .test_transactions import aof_records
+
+
+def streams_of(reply) -> list:
+    """redis-py's XREAD reply (a list of [key, entries] in RESP2, a dict in RESP3)
+    as [(key, [(id, fields), ...])]."""
+    pairs = reply.items() if isinstance(reply, dict) else reply
+    out = []
+    for key, entries in pairs:
+        if entries and isinstance(entries[0], list) and entries[0] and isinstance(entries[0][0], tuple):
+            entries = entries[0]  # (redis-py nests RESP3 stream entries one level deeper)
+        out.append((key, [tuple(entry) for entry in entries]))
+    return out
+
+
+def test_redis_py_stream_helpers(r):
+    first = r.xadd("k", {"a": "1", "b": "2"}, id="1-1")
+    r.xadd("k", {"c": "3"}, id="1-2")
+    r.xadd("k", {"d": "4"}, id="2-0")
+    assert first in (b"1-1", "1-1")
+    assert r.xlen("k") == 3
+    entries = r.xrange("k")
+    assert [(i, f) for i, f in entries] == [(b"1-1", {b"a": b"1", b"b": b"2"}), (b"1-2", {b"c": b"3"}),
+                                            (b"2-0", {b"d": b"4"})]
+    assert r.xrevrange("k", count=1)[0][0] == b"2-0"
+    assert r.xrange("k", min="(1-1", max="+", count=1)[0][0] == b"1-2"
+    assert streams_of(r.xread({"k": "1-2"})) == [(b"k", [(b"2-0", {b"d": b"4"})])]
+    assert r.xdel("k", "1-2", "9-9") == 1
+    assert r.xtrim("k", maxlen=1, approximate=False) == 1
+    assert [e[0] for e in r.xrange("k")] == [b"2-0"]
+    generated = r.xadd("k", {"e": "5"})
+    ms, seq = map(int, generated.split(b"-"))
+    assert (ms, seq) > (2, 0) and abs(ms - time.time() * 1000) < 60_000
+    info = r.xinfo_stream("k")
+    assert info["length"] == 2 and info["last-generated-id"] == generated
+
+
+def test_twrite_entries_read_through_x_and_xadd_entries_through_tread(r2):
+    r2.execute_command("TWRITE", "s", "orders.new", "payload-1")
+    xid = r2.xadd("s", {"orders.paid": "payload-2"})
+    r2.xadd("s", {"f1": "v1", "f2": "v2"})
+    entries = r2.xrange("s")
+    assert entries[0][1] == {b"orders.new": b"payload-1"}
+    assert entries[1] == (xid, {b"orders.paid": b"payload-2"})
+    assert entries[2][1] == {b"f1": b"v1", b"f2": b"v2"}
+    rows = r2.execute_command("TREAD", "s", 1, 3)
+    assert [row[1] for row in rows] == [b"orders.new", b"orders.paid", b"f1"]
+    assert rows[1][2] == b"payload-2"  # one pair: a plain entry
+    assert xids.unpack_pairs(rows[2][1], rows[2][2]) == [b"f1", b"v1", b"f2", b"v2"]
+    # DGET reads the XADD entry by its offset
+    message = r2.execute_command("DGET", "s", "SEQ", 2)
+    assert b"orders.paid" in message and b"payload-2" in message
+
+
+def test_ids_are_increasing_across_twrite_and_xadd(r2):
+    r2.xadd("m", {"a": "1"}, id="99999999999999-5")  # an id ahead of the clock
+    r2.execute_command("TWRITE", "m", "t", "v")  # takes the next id after it
+    r2.xadd("m", {"b": "2"})
+    ids = [e[0] for e in r2.xrange("m")]
+    assert ids == [b"99999999999999-5", b"99999999999999-6", b"99999999999999-7"]
+
+
+def test_blocking_xread_is_woken_by_a_write_on_any_of_its_keys(server):
+    reader = server.client()
+    writer = server.client()
+    got = {}
+
+    def read():
+        got["reply"] = reader.xread({"w1": "$", "w2": "$"}, block=5000)
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while writer.info("clients")["blocked_clients"] != 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    writer.xadd("w2", {"x": "1"}, id="5-5")
+    thread.join(5)
+    assert streams_of(got["reply"]) == [(b"w2", [(b"5-5", {b"x": b"1"})])]
+    assert writer.info("clients")["blocked_clients"] == 0
+
+
+def test_blocking_xread_times_out_with_null_and_inside_multi_never_blocks(r2):
+    started = time.monotonic()
+    assert r2.xread({"nokey": "$"}, block=50) in (None, [], {})
+    assert time.monotonic() - started >= 0.04
+    pipe = r2.pipeline()
+    pipe.xread({"nokey": "$"}, block=0)
+    assert pipe.execute() in ([None], [[]], [{}])
+
+
+def test_a_blocked_xread_client_that_leaves_is_forgotten(server):
+    reader = socket.create_connection(("127.0.0.1", server.port))
+    reader.sendall(b"*6\r\n$5\r\nXREAD\r\n$5\r\nBLOCK\r\n$1\r\n0\r\n$7\r\nSTREAMS\r\n$4\r\ngone\r\n$1\r\n$\r\n")
+    writer = server.client()
+    deadline = time.monotonic() + 5
+    while writer.info("clients")["blocked_clients"] != 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    reader.close()
+    while writer.info("clients")["blocked_clients"] != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    writer.xadd("gone", {"a": "b"})  # nobody to serve: nothing breaks
+    assert writer.xlen("gone") == 1
+
+
+def fill(c) -> None:
+    c.xadd("p", {"a": "1", "b": "2"}, id="1-1")
+    c.xadd("p", {"c": "3"}, id="1-5")
+    c.execute_command("TWRITE", "p", "tag", "entry")
+    c.xadd("p", {"d": "4"}, id="99999999999999-0")
+    c.execute_command("TWRITE", "p", "tag", "after-future")
+    for i in range(30):
+        c.xadd("p", {"n": str(i)}, id=f"99999999999999-{10 + i}")
+    c.xdel("p", "99999999999999-12")
+    c.xtrim("p", minid="1-5", approximate=False)
+    c.execute_command("XSETID", "p", "99999999999999-100", "ENTRIESADDED", 60, "MAXDELETEDID", "99999999999999-50")
+    c.xadd("q", {"x": "y"}, maxlen=2, approximate=False)
+    c.xadd("q", {"x": "z"}, maxlen=2, approximate=False)
+    c.xadd("q", {"x": "w"}, maxlen=2, approximate=False)
+
+
+def snapshot_of(c) -> tuple:
+    return (c.xrange("p"), c.xinfo_stream("p"), c.xrange("q"), c.execute_command("TREAD", "p", 1, 100))
+
+
+@pytest.mark.parametrize("how", ["aof", "aof-rewrite", "snapshot"])
+def test_ids_survive_restarts(make_server, tmp_path, how):
+    if how == "snapshot":
+        proc = make_server("--save", "", "--appendonly", "no", "--node-entries", "4")
+    else:
+        proc = make_server("--save", "", "--appendonly", "yes", "--appendfsync", "always", "--node-entries", "4")
+    c = proc.client()
+    fill(c)
+    before = snapshot_of(c)
+    if how == "aof":
+        records, _ = aof_records(tmp_path)
+        kinds = {record[0] for record in records}
+        assert {effects.XADD, effects.XDEL, effects.XSETID} <= kinds
+    elif how == "aof-rewrite":
+        c.bgrewriteaof()
+        deadline = time.monotonic() + 10
+        while c.info("persistence")["aof_rewrite_in_progress"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    else:
+        c.save()
+    proc.kill()
+    proc.start()
+    c = proc.client()
+    assert snapshot_of(c) == before
+    c.xadd("p", {"later": "1"})
+    assert c.xrange("p")[-1][0] == b"99999999999999-101"  # after the XSETID top, which survived
+    proc.stop()
+    check = run_check(tmp_path / ("dump.tsr" if how == "snapshot" else "appendonlydir"))
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_every_bad_xadd_changes_nothing(r2):
+    r2.xadd("b", {"a": "1"}, id="5-5")
+    for words in (("XADD", "b", "5-5", "a", "1"), ("XADD", "b", "MAXLEN", "x", "*", "a", "1"),
+                  ("XADD", "b", "*", "a"), ("XADD", "b", "4-*", "a", "1"), ("XADD", "nob", "0-0", "a", "1")):
+        with pytest.raises(redis.ResponseError):
+            r2.execute_command(*words)
+    assert r2.xlen("b") == 1 and r2.exists("nob") == 0
