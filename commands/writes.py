@@ -207,6 +207,13 @@ class Writes:
             self.records.append([XDEL, key, *offsets])
         self.wrote(key, stream, first, len(offsets), wake=False)
 
+    def xgroup_changed(self, key: bytes, stream, records: list[list], wake: bool = False) -> None:
+        """An X* consumer group changed (commands/xgroups.py): its effect records
+        (persistence.effects XGROUP, XCONSUMER, XOWN, XGDESTROY, XCDEL, ACK)."""
+        if self.sinks:
+            self.records.extend(records)
+        self.wrote(key, stream, stream.first, len(records), wake=wake)
+
     def configured(self, key: bytes, stream, first: int, names: list[str], dirty: int) -> None:
         """The stream's config values ``names`` were set (allow_direct may follow
         them), then its limits enforced."""

@@ -52,9 +52,11 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from heapq import heapify, heappop, heappush, heapreplace
 
-__all__ = ["Group", "Pending"]
+__all__ = ["Group", "Pending", "Consumer", "XGroupState", "NEVER", "INVALID"]
 
 SLACK = 64  # an index is compacted when its stale items exceed live ones + SLACK
+NEVER = 1 << 62  # retry/expiry time of an X* pending entry (engine/xgroups.py): never due
+INVALID = -1     # an unknown entries-read counter (Redis's SCG_INVALID_ENTRIES_READ)
 
 
 class Pending:
@@ -65,9 +67,13 @@ class Pending:
     docstring).  Only :class:`Group` changes a Pending.
     """
 
-    __slots__ = ("offset", "deliveries", "retry_at", "expire_at", "retry_ms", "due_item", "exp_item")
+    __slots__ = ("offset", "deliveries", "retry_at", "expire_at", "retry_ms", "due_item", "exp_item",
+                 "owner", "delivered_ms", "xid")
 
     def __init__(self, offset: int, deliveries: int, retry_at: int, expire_at: int, retry_ms: int) -> None:
+        self.owner: bytes | None = None  # the X* consumer that owns it (engine/xgroups.py)
+        self.delivered_ms = 0  # when it was last delivered (X* groups)
+        self.xid: tuple[int, int] | None = None  # its Redis id (X* groups; kept once its entry is gone)
         self.offset = offset
         self.deliveries = deliveries
         self.retry_at = retry_at
@@ -83,7 +89,7 @@ class Pending:
 
 class Group:
     __slots__ = ("name", "next", "_by_offset", "_order", "_head", "_unsorted", "_by_due", "_due_stale",
-                 "_by_expiry", "_exp_stale", "delivered", "acked")
+                 "_by_expiry", "_exp_stale", "delivered", "acked", "x")
 
     def __init__(self, name: bytes, next_offset: int) -> None:
         self.name = name
@@ -98,6 +104,7 @@ class Group:
         self._exp_stale = 0
         self.delivered = 0  # entries handed out, counting redeliveries
         self.acked = 0
+        self.x = None  # what the Redis Streams commands keep (engine/xgroups.XGroupState), once used
 
     # --- reading -------------------------------------------------------------------
 
@@ -294,6 +301,19 @@ class Group:
         by_offset = self._by_offset
         return [offset for offset in order[lo:hi] if offset in by_offset]
 
+    def pending_get(self, offset: int) -> Pending | None:
+        """The pending entry of ``offset``, or None. O(1)."""
+        return self._by_offset.get(offset)
+
+    def insert_pending(self, pending: Pending) -> None:
+        """Make ``pending`` the pending entry of its offset (replacing any). O(log P)."""
+        self._insert(pending)
+
+    def pending_entries(self) -> list[Pending]:
+        """Every pending entry, by offset. O(P) (plus a sort after out-of-order inserts)."""
+        get = self._by_offset.get
+        return [p for p in map(get, self._live_order()) if p is not None]
+
     def pending_state(self, offset: int) -> tuple | None:
         """(offset, deliveries, retry_at, expire_at, retry_ms) of a pending entry, else None."""
         p = self._by_offset.get(offset)
@@ -307,11 +327,18 @@ class Group:
     def export_state(self) -> dict:
         get = self._by_offset.get
         pending = []
+        owners = []
         for offset in self._live_order():
             p = get(offset)
             if p is not None:
                 pending.append((p.offset, p.deliveries, p.retry_at, p.expire_at, p.retry_ms))
-        return {"name": self.name, "next": self.next, "pending": pending}
+                if p.owner is not None:
+                    owners.append((p.offset, p.owner, p.delivered_ms, list(p.xid or (0, 0))))
+        state = {"name": self.name, "next": self.next, "pending": pending}
+        if self.x is not None:  # X* groups (engine/xgroups.py)
+            state["x"] = self.x.export()
+            state["owners"] = owners
+        return state
 
     @classmethod
     def from_state(cls, state: dict) -> "Group":
@@ -322,6 +349,12 @@ class Group:
             by_offset[offset] = Pending(offset, deliveries, retry_at, expire_at, retry_ms)
         group._order = sorted(by_offset)  # linear when already by offset
         group._rebuild_heaps()
+        if state.get("x") is not None:
+            group.x = XGroupState.load(state["x"])
+            for offset, owner, delivered_ms, xid in state.get("owners", ()):
+                pending = by_offset[offset]
+                pending.owner, pending.delivered_ms, pending.xid = owner, delivered_ms, (xid[0], xid[1])
+                group.x.by_id[pending.xid] = offset
         return group
 
     def restore_pending(self, offset: int, deliveries: int, retry_at: int, expire_at: int,
@@ -463,3 +496,40 @@ class Group:
             assert len(order) - len(by_offset) <= len(by_offset) + SLACK
         if stream is not None:
             assert self.next <= stream.next_offset
+
+
+class Consumer:
+    """One consumer of a group, and when it was last seen."""
+
+    __slots__ = ("name", "seen_ms")
+
+    def __init__(self, name: bytes, seen_ms: int) -> None:
+        self.name = name
+        self.seen_ms = seen_ms
+
+
+class XGroupState:
+    """What Redis keeps of a group beyond its read position and pending list."""
+
+    __slots__ = ("last_id", "entries_read", "consumers", "by_id")
+
+    def __init__(self, last_id: tuple[int, int], entries_read: int = INVALID) -> None:
+        self.last_id = last_id
+        self.entries_read = entries_read
+        self.consumers: dict[bytes, Consumer] = {}
+        # id -> offset of the entries handed out as X* pending (XACK and XCLAIM look
+        # ids up here, also once the entry is gone); may hold acknowledged ones,
+        # checked against the pending list and dropped when met.
+        self.by_id: dict[tuple[int, int], int] = {}
+
+    def export(self) -> list:
+        return [list(self.last_id), self.entries_read,
+                [[c.name, c.seen_ms] for c in self.consumers.values()]]
+
+    @classmethod
+    def load(cls, value: list) -> "XGroupState":
+        last_id, entries_read, consumers = value
+        x = cls((int(last_id[0]), int(last_id[1])), int(entries_read))
+        for name, seen_ms in consumers:
+            x.consumers[name] = Consumer(name, int(seen_ms))
+        return x

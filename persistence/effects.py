@@ -26,17 +26,25 @@ the file, see ``persistence.framing``):
                                                         (packed 1: tag/data hold field-value pairs)
     XSETID  [11, key, ms, seq, entries_added, max_deleted_ms, max_deleted_seq]
     XDEL    [12, key, offset, ...]                      XDEL: entries deleted by id (max-deleted id kept)
+    XGROUP  [13, key, name, next, last_ms, last_seq, entries_read]
+                                                        an X* group created or moved (engine/xgroups.py)
+    XCONSUMER [14, key, name, consumer, seen_ms]        a consumer created or seen
+    XOWN    [15, key, name, consumer, offset, deliveries, delivered_ms, ...]
+                                                        pending entries delivered to / claimed by a consumer
+    XGDESTROY [16, key, name]                           XGROUP DESTROY
+    XCDEL   [17, key, name, consumer]                   XGROUP DELCONSUMER (its pending entries go)
 """
 
 from __future__ import annotations
 
-from tstream.engine import xids
+from tstream.engine import xgroups, xids
 from tstream.engine.groups import Group
 
-CREATE, APPEND, EVICT, CONFIG, DELKEY, FLUSH, GROUP, ACK, DELETE, TXN, XADD, XSETID, XDEL = range(13)
+(CREATE, APPEND, EVICT, CONFIG, DELKEY, FLUSH, GROUP, ACK, DELETE, TXN, XADD, XSETID, XDEL,
+ XGROUP, XCONSUMER, XOWN, XGDESTROY, XCDEL) = range(18)
 
 NAMES = ["CREATE", "APPEND", "EVICT", "CONFIG", "DELKEY", "FLUSH", "GROUP", "ACK", "DELETE", "TXN",
-         "XADD", "XSETID", "XDEL"]
+         "XADD", "XSETID", "XDEL", "XGROUP", "XCONSUMER", "XOWN", "XGDESTROY", "XCDEL"]
 
 
 class ReplayError(ValueError):
@@ -57,6 +65,38 @@ def group_moved(key: bytes, group: Group, offsets=()) -> list:
 
 
 # --- replaying ------------------------------------------------------------------------
+
+
+def _apply_xgroup(stream, record: list) -> None:
+    """Replay a record of an X* consumer group (engine/xgroups.py)."""
+    kind, name = record[0], record[2]
+    group = stream.groups.get(name)
+    if kind == XGROUP:
+        next_offset, last_id, entries_read = record[3], (record[4], record[5]), record[6]
+        if group is None:
+            group = xgroups.create(stream, name, last_id, entries_read)
+        else:
+            xgroups.state(stream, group)
+            group.x.last_id, group.x.entries_read = last_id, entries_read
+        group.next = next_offset
+        return
+    if group is None:
+        raise ReplayError(f"{NAMES[kind]} of a group that does not exist: {name!r}")
+    if kind == XGDESTROY:
+        del stream.groups[name]  # (the stream's own dict once it has a group)
+        return
+    xgroups.state(stream, group)
+    if kind == XCONSUMER:
+        xgroups.consumer(group, record[3], record[4]).seen_ms = record[4]
+    elif kind == XOWN:
+        owner = xgroups.consumer(group, record[3], 0)
+        triples = record[4:]
+        if len(triples) % 3:
+            raise ReplayError("XOWN record with a partial entry")
+        for i in range(0, len(triples), 3):
+            xgroups.take_pending(stream, group, triples[i], owner, triples[i + 2], triples[i + 1])
+    else:
+        xgroups.delete_consumer(group, record[3])
 
 
 def _apply_x(stream, record: list) -> None:
@@ -137,6 +177,8 @@ def apply(keyspace, record: list) -> None:  # noqa: C901 (over the limit when it
                 stream.delete(offset)
         elif kind in (XADD, XSETID, XDEL):
             _apply_x(stream, record)
+        elif XGROUP <= kind <= XCDEL:
+            _apply_xgroup(stream, record)
         else:
             raise ReplayError(f"unknown record type {kind!r}")
     except ReplayError:

@@ -185,3 +185,145 @@ def random_commands(seed: int, n: int = 300) -> list[tuple]:  # noqa: C901 (one 
 @pytest.mark.parametrize("seed", range(6))
 def test_random_sequences_match_redis(server, redis_oracle, seed, protocol):
     run_both(server.port, redis_oracle, random_commands(seed), protocol)
+
+
+# --- consumer groups ------------------------------------------------------------------------------
+
+_IDLE = re.compile(rb"(\$4\r\nidle\r\n):\d+\r\n")
+_PENDING_ROW = re.compile(rb"(\*4\r\n\$\d+\r\n[0-9]+-[0-9]+\r\n\$\d+\r\n[^\r]*\r\n):\d+\r\n(:\d+\r\n)")
+
+
+def normalized_groups(reply: bytes) -> bytes:
+    """Idle times (XPENDING's rows, XINFO CONSUMERS) depend on the clock: zeroed."""
+    return _PENDING_ROW.sub(rb"\1:0\r\n\2", _IDLE.sub(rb"\1:0\r\n", normalized(reply)))
+
+
+def run_both_groups(server_port: int, redis_port: int, commands, protocol: int) -> None:
+    ours, theirs = Raw(server_port, protocol), Raw(redis_port, protocol)
+    try:
+        ours.call("FLUSHALL")
+        theirs.call("FLUSHALL")
+        for words in commands:
+            mine, want = normalized_groups(ours.call(*words)), normalized_groups(theirs.call(*words))
+            assert mine == want, f"{' '.join(map(str, words))}:\n tstream {mine[:400]!r}\n redis   {want[:400]!r}"
+    finally:
+        ours.close()
+        theirs.close()
+
+
+GROUPS_FIXED = [
+    ("XGROUP", "CREATE", "k", "g", "$"), ("XGROUP", "CREATE", "k", "g", "$", "MKSTREAM"),
+    ("XGROUP", "CREATE", "k", "g", "$", "MKSTREAM"), ("XGROUP", "CREATE", "k", "g2", "0", "ENTRIESREAD", "-5"),
+    ("XGROUP", "CREATE", "k", "g2", "0", "FOO"), ("XGROUP", "CREATE", "k", "g2", "abc"),
+    ("XADD", "k", "1-1", "a", "1"), ("XADD", "k", "1-2", "b", "2"), ("XADD", "k", "2-0", "c", "3", "d", "4"),
+    ("XREADGROUP", "GROUP", "g", "alice", "COUNT", "1", "STREAMS", "k", ">"),
+    ("XREADGROUP", "GROUP", "g", "bob", "STREAMS", "k", ">"), ("XREADGROUP", "GROUP", "g", "bob", "STREAMS", "k", ">"),
+    ("XREADGROUP", "GROUP", "g", "bob", "STREAMS", "k", "0"), ("XREADGROUP", "GROUP", "g", "alice", "STREAMS", "k", "0-0"),
+    ("XREADGROUP", "GROUP", "nog", "bob", "STREAMS", "k", ">"), ("XREADGROUP", "GROUP", "g", "bob", "STREAMS", "nokey", ">"),
+    ("XREADGROUP", "GROUP", "g", "bob", "STREAMS", "k", "$"), ("XREADGROUP", "STREAMS", "k", ">"),
+    ("XREADGROUP", "GROUP", "g", "bob", "STREAMS", "k"), ("XREADGROUP", "GROUP", "g", "bob", "COUNT", "x", "STREAMS", "k", ">"),
+    ("XREADGROUP", "GROUP", "g", "bob", "BLOCK", "5", "STREAMS", "k", ">"),
+    ("XPENDING", "k", "g"), ("XPENDING", "k", "nog"), ("XPENDING", "k", "g", "-", "+", "10", "bob"),
+    ("XPENDING", "k", "g", "-", "+", "10", "nobody"), ("XPENDING", "k", "g", "-", "+"),
+    ("XPENDING", "k", "g", "IDLE", "0", "-", "+", "10"), ("XPENDING", "k", "g", "(1-1", "+", "1"),
+    ("XACK", "k", "g", "1-2", "9-9"), ("XACK", "k", "g", "abc"), ("XACK", "nokey", "g", "1-1"), ("XPENDING", "k", "g"),
+    ("XINFO", "GROUPS", "k"), ("XINFO", "GROUPS", "nokey"), ("XINFO", "CONSUMERS", "k", "nog"), ("XINFO", "CONSUMERS", "k", "g"),
+    ("XGROUP", "CREATECONSUMER", "k", "g", "carol"), ("XGROUP", "CREATECONSUMER", "k", "g", "carol"),
+    ("XGROUP", "CREATECONSUMER", "k", "nog", "carol"), ("XGROUP", "DELCONSUMER", "k", "g", "bob"),
+    ("XGROUP", "DELCONSUMER", "k", "g", "nobody"), ("XPENDING", "k", "g"), ("XGROUP", "SETID", "k", "g", "0"),
+    ("XGROUP", "SETID", "k", "g", "$", "ENTRIESREAD", "3"), ("XGROUP", "SETID", "k", "nog", "0"),
+    ("XGROUP", "SETID", "nokey", "g", "0"), ("XGROUP", "SETID", "k", "g", "0"), ("XINFO", "GROUPS", "k"),
+    ("XREADGROUP", "GROUP", "g", "dave", "NOACK", "STREAMS", "k", ">"), ("XPENDING", "k", "g"), ("XINFO", "GROUPS", "k"),
+    ("XCLAIM", "k", "g", "erin", "0", "1-1"), ("XCLAIM", "k", "g", "erin", "0", "1-1", "JUSTID"),
+    ("XCLAIM", "k", "g", "erin", "0", "1-2", "FORCE"), ("XPENDING", "k", "g", "-", "+", "10"),
+    ("XCLAIM", "k", "g", "erin", "abc", "1-1"), ("XCLAIM", "k", "g", "erin", "0", "1-1", "FOO"),
+    ("XCLAIM", "k", "g", "erin", "0", "1-1", "RETRYCOUNT", "7", "JUSTID"), ("XCLAIM", "k", "nog", "erin", "0", "1-1"),
+    ("XCLAIM", "k", "g", "erin", "0", "1-1", "LASTID", "5-0"), ("XINFO", "GROUPS", "k"),
+    ("XAUTOCLAIM", "k", "g", "frank", "0", "0"), ("XAUTOCLAIM", "k", "g", "frank", "0", "0", "COUNT", "1"),
+    ("XAUTOCLAIM", "k", "g", "frank", "0", "0", "COUNT", "0"), ("XAUTOCLAIM", "k", "g", "frank", "0", "0", "JUSTID"),
+    ("XAUTOCLAIM", "k", "g", "frank", "abc", "0"), ("XAUTOCLAIM", "k", "nog", "frank", "0", "0"),
+    ("XDEL", "k", "1-1"), ("XAUTOCLAIM", "k", "g", "frank", "0", "0"), ("XREADGROUP", "GROUP", "g", "frank", "STREAMS", "k", "0"),
+    ("XINFO", "STREAM", "k"), ("XGROUP", "DESTROY", "k", "g"), ("XGROUP", "DESTROY", "k", "g"),
+    ("XGROUP", "DESTROY", "nokey", "g"), ("XGROUP", "FOO", "k", "g"), ("XGROUP", "CREATE", "k"),
+]
+
+
+@pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
+def test_group_sequence_matches_redis(server, redis_oracle, protocol):
+    run_both_groups(server.port, redis_oracle, GROUPS_FIXED, protocol)
+
+
+def random_group_commands(seed: int, n: int = 300) -> list[tuple]:  # noqa: C901 (one branch per command)
+    rng = random.Random(seed)
+    out: list[tuple] = [("XGROUP", "CREATE", "s", "g", "0", "MKSTREAM")]
+    ms = 1
+    made: list[str] = []
+    consumers = ["c1", "c2", "c3"]
+    groups = ["g", "h"]
+
+    def some_id() -> str:
+        if made and rng.random() < 0.8:
+            return rng.choice(made)
+        return f"{rng.randrange(0, ms + 2)}-{rng.randrange(3)}"
+
+    for _ in range(n):
+        op = rng.random()
+        group = rng.choice(groups)
+        consumer = rng.choice(consumers)
+        if op < 0.25:
+            ms += rng.randrange(0, 3)
+            xid = f"{ms}-{rng.randrange(0, 3) + (len(made) if made and made[-1].startswith(f'{ms}-') else 0)}"
+            out.append(("XADD", "s", xid, "f", str(rng.randrange(50))))
+            if not made or tuple(map(int, xid.split("-"))) > tuple(map(int, made[-1].split("-"))):
+                made.append(xid)
+        elif op < 0.45:
+            words = ["XREADGROUP", "GROUP", group, consumer]
+            if rng.random() < 0.6:
+                words += ["COUNT", str(rng.randrange(0, 4))]
+            if rng.random() < 0.15:
+                words += ["NOACK"]
+            if rng.random() < 0.1:
+                words += ["BLOCK", "1"]
+            words += ["STREAMS", "s", ">" if rng.random() < 0.7 else rng.choice(["0", some_id()])]
+            out.append(tuple(words))
+        elif op < 0.55:
+            out.append(("XACK", "s", group, *[some_id() for _ in range(rng.randrange(1, 4))]))
+        elif op < 0.62:
+            words = ["XPENDING", "s", group]
+            if rng.random() < 0.6:
+                words += ["-", "+", str(rng.randrange(0, 6))]
+                if rng.random() < 0.4:
+                    words.append(consumer)
+            out.append(tuple(words))
+        elif op < 0.7:
+            words = ["XCLAIM", "s", group, consumer, "0", *[some_id() for _ in range(rng.randrange(1, 3))]]
+            words += rng.choice([[], ["JUSTID"], ["RETRYCOUNT", "3"], ["FORCE"], ["LASTID", some_id()]])
+            out.append(tuple(words))
+        elif op < 0.76:
+            words = ["XAUTOCLAIM", "s", group, consumer, "0", rng.choice(["0", "-", some_id()])]
+            words += rng.choice([[], ["COUNT", str(rng.randrange(1, 4))], ["JUSTID"]])
+            out.append(tuple(words))
+        elif op < 0.8 and made:
+            out.append(("XDEL", "s", some_id()))
+        elif op < 0.83:
+            out.append(("XTRIM", "s", "MAXLEN", "=", str(rng.randrange(2, 12))))
+        elif op < 0.87:
+            out.append(rng.choice([("XGROUP", "CREATE", "s", group, rng.choice(["0", "$", some_id()])),
+                                   ("XGROUP", "SETID", "s", group, rng.choice(["0", "$", some_id()])),
+                                   ("XGROUP", "CREATECONSUMER", "s", group, consumer),
+                                   ("XGROUP", "DELCONSUMER", "s", group, consumer)]))
+        elif op < 0.89:
+            out.append(("XGROUP", "DESTROY", "s", group))
+        elif op < 0.95:
+            out.append(rng.choice([("XINFO", "GROUPS", "s"), ("XINFO", "CONSUMERS", "s", group), ("XINFO", "STREAM", "s")]))
+        else:
+            out.append(rng.choice([("XREADGROUP", "GROUP", group, consumer, "STREAMS", "s", "$"), ("XACK", "s", group, "x"),
+                                   ("XCLAIM", "s", group, consumer, "x", "1-1"), ("XPENDING", "s", group, "x", "+", "1"),
+                                   ("XAUTOCLAIM", "s", group, consumer, "0", "0", "COUNT", "0")]))
+    return out
+
+
+@pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
+@pytest.mark.parametrize("seed", range(8))
+def test_random_group_sequences_match_redis(server, redis_oracle, seed, protocol):
+    run_both_groups(server.port, redis_oracle, random_group_commands(seed), protocol)

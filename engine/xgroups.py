@@ -1,0 +1,214 @@
+"""Consumer groups as the Redis Streams commands see them (commands/xgroups.py).
+
+A group made by ``XGROUP CREATE`` is the same :class:`engine.groups.Group`
+object that ``TREAD ... GROUP`` uses (one read position, ``next``, and one
+pending list); X* adds what Redis keeps beside it, in ``group.x``::
+
+    Group "g"   next = 43   pending {40: Pending(owner=b"alice", delivered_ms=..., deliveries=2),
+                                     41: Pending(owner=b"bob", ...)}
+    group.x     last_id = 1700000000000-3      (the id before ``next``)
+                entries_read = 42              (Redis 7's lag bookkeeping; -1: unknown)
+                consumers {b"alice": Consumer(seen_ms), b"bob": Consumer(seen_ms)}
+
+A consumer's pending entries are those whose ``owner`` is its name (found by a
+scan of the pending list when asked: XPENDING, XINFO, DELCONSUMER), so TACK,
+eviction and XACK keep them right with nothing else to update.
+
+An X* pending entry is owned by a consumer and never falls due by itself: its
+retry and expiry times are :data:`NEVER`; only XCLAIM/XAUTOCLAIM move it (and
+TREAD's RETRY reads never hand it out again).  Times are milliseconds on the
+caller's clock, passed in, so that replaying a log is deterministic.
+"""
+
+from __future__ import annotations
+
+from .groups import INVALID, NEVER, Consumer, Group, Pending, XGroupState
+from .xids import MAX_ID, entries_added, id_of, offset_at_or_after, top_id
+
+__all__ = ["NEVER", "INVALID", "Consumer", "XGroupState", "state", "create", "consumer",
+           "deliver", "take_pending", "owned", "delete_consumer", "first_id", "lag", "estimate_read",
+           "has_tombstones_after"]
+
+
+def state(stream, group: Group) -> XGroupState:
+    """The group's X* state, made at first need (for a group made by TREAD:
+    its last id is the id before its read position). O(log N)."""
+    x = group.x
+    if x is None:
+        before = group.next - 1
+        nodes = stream.node_list()
+        if before >= (nodes[0].start if nodes else stream.next_offset) and before >= 1:
+            last = id_of(stream, before)
+        else:
+            last = top_id(stream) if group.next >= stream.next_offset else (0, 0)
+        x = group.x = XGroupState(last)
+    return x
+
+
+def create(stream, name: bytes, last_id: tuple[int, int], entries_read: int = INVALID) -> Group:
+    """A new group reading after ``last_id``. O(log N)."""
+    group = Group(name, offset_after(stream, last_id))
+    group.x = XGroupState(last_id, entries_read)
+    stream.add_group(name, group)
+    return group
+
+
+def offset_after(stream, xid: tuple[int, int]) -> int:
+    """The first offset whose id is above ``xid``. O(log N)."""
+    if xid == MAX_ID:
+        return stream.next_offset
+    return offset_at_or_after(stream, (xid[0], xid[1] + 1) if xid[1] < MAX_ID[1] else (xid[0] + 1, 0))
+
+
+def set_last_id(stream, group: Group, last_id: tuple[int, int], entries_read: int = INVALID) -> None:
+    """XGROUP SETID. O(log N)."""
+    x = state(stream, group)
+    x.last_id = last_id
+    x.entries_read = entries_read
+    group.next = offset_after(stream, last_id)
+
+
+def consumer(group: Group, name: bytes, now_ms: int) -> Consumer:
+    """The consumer ``name``, created if new (``group.x`` must exist). O(1)."""
+    consumers = group.x.consumers
+    found = consumers.get(name)
+    if found is None:
+        found = consumers[name] = Consumer(name, now_ms)
+    return found
+
+
+def _own(group: Group, offset: int, xid: tuple[int, int], owner: Consumer, now_ms: int,
+         deliveries: int) -> Pending:
+    """Make ``offset`` (id ``xid``) pending, owned by ``owner`` (taken from its
+    previous owner). O(1) amortised."""
+    pending = group.pending_get(offset)
+    if pending is None or pending.retry_at != NEVER:
+        pending = Pending(offset, deliveries, NEVER, NEVER, 0)
+        group.insert_pending(pending)
+    else:
+        pending.deliveries = deliveries
+    pending.owner = owner.name
+    pending.delivered_ms = now_ms
+    pending.xid = xid
+    group.x.by_id[xid] = offset
+    return pending
+
+
+def pending_offset(group: Group, xid: tuple[int, int]) -> int | None:
+    """The offset of the X* pending entry with id ``xid``, or None. O(1)."""
+    by_id = group.x.by_id
+    offset = by_id.get(xid)
+    if offset is None:
+        return None
+    pending = group.pending_get(offset)
+    if pending is None or pending.xid != xid:
+        del by_id[xid]  # acknowledged since (or handed out again as another id)
+        return None
+    return offset
+
+
+def deliver(stream, group: Group, owner: Consumer, count: int, now_ms: int, noack: bool) -> list:
+    """XREADGROUP ``>``: up to ``count`` new entries ``[offset, tag, data]`` for
+    ``owner`` (pending, owned, unless ``noack``); the group's last id and
+    entries-read move as Redis's do. O(count + missing offsets skipped)."""
+    x = state(stream, group)
+    start = max(group.next, stream.first)
+    if start < stream.next_offset and id_of(stream, start) <= x.last_id:
+        start = offset_after(stream, x.last_id)  # the last id was set ahead of the entries then written
+    rows, group.next = stream.read_held(start, count)
+    if not rows:
+        return rows
+    for row in rows:
+        offset = row[0]
+        xid = id_of(stream, offset)
+        if x.entries_read != INVALID and not has_tombstones_after(stream, xid):
+            x.entries_read += 1
+        elif entries_added(stream):
+            x.entries_read = estimate_read(stream, xid)
+        x.last_id = xid
+        if not noack:
+            _own(group, offset, xid, owner, now_ms, 1)
+    group.delivered += len(rows)
+    return rows
+
+
+def take_pending(stream, group: Group, offset: int, owner: Consumer, now_ms: int, deliveries: int) -> Pending:
+    """XCLAIM/XAUTOCLAIM: ``offset`` (pending or not) now owned by ``owner``,
+    delivered at ``now_ms`` ``deliveries`` times. O(1) amortised (O(log N)
+    for an entry not pending yet)."""
+    pending = group.pending_get(offset)
+    xid = pending.xid if pending is not None and pending.xid is not None else id_of(stream, offset)
+    return _own(group, offset, xid, owner, now_ms, deliveries)
+
+
+def pending_id(stream, pending: Pending) -> tuple[int, int]:
+    """The Redis id of a pending entry (kept for X* deliveries). O(1), else O(log N)."""
+    return pending.xid if pending.xid is not None else id_of(stream, pending.offset)
+
+
+def owned(group: Group, name: bytes | None = None) -> list[Pending]:
+    """The pending entries owned by consumer ``name`` (None: every owned one), by
+    offset. O(P)."""
+    return [p for p in group.pending_entries() if p.owner is not None and (name is None or p.owner == name)]
+
+
+def delete_consumer(group: Group, name: bytes) -> int:
+    """XGROUP DELCONSUMER: the consumer and its pending entries go; how many. O(P)."""
+    found = group.x.consumers.pop(name, None) if group.x is not None else None
+    if found is None:
+        return 0
+    return group.ack([p.offset for p in owned(group, name)])
+
+
+# -- Redis 7's entries-read and lag -----------------------------------------------------------
+
+def first_id(stream) -> tuple[int, int]:
+    """The id of the first entry held (0-0 when none). O(log N)."""
+    if stream.first >= stream.next_offset:
+        return 0, 0
+    return id_of(stream, stream.first)
+
+
+def has_tombstones_after(stream, start: tuple[int, int]) -> bool:
+    """Redis's streamRangeHasTombstones(start, end of the stream). O(1)."""
+    x = stream._x
+    if stream.length == 0 or x is None or x.max_deleted == (0, 0):
+        return False
+    if first_id(stream) > x.max_deleted:  # the latest tombstone is before the first entry
+        return False
+    return start <= x.max_deleted
+
+
+def estimate_read(stream, xid: tuple[int, int]) -> int:
+    """Redis's streamEstimateDistanceFromFirstEverEntry. O(log N)."""
+    added = entries_added(stream)
+    if not added:
+        return 0
+    top = top_id(stream)
+    if not stream.length and xid <= top:
+        return added
+    if xid == top:
+        return added
+    if xid > top:
+        return INVALID
+    x = stream._x
+    max_deleted = x.max_deleted if x is not None else (0, 0)
+    first = first_id(stream)
+    if max_deleted == (0, 0) or max_deleted < first:
+        if xid < first:
+            return added - stream.length
+        if xid == first:
+            return added - stream.length + 1
+    return INVALID
+
+
+def lag(stream, group: Group) -> int | None:
+    """Redis's streamGetLag: entries not yet read by the group, None when unknown. O(log N)."""
+    added = entries_added(stream)
+    if not added:
+        return 0
+    x = state(stream, group)
+    if x.entries_read != INVALID and not has_tombstones_after(stream, x.last_id):
+        return added - x.entries_read
+    read = estimate_read(stream, x.last_id)
+    return None if read == INVALID else added - read
