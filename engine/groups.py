@@ -104,7 +104,7 @@ class Group:
         self._exp_stale = 0
         self.delivered = 0  # entries handed out, counting redeliveries
         self.acked = 0
-        self.x = None  # what the Redis Streams commands keep (engine/xgroups.XGroupState), once used
+        self.x: XGroupState | None = None  # what the Redis Streams commands keep (engine/xgroups.XGroupState), once used
 
     # --- reading -------------------------------------------------------------------
 
@@ -350,11 +350,11 @@ class Group:
         group._order = sorted(by_offset)  # linear when already by offset
         group._rebuild_heaps()
         if state.get("x") is not None:
-            group.x = XGroupState.load(state["x"])
+            x = group.x = XGroupState.load(state["x"])
             for offset, owner, delivered_ms, xid in state.get("owners", ()):
                 pending = by_offset[offset]
                 pending.owner, pending.delivered_ms, pending.xid = owner, delivered_ms, (xid[0], xid[1])
-                group.x.by_id[pending.xid] = offset
+                x.by_id[pending.xid] = offset
         return group
 
     def restore_pending(self, offset: int, deliveries: int, retry_at: int, expire_at: int,
@@ -496,6 +496,12 @@ class Group:
             assert len(order) - len(by_offset) <= len(by_offset) + SLACK
         if stream is not None:
             assert self.next <= stream.next_offset
+        x = self.x
+        for offset, pending in by_offset.items():
+            if pending.owner is not None:  # an X* pending entry (engine/xgroups.py)
+                assert x is not None and pending.owner in x.consumers, "its owner is a consumer of the group"
+                assert pending.xid is not None and x.by_id.get(pending.xid) == offset, "found by its id"
+                assert pending.retry_at == NEVER and pending.expire_at == NEVER, "never due by itself"
 
 
 class Consumer:

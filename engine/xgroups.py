@@ -70,6 +70,7 @@ def set_last_id(stream, group: Group, last_id: tuple[int, int], entries_read: in
 
 def consumer(group: Group, name: bytes, now_ms: int) -> Consumer:
     """The consumer ``name``, created if new (``group.x`` must exist). O(1)."""
+    assert group.x is not None
     consumers = group.x.consumers
     found = consumers.get(name)
     if found is None:
@@ -90,12 +91,14 @@ def _own(group: Group, offset: int, xid: tuple[int, int], owner: Consumer, now_m
     pending.owner = owner.name
     pending.delivered_ms = now_ms
     pending.xid = xid
+    assert group.x is not None
     group.x.by_id[xid] = offset
     return pending
 
 
 def pending_offset(group: Group, xid: tuple[int, int]) -> int | None:
     """The offset of the X* pending entry with id ``xid``, or None. O(1)."""
+    assert group.x is not None
     by_id = group.x.by_id
     offset = by_id.get(xid)
     if offset is None:
