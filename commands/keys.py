@@ -34,9 +34,12 @@ def exists(client, argv):
 def type_(client, argv):
     """TYPE key
 
-    Replies tstream for a stream, none for a missing key. O(1).
+    Replies tstream for a stream (config stream-type-name: or stream), none for
+    a missing key. O(1).
     """
-    return Status("tstream" if client.server.keyspace.get(argv[1]) is not None else "none")
+    if client.server.keyspace.get(argv[1]) is None:
+        return Status("none")
+    return Status(client.server.config.values["stream-type-name"])
 
 
 def keys(client, argv):
@@ -80,7 +83,7 @@ def scan(client, argv):
         elif word == b"count":
             count = to_positive(argv[i + 1], "COUNT")
         elif word == b"type":
-            only_streams = argv[i + 1].lower() == b"tstream"
+            only_streams = argv[i + 1].lower() == client.server.config.values["stream-type-name"].encode()
         else:
             raise SyntaxErr()
         i += 2

@@ -54,6 +54,14 @@ def parse_policy(text: str) -> str:
     return "noeviction"
 
 
+def parse_type_name(text: str) -> str:
+    """``tstream`` or ``stream``: the name TYPE and SCAN's TYPE filter use."""
+    name = text.strip().lower()
+    if name not in ("tstream", "stream"):
+        raise ConfigError("stream-type-name must be tstream or stream")
+    return name
+
+
 def parse_bool(text: str) -> bool:
     word = text.strip().lower()
     if word in ("yes", "true", "1"):
@@ -157,6 +165,9 @@ OPTIONS: dict[str, Option] = {
     "maxmemory": Option("0", parse_memory, True, "memory limit: over it (the process's RSS), writes that add data reply -OOM (0: no limit)"),
     "maxmemory-policy": Option("noeviction", parse_policy, True, "only noeviction: tstream never drops data to make room"),
     "databases": Option("1", parse_databases, False, "only 1: tstream has one database, 0 (SELECT 0)"),
+    "stream-type-name": Option("tstream", parse_type_name, True,
+                               "what TYPE replies for a key: tstream, or stream (as Redis names a stream, for "
+                               "tools that check it)"),
 }
 
 

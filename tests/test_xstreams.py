@@ -182,3 +182,17 @@ def test_every_bad_xadd_changes_nothing(r2):
         with pytest.raises(redis.ResponseError):
             r2.execute_command(*words)
     assert r2.xlen("b") == 1 and r2.exists("nob") == 0
+
+
+def test_type_name_is_tstream_unless_configured_as_stream(r2):
+    r2.xadd("typed", {"a": "1"})
+    assert r2.type("typed") == b"tstream"
+    r2.config_set("stream-type-name", "stream")
+    try:
+        assert r2.type("typed") == b"stream"
+        assert r2.scan(0, _type="stream")[1] == [b"typed"]
+        with pytest.raises(redis.ResponseError):
+            r2.config_set("stream-type-name", "hash")
+        assert r2.config_get("stream-type-name") == {"stream-type-name": "stream"}
+    finally:
+        r2.config_set("stream-type-name", "tstream")
