@@ -192,6 +192,9 @@ class Writes:
         """XADD appended one entry at ``offset`` with the Redis id ``xid``."""
         if self.sinks:
             self.records.append([XADD, key, offset, stream.last_time, xid[0], xid[1], int(packed), tag, data])
+        elif not (self.waiting or self.watched or stream._subjects is not None or self.pending):
+            self.server.dirty += 1  # nothing else to commit (see appended)
+            return
         self.wrote(key, stream, first)
 
     def xsetid(self, key: bytes, stream, first: int, top: tuple[int, int], added: int,

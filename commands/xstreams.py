@@ -17,7 +17,7 @@ import re
 from time import time_ns
 
 from tstream.engine import xids
-from tstream.resp import NO_REPLY, NULL_ARRAY, OK, KeyedReplies
+from tstream.resp import NO_REPLY, NULL_ARRAY, OK, KeyedReplies, encode, encode_error, encode_stream_ids
 
 from .args import to_int
 from .errors import CommandError, SyntaxErr, WrongArity
@@ -286,6 +286,35 @@ def _node_boundary(stream, target: int, limit: int) -> int:
 
 # --- writes ------------------------------------------------------------------------------
 
+def xadd_run(client, argvs: list) -> bytes:
+    """A pipelined run of ``XADD key * field value`` (commands.dispatch): on one
+    key, appended at once (one record, ids consecutive in one millisecond);
+    any other shape runs command by command.  O(entries)."""
+    _, keys, stars, fields, values = zip(*argvs)
+    server = client.server
+    key = keys[0]
+    stream = server.streams.get(key)
+    if (stars.count(b"*") != len(argvs) or keys.count(key) != len(argvs)
+            or (stream is not None and stream._x is not None and stream._x.top[1] > xids.MAX_ID[1] - len(argvs))):
+        return b"".join(_xadd_each(client, argvs))
+    if stream is None:
+        stream = server.create_stream(key)
+    xids.state_of(stream)
+    first = stream.first
+    offset = stream.append_columns(fields, values, time_ns())  # auto ids (engine/xids.note_append)
+    server.writes.appended_columns(key, stream, first, offset, fields, values)
+    ms, last_seq = stream._x.last
+    return encode_stream_ids(ms, last_seq - len(argvs) + 1, len(argvs))
+
+
+def _xadd_each(client, argvs: list):
+    for argv in argvs:
+        try:
+            yield encode(xadd(client, argv), client.protocol)
+        except CommandError as exc:
+            yield encode_error(exc.message)
+
+
 def parse_xadd(argv: list):
     """XADD's words: ``(trim, nomkstream, xid, ms, pairs)``, with Redis's
     errors in Redis's order (options, id, arity, 0-0)."""
@@ -321,6 +350,19 @@ def xadd(client, argv):
     """XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT count]] *|id field value [field value ...]
 
     Appends an entry; replies its id. O(1) amortised (plus trimming)."""
+    if len(argv) == 5 and argv[2] == b"*":  # XADD key * field value: the common form, kept short
+        server = client.server
+        stream = server.streams.get(argv[1])
+        if stream is None:
+            stream = server.create_stream(argv[1])
+        first = stream.first
+        try:
+            offset, own = xids.add_auto(stream, argv[3], argv[4], time_ns())
+        except xids.IdError as exc:
+            raise CommandError(str(exc)) from None
+        # Logged as a TWRITE's append: replayed, it takes the same auto id.
+        server.writes.appended(argv[1], stream, first, offset, argv, 3)
+        return b"%d-%d" % own
     trim, nomkstream, xid, ms, pairs = parse_xadd(argv)
     server = client.server
     key = argv[1]

@@ -251,9 +251,14 @@ def note_append(stream, first: int, count: int, time_ns: int) -> None:
     x = stream._x
     xid, x.forced = x.forced, None
     t = time_ns // 1_000_000
-    if xid is None and t > x.top[0]:
-        x.last = x.top = (t, count - 1)
-        return
+    if xid is None:
+        top = x.top
+        if t > top[0]:  # the clock is ahead: t-0, t-1, ... (derived)
+            x.last = x.top = (t, count - 1)
+            return
+        if t == top[0] and top is x.last and top[1] < MAX_ID[1] - count:  # more in the same ms (derived)
+            x.last = x.top = (t, top[1] + count)
+            return
     for offset in range(first, first + count):
         own = xid if (xid is not None and offset == first) else next_auto_id(x.top, t)
         if own is None:
@@ -324,6 +329,18 @@ def add(stream, pairs: list, now_ns: int, xid: tuple[int, int] | None = None,
     if len(pairs) > 2:
         mark_packed(stream, offset)
     return offset, own
+
+
+def add_auto(stream, tag: bytes, data: bytes, now_ns: int) -> tuple[int, tuple[int, int]]:
+    """``XADD key * tag data`` (one pair): append with the next auto id; returns
+    ``(offset, id)``.  Raises :class:`IdError` when no id is left. O(1) amortised."""
+    x = stream._x
+    if x is None:
+        x = state_of(stream)
+    if x.top == MAX_ID:
+        raise IdError("ERR The stream has exhausted the last possible ID, unable to add more items")
+    offset = stream.append(tag, data, now_ns)  # note_append gives it the auto id
+    return offset, x.last
 
 
 def replay_add(stream, tag: bytes, data: bytes, time_ns: int, xid: tuple[int, int], packed: bool) -> int:

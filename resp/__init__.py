@@ -22,6 +22,7 @@ from .encode import (
     encode_integer_run,
     encode_integers,
     encode_message,
+    encode_stream_ids,
 )
 from .errors import ProtocolError
 from .parser import RequestParser, split_inline
@@ -30,5 +31,5 @@ from .strict import StrictRequestParser
 __all__ = [
     "NO_REPLY", "NULL_ARRAY", "OK", "QUEUED", "BigNumber", "Entries", "ErrorReply", "KeyedReplies", "Push", "Raw", "Set", "Status", "Verbatim",
     "encode", "encode_batched_message", "encode_entries", "encode_error", "encode_integer", "encode_integer_run",
-    "encode_integers", "encode_message", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
+    "encode_integers", "encode_message", "encode_stream_ids", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
 ]

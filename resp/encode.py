@@ -137,6 +137,15 @@ def encode_integer_run(first: int, count: int) -> bytes:
     return fmt % tuple(range(first, first + count))
 
 
+def encode_stream_ids(ms: int, first_seq: int, count: int) -> bytes:
+    """The stream ids ``ms-first_seq``, ``ms-(first_seq + 1)``, ... (``count`` of
+    them) as bulk strings, concatenated: the replies of a pipelined run of
+    ``XADD key * field value``."""
+    head = b"%d-" % ms
+    return b"".join([b"$%d\r\n%s%d\r\n" % (len(head) + len(b"%d" % seq), head, seq)
+                     for seq in range(first_seq, first_seq + count)])
+
+
 def encode_integers(values: list) -> bytes:
     """The integers ``values``, one reply each, concatenated (a pipelined run of
     TWRITE on several keys): one format for them all."""

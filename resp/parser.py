@@ -53,6 +53,8 @@ from .strict import StrictRequestParser
 # reserves, and zeroes, the whole list when it reads the header ("*2147483647"
 # would be 16 GB).  (A literal "*" starts the pattern: the scan runs at memchr speed.)
 _BIG_COUNT = re.compile(rb"\*[0-9]{5}")
+# What may start a header (another command, a nested array): a "*" then a digit.
+_HEADER = re.compile(rb"\*[0-9]")
 
 # Bytes around each argument of a canonical multibulk: "$" + digits + "\r\n" ... "\r\n".
 _FRAMING = [len(b"%d" % n) + 5 for n in range(10_000)]
@@ -107,8 +109,12 @@ class RequestParser:
         nothing consumed: the caller then feeds ``data`` as usual."""
         if self._fresh or self._slow_mode or self._ready or self._error is not None:
             return None
-        if data[0] != 0x2A or data.find(b"*", 1) > 0 or data[1:6].isdigit():
-            return None  # inline text, several commands, or a count hiredis must not see
+        if data[0] != 0x2A or data[1:6].isdigit():
+            return None  # inline text, or a count hiredis must not see
+        star = data.find(b"*", 1)
+        if star > 0 and (data[star + 1:star + 2].isdigit() or _HEADER.search(data, star + 1) is not None):
+            return None  # another header: several commands (or a nested array)
+        # (a "*" not followed by a digit is an argument's byte: XADD key * field value)
         reader = self._reader
         reader.feed(data)
         try:

@@ -21,6 +21,7 @@ from tstream.resp import (
     encode_integer,
     encode_integer_run,
     encode_message,
+    encode_stream_ids,
 )
 
 protocols = st.sampled_from([2, 3])
@@ -39,6 +40,12 @@ def test_integer(value, protocol):
 def test_integer_run(first, count, protocol):
     expected = b"".join(encode(first + i, protocol) for i in range(count))
     assert encode_integer_run(first, count) == expected
+
+
+@given(st.integers(min_value=0, max_value=(1 << 64) - 1), offsets, st.integers(min_value=0, max_value=40), protocols)
+def test_stream_ids(ms, first_seq, count, protocol):
+    expected = b"".join(encode(b"%d-%d" % (ms, first_seq + i), protocol) for i in range(count))
+    assert encode_stream_ids(ms, first_seq, count) == expected
 
 
 @given(st.lists(entry, max_size=12), protocols)

@@ -9,12 +9,14 @@ import socket
 import threading
 import time
 
+import hiredis
 import pytest
 import redis
 
 from tstream.engine import xids
 from tstream.persistence import effects
 
+from .harness import encode_command
 from .test_faults import run_check
 from .test_transactions import aof_records
 
@@ -196,3 +198,28 @@ def test_type_name_is_tstream_unless_configured_as_stream(r2):
         assert r2.config_get("stream-type-name") == {"stream-type-name": "stream"}
     finally:
         r2.config_set("stream-type-name", "tstream")
+
+
+def test_a_pipelined_run_of_xadd_answers_as_one_by_one(server):
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    reader = hiredis.Reader()
+
+    def send_all(commands):
+        sock.sendall(b"".join(encode_command(c) for c in commands))
+        replies = []
+        while len(replies) < len(commands):
+            reader.feed(sock.recv(65536))
+            while (reply := reader.gets()) is not False:
+                replies.append(reply)
+        return replies
+
+    run = send_all([("XADD", "pr", "*", "f", str(i)) for i in range(16)])
+    ids = [tuple(map(int, r.split(b"-"))) for r in run]
+    assert ids == sorted(set(ids)) and len(ids) == 16
+    mixed = send_all([("XADD", "pr", "*", "f", "a"), ("XADD", "pr", "1-1", "f", "b"), ("XADD", "pr", "*", "f", "c")])
+    assert isinstance(mixed[1], hiredis.ReplyError) and b"-" in mixed[0] and b"-" in mixed[2]
+    c = server.client()
+    entries = c.xrange("pr")
+    assert [e[0] for e in entries] == run + [mixed[0], mixed[2]]
+    assert [e[1][b"f"] for e in entries] == [str(i).encode() for i in range(16)] + [b"a", b"c"]
+    sock.close()

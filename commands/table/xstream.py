@@ -14,7 +14,7 @@ GROUP = "stream"
 COMMANDS = [
     command(
         "xadd", xstreams.xadd, arity=-5, flags=WRITE | DENYOOM | FAST, acl="@stream", keys=(1, 1, 1),
-        group=GROUP,
+        group=GROUP, run=xstreams.xadd_run,
         syntax="XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT count]] *|id field value "
                "[field value ...]",
         summary="Appends a new entry to a stream (one pair: a TWRITE of field value); replies its id.",
