@@ -213,9 +213,10 @@ class XReadGroupRequest:
             if after is not None:
                 found[key] = _history(stream, group, owner, after, self.count, now, key, records)
             else:
-                rows = xgroups.deliver(stream, group, owner, self.count or stream.next_offset, now, self.noack)
+                rows, ids = xgroups.deliver(stream, group, owner, self.count or stream.next_offset, now,
+                                            self.noack)
                 records.append(_group_record(key, group))
-                found[key] = entry_replies(stream, rows)
+                found[key] = entry_replies(stream, rows, ids)
                 if rows and not self.noack:
                     records.append(_owned_record(key, group, owner.name,
                                                  [group.pending_get(row[0]) for row in rows]))

@@ -17,7 +17,16 @@ import re
 from time import time_ns
 
 from tstream.engine import xids
-from tstream.resp import NO_REPLY, NULL_ARRAY, OK, KeyedReplies, encode, encode_error, encode_stream_ids
+from tstream.resp import (
+    NO_REPLY,
+    NULL_ARRAY,
+    OK,
+    KeyedReplies,
+    StreamEntries,
+    encode,
+    encode_error,
+    encode_stream_ids,
+)
 
 from .args import to_int
 from .errors import CommandError, SyntaxErr, WrongArity
@@ -111,19 +120,21 @@ def held_rows_reversed(stream, start: int, end: int, count: int) -> list:
     return out
 
 
-def entry_replies(stream, rows: list) -> list:
-    """``[id, [field, value, ...]]`` of each row (any order). O(span of the rows)."""
+def entry_replies(stream, rows: list, row_ids: list | None = None) -> list:
+    """``[id, [field, value, ...]]`` of each row (any order); ``row_ids``: their
+    ids when the caller has them. O(span of the rows)."""
     if not rows:
-        return []
+        return StreamEntries()
     low = min(rows[0][0], rows[-1][0])
     high = max(rows[0][0], rows[-1][0]) + 1
-    ids = xids.ids_between(stream, low, high)
     packed = xids.packed_flags(stream, low, high)
-    out = []
-    for offset, tag, data in rows:
-        i = offset - low
-        fields = xids.unpack_pairs(tag, data) if packed is not None and packed[i] else [tag, bytes(data)]
-        out.append([format_id(ids[i]), fields])
+    if row_ids is None:
+        ids = xids.ids_between(stream, low, high)
+        row_ids = [ids[row[0] - low] for row in rows]
+    out = StreamEntries()
+    for (offset, tag, data), xid in zip(rows, row_ids):
+        packed_here = packed is not None and packed[offset - low]
+        out.append([b"%d-%d" % xid, xids.unpack_pairs(tag, data) if packed_here else [tag, bytes(data)]])
     return out
 
 

@@ -517,7 +517,7 @@ class Consumer:
 class XGroupState:
     """What Redis keeps of a group beyond its read position and pending list."""
 
-    __slots__ = ("last_id", "entries_read", "consumers", "by_id")
+    __slots__ = ("last_id", "entries_read", "consumers", "by_id", "last_entry")
 
     def __init__(self, last_id: tuple[int, int], entries_read: int = INVALID) -> None:
         self.last_id = last_id
@@ -527,6 +527,9 @@ class XGroupState:
         # ids up here, also once the entry is gone); may hold acknowledged ones,
         # checked against the pending list and dropped when met.
         self.by_id: dict[tuple[int, int], int] = {}
+        # (offset, id) of the last entry handed out by XREADGROUP, while ``last_id``
+        # is its id: the next read derives its ids from it (engine/xids.ids_between).
+        self.last_entry: tuple[int, tuple[int, int]] | None = None
 
     def export(self) -> list:
         return [list(self.last_id), self.entries_read,

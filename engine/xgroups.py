@@ -23,7 +23,7 @@ caller's clock, passed in, so that replaying a log is deterministic.
 from __future__ import annotations
 
 from .groups import INVALID, NEVER, Consumer, Group, Pending, XGroupState
-from .xids import MAX_ID, entries_added, id_of, offset_at_or_after, top_id
+from .xids import MAX_ID, entries_added, id_of, ids_between, offset_at_or_after, top_id
 
 __all__ = ["NEVER", "INVALID", "Consumer", "XGroupState", "state", "create", "consumer",
            "deliver", "take_pending", "owned", "delete_consumer", "first_id", "lag", "estimate_read",
@@ -110,20 +110,30 @@ def pending_offset(group: Group, xid: tuple[int, int]) -> int | None:
     return offset
 
 
-def deliver(stream, group: Group, owner: Consumer, count: int, now_ms: int, noack: bool) -> list:
+def deliver(stream, group: Group, owner: Consumer, count: int, now_ms: int, noack: bool) -> tuple[list, list]:
     """XREADGROUP ``>``: up to ``count`` new entries ``[offset, tag, data]`` for
-    ``owner`` (pending, owned, unless ``noack``); the group's last id and
-    entries-read move as Redis's do. O(count + missing offsets skipped)."""
+    ``owner`` (pending, owned, unless ``noack``), and their ids; the group's
+    last id and entries-read move as Redis's do. O(count + missing offsets
+    skipped)."""
     x = state(stream, group)
     start = max(group.next, stream.first)
-    if start < stream.next_offset and id_of(stream, start) <= x.last_id:
+    last = x.last_entry
+    following = last is not None and last[1] == x.last_id and last[0] == start - 1  # right after the last read
+    if not following and start < stream.next_offset and id_of(stream, start) <= x.last_id:
         start = offset_after(stream, x.last_id)  # the last id was set ahead of the entries then written
+        following = False
     rows, group.next = stream.read_held(start, count)
     if not rows:
-        return rows
+        return rows, []
+    low = rows[0][0]
+    if following and last is not None:
+        span = ids_between(stream, start, rows[-1][0] + 1, last[1])
+        ids = span[low - start:]
+    else:
+        ids = ids_between(stream, low, rows[-1][0] + 1)
     for row in rows:
         offset = row[0]
-        xid = id_of(stream, offset)
+        xid = ids[offset - low]
         if x.entries_read != INVALID and not has_tombstones_after(stream, xid):
             x.entries_read += 1
         elif entries_added(stream):
@@ -131,8 +141,9 @@ def deliver(stream, group: Group, owner: Consumer, count: int, now_ms: int, noac
         x.last_id = xid
         if not noack:
             _own(group, offset, xid, owner, now_ms, 1)
+    x.last_entry = (rows[-1][0], x.last_id)
     group.delivered += len(rows)
-    return rows
+    return rows, [ids[row[0] - low] for row in rows]
 
 
 def take_pending(stream, group: Group, offset: int, owner: Consumer, now_ms: int, deliveries: int) -> Pending:

@@ -43,7 +43,7 @@ whose tag is the first field and whose payload packs the rest (msgpack list
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 
 import msgpack
 
@@ -160,20 +160,47 @@ def id_of(stream, offset: int) -> tuple[int, int]:
         a, (ams, aseq) = x.offs[i], x.ids[i]
         if a == offset:
             return ams, aseq
-    t = _time_ms(stream, offset)
+    node = stream._nodes[stream._node_index(offset)]
+    _, _, _, times, i = node.tables_at(offset - node.start, stream._cache)
+    t = times[i] // 1_000_000
     if t == ams:
         return t, aseq + offset - a
-    if offset - 1 == a or _time_ms(stream, offset - 1) < t:
-        return t, 0
-    return t, offset - _first_at_or_after_ms(stream, t, a + 1, offset)
+    # The first entry of this millisecond: in these tables (one C bisection), or
+    # else further back (gallop, then bisect), never before the anchor.
+    table_first = offset - i
+    j = bisect_left(times, t * 1_000_000, 0, i + 1)
+    if j or table_first <= a + 1:
+        return t, offset - max(table_first + j, a + 1)
+    step, hi = 2, table_first - 1
+    if _time_ms(stream, hi) < t:
+        return t, i
+    while True:
+        lo = table_first - step
+        if lo <= a + 1:
+            lo = a + 1
+            break
+        if _time_ms(stream, lo) < t:
+            lo += 1
+            break
+        hi, step = lo, step * 2
+    return t, offset - _first_at_or_after_ms(stream, t, lo, hi)
 
 
-def ids_between(stream, start: int, end: int) -> list[tuple[int, int]]:
+def ids_between(stream, start: int, end: int, before: tuple[int, int] | None = None) -> list[tuple[int, int]]:
     """Ids of the physical offsets ``[start, end)`` (held or deleted), in one
-    pass over their times after the first. O(log N + (end - start))."""
+    pass over their times after the first; ``before``, when known, is the id
+    of ``start - 1`` (the first is then derived from it, O(1)).
+    O(log N + (end - start))."""
     if start >= end:
         return []
-    out = [id_of(stream, start)]
+    x = stream._x
+    if before is not None and (x is None or bisect_right(x.offs, start) == bisect_right(x.offs, start - 1)):
+        node = stream._nodes[stream._node_index(start)]
+        t = node.time_at(start - node.start, stream._cache) // 1_000_000
+        first = (t, before[1] + 1) if t == before[0] else (t, 0) if t > before[0] else id_of(stream, start)
+    else:
+        first = id_of(stream, start)
+    out = [first]
     x = stream._x
     if x is not None:
         k = bisect_right(x.offs, start)

@@ -13,6 +13,7 @@ from .encode import (
     Raw,
     Set,
     Status,
+    StreamEntries,
     Verbatim,
     encode,
     encode_batched_message,
@@ -22,6 +23,7 @@ from .encode import (
     encode_integer_run,
     encode_integers,
     encode_message,
+    encode_stream_entries,
     encode_stream_ids,
 )
 from .errors import ProtocolError
@@ -29,7 +31,7 @@ from .parser import RequestParser, split_inline
 from .strict import StrictRequestParser
 
 __all__ = [
-    "NO_REPLY", "NULL_ARRAY", "OK", "QUEUED", "BigNumber", "Entries", "ErrorReply", "KeyedReplies", "Push", "Raw", "Set", "Status", "Verbatim",
+    "NO_REPLY", "NULL_ARRAY", "OK", "QUEUED", "BigNumber", "Entries", "ErrorReply", "KeyedReplies", "Push", "Raw", "Set", "Status", "StreamEntries", "Verbatim",
     "encode", "encode_batched_message", "encode_entries", "encode_error", "encode_integer", "encode_integer_run",
-    "encode_integers", "encode_message", "encode_stream_ids", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
+    "encode_integers", "encode_message", "encode_stream_entries", "encode_stream_ids", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
 ]

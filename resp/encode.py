@@ -22,6 +22,7 @@ how each looks on the wire under RESP2 or RESP3:
     Push                  * array                 > push
     KeyedReplies          * array of [key, value] % map
     Entries               * array of entries      * array of entries
+    StreamEntries         * array of [id, fields] * array of [id, fields]
     Raw                   the bytes as they are   the bytes as they are
     ====================  ======================  ==========================
 
@@ -77,6 +78,14 @@ class Entries(list):
 class KeyedReplies(dict):
     """Replies by key (XREAD's): RESP2 an array of ``[key, reply]`` pairs, RESP3
     a map, as Redis 7 sends them."""
+
+    __slots__ = ()
+
+
+class StreamEntries(list):
+    """Redis stream entries, each ``[id, [field, value, ...]]`` (bytes), or
+    ``[id, NULL_ARRAY]`` for one deleted since: encoded like the plain list, by
+    a loop without the per-item type dispatch (XRANGE's and XREADGROUP's reply)."""
 
     __slots__ = ()
 
@@ -201,6 +210,21 @@ def encode_entries(entries: Entries, resp3: bool) -> bytes:
     return b"".join(out)
 
 
+def encode_stream_entries(entries: StreamEntries, resp3: bool) -> bytes:
+    """``encode(entries, protocol)`` of Redis stream entries, without the
+    per-item type dispatch."""
+    out = [b"*%d\r\n" % len(entries)]
+    append = out.append
+    for xid, fields in entries:
+        if fields.__class__ is not list:  # NULL_ARRAY: an entry deleted since
+            append(b"*2\r\n$%d\r\n%s\r\n%s" % (len(xid), xid, b"_\r\n" if resp3 else b"*-1\r\n"))
+            continue
+        append(b"*2\r\n$%d\r\n%s\r\n*%d\r\n" % (len(xid), xid, len(fields)))
+        for field in fields:
+            append(b"$%d\r\n%s\r\n" % (len(field), field))
+    return b"".join(out)
+
+
 def encode_error(message: str) -> bytes:
     """An error reply; newlines would break the framing, so they become spaces."""
     return b"-" + message.replace("\r", " ").replace("\n", " ").encode("utf-8", "replace") + b"\r\n"
@@ -231,6 +255,8 @@ def _write(value, out: list, resp3: bool) -> None:  # noqa: C901 (over the limit
         _aggregate(b"*", value, out, resp3)
     elif cls is Entries:
         out.append(encode_entries(value, resp3))
+    elif cls is StreamEntries:
+        out.append(encode_stream_entries(value, resp3))
     elif cls is Raw:
         out.append(value)
     elif cls is str:
