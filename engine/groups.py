@@ -309,6 +309,25 @@ class Group:
         """Make ``pending`` the pending entry of its offset (replacing any). O(log P)."""
         self._insert(pending)
 
+    def add_pending_owned(self, offsets: list, xids: list, owner: bytes, now_ms: int, never: int):
+        """Make ``offsets`` (ascending, above every pending offset) pending, owned
+        by ``owner``, delivered once at ``now_ms``, never due (X* deliveries,
+        engine/xgroups.py): the batch form of :meth:`insert_pending`.  Returns
+        None, or the (offset, id) pairs that were pending already (left for the
+        caller to own anew). O(k log P)."""
+        by_offset = self._by_offset
+        order = self._order
+        if self._unsorted or (order and offsets[0] <= order[-1]) or any(o in by_offset for o in offsets):
+            return [(o, x) for o, x in zip(offsets, xids)]  # out of order: one by one
+        due, expiry = self._by_due, self._by_expiry
+        for offset, xid in zip(offsets, xids):
+            pending = by_offset[offset] = Pending(offset, 1, never, never, 0)
+            pending.owner, pending.delivered_ms, pending.xid = owner, now_ms, xid
+            heappush(due, pending.due_item)
+            heappush(expiry, pending.exp_item)
+        order += offsets
+        return None
+
     def pending_entries(self) -> list[Pending]:
         """Every pending entry, by offset. O(P) (plus a sort after out-of-order inserts)."""
         get = self._by_offset.get

@@ -131,19 +131,32 @@ def deliver(stream, group: Group, owner: Consumer, count: int, now_ms: int, noac
         ids = span[low - start:]
     else:
         ids = ids_between(stream, low, rows[-1][0] + 1)
-    for row in rows:
-        offset = row[0]
-        xid = ids[offset - low]
+    row_ids = [ids[row[0] - low] for row in rows] if len(ids) != len(rows) else ids
+    _count_reads(stream, x, row_ids)
+    x.last_id = row_ids[-1]
+    if not noack:
+        fresh = group.add_pending_owned([row[0] for row in rows], row_ids, owner.name, now_ms, NEVER)
+        x.by_id.update(zip(row_ids, [row[0] for row in rows]))
+        if fresh is not None:  # some were pending already (the group moved back): owned anew
+            for offset, xid in fresh:
+                _own(group, offset, xid, owner, now_ms, 1)
+    x.last_entry = (rows[-1][0], x.last_id)
+    group.delivered += len(rows)
+    return rows, row_ids
+
+
+def _count_reads(stream, x: XGroupState, row_ids: list) -> None:
+    """Redis 7's entries-read as each of ``row_ids`` is handed out (a counter
+    kept while no deleted entry lies ahead, else estimated). O(len(row_ids))."""
+    sx = stream._x
+    if x.entries_read != INVALID and (sx is None or sx.max_deleted == (0, 0) or stream.length == 0):
+        x.entries_read += len(row_ids)  # no tombstone anywhere: one more per entry
+        return
+    for xid in row_ids:
         if x.entries_read != INVALID and not has_tombstones_after(stream, xid):
             x.entries_read += 1
         elif entries_added(stream):
             x.entries_read = estimate_read(stream, xid)
-        x.last_id = xid
-        if not noack:
-            _own(group, offset, xid, owner, now_ms, 1)
-    x.last_entry = (rows[-1][0], x.last_id)
-    group.delivered += len(rows)
-    return rows, [ids[row[0] - low] for row in rows]
 
 
 def take_pending(stream, group: Group, offset: int, owner: Consumer, now_ms: int, deliveries: int) -> Pending:
