@@ -19,6 +19,8 @@ def ping(client, argv):
     """
     if len(argv) > 2:
         raise WrongArity("ping")
+    if client.subscriptions is not None and client.protocol == 2:  # subscribe mode: Redis's pong form
+        return [b"pong", argv[1] if len(argv) == 2 else b""]
     return Status("PONG") if len(argv) == 1 else argv[1]
 
 

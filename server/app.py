@@ -16,6 +16,7 @@ from tstream.commands import table as command_table
 from tstream.commands.dispatch import build_dispatch
 from tstream.commands.info import rss_bytes
 from tstream.commands.jetstream import TimeTexts
+from tstream.commands.pubsub import PubSub
 from tstream.commands.streams import TreadParses
 from tstream.commands.writes import Writes
 from tstream.engine import Keyspace
@@ -74,6 +75,7 @@ class Server:
         self.streams = self.keyspace.streams  # key -> Stream, for the hot paths' lookups
         self.waiting_keys: set[bytes] = set()  # keys some blocked client waits on
         self.blocking = BlockingRegistry(self)
+        self.pubsub = PubSub()  # channels, patterns and their subscribers (commands.pubsub)
         self.dirty = 0  # changes since the last snapshot
         # The write path: handlers describe their changes, the dispatcher commits them
         # (logged to the effect sinks, counted in dirty, blocked readers woken).

@@ -79,21 +79,36 @@ def parse_save(text: str) -> list[tuple[int, int]]:
     return [(parse_int(s, 1), parse_int(c, 0)) for s, c in zip(words[::2], words[1::2])]
 
 
-def parse_output_limit(text: str) -> tuple[int, int, int]:
-    """Redis's ``client-output-buffer-limit``: ``normal <hard> <soft> <seconds>`` (the
-    replica and pubsub classes are accepted and ignored: tstream has neither)."""
+class OutputLimits(tuple):
+    """``(hard, soft, seconds)`` of normal clients, with ``pubsub``: those of
+    clients subscribed to channels (Redis's default ``pubsub 32mb 8mb 60``)."""
+
+    pubsub: tuple[int, int, int]
+
+    def __new__(cls, normal: tuple[int, int, int], pubsub: tuple[int, int, int]) -> "OutputLimits":
+        limits = super().__new__(cls, normal)
+        limits.pubsub = pubsub
+        return limits
+
+
+def parse_output_limit(text: str) -> OutputLimits:
+    """Redis's ``client-output-buffer-limit``: ``<class> <hard> <soft> <seconds>``
+    groups; classes normal and pubsub (replica is accepted and ignored until
+    tstream has replicas)."""
     words = text.split()
     if not words or len(words) % 4:
         raise ConfigError(f"expected <class> <hard> <soft> <seconds> groups: {text!r}")
-    limits = (0, 0, 0)
+    normal, pubsub = (0, 0, 0), (32 << 20, 8 << 20, 60)
     for i in range(0, len(words), 4):
         kind = words[i].lower()
         if kind not in ("normal", "replica", "slave", "pubsub"):
             raise ConfigError(f"unknown client class {words[i]!r}")
         values = (parse_memory(words[i + 1]), parse_memory(words[i + 2]), parse_int(words[i + 3]))
         if kind == "normal":
-            limits = values
-    return limits
+            normal = values
+        elif kind == "pubsub":
+            pubsub = values
+    return OutputLimits(normal, pubsub)
 
 
 def parse_users(text: str) -> list[str]:
@@ -148,7 +163,7 @@ OPTIONS: dict[str, Option] = {
     "tls-key-file": Option("", _text, False, "server private key (PEM)"),
     "tls-ca-cert-file": Option("", _text, False, "CA certificates to verify client certificates with"),
     "tls-auth-clients": Option("yes", _choice("yes", "no", "optional"), False, "with a CA file: yes requires client certificates, optional checks them if sent, no ignores them"),
-    "client-output-buffer-limit": Option("normal 0 0 0", parse_output_limit, True, "normal <hard> <soft> <seconds>: close clients whose unsent replies pass these"),
+    "client-output-buffer-limit": Option("normal 0 0 0 pubsub 32mb 8mb 60", parse_output_limit, True, "<class> <hard> <soft> <seconds> for classes normal and pubsub (subscribed clients): close clients whose unsent replies pass these"),
     "maxclients": Option("10000", lambda t: parse_int(t, 1), True, "most clients connected at once"),
     "timeout": Option("0", lambda t: parse_int(t, 0), True, "close clients idle this many seconds (0: never)"),
     "proto-max-bulk-len": Option("512mb", parse_memory, True, "largest bulk string a client may send"),
@@ -178,7 +193,7 @@ def show(name: str, value: Any) -> str:
     if name == "save":
         return " ".join(f"{s} {c}" for s, c in value)
     if name == "client-output-buffer-limit":
-        return "normal %d %d %d" % value
+        return "normal %d %d %d pubsub %d %d %d" % (*value, *value.pubsub)
     if name == "user":
         return "\n".join(value)
     return str(value)

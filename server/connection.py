@@ -52,7 +52,7 @@ class ClientConnection(asyncio.Protocol):
                  "net_in", "net_out", "closing", "blocked", "_queue", "_queue_at", "_parsed", "_parsed_at",
                  "_resume_scheduled", "_backlog_paused", "_unmeasured", "_holding", "_write_paused",
                  "_soft_limit_since", "_soft_limit_timer", "multi", "multi_failed", "in_exec", "watching",
-                 "dirty_cas", "__weakref__")
+                 "dirty_cas", "subscriptions", "__weakref__")
 
     def __init__(self, server) -> None:
         self.server = server
@@ -96,6 +96,7 @@ class ClientConnection(asyncio.Protocol):
         self.in_exec = False
         self.watching: set | None = None
         self.dirty_cas = False
+        self.subscriptions = None  # channels and patterns subscribed (commands.pubsub), None when none
 
     # --- asyncio.Protocol -----------------------------------------------------------
 
@@ -430,7 +431,8 @@ class ClientConnection(asyncio.Protocol):
         if self.closing or self.transport is None:
             return
         size = self.transport.get_write_buffer_size()
-        hard, soft, seconds = self.server.config["client-output-buffer-limit"]
+        limits = self.server.config["client-output-buffer-limit"]
+        hard, soft, seconds = limits.pubsub if self.subscriptions is not None else limits
         if soft and size > soft:
             now = time.monotonic()
             if not self._soft_limit_since:
@@ -486,6 +488,21 @@ class ClientConnection(asyncio.Protocol):
         if close:
             self.transport.close()
 
+    def push(self, data: bytes) -> None:
+        """A pub/sub message for this subscriber (commands.pubsub): out through the
+        normal reply path, after any reply held before it, so that the output
+        buffer limits see it."""
+        if self.closing or self.transport is None:
+            return
+        self.server.stats.net_output += len(data)
+        self.net_out += len(data)
+        if self.server.hold_replies or self._holding:
+            self._hold(data, False)
+            return
+        self.transport.write(data)
+        if self._write_paused:  # the transport's buffer passed its high-water mark
+            self._check_output_limit()
+
     def unblock(self, reply: bytes) -> None:
         """The blocked command is answered: send its reply and go on with the rest."""
         self.blocked = None
@@ -508,6 +525,8 @@ class ClientConnection(asyncio.Protocol):
         self.server.clients.pop(self.id, None)
         if self.watching:
             unwatch_all(self)
+        if self.subscriptions is not None:
+            self.server.pubsub.forget(self)
 
     def pause_writing(self) -> None:
         # The client is not reading its replies: stop reading its requests too.
@@ -531,6 +550,8 @@ class ClientConnection(asyncio.Protocol):
         """Close the connection now (CLIENT KILL, SHUTDOWN, idle timeout)."""
         self.closing = True
         self.server.blocking.forget(self)
+        if self.subscriptions is not None:
+            self.server.pubsub.forget(self)
         if self.transport is not None:
             self.transport.close()
         self.server.clients.pop(self.id, None)
@@ -543,13 +564,16 @@ class ClientConnection(asyncio.Protocol):
         now = time.time()
         qbuf = self.parser.pending_bytes()
         omem = self.transport.get_write_buffer_size() if self.transport else 0
-        flags = ("b" if self.is_blocked() else "") + ("c" if self.closing else "") or "N"
+        subs = self.subscriptions
+        flags = (("b" if self.is_blocked() else "") + ("c" if self.closing else "")
+                 + ("P" if subs is not None else "")) or "N"
         events = ("" if self._write_paused else "r") + ("w" if omem else "")
         return (
             f"id={self.id} addr={self.addr} laddr={self.laddr} fd={self.fd} "
             f"name={self.name.decode(errors='replace')} age={int(now - self.created)} "
             f"idle={int(now - self.last_interaction)} flags={flags} "
-            f"db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={qbuf} qbuf-free=0 "
+            f"db=0 sub={len(subs.channels) if subs else 0} psub={len(subs.patterns) if subs else 0} ssub=0 "
+            f"multi=-1 qbuf={qbuf} qbuf-free=0 "
             f"argv-mem=0 multi-mem=0 rbs={qbuf} rbp={qbuf} obl=0 oll=0 omem={omem} tot-mem={qbuf + omem} "
             f"events={events} cmd={self.last_command.decode(errors='replace')} "
             f"user={self.user.name if self.user is not None else 'default'} redir=-1 "

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from . import connection, generic, server, stream, transaction, xstream
+from . import connection, generic, pubsub, server, stream, transaction, xstream
 from .entry import ALL_KEYS, NO_KEYS, ONE_KEY, Command, command
 
 __all__ = ["COMMANDS", "Command", "command", "every_command", "find", "ONE_KEY", "ALL_KEYS", "NO_KEYS"]
@@ -35,7 +35,7 @@ __all__ = ["COMMANDS", "Command", "command", "every_command", "find", "ONE_KEY",
 
 def _build() -> dict[bytes, Command]:
     table: dict[bytes, Command] = {}
-    for module in (stream, xstream, generic, connection, server, transaction):
+    for module in (stream, xstream, generic, connection, server, transaction, pubsub):
         for entry in module.COMMANDS:
             if entry.name in table:
                 raise ValueError(f"command {entry.name!r} is in the table twice")
