@@ -184,6 +184,22 @@ def client_kill(client, argv):
     return _client_kill(client, argv)
 
 
+def client_no_evict(client, argv):
+    """CLIENT NO-EVICT ON|OFF
+
+    OK: tstream never evicts clients to make room (maxmemory refuses writes
+    instead), so the flag changes nothing. O(1)."""
+    if argv[2].lower() not in (b"on", b"off"):
+        raise SyntaxErr()
+    return OK
+
+
+def _client_type(client) -> bytes:
+    """CLIENT KILL TYPE's class of a client: pubsub while subscribed, else normal
+    (tstream has no replication links yet)."""
+    return b"pubsub" if client.subscriptions is not None else b"normal"
+
+
 def _client_kill(client, argv):  # noqa: C901 (over the limit when it came in)
     server = client.server
     if len(argv) == 3:  # old form: CLIENT KILL addr:port
@@ -210,10 +226,13 @@ def _client_kill(client, argv):  # noqa: C901 (over the limit when it came in)
             wanted_laddr = text(value)
             filters.append(lambda c, v=wanted_laddr: c.laddr == v)
         elif word == b"user":
-            filters.append(lambda c, v=value: v == b"default")
+            wanted_user = value.decode(errors="replace")
+            filters.append(lambda c, v=wanted_user: (c.user.name if c.user else "default") == v)
         elif word == b"type":
             kind = value.lower()
-            filters.append(lambda c, v=kind: v == b"normal")
+            if kind not in (b"normal", b"pubsub", b"master", b"replica", b"slave"):
+                raise CommandError(f"ERR Unknown client type '{value.decode(errors='replace')}'")
+            filters.append(lambda c, v=kind: _client_type(c) == v)
         elif word == b"skipme":
             skipme = value.lower() == b"yes"
         else:

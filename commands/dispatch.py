@@ -29,6 +29,7 @@ from .errors import CommandError, UnknownCommand, UnknownSubcommand, WrongArity
 from .flags import DENYOOM, FAST, WRITE
 from .stats import CommandStats
 from .table import COMMANDS
+from .tools import feed_monitors
 from .transactions import EXEC_REFUSED, NOT_QUEUED, Queued, end_transaction
 
 log = logging.getLogger("tstream.commands")
@@ -217,6 +218,8 @@ def _before_running(client, name: bytes, argv: list, command, stats: CommandStat
     if client.multi is not None and name not in NOT_QUEUED:  # kept for EXEC
         client.multi.append(argv)
         return QUEUED
+    if server.monitors:  # MONITOR shows what runs (commands.tools)
+        feed_monitors(client, argv, command)
     return None
 
 

@@ -76,6 +76,7 @@ class Server:
         self.waiting_keys: set[bytes] = set()  # keys some blocked client waits on
         self.blocking = BlockingRegistry(self)
         self.pubsub = PubSub()  # channels, patterns and their subscribers (commands.pubsub)
+        self.monitors: list = []  # clients in MONITOR (commands.tools)
         self.dirty = 0  # changes since the last snapshot
         # The write path: handlers describe their changes, the dispatcher commits them
         # (logged to the effect sinks, counted in dirty, blocked readers woken).
@@ -204,7 +205,7 @@ class Server:
         """Some commands are refused now (OOM or MISCONF), or must tell a snapshot
         capture before they change a key: the dispatcher checks which."""
         self.refusing = (self.over_maxmemory or self.persistence.denied_writes is not None
-                         or self.capture is not None)
+                         or self.capture is not None or bool(self.monitors))
 
     def reset_stats(self) -> None:
         self.stats.reset()

@@ -31,6 +31,7 @@ import time
 from time import perf_counter_ns
 
 from tstream.commands.dispatch import execute, execute_at
+from tstream.commands.tools import forget_monitor
 from tstream.commands.transactions import unwatch_all
 from tstream.resp import ProtocolError, RequestParser, StrictRequestParser, encode_error
 
@@ -527,6 +528,8 @@ class ClientConnection(asyncio.Protocol):
             unwatch_all(self)
         if self.subscriptions is not None:
             self.server.pubsub.forget(self)
+        if self.server.monitors:
+            forget_monitor(self.server, self)
 
     def pause_writing(self) -> None:
         # The client is not reading its replies: stop reading its requests too.
@@ -552,6 +555,8 @@ class ClientConnection(asyncio.Protocol):
         self.server.blocking.forget(self)
         if self.subscriptions is not None:
             self.server.pubsub.forget(self)
+        if self.server.monitors:
+            forget_monitor(self.server, self)
         if self.transport is not None:
             self.transport.close()
         self.server.clients.pop(self.id, None)

@@ -18,7 +18,7 @@ from tstream.commands.table import COMMANDS, every_command, find
 
 from .conftest import free_port
 
-GROUPS = {"stream", "generic", "connection", "server", "transactions"}  # Redis's group names
+GROUPS = {"stream", "generic", "connection", "server", "transactions", "pubsub"}  # Redis's group names
 CONTAINERS = sorted(name.decode() for name, entry in COMMANDS.items() if entry.subcommands)
 # Containers Redis has too: their errors and replies are compared with redis-server.
 REDIS_CONTAINERS = ["acl", "client", "command", "config", "latency", "slowlog"]

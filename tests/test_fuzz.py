@@ -95,7 +95,10 @@ def test_arbitrary_bytes_never_crash_and_agree_until_an_error(pieces):
 
 # Commands that end the connection or the server, or change server-wide settings:
 # fuzzing them would test the fuzzer, not the server.
-EXCLUDED = {b"shutdown", b"quit", b"flushall", b"flushdb", b"save", b"bgsave", b"bgrewriteaof"}
+# ((P)SUBSCRIBE and MONITOR turn the connection into a listener, (P)UNSUBSCRIBE replies once per channel:
+# tests/test_pubsub.py and tests/test_tools.py drive them)
+EXCLUDED = {b"shutdown", b"quit", b"flushall", b"flushdb", b"save", b"bgsave", b"bgrewriteaof", b"subscribe",
+            b"psubscribe", b"unsubscribe", b"punsubscribe", b"monitor"}
 SAFE_SUBCOMMANDS = {b"config": [b"GET"], b"acl": [b"WHOAMI", b"LIST", b"USERS"],
                     b"client": [b"ID", b"GETNAME", b"SETNAME", b"INFO", b"LIST", b"SETINFO"]}
 KEYS = [b"fz:a", b"fz:b", b"fz:c", b"fz:d"]
@@ -207,7 +210,8 @@ def test_broken_protocol_never_disturbs_other_clients(server, garbage):
 # --- the command fuzzer, in process -------------------------------------------------------
 
 # In process, only what would stop the server or start background threads is left out.
-IN_PROCESS_EXCLUDED = {b"shutdown", b"bgsave", b"bgrewriteaof"}
+IN_PROCESS_EXCLUDED = {b"shutdown", b"bgsave", b"bgrewriteaof", b"subscribe", b"psubscribe", b"unsubscribe",
+                       b"punsubscribe", b"monitor"}
 
 
 def garble(rng: random.Random, argv: list[bytes]) -> list[bytes]:

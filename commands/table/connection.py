@@ -109,6 +109,13 @@ COMMANDS = [
                         "all the filters (replies how many).",
                 complexity="O(clients).",
             ),
+            command(
+                "client|no-evict", conn.client_no_evict, arity=3, flags=ADMIN | CLIENT_SUB, acl="@connection",
+                group=GROUP,
+                syntax="CLIENT NO-EVICT ON|OFF",
+                summary="Accepted for Redis's tools: tstream never evicts clients to free memory.",
+                complexity="O(1).",
+            ),
             help_command("client", GROUP, acl="@connection"),
         ],
     ),

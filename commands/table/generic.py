@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from .. import keys
+from .. import keys, tools
 from ..flags import FAST, READONLY, WRITE
 from .entry import ALL_KEYS, ONE_KEY, command
+from .help import help_command
 
 GROUP = "generic"
 
@@ -43,5 +44,42 @@ COMMANDS = [
         summary="Iterates over the keys: every key present for the whole scan is returned at least "
                 "once; cursor 0 starts and ends it.",
         complexity="O(count) per call.",
+    ),
+    command(
+        "object", None, arity=-2, group=GROUP,
+        syntax="OBJECT ENCODING|REFCOUNT|IDLETIME|FREQ|HELP ...",
+        summary="A container for object introspection commands.",
+        complexity="Depends on subcommand.",
+        subcommands=[
+            command(
+                "object|encoding", tools.object_encoding, arity=3, flags=READONLY, acl="@keyspace",
+                keys=(2, 2, 1), group=GROUP,
+                syntax="OBJECT ENCODING key",
+                summary="The key's encoding: macronodes.",
+                complexity="O(1).",
+            ),
+            command(
+                "object|refcount", tools.object_refcount, arity=3, flags=READONLY, acl="@keyspace",
+                keys=(2, 2, 1), group=GROUP,
+                syntax="OBJECT REFCOUNT key",
+                summary="The key's reference count: 1.",
+                complexity="O(1).",
+            ),
+            command(
+                "object|idletime", tools.object_idletime, arity=3, flags=READONLY, acl="@keyspace",
+                keys=(2, 2, 1), group=GROUP,
+                syntax="OBJECT IDLETIME key",
+                summary="Seconds since the key was last written.",
+                complexity="O(1).",
+            ),
+            command(
+                "object|freq", tools.object_freq, arity=3, flags=READONLY, acl="@keyspace",
+                keys=(2, 2, 1), group=GROUP,
+                syntax="OBJECT FREQ key",
+                summary="The key's access frequency (only under an LFU policy: Redis's error otherwise).",
+                complexity="O(1).",
+            ),
+            help_command("object", GROUP, acl="@keyspace"),
+        ],
     ),
 ]

@@ -43,7 +43,7 @@ COMMANDS = [
         complexity="O(N) for N patterns.",
     ),
     command(
-        "pubsub", None, arity=-2, flags=0, acl="@pubsub", group=GROUP,
+        "pubsub", None, arity=-2, flags=0, group=GROUP,
         syntax="PUBSUB CHANNELS|NUMSUB|NUMPAT|HELP ...",
         summary="A container for pub/sub introspection commands.",
         complexity="Depends on subcommand.",
@@ -69,7 +69,7 @@ COMMANDS = [
                 summary="The number of patterns subscribed.",
                 complexity="O(1).",
             ),
-            help_command("pubsub", GROUP, acl="@pubsub"),
+            help_command("pubsub", GROUP),
         ],
     ),
 ]

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from .. import admin, keys, saving, security
+from .. import admin, keys, saving, security, tools
 from ..flags import ADMIN, FAST, LOADING, NOSCRIPT, READONLY, STALE, WRITE
 from .entry import command
 from .help import help_command
@@ -150,7 +150,47 @@ COMMANDS = [
                         "replies how many events were reset.",
                 complexity="O(events).",
             ),
+            command(
+                "latency|doctor", tools.latency_doctor, arity=2, flags=ADMIN_SUB, group=GROUP,
+                syntax="LATENCY DOCTOR",
+                summary="A human-readable report of the latency events recorded.",
+                complexity="O(events).",
+            ),
             help_command("latency", GROUP),
+        ],
+    ),
+    command(
+        "monitor", tools.monitor, arity=1, flags=ADMIN_SUB, group=GROUP,
+        syntax="MONITOR",
+        summary="Streams every command the server runs to this client, as Redis shows them.",
+        complexity="O(1).",
+    ),
+    command(
+        "role", tools.role, arity=1, flags=NOSCRIPT | LOADING | STALE | FAST, acl="@admin @dangerous",
+        group=GROUP,
+        syntax="ROLE",
+        summary="The replication role of this server: a primary with no replicas.",
+        complexity="O(1).",
+    ),
+    command(
+        "memory", None, arity=-2, group=GROUP,
+        syntax="MEMORY USAGE|DOCTOR|HELP ...",
+        summary="A container for memory diagnostics commands.",
+        complexity="Depends on subcommand.",
+        subcommands=[
+            command(
+                "memory|usage", tools.memory_usage, arity=-3, flags=READONLY, keys=(2, 2, 1), group=GROUP,
+                syntax="MEMORY USAGE key [SAMPLES count]",
+                summary="The bytes a key takes (its macro nodes, tag table and objects).",
+                complexity="O(1).",
+            ),
+            command(
+                "memory|doctor", tools.memory_doctor, arity=2, flags=0, group=GROUP,
+                syntax="MEMORY DOCTOR",
+                summary="A word on the server's memory.",
+                complexity="O(1).",
+            ),
+            help_command("memory", GROUP),
         ],
     ),
     command(
