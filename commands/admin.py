@@ -47,6 +47,18 @@ def config_set(client, argv):
     return OK
 
 
+def config_rewrite(client, argv):
+    """CONFIG REWRITE"""
+    path = client.server.config_file
+    if path is None:
+        raise CommandError("ERR The server is running without a config file")
+    try:
+        client.server.config.rewrite(path)
+    except OSError as exc:
+        raise CommandError(f"ERR Rewriting config file: {exc.strerror or exc}") from None
+    return OK
+
+
 def config_resetstat(client, argv):
     """CONFIG RESETSTAT"""
     client.server.reset_stats()

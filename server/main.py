@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import ssl
 import sys
@@ -30,7 +31,7 @@ def parse_command_line(argv: list[str]) -> tuple[Config, str | None]:
     config = Config()
     config_file = None
     if argv and not argv[0].startswith("--"):
-        config_file = argv[0]
+        config_file = os.path.abspath(argv[0])  # (CONFIG REWRITE writes it, whatever the cwd then)
         config.load_file(config_file)
         argv = argv[1:]
     config.load_args(argv)

@@ -82,6 +82,13 @@ COMMANDS = [
                 complexity="O(pairs).",
             ),
             command(
+                "config|rewrite", admin.config_rewrite, arity=2, flags=ADMIN_SUB, group=GROUP,
+                syntax="CONFIG REWRITE",
+                summary="Writes the current configuration into the config file the server started "
+                        "with, keeping its comments and the order of its lines.",
+                complexity="O(options + lines of the file).",
+            ),
+            command(
                 "config|resetstat", admin.config_resetstat, arity=2, flags=ADMIN_SUB, group=GROUP,
                 syntax="CONFIG RESETSTAT",
                 summary="Resets the statistics INFO shows (commandstats, errors, slow log, ...).",
