@@ -162,7 +162,19 @@ def xrange_(client, argv):
 
     The entries with ids in [start, end] ("(" excludes, "-"/"+" the ends),
     oldest first. O(log N + entries returned)."""
-    start_id, end_id = parse_range_start(argv[2]), parse_range_end(argv[3])
+    return _range(client, argv, parse_range_start(argv[2]), parse_range_end(argv[3]), held_rows)
+
+
+def xrevrange(client, argv):
+    """XREVRANGE key end start [COUNT count]
+
+    XRANGE newest first. O(log N + entries returned)."""
+    return _range(client, argv, parse_range_start(argv[3]), parse_range_end(argv[2]), held_rows_reversed)
+
+
+def _range(client, argv, start_id, end_id, rows_of):
+    """XRANGE/XREVRANGE once their bounds are parsed: ``rows_of`` reads the
+    offsets oldest or newest first."""
     count = _count_option(argv, 4)
     stream = client.server.streams.get(argv[1])
     if stream is None:
@@ -170,22 +182,7 @@ def xrange_(client, argv):
     if count == 0:
         return NULL_ARRAY  # (Redis's reply to a COUNT of zero or less)
     a, b = range_offsets(stream, start_id, end_id)
-    return entry_replies(stream, held_rows(stream, a, b, count if count > 0 else b - a))
-
-
-def xrevrange(client, argv):
-    """XREVRANGE key end start [COUNT count]
-
-    XRANGE newest first. O(log N + entries returned)."""
-    end_id, start_id = parse_range_end(argv[2]), parse_range_start(argv[3])
-    count = _count_option(argv, 4)
-    stream = client.server.streams.get(argv[1])
-    if stream is None:
-        return []
-    if count == 0:
-        return NULL_ARRAY
-    a, b = range_offsets(stream, start_id, end_id)
-    return entry_replies(stream, held_rows_reversed(stream, a, b, count if count > 0 else b - a))
+    return entry_replies(stream, rows_of(stream, a, b, count if count > 0 else b - a))
 
 
 def xlen(client, argv):

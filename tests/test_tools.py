@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from .test_pubsub import Quiet
+from .test_xstreams_oracle import run_both
 
 LINE = re.compile(rb'\+(\d+)\.(\d{6}) \[0 127\.0\.0\.1:\d+\] (.*)\r\n')
 
@@ -97,17 +98,7 @@ SAME_AS_REDIS = [
 
 @pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
 def test_tool_commands_match_redis(server, redis_oracle, protocol):
-    from .test_transactions import Raw
-    ours, theirs = Raw(server.port, protocol), Raw(redis_oracle, protocol)
-    try:
-        ours.call("FLUSHALL")
-        theirs.call("FLUSHALL")
-        for words in SAME_AS_REDIS:
-            mine, want = ours.call(*words), theirs.call(*words)
-            assert mine == want, f"{' '.join(words)}:\n tstream {mine!r}\n redis   {want!r}"
-    finally:
-        ours.close()
-        theirs.close()
+    run_both(server.port, redis_oracle, SAME_AS_REDIS, protocol, normalize=lambda reply: reply)
 
 
 def test_object_and_memory_describe_a_stream(r2):

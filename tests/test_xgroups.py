@@ -16,6 +16,7 @@ import redis
 
 from .conftest import ServerProcess
 from .test_faults import run_check
+from .test_xstreams import save_for, server_for
 
 
 def test_redis_py_group_helpers(r):
@@ -110,21 +111,11 @@ def fill_groups(c) -> None:
 
 @pytest.mark.parametrize("how", ["aof", "aof-rewrite", "snapshot"])
 def test_groups_survive_restarts(make_server, tmp_path, how):
-    if how == "snapshot":
-        proc = make_server("--save", "", "--appendonly", "no", "--node-entries", "4")
-    else:
-        proc = make_server("--save", "", "--appendonly", "yes", "--appendfsync", "always", "--node-entries", "4")
+    proc = server_for(make_server, how)
     c = proc.client()
     fill_groups(c)
     before = group_view(c)
-    if how == "aof-rewrite":
-        c.bgrewriteaof()
-        deadline = time.monotonic() + 10
-        while c.info("persistence")["aof_rewrite_in_progress"]:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-    elif how == "snapshot":
-        c.save()
+    save_for(c, how)
     proc.kill()
     proc.start()
     c = proc.client()

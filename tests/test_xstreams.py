@@ -125,6 +125,26 @@ def test_a_blocked_xread_client_that_leaves_is_forgotten(server):
     assert writer.xlen("gone") == 1
 
 
+def server_for(make_server, how: str):
+    """A server whose changes a restart gets back through ``how``: the AOF
+    (``aof``, ``aof-rewrite``) or a snapshot; small nodes, so several seal."""
+    if how == "snapshot":
+        return make_server("--save", "", "--appendonly", "no", "--node-entries", "4")
+    return make_server("--save", "", "--appendonly", "yes", "--appendfsync", "always", "--node-entries", "4")
+
+
+def save_for(c, how: str) -> None:
+    """Before the restart: rewrite the AOF, or save a snapshot, as ``how`` says."""
+    if how == "aof-rewrite":
+        c.bgrewriteaof()
+        deadline = time.monotonic() + 10
+        while c.info("persistence")["aof_rewrite_in_progress"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    elif how == "snapshot":
+        c.save()
+
+
 def fill(c) -> None:
     c.xadd("p", {"a": "1", "b": "2"}, id="1-1")
     c.xadd("p", {"c": "3"}, id="1-5")
@@ -147,10 +167,7 @@ def snapshot_of(c) -> tuple:
 
 @pytest.mark.parametrize("how", ["aof", "aof-rewrite", "snapshot"])
 def test_ids_survive_restarts(make_server, tmp_path, how):
-    if how == "snapshot":
-        proc = make_server("--save", "", "--appendonly", "no", "--node-entries", "4")
-    else:
-        proc = make_server("--save", "", "--appendonly", "yes", "--appendfsync", "always", "--node-entries", "4")
+    proc = server_for(make_server, how)
     c = proc.client()
     fill(c)
     before = snapshot_of(c)
@@ -158,14 +175,8 @@ def test_ids_survive_restarts(make_server, tmp_path, how):
         records, _ = aof_records(tmp_path)
         kinds = {record[0] for record in records}
         assert {effects.XADD, effects.XDEL, effects.XSETID} <= kinds
-    elif how == "aof-rewrite":
-        c.bgrewriteaof()
-        deadline = time.monotonic() + 10
-        while c.info("persistence")["aof_rewrite_in_progress"]:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
     else:
-        c.save()
+        save_for(c, how)
     proc.kill()
     proc.start()
     c = proc.client()

@@ -25,13 +25,16 @@ def normalized(reply: bytes) -> bytes:
     return _RADIX.sub(rb"\1:0\r\n", reply)
 
 
-def run_both(server_port: int, redis_port: int, commands, protocol: int) -> None:
+def run_both(server_port: int, redis_port: int, commands, protocol: int, normalize=None) -> None:
+    """Send ``commands`` to both servers, one by one, and compare each reply's
+    bytes (after ``normalize``, which zeroes what depends on the clock)."""
+    normalize = normalize or normalized
     ours, theirs = Raw(server_port, protocol), Raw(redis_port, protocol)
     try:
         ours.call("FLUSHALL")
         theirs.call("FLUSHALL")
         for words in commands:
-            mine, want = normalized(ours.call(*words)), normalized(theirs.call(*words))
+            mine, want = normalize(ours.call(*words)), normalize(theirs.call(*words))
             assert mine == want, f"{' '.join(map(str, words))}:\n tstream {mine[:400]!r}\n redis   {want[:400]!r}"
     finally:
         ours.close()
@@ -199,16 +202,7 @@ def normalized_groups(reply: bytes) -> bytes:
 
 
 def run_both_groups(server_port: int, redis_port: int, commands, protocol: int) -> None:
-    ours, theirs = Raw(server_port, protocol), Raw(redis_port, protocol)
-    try:
-        ours.call("FLUSHALL")
-        theirs.call("FLUSHALL")
-        for words in commands:
-            mine, want = normalized_groups(ours.call(*words)), normalized_groups(theirs.call(*words))
-            assert mine == want, f"{' '.join(map(str, words))}:\n tstream {mine[:400]!r}\n redis   {want[:400]!r}"
-    finally:
-        ours.close()
-        theirs.close()
+    run_both(server_port, redis_port, commands, protocol, normalized_groups)
 
 
 GROUPS_FIXED = [
