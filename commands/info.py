@@ -15,7 +15,8 @@ from .connection import VERSION
 # that redis-server's), and tstream_version is tstream's own.
 REDIS_COMPAT_VERSION = "7.0.15"
 
-DEFAULT_SECTIONS = ["server", "clients", "memory", "persistence", "stats", "replication", "cpu", "keyspace"]
+DEFAULT_SECTIONS = ["server", "clients", "memory", "persistence", "stats", "replication", "cpu", "cluster",
+                    "keyspace"]
 
 
 def _server(server) -> dict:
@@ -108,6 +109,10 @@ def _commandstats(server) -> dict:
     return fields
 
 
+def _cluster(server) -> dict:
+    return {"cluster_enabled": 0}  # (as Redis outside cluster mode: clients check it)
+
+
 def _keyspace(server) -> dict:
     keys = len(server.keyspace)
     return {"db0": f"keys={keys},expires=0,avg_ttl=0"} if keys else {}
@@ -121,6 +126,7 @@ SECTIONS = {
     "stats": _stats,
     "replication": _replication,
     "cpu": _cpu,
+    "cluster": _cluster,
     "keyspace": _keyspace,
     "commandstats": _commandstats,
 }

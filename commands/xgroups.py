@@ -229,8 +229,7 @@ class XReadGroupRequest:
 def _history(stream, group, owner, after, count: int, now: int, key: bytes, records: list) -> list:
     """The consumer's own pending entries after ``after``: ``[id, fields]``, or
     ``[id, nil]`` for an entry deleted since; their delivery counts go up."""
-    start = xgroups.offset_after(stream, after)
-    mine = [p for p in xgroups.owned(group, owner.name) if p.offset >= start]
+    mine = [p for p in xgroups.owned(group, owner.name) if xgroups.pending_id(stream, p) > after]
     if count:
         mine = mine[:count]
     out = []
