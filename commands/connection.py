@@ -3,7 +3,7 @@ the CLIENT subcommands (their syntax and docs are in commands/table/)."""
 
 from __future__ import annotations
 
-from tstream.resp import OK, Status, Verbatim
+from tstream.resp import NO_REPLY, OK, Status, Verbatim
 
 from .args import text, to_int
 from .errors import CommandError, NoAuth, SyntaxErr, WrongArity
@@ -192,6 +192,56 @@ def client_no_evict(client, argv):
     if argv[2].lower() not in (b"on", b"off"):
         raise SyntaxErr()
     return OK
+
+
+# CLIENT REPLY's modes (ClientConnection.reply_mode): replies sent, none sent, the
+# next command's reply not sent, this command's reply not sent.
+REPLY_ON, REPLY_OFF, REPLY_SKIP_NEXT, REPLY_SKIPPING = 0, 1, 2, 3
+
+
+def client_reply(client, argv):
+    """CLIENT REPLY ON|OFF|SKIP
+
+    ON: replies again (OK); OFF: no more replies; SKIP: no reply to the next
+    command. Neither OFF nor SKIP is answered. O(1)."""
+    word = argv[2].lower()
+    if word == b"on":
+        client.reply_mode = REPLY_ON
+        if getattr(client.gate, "reply_mode", False):
+            client.gate = client.gate.inner
+        return OK
+    if word not in (b"off", b"skip"):
+        raise SyntaxErr()
+    client.reply_mode = REPLY_OFF if word == b"off" else REPLY_SKIP_NEXT
+    if not getattr(client.gate, "reply_mode", False):
+        client.gate = _reply_mode_gate(client.gate)
+    return NO_REPLY
+
+
+def _reply_mode_gate(inner):
+    """The dispatcher's check while CLIENT REPLY is OFF or SKIP: it only sends the
+    client's commands through the rare path, where ``reply_wanted`` drops their
+    replies; then the connection's own check (ACL, subscribe mode), if any."""
+
+    def gate(client, name: bytes, argv: list, command) -> None:
+        if client.reply_mode == REPLY_SKIP_NEXT and name != b"client|reply":
+            client.reply_mode = REPLY_SKIPPING
+        if inner is not None:
+            inner(client, name, argv, command)
+
+    gate.reply_mode = True
+    gate.inner = inner
+    return gate
+
+
+def reply_wanted(client, out):
+    """The reply to send after a command under CLIENT REPLY OFF/SKIP (None: none)."""
+    if client.reply_mode == REPLY_SKIPPING:  # the one reply SKIP dropped: replies resume
+        client.reply_mode = REPLY_ON
+        if getattr(client.gate, "reply_mode", False):
+            client.gate = client.gate.inner
+        return None
+    return None if client.reply_mode == REPLY_OFF else out
 
 
 def _client_type(client) -> bytes:

@@ -23,8 +23,9 @@ from __future__ import annotations
 import logging
 from time import perf_counter_ns
 
-from tstream.resp import NO_REPLY, NULL_ARRAY, QUEUED, Raw, encode, encode_error, encode_integer
+from tstream.resp import NO_REPLY, NULL_ARRAY, QUEUED, Raw, encode, encode_bulk, encode_error, encode_integer
 
+from .connection import reply_wanted
 from .errors import CommandError, UnknownCommand, UnknownSubcommand, WrongArity
 from .flags import DENYOOM, FAST, WRITE
 from .stats import CommandStats
@@ -96,7 +97,8 @@ def execute(client, argv: list) -> bytes | None:  # noqa: C901 (one straight pat
         name, handler, fewest, most, fast, command, stats, run, subcommands = entry
         if not fewest <= nargs <= most:
             return _refuse(client, name, stats, WrongArity(name.decode("utf-8", "replace")).message)
-    if client.gate is not None or server.refusing or client.multi is not None:
+    rare = client.gate is not None or server.refusing or client.multi is not None
+    if rare:
         refused = _before_running(client, name, argv, command, stats)  # ACL, OOM, MISCONF, MULTI
         if refused is not None:
             return refused
@@ -105,6 +107,8 @@ def execute(client, argv: list) -> bytes | None:  # noqa: C901 (one straight pat
         reply = handler(client, argv)
         if reply.__class__ is int:  # the common TWRITE/TACK reply, without a trip through encode()
             out = encode_integer(reply) if reply > 1 or reply < 0 else SMALL_INTEGERS[reply]
+        elif reply.__class__ is bytes:  # XADD's id, DGET's payload: a bulk string in both protocols
+            out = encode_bulk(reply)
         elif reply is NO_REPLY:
             out = None
         elif reply.__class__ is Queued:  # EXEC: its commands run now, one by one
@@ -131,6 +135,8 @@ def execute(client, argv: list) -> bytes | None:  # noqa: C901 (one straight pat
     stats.nanos += elapsed
     if elapsed >= server.slow_threshold_ns:
         server.observe_slow(argv, elapsed, client, fast)
+    if rare and client.reply_mode:  # CLIENT REPLY OFF|SKIP (commands.connection)
+        return reply_wanted(client, out)
     return out
 
 

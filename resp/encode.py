@@ -124,6 +124,11 @@ QUEUED = Raw(b"+QUEUED\r\n")  # a command kept for EXEC (MULTI)
 # encode(n, protocol) of an int n, the same in both protocols: TWRITE's and TACK's reply.
 encode_integer = b":%d\r\n".__mod__
 
+def encode_bulk(value: bytes) -> bytes:
+    """``encode(value, protocol)`` of bytes: a bulk string, the same in both protocols."""
+    return b"$%d\r\n%s\r\n" % (len(value), value)
+
+
 # Format strings of runs of up to 64 integers, made once.
 _INTEGER_RUNS = [b":%d\r\n" * n for n in range(65)]
 

@@ -112,7 +112,8 @@ class RequestParser:
         if data[0] != 0x2A or data[1:6].isdigit():
             return None  # inline text, or a count hiredis must not see
         star = data.find(b"*", 1)
-        if star > 0 and (data[star + 1:star + 2].isdigit() or _HEADER.search(data, star + 1) is not None):
+        if star > 0 and (data[star + 1:star + 2].isdigit()
+                         or (data.find(b"*", star + 1) > 0 and _HEADER.search(data, star + 1) is not None)):
             return None  # another header: several commands (or a nested array)
         # (a "*" not followed by a digit is an argument's byte: XADD key * field value)
         reader = self._reader

@@ -53,7 +53,7 @@ class ClientConnection(asyncio.Protocol):
                  "net_in", "net_out", "closing", "blocked", "_queue", "_queue_at", "_parsed", "_parsed_at",
                  "_resume_scheduled", "_backlog_paused", "_unmeasured", "_holding", "_write_paused",
                  "_soft_limit_since", "_soft_limit_timer", "multi", "multi_failed", "in_exec", "watching",
-                 "dirty_cas", "subscriptions", "__weakref__")
+                 "dirty_cas", "subscriptions", "reply_mode", "__weakref__")
 
     def __init__(self, server) -> None:
         self.server = server
@@ -98,6 +98,7 @@ class ClientConnection(asyncio.Protocol):
         self.watching: set | None = None
         self.dirty_cas = False
         self.subscriptions = None  # channels and patterns subscribed (commands.pubsub), None when none
+        self.reply_mode = 0  # CLIENT REPLY: 0 on, else off or skipping (commands.connection)
 
     # --- asyncio.Protocol -----------------------------------------------------------
 
@@ -493,7 +494,7 @@ class ClientConnection(asyncio.Protocol):
         """A pub/sub message for this subscriber (commands.pubsub): out through the
         normal reply path, after any reply held before it, so that the output
         buffer limits see it."""
-        if self.closing or self.transport is None:
+        if self.closing or self.transport is None or self.reply_mode == 1:  # (CLIENT REPLY OFF: nothing)
             return
         self.server.stats.net_output += len(data)
         self.net_out += len(data)
@@ -509,6 +510,8 @@ class ClientConnection(asyncio.Protocol):
         self.blocked = None
         if self.closing:
             return
+        if self.reply_mode == 1:  # CLIENT REPLY OFF
+            reply = b""
         self.server.stats.net_output += len(reply)
         self.net_out += len(reply)
         if self.server.hold_replies or self._holding:

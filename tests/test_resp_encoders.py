@@ -16,6 +16,7 @@ from tstream.resp import (
     Status,
     encode,
     encode_batched_message,
+    encode_bulk,
     encode_entries,
     encode_error,
     encode_integer,
@@ -29,6 +30,11 @@ int64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
 offsets = st.integers(min_value=0, max_value=(1 << 63) - 1)
 blobs = st.binary(max_size=64)
 entry = st.one_of(st.none(), st.tuples(offsets, blobs, blobs).map(list))
+
+
+@given(blobs, protocols)
+def test_bulk(value, protocol):
+    assert encode_bulk(value) == encode(value, protocol)
 
 
 @given(int64, protocols)

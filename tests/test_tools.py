@@ -162,3 +162,18 @@ def test_config_rewrite_without_a_file_is_redis_s_error(server, redis_oracle):
     assert ours.call("CONFIG", "REWRITE") == theirs.call("CONFIG", "REWRITE")
     ours.close()
     theirs.close()
+
+
+def test_client_reply_matches_redis(server, redis_oracle):
+    sequence = [("CLIENT", "REPLY", "OFF"), ("PING",), ("ECHO", "a"), ("XADD", "rk", "1-1", "f", "v"),
+                ("CLIENT", "REPLY", "ON"), ("PING",), ("CLIENT", "REPLY", "SKIP"), ("ECHO", "skipped"),
+                ("ECHO", "shown"), ("CLIENT", "REPLY", "maybe"), ("CLIENT", "REPLY", "SKIP"),
+                ("CLIENT", "REPLY", "SKIP"), ("ECHO", "x"), ("ECHO", "y"), ("XLEN", "rk")]
+    streams = []
+    for port in (server.port, redis_oracle):
+        raw = Quiet(port)
+        raw.call("DEL", "rk")
+        streams.append(b"".join(raw.call(*words) for words in sequence))
+        raw.close()
+    assert streams[0] == streams[1]
+    assert b"skipped" not in streams[0] and b"shown" in streams[0]

@@ -110,6 +110,12 @@ COMMANDS = [
                 complexity="O(clients).",
             ),
             command(
+                "client|reply", conn.client_reply, arity=3, flags=CLIENT_SUB, acl="@connection", group=GROUP,
+                syntax="CLIENT REPLY ON|OFF|SKIP",
+                summary="Turns the replies to this connection's commands off, on, or off for the next one.",
+                complexity="O(1).",
+            ),
+            command(
                 "client|no-evict", conn.client_no_evict, arity=3, flags=ADMIN | CLIENT_SUB, acl="@connection",
                 group=GROUP,
                 syntax="CLIENT NO-EVICT ON|OFF",
