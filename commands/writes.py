@@ -215,7 +215,10 @@ class Writes:
         (persistence.effects XGROUP, XCONSUMER, XOWN, XGDESTROY, XCDEL, ACK)."""
         if self.sinks:
             self.records.extend(records)
-        self.wrote(key, stream, stream.first, len(records), wake=wake)
+        elif not (wake or self.waiting or self.watched or self.pending):
+            self.server.dirty += 1  # nothing else to commit (see appended)
+            return
+        self.wrote(key, stream, stream.first, max(len(records), 1), wake=wake)
 
     def configured(self, key: bytes, stream, first: int, names: list[str], dirty: int) -> None:
         """The stream's config values ``names`` were set (allow_direct may follow

@@ -209,17 +209,19 @@ class XReadGroupRequest:
                 continue
             owner = xgroups.consumer(group, self.consumer, now)
             owner.seen_ms = now
-            records = [[XCONSUMER, key, group.name, owner.name, now]]
+            logged = bool(server.writes.sinks)  # effect records are built only for the AOF
+            records = [[XCONSUMER, key, group.name, owner.name, now]] if logged else []
             if after is not None:
                 found[key] = _history(stream, group, owner, after, self.count, now, key, records)
             else:
                 rows, ids = xgroups.deliver(stream, group, owner, self.count or stream.next_offset, now,
                                             self.noack)
-                records.append(_group_record(key, group))
                 found[key] = entry_replies(stream, rows, ids)
-                if rows and not self.noack:
-                    records.append(_owned_record(key, group, owner.name,
-                                                 [group.pending_get(row[0]) for row in rows]))
+                if logged:
+                    records.append(_group_record(key, group))
+                    if rows and not self.noack:
+                        records.append(_owned_record(key, group, owner.name,
+                                                     [group.pending_get(row[0]) for row in rows]))
             server.writes.xgroup_changed(key, stream, records)
         if found:
             return found

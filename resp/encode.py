@@ -224,6 +224,11 @@ def encode_stream_entries(entries: StreamEntries, resp3: bool) -> bytes:
         if fields.__class__ is not list:  # NULL_ARRAY: an entry deleted since
             append(b"*2\r\n$%d\r\n%s\r\n%s" % (len(xid), xid, b"_\r\n" if resp3 else b"*-1\r\n"))
             continue
+        if len(fields) == 2:  # one field-value pair (a TWRITE, an XADD of one pair): one format
+            field, value = fields
+            append(b"*2\r\n$%d\r\n%s\r\n*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
+                   % (len(xid), xid, len(field), field, len(value), value))
+            continue
         append(b"*2\r\n$%d\r\n%s\r\n*%d\r\n" % (len(xid), xid, len(fields)))
         for field in fields:
             append(b"$%d\r\n%s\r\n" % (len(field), field))

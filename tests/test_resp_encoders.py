@@ -14,6 +14,7 @@ from tstream.resp import (
     Entries,
     ErrorReply,
     Status,
+    StreamEntries,
     encode,
     encode_batched_message,
     encode_bulk,
@@ -22,6 +23,7 @@ from tstream.resp import (
     encode_integer,
     encode_integer_run,
     encode_message,
+    encode_stream_entries,
     encode_stream_ids,
 )
 
@@ -30,6 +32,17 @@ int64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
 offsets = st.integers(min_value=0, max_value=(1 << 63) - 1)
 blobs = st.binary(max_size=64)
 entry = st.one_of(st.none(), st.tuples(offsets, blobs, blobs).map(list))
+
+
+stream_entry = st.tuples(blobs, st.one_of(st.just(NULL_ARRAY), st.lists(blobs, max_size=6))).map(list)
+
+
+@given(st.lists(stream_entry, max_size=8), protocols)
+def test_stream_entries(entries, protocol):
+    expected = encode([[xid, NULL_ARRAY if fields is NULL_ARRAY else list(fields)] for xid, fields in entries],
+                      protocol)
+    assert encode_stream_entries(StreamEntries(entries), protocol == 3) == expected
+    assert encode(StreamEntries(entries), protocol) == expected
 
 
 @given(blobs, protocols)
