@@ -7,6 +7,7 @@ from tstream.resp import NO_REPLY, OK, Status, Verbatim
 
 from .args import text, to_int
 from .errors import CommandError, NoAuth, SyntaxErr, WrongArity
+from .gates import add_layer, remove_layer
 
 SERVER_NAME = "tstream"
 VERSION = "0.1.0"
@@ -207,39 +208,28 @@ def client_reply(client, argv):
     word = argv[2].lower()
     if word == b"on":
         client.reply_mode = REPLY_ON
-        if getattr(client.gate, "reply_mode", False):
-            client.gate = client.gate.inner
+        remove_layer(client, "reply")
         return OK
     if word not in (b"off", b"skip"):
         raise SyntaxErr()
     client.reply_mode = REPLY_OFF if word == b"off" else REPLY_SKIP_NEXT
-    if not getattr(client.gate, "reply_mode", False):
-        client.gate = _reply_mode_gate(client.gate)
+    add_layer(client, "reply", _reply_mode_check)
     return NO_REPLY
 
 
-def _reply_mode_gate(inner):
-    """The dispatcher's check while CLIENT REPLY is OFF or SKIP: it only sends the
-    client's commands through the rare path, where ``reply_wanted`` drops their
-    replies; then the connection's own check (ACL, subscribe mode), if any."""
-
-    def gate(client, name: bytes, argv: list, command) -> None:
-        if client.reply_mode == REPLY_SKIP_NEXT and name != b"client|reply":
-            client.reply_mode = REPLY_SKIPPING
-        if inner is not None:
-            inner(client, name, argv, command)
-
-    gate.reply_mode = True
-    gate.inner = inner
-    return gate
+def _reply_mode_check(client, name: bytes) -> None:
+    """While CLIENT REPLY is OFF or SKIP (commands/gates.py): the layer sends the
+    client's commands through the dispatcher's rare path, where ``reply_wanted``
+    drops their replies; the command after a SKIP is the one skipped."""
+    if client.reply_mode == REPLY_SKIP_NEXT and name != b"client|reply":
+        client.reply_mode = REPLY_SKIPPING
 
 
 def reply_wanted(client, out):
     """The reply to send after a command under CLIENT REPLY OFF/SKIP (None: none)."""
     if client.reply_mode == REPLY_SKIPPING:  # the one reply SKIP dropped: replies resume
         client.reply_mode = REPLY_ON
-        if getattr(client.gate, "reply_mode", False):
-            client.gate = client.gate.inner
+        remove_layer(client, "reply")
         return None
     return None if client.reply_mode == REPLY_OFF else out
 

@@ -23,6 +23,7 @@ from tstream.engine.glob import glob_match
 from tstream.resp import Push, Raw, encode
 
 from .errors import CommandError, SubcommandSyntax
+from .gates import add_layer, remove_layer
 
 # What a RESP2 connection in subscribe mode may run (Redis 7.0's list).
 SUBSCRIBE_MODE = frozenset({b"subscribe", b"unsubscribe", b"psubscribe", b"punsubscribe", b"ssubscribe",
@@ -99,29 +100,19 @@ def _set_mode(client) -> None:
     """Enter or leave RESP2 subscribe mode after the subscriptions changed."""
     subs = client.subscriptions
     if subs is not None and subs.count():
-        if client.protocol == 2 and not getattr(client.gate, "subscribe_mode", False):
-            client.gate = subscribe_mode_gate(client.gate)
+        if client.protocol == 2:
+            add_layer(client, "subscribe", _subscribe_mode_check)
         return
     client.subscriptions = None
-    if getattr(client.gate, "subscribe_mode", False):
-        client.gate = client.gate.inner
+    remove_layer(client, "subscribe")
 
 
-def subscribe_mode_gate(inner):
-    """The dispatcher's check while a RESP2 connection is subscribed: Redis's
-    error for anything but (P)SUBSCRIBE, (P)UNSUBSCRIBE, PING, QUIT, RESET;
-    then the connection's own check (ACL), if any."""
-
-    def gate(client, name: bytes, argv: list, command) -> None:
-        if name not in SUBSCRIBE_MODE:
-            raise CommandError(f"ERR Can't execute '{name.decode(errors='replace')}': only (P|S)SUBSCRIBE / "
-                               "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context")
-        if inner is not None:
-            inner(client, name, argv, command)
-
-    gate.subscribe_mode = True
-    gate.inner = inner
-    return gate
+def _subscribe_mode_check(client, name: bytes) -> None:
+    """While a RESP2 connection is subscribed: Redis's error for anything but
+    (P)SUBSCRIBE, (P)UNSUBSCRIBE, PING, QUIT, RESET (commands/gates.py)."""
+    if name not in SUBSCRIBE_MODE:
+        raise CommandError(f"ERR Can't execute '{name.decode(errors='replace')}': only (P|S)SUBSCRIBE / "
+                           "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context")
 
 
 def subscribe(client, argv):

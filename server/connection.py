@@ -31,6 +31,7 @@ import time
 from time import perf_counter_ns
 
 from tstream.commands.dispatch import execute, execute_at
+from tstream.commands.gates import rebase
 from tstream.commands.tools import forget_monitor
 from tstream.commands.transactions import unwatch_all
 from tstream.resp import ProtocolError, RequestParser, StrictRequestParser, encode_error
@@ -465,7 +466,7 @@ class ClientConnection(asyncio.Protocol):
     def set_user(self, user) -> None:
         """Log in as ``user`` (None: not authenticated); picks the parser that fits."""
         self.user = user
-        self.gate = self.server.acl.gate_for(user)
+        rebase(self, self.server.acl.gate_for(user))  # (modes such as CLIENT REPLY OFF stay)
         if user is None:
             self.parser = StrictRequestParser(max_multibulk=10, max_bulk=16384)
         elif isinstance(self.parser, StrictRequestParser):

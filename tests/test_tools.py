@@ -177,3 +177,28 @@ def test_client_reply_matches_redis(server, redis_oracle):
         raw.close()
     assert streams[0] == streams[1]
     assert b"skipped" not in streams[0] and b"shown" in streams[0]
+
+
+def test_mode_layers_come_and_go_in_any_order():
+    from tstream.commands.gates import add_layer, has_layer, rebase, remove_layer
+
+    class Client:
+        gate = None
+
+    seen = []
+    client = Client()
+    client.gate = lambda c, name, argv, command: seen.append(("acl", name))
+    acl = client.gate
+    add_layer(client, "subscribe", lambda c, name: seen.append(("subscribe", name)))
+    add_layer(client, "reply", lambda c, name: seen.append(("reply", name)))
+    add_layer(client, "reply", lambda c, name: seen.append(("twice", name)))  # once only
+    client.gate(client, b"ping", [b"ping"], None)
+    assert seen == [("reply", b"ping"), ("subscribe", b"ping"), ("acl", b"ping")]
+    remove_layer(client, "subscribe")  # from under another layer
+    assert has_layer(client, "reply") and not has_layer(client, "subscribe")
+    rebase(client, None)  # a new user without limits: the modes stay
+    seen.clear()
+    client.gate(client, b"echo", [b"echo"], None)
+    assert seen == [("reply", b"echo")]
+    remove_layer(client, "reply")
+    assert client.gate is None and acl is not None
