@@ -156,6 +156,10 @@ def encode_stream_ids(ms: int, first_seq: int, count: int) -> bytes:
     them) as bulk strings, concatenated: the replies of a pipelined run of
     ``XADD key * field value``."""
     head = b"%d-" % ms
+    width = len(b"%d" % first_seq)
+    if count and len(b"%d" % (first_seq + count - 1)) == width:  # one width: one format for them all
+        one = b"$%d\r\n%s%%d\r\n" % (len(head) + width, head)
+        return (one * count) % tuple(range(first_seq, first_seq + count))
     return b"".join([b"$%d\r\n%s%d\r\n" % (len(head) + len(b"%d" % seq), head, seq)
                      for seq in range(first_seq, first_seq + count)])
 
