@@ -157,36 +157,44 @@ def test_sigkill_keeps_transactions_whole_and_acks_acked(tmp_path):
         directory = tmp_path / f"r{round_}"
         directory.mkdir()
         proc = ServerProcess(directory, "--save", "", "--appendonly", "yes", "--appendfsync", "always")
-        proc.start()
-        proc.client().xgroup_create("crash", "g", id="$", mkstream=True)
-        stop = threading.Event()
-        logs = [{"txns": [], "delivered": [], "acked": [], "acking": []} for _ in range(3)]
-        threads = [threading.Thread(target=_worker, args=(proc.port, stop, logs[i], i)) for i in range(3)]
-        for thread in threads:
-            thread.start()
-        time.sleep(random.Random(round_).uniform(0.5, 1.5))
-        os.kill(proc.proc.pid, signal.SIGKILL)
-        proc.proc.wait(10)
-        stop.set()
-        for thread in threads:
-            thread.join(10)
-        proc.start()
-        c = proc.client()
-        stored = {e[0] for e in c.xrange("crash")}
-        pending = {row["message_id"] for row in c.xpending_range("crash", "g", min="-", max="+", count=10**6)}
-        for log in logs:
-            for txn in log["txns"]:
-                assert all(xid in stored for xid in txn), "an acknowledged transaction is whole"
-            assert not set(log["acked"]) & pending, "an acknowledged XACK stays acknowledged"
-            for xid in set(log["delivered"]) - set(log["acked"]) - set(log["acking"]):
-                assert xid in pending, "a delivered entry not acknowledged is pending"
-        # a transaction is all or nothing: group the stored entries by (worker, txn)
-        rows = c.xrange("crash")
-        by_worker: dict = {}
-        for _, fields in rows:
-            by_worker.setdefault(fields[b"w"], []).append(int(fields[b"i"]))
-        for seq in by_worker.values():
-            assert len(seq) % 3 == 0 and seq == [0, 1, 2] * (len(seq) // 3)
-        proc.stop()
-        check = run_check(directory / "appendonlydir")
-        assert check.returncode == 0, check.stdout + check.stderr
+        try:
+            _crash_round(proc, directory, round_)
+        finally:
+            proc.stop()
+
+
+def _crash_round(proc, directory, round_: int) -> None:
+    """One round of the SIGKILL test (the caller stops the server, whatever happens)."""
+    proc.start()
+    proc.client().xgroup_create("crash", "g", id="$", mkstream=True)
+    stop = threading.Event()
+    logs = [{"txns": [], "delivered": [], "acked": [], "acking": []} for _ in range(3)]
+    threads = [threading.Thread(target=_worker, args=(proc.port, stop, logs[i], i)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    time.sleep(random.Random(round_).uniform(0.5, 1.5))
+    os.kill(proc.proc.pid, signal.SIGKILL)
+    proc.proc.wait(10)
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+    proc.start()
+    c = proc.client()
+    stored = {e[0] for e in c.xrange("crash")}
+    pending = {row["message_id"] for row in c.xpending_range("crash", "g", min="-", max="+", count=10**6)}
+    for log in logs:
+        for txn in log["txns"]:
+            assert all(xid in stored for xid in txn), "an acknowledged transaction is whole"
+        assert not set(log["acked"]) & pending, "an acknowledged XACK stays acknowledged"
+        for xid in set(log["delivered"]) - set(log["acked"]) - set(log["acking"]):
+            assert xid in pending, "a delivered entry not acknowledged is pending"
+    # a transaction is all or nothing: group the stored entries by (worker, txn)
+    rows = c.xrange("crash")
+    by_worker: dict = {}
+    for _, fields in rows:
+        by_worker.setdefault(fields[b"w"], []).append(int(fields[b"i"]))
+    for seq in by_worker.values():
+        assert len(seq) % 3 == 0 and seq == [0, 1, 2] * (len(seq) // 3)
+    proc.stop()
+    check = run_check(directory / "appendonlydir")
+    assert check.returncode == 0, check.stdout + check.stderr
