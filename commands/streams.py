@@ -99,9 +99,14 @@ def twrite_run(client, argvs: list) -> bytes:
     """
     server = client.server
     _, keys, tags, datas = zip(*argvs)  # the columns, as tuples, in one C call
-    if not KEYWORD_TAGS.isdisjoint(tags):  # a keyword where the tag goes: each command on its own
-        return b"".join(_twrite_each(client, argvs))
     count = len(argvs)
+    tag = tags[0]
+    if tags.count(tag) == count:  # one tag (redis-benchmark): one keyword check, and the
+        if tag in KEYWORD_TAGS:   # engine's own one-tag test then compares by identity
+            return b"".join(_twrite_each(client, argvs))
+        tags = (tag,) * count
+    elif not KEYWORD_TAGS.isdisjoint(tags):  # a keyword where the tag goes: each command on its own
+        return b"".join(_twrite_each(client, argvs))
     now = time_ns()
     if keys.count(keys[0]) == count:  # one key (redis-benchmark -P 16)
         return _append_stretch(server, keys[0], tags, datas, now)[0]

@@ -170,18 +170,35 @@ class ClientConnection(asyncio.Protocol):
                 if self.closing:
                     self.transport.close()
                 return
-            self.parser.feed(data)
+            self._read_commands(data, size)
+            return
+        self.parser.feed(data)
+        self._unmeasured += size
+        if self._unmeasured > 65536:
+            self._limit_query()
+
+    def _read_commands(self, data: bytes, size: int) -> None:
+        """Parse and execute a read that is not one whole command, with nothing
+        queued before it: a pipelining client's read of whole commands
+        (redis-benchmark -P 16) is parsed at once, with none of pull()'s framing."""
+        queue = self.parser.read_many(data) if size <= 65536 else None  # (else fed to the parser)
+        if queue is None:
+            if size > 65536:
+                self.parser.feed(data)
             self._unmeasured += size
             if self._unmeasured > 65536:
                 self._limit_query()
                 if self.closing:
                     return
             self._run_commands()
-            return
-        self.parser.feed(data)
-        self._unmeasured += size
-        if self._unmeasured > 65536:
-            self._limit_query()
+        elif len(queue) <= CLOCK_EVERY:
+            self._run_few(queue)
+        else:
+            if len(queue) > WINDOW:
+                self._parsed, self._parsed_at = queue, 0
+                queue = self._next_window()
+            self._queue, self._queue_at = queue, 0
+            self._run_many()
 
     def _limit_query(self) -> None:
         """The unparsed input is measured every 64 KiB received: it can pass a

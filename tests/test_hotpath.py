@@ -180,6 +180,75 @@ def test_read_one_waits_behind_input_already_fed():
     assert parser.pull() == [[b"PING"]]
 
 
+def test_read_many_takes_a_read_of_whole_plain_commands():
+    parser = RequestParser()
+    commands = [["TWRITE", "k", "t", str(i)] for i in range(20)] + [["XADD", "x", "*", "f", "v"], ["PING"],
+                                                                     ["SET", "a", "b", "EX", "10", "NX"]]
+    data = b"".join(multibulk(*c) for c in commands)
+    assert parser.read_many(data) == [[w.encode() for w in c] for c in commands]
+    assert parser.pull() == [] and not parser.has_input()
+
+
+@pytest.mark.parametrize("data", [
+    multibulk("PING") * 3 + multibulk("TWRITE", "k", "t", "v")[:-3],  # the last one incomplete
+    multibulk("PING") + b"*1\r\n$4\r\nPI",  # a header and part of a word
+    multibulk("PING") + b"*1",  # part of a header
+    multibulk("PING") + b"PING\r\n",  # inline after a command
+    b"PING\r\n" + multibulk("PING"),  # inline first
+    multibulk("PING") + b"*1\r\n:1\r\n",  # not a bulk string
+    multibulk("PING") + b"*2\r\n$4\r\nPING\r\n*1\r\n$1\r\nx\r\n",  # a nested array
+    multibulk("PING") + b"*4\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n*1\r\n$1\r\nx\r\n",  # nested, 4 words
+    multibulk("PING") + b"*12345\r\n",  # a big count, incomplete
+    multibulk("PING") + b"*2147483647\r\n$1\r\nx\r\n",  # a huge count: Redis's error
+    multibulk("PING") + b"*0\r\n" + multibulk("PING"),  # ignored by Redis
+    multibulk("PING") + b"*-1\r\n" + multibulk("PING"),
+    multibulk("PING") + b"\r\n" + multibulk("PING"),  # a blank line (redis-cli --pipe)
+    multibulk("PING") + b"$4\r\nPING\r\n",  # a bulk string where a command goes
+])
+def test_read_many_leaves_anything_else_to_the_parser(data):
+    parser = RequestParser()
+    assert parser.read_many(data) is None  # (and fed)
+    reference = RequestParser()
+    reference.feed(data)
+    assert _pulled(parser) == _pulled(reference)
+    assert parser.has_input() == reference.has_input()
+
+
+def test_read_many_waits_behind_input_already_fed():
+    parser = RequestParser()
+    parser.feed(b"*1\r\n$4\r\nPI")
+    assert parser.read_many(b"NG\r\n" + multibulk("PING")) is None
+    assert parser.pull() == [[b"PING"], [b"PING"]]
+
+
+def test_huge_counts_in_pipelined_reads_cost_no_memory(served):
+    """A huge multibulk count in a pipelined read never reaches hiredis (which
+    fills the list it reserves for a header: seconds and gigabytes for
+    ``*2147483647``): the read is framed by the strict parser, which reserves
+    nothing for the half-received command; other clients never notice."""
+    srv, c, _ = served
+    before = _rss(srv)
+    socks = []
+    try:
+        for _ in range(100):
+            sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+            socks.append(sock)
+            sock.sendall(multibulk("PING") + b"*2147483647\r\n$4\r\nPING\r\n")
+            assert sock.recv(65536) == b"+PONG\r\n"
+        assert _rss(srv) - before < 16 << 20
+        assert c.ping()
+        socks[0].sendall(b"*1\r\n")  # the rest is refused as Redis does: "$" expected
+        assert socks[0].recv(65536) == b"-ERR Protocol error: expected '$', got '*'\r\n"
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def _rss(srv) -> int:
+    with open("/proc/self/status") as status:  # (the embedded server runs in this process)
+        return next(int(line.split()[1]) << 10 for line in status if line.startswith("VmRSS:"))
+
+
 def _pulled(parser):
     try:
         return parser.pull()
