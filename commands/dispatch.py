@@ -102,6 +102,8 @@ def execute(client, argv: list) -> bytes | None:  # noqa: C901 (one straight pat
         refused = _before_running(client, name, argv, command, stats)  # ACL, OOM, MISCONF, MULTI
         if refused is not None:
             return refused
+        if client.subscriptions is not None:  # its own PUBLISH may reach it: in this reply, in order
+            client.pushed = []
     started = perf_counter_ns()
     try:
         reply = handler(client, argv)
@@ -135,8 +137,8 @@ def execute(client, argv: list) -> bytes | None:  # noqa: C901 (one straight pat
     stats.nanos += elapsed
     if elapsed >= server.slow_threshold_ns:
         server.observe_slow(argv, elapsed, client, fast)
-    if rare and client.reply_mode:  # CLIENT REPLY OFF|SKIP (commands.connection)
-        return reply_wanted(client, out)
+    if rare:  # CLIENT REPLY OFF|SKIP, its own pub/sub messages, MONITOR
+        return _after_running(client, name, argv, command, out)
     return out
 
 
@@ -175,7 +177,7 @@ def run_queued(client, queued: list) -> bytes:
     element; their effects logged as one TXN record (commands.writes)."""
     writes = client.server.writes
     writes.begin_transaction()
-    client.in_exec = True
+    client.in_exec = len(queued) or True  # (CLIENT LIST shows the count, as Redis's multi=)
     replies = []
     try:
         for argv in queued:
@@ -224,9 +226,30 @@ def _before_running(client, name: bytes, argv: list, command, stats: CommandStat
     if client.multi is not None and name not in NOT_QUEUED:  # kept for EXEC
         client.multi.append(argv)
         return QUEUED
-    if server.monitors:  # MONITOR shows what runs (commands.tools)
-        feed_monitors(client, argv, command)
     return None
+
+
+def _after_running(client, name: bytes, argv: list, command, out: bytes | None) -> bytes | None:
+    """What the client is sent after a command that took the rare path, in the order
+    Redis writes it to the client's one output buffer: the pub/sub messages the
+    command sent to the client itself (its own PUBLISH), then the reply (unless
+    CLIENT REPLY OFF|SKIP drops it), then -- the command being shown to the
+    monitors once it ran -- its own MONITOR line if it monitors."""
+    muted = client.reply_mode
+    if muted:  # CLIENT REPLY OFF|SKIP (commands.connection)
+        out = reply_wanted(client, out, name)
+    pushed = client.pushed
+    if pushed is not None:
+        client.pushed = None
+        if pushed:
+            if out is not None:
+                pushed.append(out)
+            out = b"".join(pushed)
+    if client.server.monitors:  # MONITOR shows what ran (commands.tools)
+        mine = feed_monitors(client, argv, command)
+        if mine is not None and not muted:  # (its own line is a reply: not sent under OFF|SKIP)
+            out = mine if out is None else out + mine
+    return out
 
 
 def _queued_denyoom(client) -> bool:

@@ -80,6 +80,7 @@ FIXED = [
     ("XINFO", "STREAM", "nokey"), ("XINFO", "FOO"), ("XINFO", "STREAM", "s"), ("XINFO", "STREAM", "s", "FULL"),
     ("XINFO", "STREAM", "s", "FULL", "COUNT", "1"), ("XINFO", "STREAM", "s", "FOO"), ("XINFO", "STREAM"),
     ("XADD", "e", "1-1", "a", "1"), ("XDEL", "e", "1-1"), ("XINFO", "STREAM", "e"), ("XINFO", "STREAM", "e", "FULL"),
+    ("XINFO", "HELP"), ("xinfo", "help"), ("XINFO", "HELP", "x"),
     # several pairs, arity
     ("XADD", "m", "1-1", "f1", "v1", "f2", "v2", "f3", "v3"), ("XADD", "m", "1-2", "f1", "v1"), ("XRANGE", "m", "-", "+"),
     ("XREVRANGE", "m", "+", "-", "COUNT", "1"), ("XADD", "m"), ("XRANGE", "m", "-"), ("XLEN",), ("XDEL", "m"),
@@ -239,6 +240,7 @@ GROUPS_FIXED = [
     ("XDEL", "k", "1-1"), ("XAUTOCLAIM", "k", "g", "frank", "0", "0"), ("XREADGROUP", "GROUP", "g", "frank", "STREAMS", "k", "0"),
     ("XINFO", "STREAM", "k"), ("XGROUP", "DESTROY", "k", "g"), ("XGROUP", "DESTROY", "k", "g"),
     ("XGROUP", "DESTROY", "nokey", "g"), ("XGROUP", "FOO", "k", "g"), ("XGROUP", "CREATE", "k"),
+    ("XGROUP", "HELP"), ("xgroup", "help"), ("XGROUP", "HELP", "x"),
 ]
 
 
