@@ -137,8 +137,8 @@ def execute(client, argv: list) -> bytes | None:  # noqa: C901 (one straight pat
     stats.nanos += elapsed
     if elapsed >= server.slow_threshold_ns:
         server.observe_slow(argv, elapsed, client, fast)
-    if rare:  # CLIENT REPLY OFF|SKIP, its own pub/sub messages, MONITOR
-        return _after_running(client, name, argv, command, out)
+    if rare and (client.reply_mode or client.pushed is not None or server.monitors):
+        return _after_running(client, name, argv, command, out)  # CLIENT REPLY, own messages, MONITOR
     return out
 
 
