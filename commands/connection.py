@@ -172,12 +172,16 @@ def client_list(client, argv):
     clients = list(client.server.clients.values())
     if n > 2:
         if argv[2].lower() == b"id" and n > 3:
-            wanted = {to_int(a) for a in argv[3:]}
+            try:
+                wanted = {to_int(a) for a in argv[3:]}
+            except CommandError:
+                raise CommandError("ERR Invalid client ID") from None
             clients = [c for c in clients if c.id in wanted]
         elif argv[2].lower() == b"type" and n == 4:
-            if argv[3].lower() not in (b"normal", b"master", b"replica", b"pubsub"):
+            kind = _CLIENT_TYPES.get(argv[3].lower())
+            if kind is None:
                 raise CommandError(f"ERR Unknown client type '{text(argv[3])}'")
-            clients = clients if argv[3].lower() == b"normal" else []
+            clients = [c for c in clients if _client_type(c) == kind]
         else:
             raise SyntaxErr()
     return Verbatim("".join(c.describe() + "\n" for c in clients))

@@ -37,16 +37,32 @@ def connect(port: int, protocol: int) -> Quiet:
     return conn
 
 
-def compare(script, server_port: int, redis_port: int, protocol: int) -> None:
-    """Run ``script(port, protocol) -> [(label, bytes)]`` on both servers and compare."""
+def compare(script, server_port: int, redis_port: int, protocol: int) -> list:
+    """Run ``script(port, protocol) -> [(label, bytes)]`` on both servers and
+    compare; returns redis-server's."""
     ours, theirs = script(server_port, protocol), script(redis_port, protocol)
     assert [label for label, _ in ours] == [label for label, _ in theirs]
     for (label, mine), (_, want) in zip(ours, theirs):
         mine, want = same_lines(mine), same_lines(want)
         assert mine == want, f"{label}:\n tstream {mine!r}\n redis   {want!r}"
+    return theirs
 
 
 # --- MONITOR -------------------------------------------------------------------------------------
+
+# Admin commands are not shown; the others are (whether a command is admin is Redis's call).
+SHOWN_OR_NOT = [
+    ("INFO", "server"), ("CLIENT", "SETNAME", "n"), ("CLIENT", "GETNAME"), ("CLIENT", "ID"), ("CLIENT", "LIST"),
+    ("CLIENT", "INFO"), ("CLIENT", "REPLY", "ON"), ("CLIENT", "NO-EVICT", "on"), ("CLIENT", "KILL", "ID", "999999"),
+    ("ACL", "WHOAMI"), ("ACL", "LIST"), ("ACL", "CAT"), ("COMMAND", "COUNT"), ("COMMAND", "DOCS", "get"),
+    ("DBSIZE",), ("SELECT", "0"), ("TYPE", "k"), ("EXISTS", "k"), ("DEL", "k"), ("SLOWLOG", "LEN"),
+    ("LATENCY", "LATEST"), ("MEMORY", "USAGE", "k"), ("OBJECT", "ENCODING", "k"), ("ROLE",), ("LASTSAVE",),
+    ("SCAN", "0"), ("KEYS", "*"), ("CONFIG", "RESETSTAT"), ("MULTI",), ("PING",), ("NOSUCH",), ("EXEC",),
+    ("WATCH", "k"), ("UNWATCH",), ("MULTI",), ("DISCARD",), ("ECHO", "\u00e9"), ("PUBLISH", "c", "m"),
+    ("PUBSUB", "NUMPAT"), ("XADD", "k", "1-1", "f", "v"), ("XREAD", "BLOCK", "1", "STREAMS", "k", "$"),
+    ("DEL", "k"), ("QUIT",),
+]
+
 
 def monitor_script(port: int, protocol: int) -> list:
     out = []
@@ -70,6 +86,9 @@ def monitor_script(port: int, protocol: int) -> list:
         out.append(("MONITOR in MULTI is refused",
                     pipelined(other, ("MULTI",), ("PING",), ("MONITOR",), ("ECHO", "z"), ("EXEC",))))
         out.append(("the lines, EXEC's after its commands", watcher.read(0.2)))
+        for words in SHOWN_OR_NOT:
+            other.call(*words, quiet=0.02)
+        out.append(("which commands are shown", watcher.read(0.2)))
     finally:
         watcher.close()
         other.close()
@@ -213,6 +232,40 @@ def client_list_script(port: int, protocol: int) -> list:
         conn.close()
         other.close()
     return [(label, repr(value).encode() if isinstance(value, dict) else value) for label, value in out]
+
+
+CLIENT_LIST_ERRORS = [
+    ("CLIENT", "LIST", "ID", "abc"), ("CLIENT", "LIST", "ID", "0"), ("CLIENT", "LIST", "ID", "-5"),
+    ("CLIENT", "LIST", "ID", "999999"), ("CLIENT", "LIST", "TYPE", "foo"), ("CLIENT", "LIST", "TYPE", "master"),
+    ("CLIENT", "LIST", "TYPE", "replica"), ("CLIENT", "LIST", "TYPE", "slave"), ("CLIENT", "LIST", "FOO"),
+    ("CLIENT", "LIST", "ID"), ("CLIENT", "LIST", "TYPE"), ("CLIENT", "LIST", "TYPE", "normal", "x"),
+]
+
+
+@pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
+def test_client_list_arguments_match_redis(server, redis_oracle, protocol):
+    run_both(server.port, redis_oracle, CLIENT_LIST_ERRORS, protocol, normalize=lambda reply: reply)
+
+
+def test_client_list_type_filters_as_redis(server, redis_oracle):
+    """TYPE pubsub lists the subscribers; TYPE normal the others, a monitor included."""
+    def script(port: int, protocol: int) -> list:
+        conns = {name: Quiet(port) for name in ("subscriber", "monitor", "plain")}
+        try:
+            ids = {name: conn.call("CLIENT", "ID").strip(b":\r\n") for name, conn in conns.items()}
+            conns["subscriber"].call("SUBSCRIBE", "x")
+            conns["monitor"].call("MONITOR")
+            out = []
+            for kind in ("pubsub", "normal"):
+                listed = conns["plain"].call("CLIENT", "LIST", "TYPE", kind)
+                out.append((kind, repr(sorted(name for name, cid in ids.items() if b"id=%s " % cid in listed)).encode()))
+            return out
+        finally:
+            for conn in conns.values():
+                conn.close()
+
+    assert compare(script, server.port, redis_oracle, 2) == [("pubsub", b"['subscriber']"),
+                                                              ("normal", b"['monitor', 'plain']")]
 
 
 @pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
