@@ -205,6 +205,7 @@ def client_no_evict(client, argv):
 # CLIENT REPLY's modes (ClientConnection.reply_mode): replies sent, none sent, the
 # next command's reply not sent, this command's reply not sent.
 REPLY_ON, REPLY_OFF, REPLY_SKIP_NEXT, REPLY_SKIPPING = 0, 1, 2, 3
+MUTED = (REPLY_OFF, REPLY_SKIPPING)  # the modes in which the command running has its reply dropped
 
 
 def client_reply(client, argv):

@@ -25,9 +25,9 @@ from time import perf_counter_ns
 
 from tstream.resp import NO_REPLY, NULL_ARRAY, QUEUED, Raw, encode, encode_bulk, encode_error, encode_integer
 
-from .connection import reply_wanted
+from .connection import MUTED, reply_wanted
 from .errors import CommandError, UnknownCommand, UnknownSubcommand, WrongArity
-from .flags import DENYOOM, FAST, WRITE
+from .flags import DENYOOM, FAST, READONLY, WRITE
 from .stats import CommandStats
 from .table import COMMANDS
 from .tools import feed_monitors
@@ -190,6 +190,7 @@ def run_queued(client, queued: list) -> bytes:
 
 
 OOM = "OOM command not allowed when used memory > 'maxmemory'."
+MONITOR_KEYSPACE = "ERR Replica can't interact with the keyspace"
 NOT_RECORDED = "ERR out of memory while recording the change for the append-only file: not acknowledged"
 
 
@@ -223,6 +224,8 @@ def _before_running(client, name: bytes, argv: list, command, stats: CommandStat
     denied = server.persistence.denied_writes
     if denied is not None and (command.flags & WRITE or name == b"ping"):
         return _refuse(client, name, stats, denied)
+    if server.monitors and (command.flags & (WRITE | READONLY) or name == b"publish") and client in server.monitors:
+        return _refuse(client, name, stats, MONITOR_KEYSPACE)  # (Redis: a monitor is a replica)
     if client.multi is not None and name not in NOT_QUEUED:  # kept for EXEC
         client.multi.append(argv)
         return QUEUED
@@ -235,8 +238,8 @@ def _after_running(client, name: bytes, argv: list, command, out: bytes | None) 
     command sent to the client itself (its own PUBLISH), then the reply (unless
     CLIENT REPLY OFF|SKIP drops it), then -- the command being shown to the
     monitors once it ran -- its own MONITOR line if it monitors."""
-    muted = client.reply_mode
-    if muted:  # CLIENT REPLY OFF|SKIP (commands.connection)
+    mode = client.reply_mode
+    if mode:  # CLIENT REPLY OFF|SKIP (commands.connection)
         out = reply_wanted(client, out, name)
     pushed = client.pushed
     if pushed is not None:
@@ -247,7 +250,7 @@ def _after_running(client, name: bytes, argv: list, command, out: bytes | None) 
             out = b"".join(pushed)
     if client.server.monitors:  # MONITOR shows what ran (commands.tools)
         mine = feed_monitors(client, argv, command)
-        if mine is not None and not muted:  # (its own line is a reply: not sent under OFF|SKIP)
+        if mine is not None and mode not in MUTED:  # (its own line is a reply: dropped as this one's)
             out = mine if out is None else out + mine
     return out
 

@@ -18,7 +18,6 @@ import time
 from tstream.resp import NO_REPLY, OK, Status, Verbatim, encode
 
 from .args import to_int
-from .connection import REPLY_OFF
 from .errors import CommandError, SyntaxErr
 from .flags import ADMIN
 
@@ -92,7 +91,7 @@ def feed_monitors(client, argv: list, command) -> bytes | None:
         frame = encode(Status(line), monitor.protocol)
         if monitor is client:
             mine = frame
-        elif monitor.reply_mode != REPLY_OFF:  # (a line is a reply to Redis: CLIENT REPLY OFF drops it)
+        elif not monitor.reply_mode:  # (a line is a reply to Redis: CLIENT REPLY OFF|SKIP drops it)
             monitor.push(frame)
     return mine
 
