@@ -159,22 +159,29 @@ def client_setinfo(client, argv):
 
 def client_info(client, argv):
     """CLIENT INFO"""
+    if not client.in_exec:  # (in EXEC, Redis shows cmd=exec)
+        client.last_argv = argv  # what is running now, as Redis shows it
     return Verbatim(client.describe() + "\n")
 
 
 def client_list(client, argv):
     """CLIENT LIST [TYPE normal|master|replica|pubsub] | CLIENT LIST ID client-id [client-id ...]"""
     n = len(argv)
-    client.last_argv = argv  # what is running now, as Redis shows it
+    if not client.in_exec:  # (in EXEC, Redis shows cmd=exec)
+        client.last_argv = argv  # what is running now, as Redis shows it
     clients = list(client.server.clients.values())
     if n > 2:
         if argv[2].lower() == b"id" and n > 3:
-            wanted = {to_int(a) for a in argv[3:]}
+            try:
+                wanted = {to_int(a) for a in argv[3:]}
+            except CommandError:
+                raise CommandError("ERR Invalid client ID") from None
             clients = [c for c in clients if c.id in wanted]
         elif argv[2].lower() == b"type" and n == 4:
-            if argv[3].lower() not in (b"normal", b"master", b"replica", b"pubsub"):
+            kind = _CLIENT_TYPES.get(argv[3].lower())
+            if kind is None:
                 raise CommandError(f"ERR Unknown client type '{text(argv[3])}'")
-            clients = clients if argv[3].lower() == b"normal" else []
+            clients = [c for c in clients if _client_type(c) == kind]
         else:
             raise SyntaxErr()
     return Verbatim("".join(c.describe() + "\n" for c in clients))
@@ -198,6 +205,7 @@ def client_no_evict(client, argv):
 # CLIENT REPLY's modes (ClientConnection.reply_mode): replies sent, none sent, the
 # next command's reply not sent, this command's reply not sent.
 REPLY_ON, REPLY_OFF, REPLY_SKIP_NEXT, REPLY_SKIPPING = 0, 1, 2, 3
+MUTED = (REPLY_OFF, REPLY_SKIPPING)  # the modes in which the command running has its reply dropped
 
 
 def client_reply(client, argv):
@@ -225,13 +233,18 @@ def _reply_mode_check(client, name: bytes) -> None:
         client.reply_mode = REPLY_SKIPPING
 
 
-def reply_wanted(client, out):
+# Commands whose replies are pub/sub frames: Redis 7.0 sends them even under
+# CLIENT REPLY OFF|SKIP, as it sends the messages.
+PUSHING = frozenset({b"subscribe", b"unsubscribe", b"psubscribe", b"punsubscribe"})
+
+
+def reply_wanted(client, out, name: bytes = b""):
     """The reply to send after a command under CLIENT REPLY OFF/SKIP (None: none)."""
     if client.reply_mode == REPLY_SKIPPING:  # the one reply SKIP dropped: replies resume
         client.reply_mode = REPLY_ON
         remove_layer(client, "reply")
-        return None
-    return None if client.reply_mode == REPLY_OFF else out
+        return out if name in PUSHING else None
+    return None if client.reply_mode == REPLY_OFF and name not in PUSHING else out
 
 
 def _client_type(client) -> bytes:
@@ -240,16 +253,18 @@ def _client_type(client) -> bytes:
     return b"pubsub" if client.subscriptions is not None else b"normal"
 
 
-def _client_kill(client, argv):  # noqa: C901 (over the limit when it came in)
+def _client_kill(client, argv):  # noqa: C901 (one branch per filter, as Redis's)
+    """Redis 7.0's CLIENT KILL: the same filters (a later one of a kind replaces an
+    earlier one), the same error texts, and the calling client killed after its reply."""
     server = client.server
     if len(argv) == 3:  # old form: CLIENT KILL addr:port
         address = text(argv[2])
         for other in list(server.clients.values()):
             if other.addr == address:
-                other.kill()
+                _kill(client, other)
                 return OK
         raise CommandError("ERR No such client")
-    filters = []
+    wanted: dict[str, object] = {}
     skipme = True
     i = 2
     while i < len(argv):
@@ -257,32 +272,56 @@ def _client_kill(client, argv):  # noqa: C901 (over the limit when it came in)
             raise SyntaxErr()
         word, value = argv[i].lower(), argv[i + 1]
         if word == b"id":
-            wanted_id = to_int(value)
-            filters.append(lambda c, v=wanted_id: c.id == v)
-        elif word == b"addr":
-            wanted_addr = text(value)
-            filters.append(lambda c, v=wanted_addr: c.addr == v)
-        elif word == b"laddr":
-            wanted_laddr = text(value)
-            filters.append(lambda c, v=wanted_laddr: c.laddr == v)
-        elif word == b"user":
-            wanted_user = value.decode(errors="replace")
-            filters.append(lambda c, v=wanted_user: (c.user.name if c.user else "default") == v)
+            try:
+                wanted["id"] = to_int(value)
+            except CommandError:
+                wanted["id"] = 0
+            if wanted["id"] < 1:
+                raise CommandError("ERR client-id should be greater than 0")
         elif word == b"type":
             kind = value.lower()
-            if kind not in (b"normal", b"pubsub", b"master", b"replica", b"slave"):
+            if kind not in _CLIENT_TYPES:
                 raise CommandError(f"ERR Unknown client type '{value.decode(errors='replace')}'")
-            filters.append(lambda c, v=kind: _client_type(c) == v)
+            wanted["type"] = _CLIENT_TYPES[kind]
+        elif word == b"addr":
+            wanted["addr"] = text(value)
+        elif word == b"laddr":
+            wanted["laddr"] = text(value)
+        elif word == b"user":
+            name = value.decode(errors="replace")
+            if name not in server.acl.users:
+                raise CommandError(f"ERR No such user '{name}'")
+            wanted["user"] = name
         elif word == b"skipme":
-            skipme = value.lower() == b"yes"
+            answer = value.lower()
+            if answer not in (b"yes", b"no"):
+                raise SyntaxErr()
+            skipme = answer == b"yes"
         else:
             raise SyntaxErr()
         i += 2
     killed = 0
     for other in list(server.clients.values()):
+        if (("id" in wanted and other.id != wanted["id"]) or ("addr" in wanted and other.addr != wanted["addr"])
+                or ("laddr" in wanted and other.laddr != wanted["laddr"])
+                or ("type" in wanted and _client_type(other) != wanted["type"])
+                or ("user" in wanted and (other.user.name if other.user else "default") != wanted["user"])):
+            continue
         if skipme and other is client:
             continue
-        if all(f(other) for f in filters):
-            other.kill()
-            killed += 1
+        _kill(client, other)
+        killed += 1
     return killed
+
+
+# CLIENT KILL TYPE's names (replica and slave are one class).
+_CLIENT_TYPES = {b"normal": b"normal", b"pubsub": b"pubsub", b"master": b"master", b"replica": b"replica",
+                 b"slave": b"replica"}
+
+
+def _kill(client, other) -> None:
+    """Close ``other``; the calling client itself is closed after its reply (as in Redis)."""
+    if other is client:
+        client.close_after_reply()
+    else:
+        other.kill()

@@ -25,9 +25,9 @@ from time import perf_counter_ns
 
 from tstream.resp import NO_REPLY, NULL_ARRAY, QUEUED, Raw, encode, encode_bulk, encode_error, encode_integer
 
-from .connection import reply_wanted
+from .connection import MUTED, reply_wanted
 from .errors import CommandError, UnknownCommand, UnknownSubcommand, WrongArity
-from .flags import DENYOOM, FAST, WRITE
+from .flags import DENYOOM, FAST, READONLY, WRITE
 from .stats import CommandStats
 from .table import COMMANDS
 from .tools import feed_monitors
@@ -102,6 +102,8 @@ def execute(client, argv: list) -> bytes | None:  # noqa: C901 (one straight pat
         refused = _before_running(client, name, argv, command, stats)  # ACL, OOM, MISCONF, MULTI
         if refused is not None:
             return refused
+        if client.subscriptions is not None:  # its own PUBLISH may reach it: in this reply, in order
+            client.pushed = []
     started = perf_counter_ns()
     try:
         reply = handler(client, argv)
@@ -135,8 +137,8 @@ def execute(client, argv: list) -> bytes | None:  # noqa: C901 (one straight pat
     stats.nanos += elapsed
     if elapsed >= server.slow_threshold_ns:
         server.observe_slow(argv, elapsed, client, fast)
-    if rare and client.reply_mode:  # CLIENT REPLY OFF|SKIP (commands.connection)
-        return reply_wanted(client, out)
+    if rare and (client.reply_mode or client.pushed is not None or server.monitors):
+        return _after_running(client, name, argv, command, out)  # CLIENT REPLY, own messages, MONITOR
     return out
 
 
@@ -175,7 +177,7 @@ def run_queued(client, queued: list) -> bytes:
     element; their effects logged as one TXN record (commands.writes)."""
     writes = client.server.writes
     writes.begin_transaction()
-    client.in_exec = True
+    client.in_exec = len(queued) or True  # (CLIENT LIST shows the count, as Redis's multi=)
     replies = []
     try:
         for argv in queued:
@@ -188,6 +190,7 @@ def run_queued(client, queued: list) -> bytes:
 
 
 OOM = "OOM command not allowed when used memory > 'maxmemory'."
+MONITOR_KEYSPACE = "ERR Replica can't interact with the keyspace"
 NOT_RECORDED = "ERR out of memory while recording the change for the append-only file: not acknowledged"
 
 
@@ -221,12 +224,35 @@ def _before_running(client, name: bytes, argv: list, command, stats: CommandStat
     denied = server.persistence.denied_writes
     if denied is not None and (command.flags & WRITE or name == b"ping"):
         return _refuse(client, name, stats, denied)
+    if server.monitors and (command.flags & (WRITE | READONLY) or name == b"publish") and client in server.monitors:
+        return _refuse(client, name, stats, MONITOR_KEYSPACE)  # (Redis: a monitor is a replica)
     if client.multi is not None and name not in NOT_QUEUED:  # kept for EXEC
         client.multi.append(argv)
         return QUEUED
-    if server.monitors:  # MONITOR shows what runs (commands.tools)
-        feed_monitors(client, argv, command)
     return None
+
+
+def _after_running(client, name: bytes, argv: list, command, out: bytes | None) -> bytes | None:
+    """What the client is sent after a command that took the rare path, in the order
+    Redis writes it to the client's one output buffer: the pub/sub messages the
+    command sent to the client itself (its own PUBLISH), then the reply (unless
+    CLIENT REPLY OFF|SKIP drops it), then -- the command being shown to the
+    monitors once it ran -- its own MONITOR line if it monitors."""
+    mode = client.reply_mode
+    if mode:  # CLIENT REPLY OFF|SKIP (commands.connection)
+        out = reply_wanted(client, out, name)
+    pushed = client.pushed
+    if pushed is not None:
+        client.pushed = None
+        if pushed:
+            if out is not None:
+                pushed.append(out)
+            out = b"".join(pushed)
+    if client.server.monitors:  # MONITOR shows what ran (commands.tools)
+        mine = feed_monitors(client, argv, command)
+        if mine is not None and mode not in MUTED:  # (its own line is a reply: dropped as this one's)
+            out = mine if out is None else out + mine
+    return out
 
 
 def _queued_denyoom(client) -> bool:

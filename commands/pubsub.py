@@ -14,7 +14,9 @@ commands/dispatch.py, says so with Redis's error); PING replies
 ``["pong", message]``.  A RESP3 connection gets messages as push frames and
 may run anything.  A message is written to each subscriber at once, through
 the connection's normal output path (``push``), so its output buffer limits
-apply to a slow subscriber as to any client.
+apply to a slow subscriber as to any client; a message a subscriber publishes
+to itself goes into its own output in Redis's order, before the PUBLISH reply
+and after the replies before it (commands/dispatch.py ``_after_running``).
 """
 
 from __future__ import annotations
@@ -97,14 +99,20 @@ def _replies(client, items: list) -> Raw:
 
 
 def _set_mode(client) -> None:
-    """Enter or leave RESP2 subscribe mode after the subscriptions changed."""
+    """Enter or leave subscribe mode after the subscriptions changed: RESP2's
+    restricted commands, and in both protocols a layer on the connection's gate
+    that sends its commands through the dispatcher's rare path, where a message
+    it publishes to itself is put before its PUBLISH reply, as Redis orders them."""
     subs = client.subscriptions
     if subs is not None and subs.count():
-        if client.protocol == 2:
-            add_layer(client, "subscribe", _subscribe_mode_check)
+        add_layer(client, "subscribe", _subscribe_mode_check if client.protocol == 2 else _subscribed)
         return
     client.subscriptions = None
     remove_layer(client, "subscribe")
+
+
+def _subscribed(client, name: bytes) -> None:
+    """A RESP3 subscriber may run anything (its layer only marks it, see _set_mode)."""
 
 
 def _subscribe_mode_check(client, name: bytes) -> None:

@@ -6,21 +6,43 @@ MONITOR: every command run by a client is shown to the monitoring clients as
 Redis shows it, ``+<unix time.micros> [0 <addr>] "cmd" "arg" ...``.  While no
 client monitors, this costs the dispatcher nothing: a monitor makes
 ``server.refusing`` true, which sends commands through the rare path
-(commands/dispatch.py ``_before_running``) where :func:`feed_monitors` runs.
+(commands/dispatch.py ``_after_running``) where :func:`feed_monitors` runs once
+the command ran (so a monitoring client's own line follows its reply, and the
+commands of an EXEC come before the EXEC).
 """
 
 from __future__ import annotations
 
 import time
 
-from tstream.resp import OK, Status, Verbatim, encode
+from tstream.resp import NO_REPLY, OK, Status, Verbatim, encode
 
 from .args import to_int
 from .errors import CommandError, SyntaxErr
 from .flags import ADMIN
 
-# AUTH and HELLO's secrets are not shown (Redis's redaction).
-_REDACTED = {b"auth": 1, b"hello": 2}
+
+def _redacted(argv: list) -> set:
+    """The positions of the words Redis hides from monitors: AUTH's password (and
+    user), HELLO's AUTH user and password once its version is accepted."""
+    name = argv[0].lower()
+    if name == b"auth":
+        return set(range(1, len(argv))) if len(argv) <= 3 else set()
+    if name != b"hello" or len(argv) < 2 or argv[1] not in (b"2", b"3"):
+        return set()
+    hidden = set()
+    i = 2
+    while i < len(argv):
+        more = len(argv) - 1 - i
+        option = argv[i].lower()
+        if option == b"auth" and more >= 2:
+            hidden |= {i + 1, i + 2}
+            i += 3
+        elif option == b"setname" and more:
+            i += 2
+        else:
+            break
+    return hidden
 
 
 def _quoted(arg: bytes) -> str:
@@ -50,31 +72,42 @@ def _quoted(arg: bytes) -> str:
 
 def monitor_line(client, argv: list, now: float) -> str:
     """One MONITOR line (without the ``+``), Redis's format."""
-    words = list(argv)
-    redact_from = _REDACTED.get(words[0].lower()) if words else None
-    shown = [_quoted(w) if redact_from is None or i < redact_from else '"(redacted)"' for i, w in enumerate(words)]
+    hidden = _redacted(argv) if argv else set()
+    shown = ['"(redacted)"' if i in hidden else _quoted(w) for i, w in enumerate(argv)]
     seconds = int(now)
     return f"{seconds}.{int((now - seconds) * 1_000_000):06d} [0 {client.addr}] " + " ".join(shown)
 
 
-def feed_monitors(client, argv: list, command) -> None:
-    """Show ``argv`` to every monitoring client (admin commands are not shown, as in Redis)."""
+def feed_monitors(client, argv: list, command) -> bytes | None:
+    """Show ``argv``, which ``client`` just ran, to every monitoring client (admin
+    commands are not shown, as in Redis).  The line for ``client`` itself, when it
+    monitors, is returned instead: it goes after the reply the dispatcher holds."""
     monitors = client.server.monitors
     if not monitors or command.flags & ADMIN:
-        return
+        return None
     line = monitor_line(client, argv, time.time())
+    mine = None
     for monitor in list(monitors):
-        monitor.push(encode(Status(line), monitor.protocol))
+        frame = encode(Status(line), monitor.protocol)
+        if monitor is client:
+            mine = frame
+        elif not monitor.reply_mode:  # (a line is a reply to Redis: CLIENT REPLY OFF|SKIP drops it)
+            monitor.push(frame)
+    return mine
 
 
 def monitor(client, argv):
     """MONITOR
 
-    Streams every command the server runs to this client. O(1)."""
+    Streams every command the server runs to this client (no reply when it
+    already does; refused inside MULTI, as Redis does). O(1)."""
+    if client.in_exec:
+        raise CommandError("ERR MONITOR isn't allowed for DENY BLOCKING client")
     server = client.server
-    if client not in server.monitors:
-        server.monitors.append(client)
-        server.update_refusing()
+    if client in server.monitors:
+        return NO_REPLY
+    server.monitors.append(client)
+    server.update_refusing()
     return OK
 
 

@@ -102,6 +102,7 @@ def exec_(client, argv):
         raise CommandError("ERR EXEC without MULTI")
     failed, dirty = client.multi_failed, client.dirty_cas
     end_transaction(client)
+    client.last_argv = argv  # what runs now: CLIENT LIST shows cmd=exec during the EXEC, as Redis
     if failed:
         raise CommandError(EXECABORT)
     if dirty:

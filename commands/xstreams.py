@@ -462,11 +462,12 @@ def xsetid(client, argv):
     stream = server.streams.get(argv[1])
     if stream is None:
         raise CommandError("ERR no such key")
-    if added is not None and stream.length > added:
-        raise CommandError("ERR The entries_added specified in XSETID is smaller than the target stream length")
+    # (Redis's order: the top item first, then the length.)
     if stream.length and top < xids.id_of(stream, stream.next_offset - 1 if stream.is_held(stream.next_offset - 1)
                                           else _last_held(stream)):
         raise CommandError("ERR The ID specified in XSETID is smaller than the target stream top item")
+    if added is not None and stream.length > added:
+        raise CommandError("ERR The entries_added specified in XSETID is smaller than the target stream length")
     first = stream.first
     xids.set_last_id(stream, top, added, max_deleted)
     x = stream._x

@@ -54,7 +54,7 @@ class ClientConnection(asyncio.Protocol):
                  "net_in", "net_out", "closing", "blocked", "_queue", "_queue_at", "_parsed", "_parsed_at",
                  "_resume_scheduled", "_backlog_paused", "_unmeasured", "_holding", "_write_paused",
                  "_soft_limit_since", "_soft_limit_timer", "multi", "multi_failed", "in_exec", "watching",
-                 "dirty_cas", "subscriptions", "reply_mode", "__weakref__")
+                 "dirty_cas", "subscriptions", "reply_mode", "pushed", "__weakref__")
 
     def __init__(self, server) -> None:
         self.server = server
@@ -100,6 +100,9 @@ class ClientConnection(asyncio.Protocol):
         self.dirty_cas = False
         self.subscriptions = None  # channels and patterns subscribed (commands.pubsub), None when none
         self.reply_mode = 0  # CLIENT REPLY: 0 on, else off or skipping (commands.connection)
+        # While this subscriber runs a command: the pub/sub frames it sent itself,
+        # which go before that command's reply (commands.dispatch._after_running).
+        self.pushed: list | None = None
 
     # --- asyncio.Protocol -----------------------------------------------------------
 
@@ -509,10 +512,16 @@ class ClientConnection(asyncio.Protocol):
             self.transport.close()
 
     def push(self, data: bytes) -> None:
-        """A pub/sub message for this subscriber (commands.pubsub): out through the
-        normal reply path, after any reply held before it, so that the output
-        buffer limits see it."""
-        if self.closing or self.transport is None or self.reply_mode == 1:  # (CLIENT REPLY OFF: nothing)
+        """A pub/sub message for this subscriber (commands.pubsub), or a MONITOR
+        line: out through the normal reply path, after any reply held or sent
+        before it, so that the output buffer limits see it.  One the connection
+        sends itself while running a command goes into that command's output
+        (``pushed``), after the replies before it.  (Messages are sent under
+        CLIENT REPLY OFF too, as Redis 7.0 does.)"""
+        if self.closing or self.transport is None:
+            return
+        if self.pushed is not None:
+            self.pushed.append(data)
             return
         self.server.stats.net_output += len(data)
         self.net_out += len(data)
@@ -585,21 +594,30 @@ class ClientConnection(asyncio.Protocol):
     def is_blocked(self) -> bool:
         return self.blocked is not None
 
+    def _flags(self) -> str:
+        """CLIENT LIST's flags, in Redis's order: O monitor, P subscriber, x in
+        MULTI (or running its EXEC), b blocked, d a WATCHed key changed, c closing
+        after the reply."""
+        flags = (("O" if self in self.server.monitors else "") + ("P" if self.subscriptions is not None else "")
+                 + ("x" if self.multi is not None or self.in_exec else "") + ("b" if self.is_blocked() else "")
+                 + ("d" if self.dirty_cas else "") + ("c" if self.closing else ""))
+        return flags or "N"
+
     def describe(self) -> str:
         """One CLIENT LIST line, with Redis 7's fields (honest zeros for what tstream lacks)."""
         now = time.time()
         qbuf = self.parser.pending_bytes()
         omem = self.transport.get_write_buffer_size() if self.transport else 0
         subs = self.subscriptions
-        flags = (("b" if self.is_blocked() else "") + ("c" if self.closing else "")
-                 + ("P" if subs is not None else "")) or "N"
+        flags = self._flags()
+        multi = len(self.multi) if self.multi is not None else (self.in_exec or -1)  # (the count in EXEC)
         events = ("" if self._write_paused else "r") + ("w" if omem else "")
         return (
             f"id={self.id} addr={self.addr} laddr={self.laddr} fd={self.fd} "
             f"name={self.name.decode(errors='replace')} age={int(now - self.created)} "
             f"idle={int(now - self.last_interaction)} flags={flags} "
             f"db=0 sub={len(subs.channels) if subs else 0} psub={len(subs.patterns) if subs else 0} ssub=0 "
-            f"multi=-1 qbuf={qbuf} qbuf-free=0 "
+            f"multi={multi} qbuf={qbuf} qbuf-free=0 "
             f"argv-mem=0 multi-mem=0 rbs={qbuf} rbp={qbuf} obl=0 oll=0 omem={omem} tot-mem={qbuf + omem} "
             f"events={events} cmd={self.last_command.decode(errors='replace')} "
             f"user={self.user.name if self.user is not None else 'default'} redir=-1 "

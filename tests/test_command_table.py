@@ -225,7 +225,7 @@ def test_every_container_answers_help(r, container):
     shown = {line.split()[0] for line in lines[1:] if not line.startswith((" ", "("))}
     assert shown == {sub.name.partition(b"|")[2].decode().upper() for sub in COMMANDS[container.encode()].subcommands}
     container_entry = COMMANDS[container.encode()]
-    summaries = [line for line in lines if line.startswith("    ")]
+    summaries = [line for line in lines if line.startswith("    ") and not line.startswith(("    *", "      "))]
     assert len(summaries) == len(container_entry.subcommands) + (container_entry.handler is not None)
 
 

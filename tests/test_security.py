@@ -96,9 +96,9 @@ class TestAclUsers:
     def test_app_user_restricted_to_its_keys(self, acl_server):
         app = acl_server.client(username="app", password="apppw")
         assert app.execute_command("TWRITE", "app:events", "t", "v") == 1
-        with pytest.raises(redis.exceptions.NoPermissionError, match="No permissions to access a key"):
+        with pytest.raises(redis.exceptions.NoPermissionError, match="no permissions to access one of the keys used as arguments"):
             app.execute_command("TWRITE", "other", "t", "v")
-        with pytest.raises(redis.exceptions.NoPermissionError, match=r"User app has no permissions to run the 'config\|get' command"):
+        with pytest.raises(redis.exceptions.NoPermissionError, match=r"this user has no permissions to run the 'config\|get' command"):
             app.config_get("port")
         assert app.execute_command("ACL", "WHOAMI") in (b"app", "app")
         admin = acl_server.client(password="adminpw")
@@ -112,7 +112,7 @@ class TestAclUsers:
         reader = acl_server.client(username="reader", password="readpw")
         acl_server.client(username="app", password="apppw").execute_command("TWRITE", "app:x", "t", "v")
         assert reader.execute_command("TREAD", "app:x", 1, 10) == [[1, b"t", b"v"]]
-        with pytest.raises(redis.exceptions.NoPermissionError, match="User reader has no permissions to run the 'twrite'"):
+        with pytest.raises(redis.exceptions.NoPermissionError, match="this user has no permissions to run the 'twrite'"):
             reader.execute_command("TWRITE", "app:x", "t", "v")
 
     def test_wrong_and_disabled_users(self, acl_server):

@@ -3,9 +3,11 @@
 Fixed sequences (errors, edge ids, trims, XSETID, XINFO) and seeded random
 sequences (explicit ids, so the clock does not matter: ``XADD`` with ids and
 ``ms-*``, trims with ``=``, deletes, ranges with exclusive bounds and COUNT,
-XREAD with COUNT and with a BLOCK that times out, bad syntax) run on both
+XREAD with COUNT and with a BLOCK that times out, bad syntax; 40 seeds of 300
+commands, the first few in every run and the rest with ``-m slow``) run on both
 servers over raw sockets, RESP2 and RESP3, and every reply must be the same
-bytes.  Only XINFO's ``radix-tree-keys``/``radix-tree-nodes`` (Redis's
+bytes; so do readers blocked in XREAD/XREADGROUP that another client's XADD
+wakes.  Only XINFO's ``radix-tree-keys``/``radix-tree-nodes`` (Redis's
 internal tree) are left out of the comparison.
 """
 
@@ -13,9 +15,11 @@ from __future__ import annotations
 
 import random
 import re
+import time
 
 import pytest
 
+from .harness import encode_command
 from .test_transactions import Raw
 
 _RADIX = re.compile(rb"(\$1[56]\r\nradix-tree-(?:keys|nodes)\r\n):\d+\r\n")
@@ -80,6 +84,7 @@ FIXED = [
     ("XINFO", "STREAM", "nokey"), ("XINFO", "FOO"), ("XINFO", "STREAM", "s"), ("XINFO", "STREAM", "s", "FULL"),
     ("XINFO", "STREAM", "s", "FULL", "COUNT", "1"), ("XINFO", "STREAM", "s", "FOO"), ("XINFO", "STREAM"),
     ("XADD", "e", "1-1", "a", "1"), ("XDEL", "e", "1-1"), ("XINFO", "STREAM", "e"), ("XINFO", "STREAM", "e", "FULL"),
+    ("XINFO", "HELP"), ("xinfo", "help"), ("XINFO", "HELP", "x"),
     # several pairs, arity
     ("XADD", "m", "1-1", "f1", "v1", "f2", "v2", "f3", "v3"), ("XADD", "m", "1-2", "f1", "v1"), ("XRANGE", "m", "-", "+"),
     ("XREVRANGE", "m", "+", "-", "COUNT", "1"), ("XADD", "m"), ("XRANGE", "m", "-"), ("XLEN",), ("XDEL", "m"),
@@ -184,8 +189,17 @@ def random_commands(seed: int, n: int = 300) -> list[tuple]:  # noqa: C901 (one 
     return out
 
 
+# 40 seeds of 300 commands each: the first ones in every run, the rest marked slow.
+SEEDS = 40
+FAST_SEEDS = 6
+
+
+def seeds(fast: int) -> list:
+    return [*range(fast), *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(fast, SEEDS))]
+
+
 @pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", seeds(FAST_SEEDS))
 def test_random_sequences_match_redis(server, redis_oracle, seed, protocol):
     run_both(server.port, redis_oracle, random_commands(seed), protocol)
 
@@ -239,6 +253,7 @@ GROUPS_FIXED = [
     ("XDEL", "k", "1-1"), ("XAUTOCLAIM", "k", "g", "frank", "0", "0"), ("XREADGROUP", "GROUP", "g", "frank", "STREAMS", "k", "0"),
     ("XINFO", "STREAM", "k"), ("XGROUP", "DESTROY", "k", "g"), ("XGROUP", "DESTROY", "k", "g"),
     ("XGROUP", "DESTROY", "nokey", "g"), ("XGROUP", "FOO", "k", "g"), ("XGROUP", "CREATE", "k"),
+    ("XGROUP", "HELP"), ("xgroup", "help"), ("XGROUP", "HELP", "x"),
 ]
 
 
@@ -318,6 +333,69 @@ def random_group_commands(seed: int, n: int = 300) -> list[tuple]:  # noqa: C901
 
 
 @pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", seeds(8))
 def test_random_group_sequences_match_redis(server, redis_oracle, seed, protocol):
     run_both_groups(server.port, redis_oracle, random_group_commands(seed), protocol)
+
+
+# --- blocked reads woken by another client ----------------------------------------------------------
+
+def _wait_blocked(port: int, count: int) -> None:
+    """Until ``count`` clients are blocked on the server (INFO clients)."""
+    probe = Raw(port)
+    try:
+        deadline = time.monotonic() + 5
+        while b"blocked_clients:%d\r\n" % count not in probe.call("INFO", "clients"):
+            assert time.monotonic() < deadline, "the reader never blocked"
+            time.sleep(0.01)
+    finally:
+        probe.close()
+
+
+def _woken_reads(port: int, protocol: int) -> list[bytes]:
+    """Readers blocked in XREAD/XREADGROUP (with commands pipelined after them),
+    then the XADDs of another client that serve them: what each reader got."""
+    setup, writer = Raw(port, protocol), Raw(port, protocol)
+    readers = [Raw(port, protocol) for _ in range(3)]
+    try:
+        for words in [("FLUSHALL",), ("XADD", "w1", "1-1", "f", "old"), ("XGROUP", "CREATE", "w1", "g", "$"),
+                      ("XADD", "w2", "1-1", "f", "old")]:
+            setup.call(*words)
+        readers[0].sock.sendall(encode_command(("XREAD", "BLOCK", "5000", "STREAMS", "w1", "$"))
+                                + encode_command(("PING", "after")))
+        readers[1].sock.sendall(encode_command(("XREAD", "COUNT", "1", "BLOCK", "5000", "STREAMS", "w2", "w1",
+                                                "1-1", "$")))
+        readers[2].sock.sendall(encode_command(("XREADGROUP", "GROUP", "g", "alice", "BLOCK", "5000", "STREAMS",
+                                                "w1", ">")) + encode_command(("XPENDING", "w1", "g")))
+        _wait_blocked(port, 3)
+        got = [writer.call("XADD", "w1", "2-1", "f", "new", "g", "h")]
+        got += [read_quiet(reader.sock) for reader in readers]
+        got.append(writer.call("XINFO", "GROUPS", "w1"))
+        return got
+    finally:
+        for conn in (setup, writer, *readers):
+            conn.close()
+
+
+def read_quiet(sock, quiet: float = 0.2) -> bytes:
+    received = b""
+    sock.settimeout(quiet)
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+    except (TimeoutError, OSError):
+        pass
+    finally:
+        sock.settimeout(10)
+    return received
+
+
+@pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
+def test_blocked_reads_woken_by_another_client_match_redis(server, redis_oracle, protocol):
+    ours, theirs = _woken_reads(server.port, protocol), _woken_reads(redis_oracle, protocol)
+    assert len(ours) == len(theirs) and all(theirs)  # every reader was served
+    for mine, want in zip(ours, theirs):
+        assert normalized_groups(mine) == normalized_groups(want)

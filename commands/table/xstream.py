@@ -11,6 +11,38 @@ from .help import help_command
 
 GROUP = "stream"
 
+# Redis 7.0's XINFO HELP and XGROUP HELP, word for word (tstream runs the same syntax).
+XINFO_HELP = (
+    "XINFO <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "CONSUMERS <key> <groupname>",
+    "    Show consumers of <groupname>.",
+    "GROUPS <key>",
+    "    Show the stream consumer groups.",
+    "STREAM <key> [FULL [COUNT <count>]",
+    "    Show information about the stream.",
+    "HELP",
+    "    Prints this help.",
+)
+XGROUP_HELP = (
+    "XGROUP <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "CREATE <key> <groupname> <id|$> [option]",
+    "    Create a new consumer group. Options are:",
+    "    * MKSTREAM",
+    "      Create the empty stream if it does not exist.",
+    "    * ENTRIESREAD entries_read",
+    "      Set the group's entries_read counter (internal use).",
+    "CREATECONSUMER <key> <groupname> <consumer>",
+    "    Create a new consumer in the specified group.",
+    "DELCONSUMER <key> <groupname> <consumer>",
+    "    Remove the specified consumer.",
+    "DESTROY <key> <groupname>",
+    "    Remove the specified group.",
+    "SETID <key> <groupname> <id|$> [ENTRIESREAD entries_read]",
+    "    Set the current group ID and entries_read counter.",
+    "HELP",
+    "    Prints this help.",
+)
+
 COMMANDS = [
     command(
         "xadd", xstreams.xadd, arity=-5, flags=WRITE | DENYOOM | FAST, acl="@stream", keys=(1, 1, 1),
@@ -91,7 +123,7 @@ COMMANDS = [
                 summary="Returns the consumers of a consumer group.",
                 complexity="O(consumers + pending entries).",
             ),
-            help_command("xinfo", GROUP, acl="@stream"),
+            help_command("xinfo", GROUP, acl="@stream", lines=XINFO_HELP),
         ],
     ),
     command(
@@ -135,7 +167,7 @@ COMMANDS = [
                 summary="Deletes a consumer (and its pending entries) from a consumer group.",
                 complexity="O(pending entries).",
             ),
-            help_command("xgroup", GROUP, acl="@stream"),
+            help_command("xgroup", GROUP, acl="@stream", lines=XGROUP_HELP),
         ],
     ),
     command(
