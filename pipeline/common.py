@@ -45,17 +45,72 @@ class OptionError(ValueError):
 
 
 class DataLossError(RuntimeError):
-    """A streaming query was to read offsets that were evicted first."""
+    """A query was to read offsets that were evicted first."""
+
+
+class MissingKeyError(RuntimeError):
+    """A key to read does not exist (and ``allowMissing`` is not set)."""
+
+
+def missing_key(key: str, where: str) -> MissingKeyError:
+    return MissingKeyError(f"tstream: key {key!r} does not exist {where}; check its name, or set the "
+                           "option allowMissing to true to read a missing key as empty")
 
 
 # ---------------------------------------------------------------------------
 # Options
 # ---------------------------------------------------------------------------
 
+# Every option, and where it applies: "r" batch reads, "s" streaming reads, "w"
+# writes (batch and streaming). Anything else is refused (with the closest name
+# as a suggestion): a typo must not silently read everything.
+OPTION_SPECS = {
+    "url": "rsw", "password": "rsw", "key": "rsw",
+    "path": "r",
+    "startingOffset": "rs", "startingOffsets": "rs", "endingOffset": "r", "endingOffsets": "r",
+    "maxOffsetsPerTrigger": "s",
+    "failOnDataLoss": "rs", "allowMissing": "rs",
+    "numPartitions": "rs", "minPartitions": "rs", "nodesPerPartition": "rs", "nodeEntries": "rs",
+    "pageSize": "rs", "withTime": "rs", "arrow": "rs",
+    "batchSize": "w",
+}
+_CANONICAL = {name.lower(): name for name in OPTION_SPECS}
+# Options Spark itself puts in a writer's map (not the user's to mistype).
+_SPARK_OPTIONS = {"checkpointlocation"}
+_MODES = {"r": "batch reads (spark.read)", "s": "streaming reads (spark.readStream)",
+          "w": "writes (df.write, df.writeStream)"}
+
+
+def check_names(options: Mapping[str, str], mode: str | None = None) -> None:
+    """Refuse unknown options (suggesting the closest known name) and, given a
+    ``mode`` ("r", "s" or "w"), options that do not apply to it."""
+    import difflib
+
+    for raw in options:
+        name = str(raw)
+        lower = name.lower()
+        if lower in _SPARK_OPTIONS:
+            continue
+        canonical = _CANONICAL.get(lower)
+        if canonical is None:
+            close = difflib.get_close_matches(lower, list(_CANONICAL), n=1, cutoff=0.6)
+            hint = f"; did you mean {_CANONICAL[close[0]]!r}?" if close else ""
+            raise OptionError(f"tstream: unknown option {name!r}{hint} "
+                              f"(the options: {', '.join(OPTION_SPECS)}; see docs/spark.md)")
+        if mode is not None and mode not in OPTION_SPECS[canonical]:
+            where = " and ".join(_MODES[m] for m in OPTION_SPECS[canonical])
+            raise OptionError(f"tstream: option {canonical!r} applies to {where} only, "
+                              f"not to {_MODES[mode]}")
+
+
+def _lowered(options: Mapping[str, str]) -> dict:
+    return {str(k).lower(): v for k, v in options.items()}
+
+
 def _get(options: Mapping[str, str], *names: str):
-    """The first of ``names`` present (Spark's option maps are case-insensitive)."""
+    """The first of ``names`` present (option names are case-insensitive)."""
     for name in names:
-        value = options.get(name)
+        value = options.get(name.lower())
         if value is not None:
             return value
     return None
@@ -122,6 +177,7 @@ class Options:
     starting: str | int          # batch: startingOffset; streaming: startingOffsets
     ending: str | int            # batch only: endingOffset (inclusive)
     num_partitions: int | None
+    min_partitions: int | None   # split ranges further (not on node boundaries) up to this many
     nodes_per_partition: int | None  # None: the default of the reader (server or snapshot)
     node_entries: int | None     # None: ask the server (CONFIG GET node-entries)
     page_size: int
@@ -129,10 +185,16 @@ class Options:
     arrow: bool
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
+    allow_missing: bool
     batch_size: int
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], streaming: bool = False) -> "Options":
+    def parse(cls, options: Mapping[str, str], streaming: bool = False, mode: str | None = None) -> "Options":
+        """Parse and check ``options``: unknown names are refused; with ``mode``
+        ("r", "s", "w") so are the options that do not apply to it."""
+        check_names(options, mode)
+        streaming = streaming or mode == "s"
+        options = _lowered(options)
         starting_names = (("startingOffsets", "startingOffset") if streaming
                           else ("startingOffset", "startingOffsets"))
         return cls(
@@ -143,6 +205,7 @@ class Options:
             starting=_offset_spec(options, starting_names, "latest" if streaming else "earliest"),
             ending=_ending(options),
             num_partitions=_int(options, "numPartitions", None),
+            min_partitions=_int(options, "minPartitions", None),
             nodes_per_partition=_int(options, "nodesPerPartition", None),
             node_entries=_int(options, "nodeEntries", None),
             page_size=_int(options, "pageSize", DEFAULT_PAGE_SIZE),
@@ -150,6 +213,7 @@ class Options:
             arrow=_bool(options, "arrow", True),
             max_offsets_per_trigger=_int(options, "maxOffsetsPerTrigger", None),
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+            allow_missing=_bool(options, "allowMissing", False),
             batch_size=_int(options, "batchSize", DEFAULT_BATCH_SIZE),
         )
 
@@ -188,6 +252,7 @@ class StreamInfo:
     last: int
     nodes: int
     allow_direct: bool
+    exists: bool = True
 
     @property
     def next_offset(self) -> int:
@@ -202,7 +267,7 @@ def stream_info(client, key: str) -> StreamInfo:
         info = as_map(client.execute_command("TINFO", key))
     except ResponseError as exc:
         if "no such key" in str(exc).lower():
-            return StreamInfo(1, 0, 0, True)
+            return StreamInfo(1, 0, 0, True, exists=False)
         raise
     direct = info.get("allow_direct", b"yes")
     return StreamInfo(int(info["first"]), int(info["last"]), int(info["nodes"]),
@@ -263,6 +328,35 @@ def node_ranges(lo: int, hi: int, n: int, options: Options) -> list[tuple[int, i
         if start <= end:
             ranges.append((start, end))
     return ranges
+
+
+def split_to(ranges: list[tuple], minimum: int | None, n: int) -> list[tuple]:
+    """``minPartitions``: split the biggest ranges in two (on a macro-node
+    boundary while a range spans several nodes, else anywhere) until there are
+    ``minimum`` ranges or every range is one offset. A range is a tuple whose
+    last two items are ``lo`` and ``hi``; what comes before them is kept."""
+    import heapq
+
+    if not minimum or len(ranges) >= minimum:
+        return ranges
+    heap = [(-(r[-1] - r[-2] + 1), i, r) for i, r in enumerate(ranges)]
+    heapq.heapify(heap)
+    order = len(ranges)
+    while len(heap) < minimum:
+        size, i, r = heapq.heappop(heap)
+        if -size <= 1:
+            heapq.heappush(heap, (size, i, r))
+            break
+        head, lo, hi = r[:-2], r[-2], r[-1]
+        first_node, last_node = (lo - 1) // n, (hi - 1) // n
+        if last_node > first_node:
+            cut = (first_node + (last_node - first_node + 1) // 2) * n  # last offset of the left half
+        else:
+            cut = lo + (hi - lo + 1) // 2 - 1
+        for part in ((*head, lo, cut), (*head, cut + 1, hi)):
+            heapq.heappush(heap, (-(part[-1] - part[-2] + 1), order, part))
+            order += 1
+    return sorted((r for _, _, r in heap), key=lambda r: (r[:-2], r[-2]))
 
 
 # ---------------------------------------------------------------------------

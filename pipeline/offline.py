@@ -24,7 +24,16 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .common import ARROW_SCHEMA, DEFAULT_OFFLINE_NODES_PER_PARTITION, TIME_TYPE, OptionError, Options, batch_range
+from .common import (
+    ARROW_SCHEMA,
+    DEFAULT_OFFLINE_NODES_PER_PARTITION,
+    TIME_TYPE,
+    DataLossError,
+    OptionError,
+    Options,
+    batch_range,
+    missing_key,
+)
 from .snapshot_reader import find_key, footer_crc, iter_node_blobs, open_snapshot, read_meta
 
 
@@ -52,6 +61,8 @@ def plan(options: Options) -> list[SnapshotRange]:
     try:
         item = find_key(data, key, path)
         crc = footer_crc(data)
+        if item is None and not options.allow_missing:
+            raise missing_key(options.key, f"in the snapshot {path!r}")
         if item is None or not item.node_pos:
             return []
         n = item.node_entries
@@ -66,7 +77,13 @@ def plan(options: Options) -> list[SnapshotRange]:
     finally:
         _close(data)
     meta = item.meta
-    lo, hi = batch_range(int(meta["first"]), int(meta["next_offset"]) - 1, options)
+    first = int(meta["first"])
+    if isinstance(options.starting, int) and options.starting < first and options.fail_on_data_loss:
+        from .server_read import loss_message
+
+        ending = int(meta["next_offset"]) - 1 if options.ending == "latest" else options.ending
+        raise DataLossError(loss_message(options.key, options.starting, min(ending, first - 1), first))
+    lo, hi = batch_range(first, int(meta["next_offset"]) - 1, options)
     if hi < lo:
         return []
     want_lo = (lo - 1) // n - first_node
@@ -84,6 +101,10 @@ def plan(options: Options) -> list[SnapshotRange]:
     else:
         step = options.nodes_per_partition or DEFAULT_OFFLINE_NODES_PER_PARTITION
         bounds = list(range(want_lo, want_hi + 1, step)) + [want_hi + 1]
+    if options.min_partitions and len(bounds) - 1 < options.min_partitions:
+        # minPartitions: whole node records here (a node is the unit read from the file)
+        parts = min(options.min_partitions, total)
+        bounds = [want_lo + total * i // parts for i in range(parts + 1)]
     return [SnapshotRange(path, crc, item.meta_pos, item.node_pos[a], b - a, lo, hi)
             for a, b in zip(bounds, bounds[1:]) if b > a]
 

@@ -46,7 +46,7 @@ def loss_message(key: str, lo: int, hi: int, first: int) -> str:
     return (f"tstream: offsets {lo} to {hi} of key {key!r} were evicted before the query read "
             f"them (the stream's first offset is now {first}): some data may have been lost "
             "(retention: TEVICT, BACKLOG, max_len, max_age_ms or max_msgs_per_subject removed it). "
-            "If you don't want your streaming query to fail on such cases, set the source option "
+            "If you don't want your query to fail on such cases, set the source option "
             "failOnDataLoss to false.")
 
 

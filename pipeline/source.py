@@ -4,23 +4,26 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from . import offline
 from .common import (
-    COLUMNS,
     SCHEMA_DDL,
+    DataLossError,
     OptionError,
     Options,
+    _lowered,
     batch_range,
     batch_rows,
     connect,
+    missing_key,
     node_entries,
     node_ranges,
+    split_to,
     stream_info,
 )
-from .server_read import read_range
+from .server_read import loss_message, read_range
 
 
 class ServerRange(InputPartition):
@@ -61,15 +64,23 @@ class TStreamReader(DataSourceReader):
             n = node_entries(client, options)
         finally:
             client.close()
+        if not info.exists and not options.allow_missing:
+            raise missing_key(options.key, f"on the server at {options.url}")
+        starting = options.starting
+        if isinstance(starting, int) and starting < info.first and info.exists and options.fail_on_data_loss:
+            # Asked for offsets the stream no longer holds: Kafka's failOnDataLoss, in batch too.
+            ending = info.last if options.ending == "latest" else options.ending
+            raise DataLossError(loss_message(options.key, starting, min(ending, info.first - 1), info.first))
         lo, hi = batch_range(info.first, info.last, options)
-        ranges = node_ranges(lo, hi, n, options)
+        ranges = split_to(node_ranges(lo, hi, n, options), options.min_partitions, n)
         return [ServerRange(a, b) for a, b in ranges]
 
     def read(self, partition: InputPartition) -> Iterator:
         if isinstance(partition, SnapshotPartition):
             batches = offline.read(partition.part)
         elif isinstance(partition, ServerRange) and partition.lo <= partition.hi:
-            batches = read_range(self.options, partition.lo, partition.hi)
+            batches = read_range(self.options, partition.lo, partition.hi,
+                                 fail_on_loss=self.options.fail_on_data_loss)
         else:  # nothing to read (Spark plans one partition even then)
             return iter(())
         if self.options.arrow:
@@ -77,10 +88,54 @@ class TStreamReader(DataSourceReader):
         return (row for batch in batches for row in batch_rows(batch))
 
 
+def read_schema() -> StructType:
+    """The schema of what is read (``SCHEMA_DDL``)."""
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, TimestampType
+
+    return StructType([StructField("offset", LongType()), StructField("tag", StringType()),
+                       StructField("entry", BinaryType()), StructField("time", TimestampType())])
+
+
+def check_read_schema(schema: StructType) -> None:
+    """A user's schema (``.schema(...)``) must be the source's: same names, same types."""
+    want = [(f.name, f.dataType) for f in read_schema().fields]
+    got = [(f.name.lower(), f.dataType) for f in schema.fields]
+    if got != want:
+        raise OptionError(f"tstream: the read schema is fixed ({SCHEMA_DDL}); got "
+                          f"{schema.simpleString()}: leave .schema() out, or give exactly this one")
+
+
+class _RefusedStreamReader(DataSourceStreamReader):
+    """What ``streamReader`` returns when the options are wrong for a streaming
+    read: it raises the error when the query starts. (An exception raised by
+    ``streamReader`` itself reaches the user behind PySpark's ``UnboundLocalError``.)"""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def initialOffset(self) -> dict:
+        raise self.error
+
+    def latestOffset(self, start=None, limit=None) -> dict:
+        raise self.error
+
+    def partitions(self, start: dict, end: dict):
+        raise self.error
+
+    def read(self, partition):
+        raise self.error
+
+    def stop(self) -> None:
+        """Nothing to release."""
+
+
 class TStreamDataSource(DataSource):
     """``spark.read/readStream.format("tstream")`` and ``df.write/writeStream.format("tstream")``.
 
-    See the package docstring (``pipeline/__init__.py``) for the options.
+    See the package docstring (``pipeline/__init__.py``) for the options. They are
+    checked in ``schema()`` (which Spark calls at ``load()``, batch or streaming):
+    unknown names and malformed values fail there; options that do not apply to
+    the kind of query fail in ``reader()``/``streamReader()``/``writer()``.
     """
 
     @classmethod
@@ -88,45 +143,49 @@ class TStreamDataSource(DataSource):
         return "tstream"
 
     def schema(self) -> str:
+        Options.parse(self.options)
+        Options.parse(self.options, streaming=True)
         return SCHEMA_DDL
 
     def _check_schema(self, schema: StructType) -> None:
-        if tuple(f.name for f in schema.fields) != COLUMNS:
-            raise OptionError(f"tstream: the read schema is fixed ({SCHEMA_DDL}); "
-                              f"got {schema.simpleString()}")
+        check_read_schema(schema)
 
     def reader(self, schema: StructType) -> TStreamReader:
         self._check_schema(schema)
-        return TStreamReader(Options.parse(self.options))
+        return TStreamReader(Options.parse(self.options, mode="r"))
 
     def streamReader(self, schema: StructType):
         from .streaming import TStreamStreamReader
 
-        self._check_schema(schema)
-        options = Options.parse(self.options, streaming=True)
-        if options.path:
-            raise OptionError("tstream: a snapshot file (path) can only be read in batch")
-        return TStreamStreamReader(options)
+        try:
+            self._check_schema(schema)
+            options = Options.parse(self.options, mode="s")
+            if options.path:
+                raise OptionError("tstream: a snapshot file (path) can only be read in batch")
+            return TStreamStreamReader(options)
+        except OptionError as exc:
+            return _RefusedStreamReader(exc)
 
     def writer(self, schema: StructType, overwrite: bool):
         from .sink import TStreamWriter, check_schema
 
         self._check_write(schema, overwrite)
         check_schema(schema)
-        return TStreamWriter(Options.parse(self.options))
+        return TStreamWriter(Options.parse(self.options, mode="w"))
 
     def streamWriter(self, schema: StructType, overwrite: bool):
         from .sink import TStreamStreamWriter, check_schema
 
         self._check_write(schema, overwrite)
         check_schema(schema)
-        return TStreamStreamWriter(Options.parse(self.options))
+        return TStreamStreamWriter(Options.parse(self.options, mode="w"))
 
     def _check_write(self, schema: StructType, overwrite: bool) -> None:
         if overwrite:
             raise OptionError("tstream: a log is append-only: write with mode('append') "
-                              "(or DEL the key first)")
-        options = Options.parse(self.options)
-        options.require_key()
-        if options.path:
+                              "(Spark's default mode, errorifexists, is refused by Spark itself with "
+                              "UNSUPPORTED_DATA_SOURCE_SAVE_MODE; overwrite is refused here; or DEL the key first)")
+        options = _lowered(self.options)
+        if options.get("path"):
             raise OptionError("tstream: snapshot files (path) are read-only; write to a server (url)")
+        Options.parse(self.options, mode="w").require_key()

@@ -30,7 +30,17 @@ from typing import Iterator
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from .common import DataLossError, Options, batch_rows, connect, node_entries, node_ranges, stream_info
+from .common import (
+    DataLossError,
+    Options,
+    batch_rows,
+    connect,
+    missing_key,
+    node_entries,
+    node_ranges,
+    split_to,
+    stream_info,
+)
 from .server_read import loss_message, read_range
 
 
@@ -81,9 +91,11 @@ class TStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         starting = self.options.starting
+        info = self._info()
+        if not info.exists and not self.options.allow_missing:
+            raise missing_key(self.key, f"on the server at {self.options.url}")
         if isinstance(starting, int):
             return self._offset(starting)
-        info = self._info()
         if starting == "earliest":
             return self._offset(min(info.first, info.next_offset))
         return self._offset(info.next_offset)
@@ -126,7 +138,8 @@ class TStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.options.fail_on_data_loss and info.first > lo:
             raise DataLossError(loss_message(self.key, lo, min(stop - 1, info.first - 1), info.first))
         n = node_entries(client, self.options)
-        return [OffsetRange(a, b) for a, b in node_ranges(lo, stop - 1, n, self.options)]
+        ranges = split_to(node_ranges(lo, stop - 1, n, self.options), self.options.min_partitions, n)
+        return [OffsetRange(a, b) for a, b in ranges]
 
     def read(self, partition: OffsetRange) -> Iterator:
         batches = read_range(self.options, partition.lo, partition.hi,

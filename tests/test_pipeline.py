@@ -146,8 +146,11 @@ def test_partitions_are_ranges_of_macro_nodes(spark, make_server):
     assert part.rdd.getNumPartitions() == 3
     assert [x.offset for x in part.orderBy("offset").collect()] == list(range(250, 421))
     assert read(spark, server, startingOffset=5000).count() == 0
-    # A key that does not exist reads as empty.
-    assert spark.read.format("tstream").option("url", url(server)).option("key", "nope").load().count() == 0
+    # A key that does not exist is an error, unless allowMissing.
+    with pytest.raises(Exception, match="key 'nope' does not exist.*allowMissing"):
+        spark.read.format("tstream").option("url", url(server)).option("key", "nope").load().count()
+    assert spark.read.format("tstream").option("url", url(server)).option("key", "nope") \
+        .option("allowMissing", "true").load().count() == 0
 
 
 @pytest.mark.parametrize("with_time", [True, False], ids=["dget", "tread"])
@@ -169,7 +172,8 @@ def test_eviction_while_spark_reads(spark, server, with_time):
     evictor = threading.Thread(target=evict)
     evictor.start()
     try:
-        got = read(spark, server, pageSize=100, numPartitions=2, withTime=with_time).collect()
+        got = read(spark, server, pageSize=100, numPartitions=2, withTime=with_time,
+                   failOnDataLoss="false").collect()
     finally:
         stop.set()
         evictor.join()
@@ -245,7 +249,10 @@ def test_offline_snapshot_read(spark, make_server, tmp_path):
         .option("startingOffset", 1000).option("endingOffset", 1100).load()
     assert [x.offset for x in window.orderBy("offset").collect()] == [o for o, _, _ in expected
                                                                        if 1000 <= o <= 1100]
-    assert spark.read.format("tstream").option("path", path).option("key", "nope").load().count() == 0
+    with pytest.raises(Exception, match="key 'nope' does not exist in the snapshot"):
+        spark.read.format("tstream").option("path", path).option("key", "nope").load().count()
+    assert spark.read.format("tstream").option("path", path).option("key", "nope") \
+        .option("allowMissing", "true").load().count() == 0
 
 
 def test_sink_failed_task_leaves_whole_chunks_only(spark, server):
@@ -293,6 +300,48 @@ def test_password_url_and_option(spark, make_server):
         .option("password", "s3cret").option("key", "k").load().count() == 10
 
 
+def test_options_are_validated(spark, server, tmp_path):
+    r = server.client()
+    fill(r, "k", 1000)
+    # A typo is refused at load(), with the name meant, in batch and streaming.
+    with pytest.raises(Exception, match="unknown option 'startingofset'; did you mean 'startingOffset'"):
+        read(spark, server, startingOfset=500)
+    with pytest.raises(Exception, match="unknown option 'maxoffsetpertrigger'; did you mean 'maxOffsetsPerTrigger'"):
+        spark.readStream.format("tstream").option("url", url(server)).option("key", "k") \
+            .option("maxOffsetPerTrigger", 10).load()
+    # A bad value: at load() too, for streaming as well (not an UnboundLocalError at start()).
+    with pytest.raises(Exception, match="maxOffsetsPerTrigger must be >= 1, got -5") as failure:
+        spark.readStream.format("tstream").option("url", url(server)).option("key", "k") \
+            .option("maxOffsetsPerTrigger", -5).load()
+    assert "UnboundLocalError" not in str(failure.value)
+    # An option of the other kind of query: batch refuses it at planning, streaming when it starts.
+    with pytest.raises(Exception, match="'maxOffsetsPerTrigger' applies to streaming reads"):
+        read(spark, server, maxOffsetsPerTrigger=10).count()
+    query = (spark.readStream.format("tstream").option("url", url(server)).option("key", "k")
+             .option("endingOffset", 10).load().writeStream.format("memory").queryName("refused")
+             .option("checkpointLocation", str(tmp_path / "c1")).start())
+    with pytest.raises(Exception, match="'endingOffset' applies to batch reads") as failure:
+        query.awaitTermination(60)
+    query.stop()
+    assert "UnboundLocalError" not in str(failure.value)
+    # The schema: names and types.
+    with pytest.raises(Exception, match="the read schema is fixed"):
+        spark.read.format("tstream").schema("offset string, tag string, entry binary, time timestamp") \
+            .option("url", url(server)).option("key", "k").load().count()
+    assert spark.read.format("tstream").schema("offset long, tag string, entry binary, time timestamp") \
+        .option("url", url(server)).option("key", "k").load().count() == 1000
+    # minPartitions: ranges split below a node when the nodes are too few.
+    df = read(spark, server, minPartitions=4)
+    assert df.rdd.getNumPartitions() == 4
+    assert sorted(x.offset for x in df.select("offset").collect()) == list(range(1, 1001))
+    # failOnDataLoss in batch: asking for evicted offsets is an error unless false.
+    r.execute_command("TEVICT", "k", 300)
+    with pytest.raises(Exception, match="offsets 100 to 300 of key 'k' were evicted"):
+        read(spark, server, startingOffset=100).count()
+    assert read(spark, server, startingOffset=100, failOnDataLoss="false").count() == 700
+    assert read(spark, server).count() == 700                 # earliest: what is held
+
+
 # ---------------------------------------------------------------------------
 # Without Spark: planning, paging, the streaming reader's offsets, snapshots, the sink
 # ---------------------------------------------------------------------------
@@ -315,6 +364,13 @@ def test_options_are_checked():
             Options.parse({"key": "k", **bad})
     with pytest.raises(OptionError, match="key"):
         Options.parse({}).require_key()
+    with pytest.raises(OptionError, match="unknown option 'startingOfset'; did you mean 'startingOffset'"):
+        Options.parse({"key": "k", "startingOfset": "5"})
+    with pytest.raises(OptionError, match="'maxOffsetsPerTrigger' applies to streaming reads"):
+        Options.parse({"key": "k", "maxOffsetsPerTrigger": "5"}, mode="r")
+    with pytest.raises(OptionError, match="'batchSize' applies to writes"):
+        Options.parse({"key": "k", "batchSize": "5"}, mode="s")
+    assert Options.parse({"KEY": "k", "PageSize": "7"}, mode="r").page_size == 7
     o = Options.parse({"key": "k"}, streaming=True)
     assert (o.starting, o.fail_on_data_loss, o.with_time) == ("latest", True, True)
 
@@ -372,7 +428,9 @@ def test_stream_reader_offsets(server):
         return TStreamStreamReader(Options.parse({"url": url(server), "key": "k",
                                                   **{k: str(v) for k, v in extra.items()}}, streaming=True))
 
-    assert reader().initialOffset() == {"key": "k", "offset": 1}       # no key yet
+    with pytest.raises(Exception, match="does not exist"):
+        reader().initialOffset()
+    assert reader(allowMissing="true").initialOffset() == {"key": "k", "offset": 1}  # no key yet
     fill(r, "k", 500)
     r.execute_command("TEVICT", "k", 100)
     assert reader(startingOffsets="earliest").initialOffset()["offset"] == 101
