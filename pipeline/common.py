@@ -26,8 +26,8 @@ DEFAULT_OFFLINE_NODES_PER_PARTITION = 1000
 DEFAULT_PAGE_SIZE = 1000           # entries per TREAD / DGET round trip
 DEFAULT_BATCH_SIZE = 500           # rows per atomic TWRITE ... ENTRIES of the sink
 
-SCHEMA_DDL = "offset long, tag string, entry binary, time timestamp"
-COLUMNS = ("offset", "tag", "entry", "time")
+SCHEMA_DDL = "offset long, tag string, entry binary, time timestamp, key string"
+COLUMNS = ("offset", "tag", "entry", "time", "key")
 
 # What Spark expects of a RecordBatch yielded by read(): exactly its
 # to_arrow_schema(schema, timezone="UTC") of the DDL above, all nullable.
@@ -37,6 +37,7 @@ ARROW_SCHEMA = pa.schema([
     pa.field("tag", pa.string()),
     pa.field("entry", pa.binary()),
     pa.field("time", TIME_TYPE),
+    pa.field("key", pa.string()),
 ])
 
 
@@ -53,8 +54,17 @@ class MissingKeyError(RuntimeError):
 
 
 def missing_key(key: str, where: str) -> MissingKeyError:
-    return MissingKeyError(f"tstream: key {key!r} does not exist {where}; check its name, or set the "
-                           "option allowMissing to true to read a missing key as empty")
+    hint = ""
+    if any(c in key for c in ",*?["):
+        hint = (" (to read several keys, use the option keys, a comma-separated list, or keyPattern, "
+                "a glob such as orders.*)")
+    return MissingKeyError(f"tstream: key {key!r} does not exist {where}{hint}; check its name, or set "
+                           "the option allowMissing to true to read a missing key as empty")
+
+
+def no_key_matches(pattern: str, where: str) -> MissingKeyError:
+    return MissingKeyError(f"tstream: no key matches keyPattern {pattern!r} {where}; set the option "
+                           "allowMissing to true to read that as empty")
 
 
 # ---------------------------------------------------------------------------
@@ -65,9 +75,10 @@ def missing_key(key: str, where: str) -> MissingKeyError:
 # writes (batch and streaming). Anything else is refused (with the closest name
 # as a suggestion): a typo must not silently read everything.
 OPTION_SPECS = {
-    "url": "rsw", "password": "rsw", "key": "rsw",
+    "url": "rsw", "password": "rsw", "key": "rsw", "keys": "rs", "keyPattern": "rs",
     "path": "r",
     "startingOffset": "rs", "startingOffsets": "rs", "endingOffset": "r", "endingOffsets": "r",
+    "startingTimestamp": "rs", "endingTimestamp": "r",
     "maxOffsetsPerTrigger": "s",
     "failOnDataLoss": "rs", "allowMissing": "rs",
     "numPartitions": "rs", "minPartitions": "rs", "nodesPerPartition": "rs", "nodeEntries": "rs",
@@ -141,11 +152,7 @@ def _bool(options, name: str, default: bool) -> bool:
     raise OptionError(f"tstream option {name} must be true or false, got {raw!r}")
 
 
-def _offset_spec(options, names: tuple[str, ...], default: str) -> str | int:
-    """``earliest``, ``latest`` or an offset >= 1."""
-    raw = _get(options, *names)
-    if raw is None:
-        return default
+def _one_spec(raw, name: str) -> str | int:
     text = str(raw).strip().lower()
     if text in ("earliest", "latest"):
         return text
@@ -154,16 +161,53 @@ def _offset_spec(options, names: tuple[str, ...], default: str) -> str | int:
     except ValueError:
         value = 0
     if value < 1:
-        raise OptionError(f"tstream option {names[0]} must be earliest, latest or an offset >= 1, "
-                          f"got {raw!r}")
+        raise OptionError(f"tstream option {name} must be earliest, latest or an offset >= 1 "
+                          f"(or a JSON object of those by key, e.g. {{\"a\": 5, \"b\": \"latest\"}}), got {raw!r}")
     return value
 
 
-def _ending(options) -> str | int:
+def _offset_spec(options, names: tuple[str, ...], default: str):
+    """``earliest``, ``latest`` or an offset >= 1; or, as Kafka's, a JSON object
+    of those by key (keys it does not name get ``default``): a tuple of pairs."""
+    raw = _get(options, *names)
+    if raw is None:
+        return default
+    if str(raw).lstrip().startswith("{"):
+        import json
+
+        try:
+            by_key = json.loads(raw)
+        except ValueError:
+            raise OptionError(f"tstream option {names[0]}: malformed JSON {raw!r}") from None
+        if not isinstance(by_key, dict):
+            raise OptionError(f"tstream option {names[0]} must be a JSON object of offsets by key, got {raw!r}")
+        return tuple(sorted((str(k), _one_spec(v, names[0])) for k, v in by_key.items()))
+    return _one_spec(raw, names[0])
+
+
+def spec_for(spec, key: str, default: str):
+    """The ``earliest``/``latest``/offset that ``spec`` gives ``key``."""
+    if isinstance(spec, tuple):
+        return dict(spec).get(key, default)
+    return spec
+
+
+def _ending(options):
     ending = _offset_spec(options, ("endingOffset", "endingOffsets"), "latest")
-    if ending == "earliest":
-        raise OptionError("tstream option endingOffset must be latest or an offset >= 1")
+    for spec in (dict(ending).values() if isinstance(ending, tuple) else (ending,)):
+        if spec == "earliest":
+            raise OptionError("tstream option endingOffset must be latest or an offset >= 1")
     return ending
+
+
+def _key_list(options) -> tuple[str, ...] | None:
+    raw = _get(options, "keys")
+    if raw is None:
+        return None
+    keys = tuple(dict.fromkeys(k.strip() for k in str(raw).split(",") if k.strip()))
+    if not keys:
+        raise OptionError(f"tstream option keys must list keys separated by commas, got {raw!r}")
+    return keys
 
 
 @dataclass(frozen=True)
@@ -173,9 +217,11 @@ class Options:
     url: str
     password: str | None = field(repr=False)
     key: str | None
+    keys: tuple[str, ...] | None  # the option keys: several streams
+    key_pattern: str | None      # the option keyPattern: the streams whose names match this glob
     path: str | None
-    starting: str | int          # batch: startingOffset; streaming: startingOffsets
-    ending: str | int            # batch only: endingOffset (inclusive)
+    starting: str | int | tuple  # batch: startingOffset; streaming: startingOffsets (tuple: by key)
+    ending: str | int | tuple    # batch only: endingOffset (inclusive)
     num_partitions: int | None
     min_partitions: int | None   # split ranges further (not on node boundaries) up to this many
     nodes_per_partition: int | None  # None: the default of the reader (server or snapshot)
@@ -183,6 +229,8 @@ class Options:
     page_size: int
     with_time: bool
     arrow: bool
+    starting_timestamp: int | None  # ms since the epoch (Kafka's startingTimestamp)
+    ending_timestamp: int | None
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
     allow_missing: bool
@@ -197,10 +245,19 @@ class Options:
         options = _lowered(options)
         starting_names = (("startingOffsets", "startingOffset") if streaming
                           else ("startingOffset", "startingOffsets"))
+        given = [name for name in ("key", "keys", "keyPattern") if _get(options, name) is not None]
+        if len(given) > 1:
+            raise OptionError(f"tstream: give one of the options key, keys and keyPattern, not {' and '.join(given)}")
+        for by_time, by_offset in (("startingTimestamp", ("startingOffset", "startingOffsets")),
+                                   ("endingTimestamp", ("endingOffset", "endingOffsets"))):
+            if _get(options, by_time) is not None and _get(options, *by_offset) is not None:
+                raise OptionError(f"tstream: give the option {by_time} or {by_offset[0]}, not both")
         return cls(
             url=str(_get(options, "url") or DEFAULT_URL),
             password=_get(options, "password"),
             key=_get(options, "key"),
+            keys=_key_list(options),
+            key_pattern=_get(options, "keyPattern"),
             path=_get(options, "path"),
             starting=_offset_spec(options, starting_names, "latest" if streaming else "earliest"),
             ending=_ending(options),
@@ -211,6 +268,8 @@ class Options:
             page_size=_int(options, "pageSize", DEFAULT_PAGE_SIZE),
             with_time=_bool(options, "withTime", True),
             arrow=_bool(options, "arrow", True),
+            starting_timestamp=_int(options, "startingTimestamp", None, 0),
+            ending_timestamp=_int(options, "endingTimestamp", None, 0),
             max_offsets_per_trigger=_int(options, "maxOffsetsPerTrigger", None),
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             allow_missing=_bool(options, "allowMissing", False),
@@ -221,6 +280,27 @@ class Options:
         if not self.key:
             raise OptionError("tstream: the option key (the stream to read or write) is required")
         return self.key
+
+    def require_source(self) -> None:
+        """A read needs one of key, keys and keyPattern."""
+        if not (self.key or self.keys or self.key_pattern):
+            raise OptionError("tstream: the option key (the stream to read) is required "
+                              "(or keys, a comma-separated list, or keyPattern, a glob)")
+
+    @property
+    def fixed_keys(self) -> tuple[str, ...] | None:
+        """The keys named by key or keys; None with keyPattern."""
+        if self.key_pattern:
+            return None
+        return self.keys or ((self.key,) if self.key else ())
+
+    def matches(self, key: str) -> bool:
+        """Whether ``key`` is one this read names (for a checkpoint's keys)."""
+        import fnmatch
+
+        if self.key_pattern:
+            return fnmatch.fnmatchcase(key, self.key_pattern)
+        return key in (self.fixed_keys or ())
 
     @property
     def key_bytes(self) -> bytes:
@@ -274,6 +354,15 @@ def stream_info(client, key: str) -> StreamInfo:
                       direct in (b"yes", "yes", 1, True))
 
 
+def resolve_keys(client, options: Options) -> list[str]:
+    """The keys a read covers: key or keys as given, or those matching
+    keyPattern now (``SCAN ... MATCH pattern TYPE tstream``), sorted."""
+    if options.key_pattern:
+        found = client.scan_iter(match=options.key_pattern, count=1000, _type="tstream")
+        return sorted({k.decode("utf-8", "replace") if isinstance(k, bytes) else str(k) for k in found})
+    return list(options.fixed_keys or ())
+
+
 def node_entries(client, options: Options) -> int:
     """The macro-node size to align partitions and pages on: the ``nodeEntries``
     option, else the server's ``node-entries``. A stream created before a
@@ -293,9 +382,11 @@ def node_entries(client, options: Options) -> int:
 # Planning
 # ---------------------------------------------------------------------------
 
-def batch_range(first: int, last: int, options: Options) -> tuple[int, int]:
-    """The offsets ``lo..hi`` a batch read covers, given what the stream holds."""
-    starting, ending = options.starting, options.ending
+def batch_range(first: int, last: int, options: Options, key: str | None = None) -> tuple[int, int]:
+    """The offsets ``lo..hi`` a batch read of ``key`` covers, given what it holds."""
+    key = key or options.key or ""
+    starting = spec_for(options.starting, key, "earliest")
+    ending = spec_for(options.ending, key, "latest")
     if starting == "latest":
         lo = last + 1
     elif starting == "earliest":
@@ -374,13 +465,14 @@ def decode_tags(values: list) -> pa.Array:
                         pa.string())
 
 
-def record_batch(offsets, tags: pa.Array, entries, times: pa.Array | None) -> pa.RecordBatch:
-    """One batch in Spark's layout; ``times`` None gives null times."""
+def record_batch(offsets, tags: pa.Array, entries, times: pa.Array | None, key: str) -> pa.RecordBatch:
+    """One batch of ``key`` in Spark's layout; ``times`` None gives null times."""
     offsets = offsets if isinstance(offsets, pa.Array) else pa.array(offsets, pa.int64())
     entries = entries if isinstance(entries, pa.Array) else pa.array(entries, pa.binary())
     if times is None:
         times = pa.nulls(len(offsets), TIME_TYPE)
-    return pa.RecordBatch.from_arrays([offsets, tags, entries, times], schema=ARROW_SCHEMA)
+    keys = pa.repeat(pa.scalar(key, pa.string()), len(offsets))
+    return pa.RecordBatch.from_arrays([offsets, tags, entries, times, keys], schema=ARROW_SCHEMA)
 
 
 def rfc3339_to_times(values: list) -> pa.Array:

@@ -60,16 +60,22 @@ def pages(lo: int, hi: int, size: int) -> Iterator[tuple[int, int]]:
 
 
 def read_range(options: Options, lo: int, hi: int, fail_on_loss: bool = False,
-               client=None) -> Iterator[pa.RecordBatch]:
-    """Record batches (one per page) of the entries held at offsets ``lo..hi``
-    (inclusive), by offset."""
+               client=None, key: str | None = None, tag: str | None = None) -> Iterator[pa.RecordBatch]:
+    """Record batches (one per page) of the entries of ``key`` (default: the
+    option key) held at offsets ``lo..hi`` (inclusive), by offset."""
     if hi < lo:
         return
     own = client is None
     if own:
         client = connect(options)
     try:
-        key = options.require_key()
+        key = key or options.require_key()
+        if tag is not None:
+            try:
+                yield from _read_tag(client, key, lo, hi, tag, options.page_size, fail_on_loss)
+                return
+            except _NoDirectGet:
+                pass  # read every entry: Spark's filter keeps the tag's
         if options.with_time:
             reader = _PageReader(client, key, lo, hi, options.page_size, fail_on_loss, dget=True)
             try:
@@ -87,6 +93,57 @@ def read_range(options: Options, lo: int, hi: int, fail_on_loss: bool = False,
     finally:
         if own:
             client.close()
+
+
+class _NoDirectGet(Exception):
+    """DGET cannot serve this read (an old server, or direct gets off on the stream)."""
+
+
+def _messages(reply) -> list[dict]:
+    return [dict(zip(m[0::2], m[1::2])) if isinstance(m, list) else m for m in reply]
+
+
+def _read_tag(client, key: str, lo: int, hi: int, tag: str, size: int,
+              fail_on_loss: bool) -> Iterator[pa.RecordBatch]:
+    """The entries of ``tag`` in ``lo..hi``, through the server's subject index:
+    ``DGET key SEQ a BATCH n NEXT_BY_SUBJ tag``, each request from the offset
+    after the last one returned (no prefetch: the next start depends on the reply)."""
+    from redis.exceptions import ResponseError
+
+    a = lo
+    while a <= hi:
+        try:
+            if fail_on_loss:
+                first = client.execute_command("TREAD", key, a, 0, "WITHINFO")[0][0]
+                if first > a:
+                    raise DataLossError(loss_message(key, a, min(hi, first - 1), first))
+            reply = client.execute_command("DGET", key, "SEQ", a, "BATCH", size, "NEXT_BY_SUBJ", tag,
+                                           "MAX_BYTES", NO_BYTE_LIMIT)
+        except ResponseError as exc:
+            if any(text in str(exc) for text in _NO_DGET) and a == lo:
+                raise _NoDirectGet() from None
+            raise
+        if not reply:
+            return
+        offsets, entries, times = [], [], []
+        pending = 0
+        for message in _messages(reply):
+            seq = message.get(b"seq")
+            if seq is None:
+                pending = message.get(b"num_pending") or 0
+                continue
+            if seq > hi:
+                pending = 0
+                break
+            offsets.append(seq)
+            entries.append(message[b"data"])
+            times.append(message[b"time"])
+        if offsets:
+            yield record_batch(pa.array(offsets, pa.int64()), pa.array([tag] * len(offsets), pa.string()),
+                               pa.array(entries, pa.binary()), rfc3339_to_times(times), key)
+        if not pending or not offsets:
+            return
+        a = offsets[-1] + 1
 
 
 class _PageReader:
@@ -184,7 +241,7 @@ class _PageReader:
             return None
         offsets, tags, entries = zip(*rows)
         return record_batch(pa.array(offsets, pa.int64()), decode_tags(tags),
-                            pa.array(entries, pa.binary()), None)
+                            pa.array(entries, pa.binary()), None, self.key)
 
     def _dget_page(self, a: int, b: int) -> pa.RecordBatch | None:
         if self.fail_on_loss:
@@ -225,4 +282,4 @@ class _PageReader:
         if not offsets:
             return None
         return record_batch(pa.array(offsets, pa.int64()), decode_tags(tags),
-                            pa.array(entries, pa.binary()), rfc3339_to_times(times))
+                            pa.array(entries, pa.binary()), rfc3339_to_times(times), self.key)

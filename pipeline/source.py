@@ -18,19 +18,24 @@ from .common import (
     batch_rows,
     connect,
     missing_key,
+    no_key_matches,
     node_entries,
     node_ranges,
+    resolve_keys,
+    spec_for,
     split_to,
     stream_info,
 )
+from .pushdown import Pushed, narrow, push, timestamp_options
 from .server_read import loss_message, read_range
 
 
 class ServerRange(InputPartition):
-    """Offsets ``lo..hi`` (inclusive) read from the server by one task."""
+    """Offsets ``lo..hi`` (inclusive) of ``key`` read from the server by one task."""
 
-    def __init__(self, lo: int, hi: int) -> None:
-        super().__init__((lo, hi))
+    def __init__(self, key: str, lo: int, hi: int) -> None:
+        super().__init__((key, lo, hi))
+        self.key = key
         self.lo = lo
         self.hi = hi
 
@@ -52,35 +57,63 @@ class TStreamReader(DataSourceReader):
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        options.require_key()
+        options.require_source()
+        self.by_time = timestamp_options(options)   # startingTimestamp/endingTimestamp
+        self.pushed = Pushed()                       # the filters' narrowing
+        if options.path and self.by_time.narrowed():
+            raise OptionError("tstream: startingTimestamp/endingTimestamp read from a server, not a "
+                              "snapshot file (filter on the time column instead)")
+
+    def pushFilters(self, filters: list) -> Iterator:
+        """Narrow the read by the filters this source understands (``pipeline/pushdown.py``);
+        all of them go back to Spark, which checks them on the rows read."""
+        if not self.options.path:
+            self.pushed = push(filters, self.pushed)
+        yield from filters
 
     def partitions(self) -> list[InputPartition]:
         options = self.options
         if options.path:
             return [SnapshotPartition(part) for part in offline.plan(options)]
+        where = f"on the server at {options.url}"
         client = connect(options)
         try:
-            info = stream_info(client, options.key)
+            keys = resolve_keys(client, options)
+            if options.key_pattern and not keys and not options.allow_missing:
+                raise no_key_matches(options.key_pattern, where)
             n = node_entries(client, options)
+            ranges = []
+            for key in keys:  # one range (or more) per stream, never across two
+                ranges += self._ranges(client, key, n, where)
         finally:
             client.close()
+        return [ServerRange(*r) for r in split_to(ranges, options.min_partitions, n)]
+
+    def _ranges(self, client, key: str, n: int, where: str) -> list[tuple[str, int, int]]:
+        options = self.options
+        info = stream_info(client, key)
         if not info.exists and not options.allow_missing:
-            raise missing_key(options.key, f"on the server at {options.url}")
-        starting = options.starting
+            raise missing_key(key, where)
+        starting = spec_for(options.starting, key, "earliest")
         if isinstance(starting, int) and starting < info.first and info.exists and options.fail_on_data_loss:
             # Asked for offsets the stream no longer holds: Kafka's failOnDataLoss, in batch too.
-            ending = info.last if options.ending == "latest" else options.ending
-            raise DataLossError(loss_message(options.key, starting, min(ending, info.first - 1), info.first))
-        lo, hi = batch_range(info.first, info.last, options)
-        ranges = split_to(node_ranges(lo, hi, n, options), options.min_partitions, n)
-        return [ServerRange(a, b) for a, b in ranges]
+            ending = spec_for(options.ending, key, "latest")
+            ending = info.last if ending == "latest" else ending
+            raise DataLossError(loss_message(key, starting, min(ending, info.first - 1), info.first))
+        lo, hi = batch_range(info.first, info.last, options, key)
+        if self.by_time.narrowed() and lo <= hi:
+            lo, hi = narrow(client, key, info, lo, hi, self.by_time, strict=True)
+        if self.pushed.narrowed() and lo <= hi:
+            lo, hi = narrow(client, key, info, lo, hi, self.pushed)
+        return [(key, a, b) for a, b in node_ranges(lo, hi, n, options)]
 
     def read(self, partition: InputPartition) -> Iterator:
         if isinstance(partition, SnapshotPartition):
             batches = offline.read(partition.part)
         elif isinstance(partition, ServerRange) and partition.lo <= partition.hi:
             batches = read_range(self.options, partition.lo, partition.hi,
-                                 fail_on_loss=self.options.fail_on_data_loss)
+                                 fail_on_loss=self.options.fail_on_data_loss, key=partition.key,
+                                 tag=self.pushed.tag)
         else:  # nothing to read (Spark plans one partition even then)
             return iter(())
         if self.options.arrow:
@@ -93,7 +126,8 @@ def read_schema() -> StructType:
     from pyspark.sql.types import BinaryType, LongType, StringType, StructField, TimestampType
 
     return StructType([StructField("offset", LongType()), StructField("tag", StringType()),
-                       StructField("entry", BinaryType()), StructField("time", TimestampType())])
+                       StructField("entry", BinaryType()), StructField("time", TimestampType()),
+                       StructField("key", StringType())])
 
 
 def check_read_schema(schema: StructType) -> None:

@@ -7,6 +7,7 @@ and small: each Spark job costs ~0.5-2 s on two cores.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -300,6 +301,137 @@ def test_password_url_and_option(spark, make_server):
         .option("password", "s3cret").option("key", "k").load().count() == 10
 
 
+def test_several_keys(spark, server, tmp_path):
+    from pyspark.sql.functions import countDistinct, spark_partition_id
+
+    r = server.client()
+    fill(r, "a.1", 250)
+    fill(r, "a.2", 120)
+    fill(r, "b", 50)
+
+    def load(**options):
+        reader = spark.read.format("tstream").option("url", url(server)).option("nodeEntries", 100) \
+            .option("nodesPerPartition", 1)
+        for name, value in options.items():
+            reader = reader.option(name, str(value))
+        return reader.load()
+
+    df = load(keys="a.1, b")
+    assert sorted((x.key, x.offset) for x in df.select("key", "offset").collect()) == \
+        [("a.1", o) for o in range(1, 251)] + [("b", o) for o in range(1, 51)]
+    assert df.rdd.getNumPartitions() == 4                # 3 node ranges of a.1, 1 of b
+    per_partition = df.groupBy(spark_partition_id()).agg(countDistinct("key").alias("n")).collect()
+    assert {x.n for x in per_partition} == {1}           # never two streams in one partition
+    got = load(keyPattern="a.*").groupBy("key").count().collect()
+    assert sorted((x.key, x["count"]) for x in got) == [("a.1", 250), ("a.2", 120)]
+    # Offsets by key, as Kafka's JSON.
+    got = load(keys="a.1,a.2", startingOffset='{"a.1": 201}', endingOffset='{"a.2": 10}').collect()
+    assert sorted((x.key, x.offset) for x in got) == \
+        [("a.1", o) for o in range(201, 251)] + [("a.2", o) for o in range(1, 11)]
+    # A list in `key` is not a key: an error that names the options meant.
+    with pytest.raises(Exception, match="does not exist.*use the option keys"):
+        load(key="a.1,b").count()
+    with pytest.raises(Exception, match="no key matches keyPattern 'zz\\*'"):
+        load(keyPattern="zz*").count()
+    with pytest.raises(Exception, match="give one of the options key, keys and keyPattern"):
+        load(key="b", keys="a.1").count()
+
+    # Streaming over a pattern: per-stream offsets in the checkpoint; a new stream joins.
+    seen = []
+    checkpoint = tmp_path / "checkpoint"
+
+    def run():
+        query = (spark.readStream.format("tstream").option("url", url(server)).option("keyPattern", "a.*")
+                 .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 100).load()
+                 .writeStream.foreachBatch(lambda batch, _: seen.extend(
+                     (x.key, x.offset) for x in batch.select("key", "offset").collect()))
+                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        try:
+            query.awaitTermination(120)
+        finally:
+            query.stop()
+
+    run()
+    assert sorted(seen) == [("a.1", o) for o in range(1, 251)] + [("a.2", o) for o in range(1, 121)]
+    last = max((checkpoint / "offsets").iterdir(), key=lambda f: int(f.name) if f.name.isdigit() else -1)
+    assert json.loads(last.read_text().splitlines()[-1]) == {"offsets": {"a.1": 251, "a.2": 121}}
+    fill(r, "a.2", 10, start=120)
+    fill(r, "a.3", 7)
+    seen.clear()
+    run()
+    assert sorted(seen) == [("a.2", o) for o in range(121, 131)] + [("a.3", o) for o in range(1, 8)]
+
+
+def two_halves(r, key: str = "k") -> tuple[datetime, int]:
+    """Offsets 1..500 then 501..1000, written on either side of a time (returned as
+    a datetime with microseconds and as ms since the epoch)."""
+    fill(r, key, 500)
+    time.sleep(0.005)
+    ms = time.time_ns() // 1_000_000 + 1
+    while time.time_ns() < ms * 1_000_000 + 2_000_000:
+        time.sleep(0.001)
+    fill(r, key, 500, start=500)
+    return datetime.fromtimestamp(ms / 1000, timezone.utc), ms
+
+
+def test_filters_narrow_the_read(spark, server):
+    from pyspark.sql.functions import col, lit
+
+    r = server.client()
+    cut, ms = two_halves(r)
+    fill(r, "other", 10)
+    df = read(spark, server, nodeEntries=100, nodesPerPartition=1)
+    assert df.rdd.getNumPartitions() == 10
+
+    def check(where, offsets, partitions):
+        got = df.where(where)
+        assert sorted(x.offset for x in got.select("offset").collect()) == list(offsets)
+        assert got.rdd.getNumPartitions() == partitions, where
+
+    check("offset > 900", range(901, 1001), 1)
+    check("offset >= 250 and offset <= 420", range(250, 421), 3)
+    check("offset < 101", range(1, 101), 1)
+    check("offset = 777", [777], 1)
+    check("offset in (5, 150)", [5, 150], 2)
+    check(col("time") >= lit(cut), range(501, 1001), 5)
+    check(col("time") < lit(cut), range(1, 501), 5)
+    check((col("time") > lit(cut)) & (col("offset") < 700), range(501, 700), 2)
+    check("tag = 't3' and offset <= 300", [o for o in range(1, 301) if (o - 1) % 5 == 3], 3)
+    check("offset > 2000", [], 1)  # nothing to read (Spark plans one empty partition then)
+    # keys: a key filter keeps the streams it names
+    several = spark.read.format("tstream").option("url", url(server)).option("keys", "k,other").load()
+    assert several.where("key = 'other'").rdd.getNumPartitions() == 1
+    assert several.where("key = 'other'").count() == 10
+    # Kafka's startingTimestamp / endingTimestamp (ms): by write time, not checked again by Spark.
+    assert [x.offset for x in read(spark, server, startingTimestamp=ms).select("offset").collect()] == \
+        list(range(501, 1001))
+    assert read(spark, server, endingTimestamp=ms).count() == 500
+    assert read(spark, server, startingTimestamp=ms, endingOffset=600).count() == 100
+    with pytest.raises(Exception, match="startingTimestamp or startingOffset, not both"):
+        read(spark, server, startingTimestamp=ms, startingOffset=3).count()
+
+
+def test_pushed_tag_reads_only_that_tag(server):
+    """Without Spark: what a task reads once tag = 't3' is pushed (through the subject index)."""
+    from pyspark.sql.datasource import EqualTo, GreaterThan
+
+    from tstream.pipeline.source import TStreamReader
+
+    r = server.client()
+    fill(r, "k", 3000, tags=6)
+    for with_time in ("true", "false"):
+        reader = TStreamReader(opts(server, pageSize=100, withTime=with_time))
+        filters = [EqualTo(("tag",), "t3"), GreaterThan(("offset",), 100)]
+        assert list(reader.pushFilters(filters)) == filters     # Spark checks them again
+        batches = [b for part in reader.partitions() for b in reader.read(part)]
+        assert offsets_of(batches) == [o for o in range(101, 3001) if (o - 1) % 6 == 3]
+        assert {t for b in batches for t in b.column("tag").to_pylist()} == {"t3"}
+    r.execute_command("TCONFIG", "k", "SET", "allow_direct", "no")  # no subject index: every entry, Spark filters
+    reader = TStreamReader(opts(server))
+    list(reader.pushFilters([EqualTo(("tag",), "t3")]))
+    assert sum(b.num_rows for part in reader.partitions() for b in reader.read(part)) == 3000
+
+
 def test_options_are_validated(spark, server, tmp_path):
     r = server.client()
     fill(r, "k", 1000)
@@ -326,9 +458,12 @@ def test_options_are_validated(spark, server, tmp_path):
     assert "UnboundLocalError" not in str(failure.value)
     # The schema: names and types.
     with pytest.raises(Exception, match="the read schema is fixed"):
-        spark.read.format("tstream").schema("offset string, tag string, entry binary, time timestamp") \
+        spark.read.format("tstream").schema("offset string, tag string, entry binary, time timestamp, key string") \
             .option("url", url(server)).option("key", "k").load().count()
-    assert spark.read.format("tstream").schema("offset long, tag string, entry binary, time timestamp") \
+    with pytest.raises(Exception, match="the read schema is fixed"):
+        spark.read.format("tstream").schema("offset long, tag string, entry binary, time timestamp") \
+            .option("url", url(server)).option("key", "k").load().count()
+    assert spark.read.format("tstream").schema("offset long, tag string, entry binary, time timestamp, key string") \
         .option("url", url(server)).option("key", "k").load().count() == 1000
     # minPartitions: ranges split below a node when the nodes are too few.
     df = read(spark, server, minPartitions=4)
@@ -428,37 +563,69 @@ def test_stream_reader_offsets(server):
         return TStreamStreamReader(Options.parse({"url": url(server), "key": "k",
                                                   **{k: str(v) for k, v in extra.items()}}, streaming=True))
 
+    def at(n: int) -> dict:
+        return {"offsets": {"k": n}}
+
     with pytest.raises(Exception, match="does not exist"):
         reader().initialOffset()
-    assert reader(allowMissing="true").initialOffset() == {"key": "k", "offset": 1}  # no key yet
+    assert reader(allowMissing="true").initialOffset() == at(1)        # no key yet
     fill(r, "k", 500)
     r.execute_command("TEVICT", "k", 100)
-    assert reader(startingOffsets="earliest").initialOffset()["offset"] == 101
-    assert reader().initialOffset()["offset"] == 501                   # latest
-    assert reader(startingOffsets=42).initialOffset()["offset"] == 42
+    assert reader(startingOffsets="earliest").initialOffset() == at(101)
+    assert reader().initialOffset() == at(501)                          # latest
+    assert reader(startingOffsets=42).initialOffset() == at(42)
     s = reader(maxOffsetsPerTrigger=150)
     assert s.getDefaultReadLimit() == ReadMaxRows(150)
-    start = {"key": "k", "offset": 101}
-    assert s.latestOffset(start, ReadMaxRows(150))["offset"] == 251
-    assert s.latestOffset(start, ReadAllAvailable())["offset"] == 501
+    start = at(101)
+    assert s.latestOffset(start, ReadMaxRows(150)) == at(251)
+    assert s.latestOffset(start, ReadAllAvailable()) == at(501)
+    assert s.latestOffset({"key": "k", "offset": 101}, ReadAllAvailable()) == at(501)  # an old checkpoint
     s.prepareForTriggerAvailableNow()
     fill(r, "k", 100, start=500)
-    assert s.latestOffset({"key": "k", "offset": 501}, ReadAllAvailable())["offset"] == 501  # stops
-    assert reader().latestOffset({"key": "k", "offset": 501}, ReadAllAvailable())["offset"] == 601
-    assert [(p.lo, p.hi) for p in s.partitions(start, {"key": "k", "offset": 601})] == [(101, 600)]
+    assert s.latestOffset(at(501), ReadAllAvailable()) == at(501)  # stops
+    assert reader().latestOffset(at(501), ReadAllAvailable()) == at(601)
+    assert [(p.key, p.lo, p.hi) for p in s.partitions(start, at(601))] == [("k", 101, 600)]
     assert s.partitions(start, start) == []
     with pytest.raises(DataLossError, match="offsets 50 to 100"):
-        s.partitions({"key": "k", "offset": 50}, {"key": "k", "offset": 200})
-    assert reader(failOnDataLoss="false").partitions({"key": "k", "offset": 50},
-                                                     {"key": "k", "offset": 200})
+        s.partitions(at(50), at(200))
+    assert reader(failOnDataLoss="false").partitions(at(50), at(200))
     with pytest.raises(ValueError, match="new checkpoint"):
         s.partitions({"key": "other", "offset": 1}, {"key": "other", "offset": 5})
     r.delete("k")
     fill(r, "k", 10)  # the key is written again from offset 1: the checkpoint is ahead of it
     with pytest.raises(DataLossError, match="deleted and written again"):
-        reader().latestOffset({"key": "k", "offset": 601}, ReadAllAvailable())
-    assert reader(failOnDataLoss="false").latestOffset({"key": "k", "offset": 601},
-                                                       ReadAllAvailable())["offset"] == 601
+        reader().latestOffset(at(601), ReadAllAvailable())
+    assert reader(failOnDataLoss="false").latestOffset(at(601), ReadAllAvailable()) == at(601)
+    s.stop()
+
+
+def test_stream_reader_several_keys(server):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from tstream.pipeline.streaming import TStreamStreamReader
+
+    r = server.client()
+    fill(r, "a.1", 300)
+    fill(r, "a.2", 100)
+    fill(r, "b", 50)
+    s = TStreamStreamReader(Options.parse({"url": url(server), "keyPattern": "a.*",
+                                           "startingOffsets": "earliest", "nodeEntries": "100"}, mode="s"))
+    start = s.initialOffset()
+    assert start == {"offsets": {"a.1": 1, "a.2": 1}}
+    # maxOffsetsPerTrigger is shared in proportion to what each stream has to read.
+    assert s.latestOffset(start, ReadMaxRows(200)) == {"offsets": {"a.1": 151, "a.2": 51}}
+    end = s.latestOffset(start, ReadAllAvailable())
+    assert end == {"offsets": {"a.1": 301, "a.2": 101}}
+    assert [(p.key, p.lo, p.hi) for p in s.partitions(start, end)] == [("a.1", 1, 300), ("a.2", 1, 100)]
+    # A new stream matching the pattern joins at its first offset, read from the next batch.
+    fill(r, "a.3", 20)
+    r.execute_command("TEVICT", "a.3", 5)
+    grown = s.latestOffset(end, ReadAllAvailable())
+    assert grown == {"offsets": {"a.1": 301, "a.2": 101, "a.3": 6}}
+    assert s.partitions(end, grown) == []
+    assert s.latestOffset(grown, ReadAllAvailable())["offsets"]["a.3"] == 21
+    with pytest.raises(ValueError, match="'b', which the query does not read"):
+        s.latestOffset({"offsets": {"b": 1}}, ReadAllAvailable())
     s.stop()
 
 
@@ -521,3 +688,4 @@ def test_tls_and_password_url(make_server, certificates):
                                                  names=["tag", "entry"])])).rows == 1
     assert offsets_of(read_range(tls, 1, 10)) == [1]
     assert server.client(password="pw").execute_command("TREAD", "k", 1, 1) == [[1, b"t", b"v"]]
+
