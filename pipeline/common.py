@@ -25,6 +25,10 @@ DEFAULT_NODES_PER_PARTITION = 250
 DEFAULT_OFFLINE_NODES_PER_PARTITION = 1000
 DEFAULT_PAGE_SIZE = 1000           # entries per TREAD / DGET round trip
 DEFAULT_BATCH_SIZE = 500           # rows per atomic TWRITE ... ENTRIES of the sink
+DEFAULT_TIMEOUT_MS = 30_000        # a reply (or a connection) not there after this is an error
+DEFAULT_RETRIES = 10               # reconnections after a connection error or timeout, backing off
+RETRY_BASE = 0.1                   # s: the first wait doubled (0.2 s), doubling up to RETRY_CAP
+RETRY_CAP = 2.0                    # s: 10 retries ride out ~15 s without a server
 
 SCHEMA_DDL = "offset long, tag string, entry binary, time timestamp, key string"
 COLUMNS = ("offset", "tag", "entry", "time", "key")
@@ -83,6 +87,7 @@ OPTION_SPECS = {
     "failOnDataLoss": "rs", "allowMissing": "rs",
     "numPartitions": "rs", "minPartitions": "rs", "nodesPerPartition": "rs", "nodeEntries": "rs",
     "pageSize": "rs", "withTime": "rs", "arrow": "rs",
+    "timeoutMs": "rsw", "retries": "rsw",
     "batchSize": "w",
 }
 _CANONICAL = {name.lower(): name for name in OPTION_SPECS}
@@ -235,6 +240,8 @@ class Options:
     fail_on_data_loss: bool
     allow_missing: bool
     batch_size: int
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+    retries: int = DEFAULT_RETRIES
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool = False, mode: str | None = None) -> "Options":
@@ -274,6 +281,8 @@ class Options:
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             allow_missing=_bool(options, "allowMissing", False),
             batch_size=_int(options, "batchSize", DEFAULT_BATCH_SIZE),
+            timeout_ms=_int(options, "timeoutMs", DEFAULT_TIMEOUT_MS),
+            retries=_int(options, "retries", DEFAULT_RETRIES, 0),
         )
 
     def require_key(self) -> str:
@@ -311,14 +320,27 @@ class Options:
 # The server
 # ---------------------------------------------------------------------------
 
+def backoff(options: Options):
+    """redis-py's exponential backoff of the retries (0.2 s, 0.4 s, ... up to 2 s)."""
+    from redis.backoff import ExponentialBackoff
+
+    return ExponentialBackoff(cap=RETRY_CAP, base=RETRY_BASE)
+
+
 def connect(options: Options):
     """A redis-py client for ``options.url`` (``redis://`` or ``rediss://`` for TLS;
     user, password, db and TLS settings as redis-py's ``from_url`` reads them).
     The ``password`` option, when given, overrides the URL's. RESP3 is asked
-    for: maps come back as dicts."""
+    for: maps come back as dicts. Every wait for a reply or a connection is
+    bounded by ``timeoutMs``; a command that meets a connection error or a
+    timeout reconnects and is sent again, up to ``retries`` times with an
+    exponential backoff (the sink's ``TWRITE`` too: at least once)."""
     import redis
+    from redis.retry import Retry
 
-    kwargs = {"protocol": 3, "socket_timeout": 60, "socket_connect_timeout": 10}
+    timeout = options.timeout_ms / 1000
+    kwargs = {"protocol": 3, "socket_timeout": timeout, "socket_connect_timeout": min(timeout, 10.0),
+              "retry": Retry(backoff(options), options.retries)}
     if options.password is not None:
         kwargs["password"] = options.password
     return redis.Redis.from_url(options.url, **kwargs)

@@ -28,12 +28,15 @@ per-subject limit) are not loss, they are simply absent.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import Iterator
 
 import pyarrow as pa
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .common import DataLossError, Options, connect, decode_tags, record_batch, rfc3339_to_times
+from .common import DataLossError, Options, backoff, connect, decode_tags, record_batch, rfc3339_to_times
 
 PREFETCH = 2  # requests in flight per task
 NO_BYTE_LIMIT = 1 << 62  # DGET's MAX_BYTES: a page is bounded by pageSize, never cut short
@@ -77,7 +80,7 @@ def read_range(options: Options, lo: int, hi: int, fail_on_loss: bool = False,
             except _NoDirectGet:
                 pass  # read every entry: Spark's filter keeps the tag's
         if options.with_time:
-            reader = _PageReader(client, key, lo, hi, options.page_size, fail_on_loss, dget=True)
+            reader = _PageReader(client, key, lo, hi, options, fail_on_loss, dget=True)
             try:
                 first = next(reader)
             except StopIteration:
@@ -89,7 +92,7 @@ def read_range(options: Options, lo: int, hi: int, fail_on_loss: bool = False,
                 yield first
                 yield from reader
                 return
-        yield from _PageReader(client, key, lo, hi, options.page_size, fail_on_loss, dget=False)
+        yield from _PageReader(client, key, lo, hi, options, fail_on_loss, dget=False)
     finally:
         if own:
             client.close()
@@ -148,16 +151,25 @@ def _read_tag(client, key: str, lo: int, hi: int, tag: str, size: int,
 
 class _PageReader:
     """Iterator of record batches over the pages of one range, ``PREFETCH``
-    requests in flight on one connection of ``client``'s pool."""
+    requests in flight on one connection of ``client``'s pool.
 
-    def __init__(self, client, key: str, lo: int, hi: int, size: int, fail_on_loss: bool,
+    A connection error or a timeout (``timeoutMs``) drops the connection and the
+    requests in flight; after a backoff the reader reconnects and asks again from
+    the page after the last one it handed out, up to ``retries`` times in a row."""
+
+    def __init__(self, client, key: str, lo: int, hi: int, options: Options, fail_on_loss: bool,
                  dget: bool) -> None:
         self.client = client
         self.key = key
         self.hi = hi
+        self.size = options.page_size
+        self.retries = options.retries
+        self.backoff = backoff(options)
+        self.failures = 0
         self.fail_on_loss = fail_on_loss
         self.dget = dget
-        self.pages = pages(lo, hi, size)
+        self.pages = pages(lo, hi, self.size)
+        self.resume = lo           # the first offset of the first page not handed out yet
         self.skip_to = lo          # pages ending below this hold nothing any more
         self.inflight: deque = deque()
         self.conn = None
@@ -183,28 +195,46 @@ class _PageReader:
         return False
 
     def __next__(self) -> pa.RecordBatch:
+        while True:
+            try:
+                batch = self._next_page()
+            except StopIteration:
+                raise
+            except (RedisConnectionError, RedisTimeoutError):
+                self._release(broken=True)
+                if self.failures >= self.retries:
+                    raise
+                self.failures += 1
+                time.sleep(self.backoff.compute(self.failures))
+                # Again from the first page not handed out: the replies in flight are lost.
+                self.pages = pages(self.resume, self.hi, self.size)
+                self.done = False
+                continue
+            except BaseException:
+                self._release(broken=True)  # replies may still be owed on the connection
+                raise
+            self.failures = 0
+            return batch
+
+    def _next_page(self) -> pa.RecordBatch:
         if self.conn is None:
             pool = self.client.connection_pool
             try:
                 self.conn = pool.get_connection()
             except TypeError:  # redis-py < 5.3 wants a command name
                 self.conn = pool.get_connection("TREAD")
-        try:
-            while True:
-                while not self.done and len(self.inflight) < PREFETCH and self._send_next():
-                    pass
-                if not self.inflight:
-                    self._release()
-                    raise StopIteration
-                a, b = self.inflight.popleft()
-                batch = self._dget_page(a, b) if self.dget else self._tread_page(a, b)
-                if batch is not None:
-                    return batch
-        except StopIteration:
-            raise
-        except BaseException:
-            self._release(broken=True)  # replies may still be owed on the connection
-            raise
+        while True:
+            while not self.done and len(self.inflight) < PREFETCH and self._send_next():
+                pass
+            if not self.inflight:
+                self._release()
+                raise StopIteration
+            a, b = self.inflight[0]
+            batch = self._dget_page(a, b) if self.dget else self._tread_page(a, b)
+            self.inflight.popleft()
+            self.resume = b + 1
+            if batch is not None:
+                return batch
 
     def close(self) -> None:
         self._release()

@@ -689,3 +689,67 @@ def test_tls_and_password_url(make_server, certificates):
     assert offsets_of(read_range(tls, 1, 10)) == [1]
     assert server.client(password="pw").execute_command("TREAD", "k", 1, 1) == [[1, b"t", b"v"]]
 
+
+# ---------------------------------------------------------------------------
+# Resilience: timeouts, retries, a server restart
+# ---------------------------------------------------------------------------
+
+def test_timeout_on_a_hung_server():
+    """A server that accepts and never answers: timeoutMs bounds each wait, retries their number."""
+    import socket
+
+    import redis
+
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)
+        options = Options.parse({"url": f"redis://127.0.0.1:{hung.getsockname()[1]}", "key": "k",
+                                 "timeoutMs": "200", "retries": "1"}, mode="r")
+        with pytest.raises(redis.exceptions.TimeoutError):
+            list(read_range(options, 1, 10))
+    for bad in ({"timeoutMs": "0"}, {"retries": "-1"}):
+        with pytest.raises(OptionError):
+            Options.parse({"key": "k", **bad})
+
+
+def test_reader_resumes_after_a_restart(make_server, tmp_path):
+    """A task's pages survive a server restart: it reconnects and goes on from the page after
+    the last one it handed out, neither skipping nor repeating rows."""
+    server = make_server("--save", "", "--appendonly", "yes", directory=tmp_path)
+    fill(server.client(), "k", 5000)
+    for with_time in (True, False):
+        pages = read_range(opts(server, pageSize=100, withTime=with_time), 1, 5000)
+        got = [next(pages) for _ in range(5)]
+        server.stop()
+        threading.Timer(1.0, server.start).start()   # back after a second
+        got += list(pages)
+        assert offsets_of(got) == list(range(1, 5001))
+        server.wait_ready()
+
+
+def test_streaming_query_rides_out_a_server_restart(spark, make_server, tmp_path):
+    server = make_server("--save", "", "--appendonly", "yes", directory=tmp_path)
+    r = server.client()
+    fill(r, "k", 3000)
+    seen = []
+    query = (spark.readStream.format("tstream").option("url", url(server)).option("key", "k")
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 500).load()
+             .writeStream.foreachBatch(lambda batch, _: seen.extend(x.offset for x in batch.select("offset").collect()))
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        deadline = time.monotonic() + 60
+        while len(seen) < 1000 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(seen) >= 1000
+        server.stop()
+        time.sleep(3)                                  # 3 s without a server
+        server.start()
+        fill(server.client(), "k", 1000, start=3000)   # written after the restart
+        deadline = time.monotonic() + 90
+        while len(seen) < 4000 and time.monotonic() < deadline and query.isActive:
+            time.sleep(0.1)
+        assert query.isActive and query.exception() is None
+        assert sorted(seen) == list(range(1, 4001))    # every row once
+    finally:
+        query.stop()
