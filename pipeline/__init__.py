@@ -52,6 +52,9 @@ def register(spark) -> None:
     from .source import TStreamDataSource
 
     spark.dataSource.register(TStreamDataSource)
+    # Filters on offset, time, tag and key narrow batch reads (pipeline/pushdown.py); PySpark
+    # calls a Python source's pushFilters only with this on, and refuses the read without it.
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
 
 
 def __getattr__(name: str):

@@ -25,9 +25,13 @@ DEFAULT_NODES_PER_PARTITION = 250
 DEFAULT_OFFLINE_NODES_PER_PARTITION = 1000
 DEFAULT_PAGE_SIZE = 1000           # entries per TREAD / DGET round trip
 DEFAULT_BATCH_SIZE = 500           # rows per atomic TWRITE ... ENTRIES of the sink
+DEFAULT_TIMEOUT_MS = 30_000        # a reply (or a connection) not there after this is an error
+DEFAULT_RETRIES = 10               # reconnections after a connection error or timeout, backing off
+RETRY_BASE = 0.1                   # s: the first wait doubled (0.2 s), doubling up to RETRY_CAP
+RETRY_CAP = 2.0                    # s: 10 retries ride out ~15 s without a server
 
-SCHEMA_DDL = "offset long, tag string, entry binary, time timestamp"
-COLUMNS = ("offset", "tag", "entry", "time")
+SCHEMA_DDL = "offset long, tag string, entry binary, time timestamp, key string"
+COLUMNS = ("offset", "tag", "entry", "time", "key")
 
 # What Spark expects of a RecordBatch yielded by read(): exactly its
 # to_arrow_schema(schema, timezone="UTC") of the DDL above, all nullable.
@@ -37,6 +41,7 @@ ARROW_SCHEMA = pa.schema([
     pa.field("tag", pa.string()),
     pa.field("entry", pa.binary()),
     pa.field("time", TIME_TYPE),
+    pa.field("key", pa.string()),
 ])
 
 
@@ -45,17 +50,83 @@ class OptionError(ValueError):
 
 
 class DataLossError(RuntimeError):
-    """A streaming query was to read offsets that were evicted first."""
+    """A query was to read offsets that were evicted first."""
+
+
+class MissingKeyError(RuntimeError):
+    """A key to read does not exist (and ``allowMissing`` is not set)."""
+
+
+def missing_key(key: str, where: str) -> MissingKeyError:
+    hint = ""
+    if any(c in key for c in ",*?["):
+        hint = (" (to read several keys, use the option keys, a comma-separated list, or keyPattern, "
+                "a glob such as orders.*)")
+    return MissingKeyError(f"tstream: key {key!r} does not exist {where}{hint}; check its name, or set "
+                           "the option allowMissing to true to read a missing key as empty")
+
+
+def no_key_matches(pattern: str, where: str) -> MissingKeyError:
+    return MissingKeyError(f"tstream: no key matches keyPattern {pattern!r} {where}; set the option "
+                           "allowMissing to true to read that as empty")
 
 
 # ---------------------------------------------------------------------------
 # Options
 # ---------------------------------------------------------------------------
 
+# Every option, and where it applies: "r" batch reads, "s" streaming reads, "w"
+# writes (batch and streaming). Anything else is refused (with the closest name
+# as a suggestion): a typo must not silently read everything.
+OPTION_SPECS = {
+    "url": "rsw", "password": "rsw", "key": "rsw", "keys": "rs", "keyPattern": "rs",
+    "path": "r",
+    "startingOffset": "rs", "startingOffsets": "rs", "endingOffset": "r", "endingOffsets": "r",
+    "startingTimestamp": "rs", "endingTimestamp": "r",
+    "maxOffsetsPerTrigger": "s",
+    "failOnDataLoss": "rs", "allowMissing": "rs",
+    "numPartitions": "rs", "minPartitions": "rs", "nodesPerPartition": "rs", "nodeEntries": "rs",
+    "pageSize": "rs", "withTime": "rs", "arrow": "rs",
+    "timeoutMs": "rsw", "retries": "rsw",
+    "batchSize": "w",
+}
+_CANONICAL = {name.lower(): name for name in OPTION_SPECS}
+# Options Spark itself puts in a writer's map (not the user's to mistype).
+_SPARK_OPTIONS = {"checkpointlocation"}
+_MODES = {"r": "batch reads (spark.read)", "s": "streaming reads (spark.readStream)",
+          "w": "writes (df.write, df.writeStream)"}
+
+
+def check_names(options: Mapping[str, str], mode: str | None = None) -> None:
+    """Refuse unknown options (suggesting the closest known name) and, given a
+    ``mode`` ("r", "s" or "w"), options that do not apply to it."""
+    import difflib
+
+    for raw in options:
+        name = str(raw)
+        lower = name.lower()
+        if lower in _SPARK_OPTIONS:
+            continue
+        canonical = _CANONICAL.get(lower)
+        if canonical is None:
+            close = difflib.get_close_matches(lower, list(_CANONICAL), n=1, cutoff=0.6)
+            hint = f"; did you mean {_CANONICAL[close[0]]!r}?" if close else ""
+            raise OptionError(f"tstream: unknown option {name!r}{hint} "
+                              f"(the options: {', '.join(OPTION_SPECS)}; see docs/spark.md)")
+        if mode is not None and mode not in OPTION_SPECS[canonical]:
+            where = " and ".join(_MODES[m] for m in OPTION_SPECS[canonical])
+            raise OptionError(f"tstream: option {canonical!r} applies to {where} only, "
+                              f"not to {_MODES[mode]}")
+
+
+def _lowered(options: Mapping[str, str]) -> dict:
+    return {str(k).lower(): v for k, v in options.items()}
+
+
 def _get(options: Mapping[str, str], *names: str):
-    """The first of ``names`` present (Spark's option maps are case-insensitive)."""
+    """The first of ``names`` present (option names are case-insensitive)."""
     for name in names:
-        value = options.get(name)
+        value = options.get(name.lower())
         if value is not None:
             return value
     return None
@@ -86,11 +157,7 @@ def _bool(options, name: str, default: bool) -> bool:
     raise OptionError(f"tstream option {name} must be true or false, got {raw!r}")
 
 
-def _offset_spec(options, names: tuple[str, ...], default: str) -> str | int:
-    """``earliest``, ``latest`` or an offset >= 1."""
-    raw = _get(options, *names)
-    if raw is None:
-        return default
+def _one_spec(raw, name: str) -> str | int:
     text = str(raw).strip().lower()
     if text in ("earliest", "latest"):
         return text
@@ -99,16 +166,53 @@ def _offset_spec(options, names: tuple[str, ...], default: str) -> str | int:
     except ValueError:
         value = 0
     if value < 1:
-        raise OptionError(f"tstream option {names[0]} must be earliest, latest or an offset >= 1, "
-                          f"got {raw!r}")
+        raise OptionError(f"tstream option {name} must be earliest, latest or an offset >= 1 "
+                          f"(or a JSON object of those by key, e.g. {{\"a\": 5, \"b\": \"latest\"}}), got {raw!r}")
     return value
 
 
-def _ending(options) -> str | int:
+def _offset_spec(options, names: tuple[str, ...], default: str):
+    """``earliest``, ``latest`` or an offset >= 1; or, as Kafka's, a JSON object
+    of those by key (keys it does not name get ``default``): a tuple of pairs."""
+    raw = _get(options, *names)
+    if raw is None:
+        return default
+    if str(raw).lstrip().startswith("{"):
+        import json
+
+        try:
+            by_key = json.loads(raw)
+        except ValueError:
+            raise OptionError(f"tstream option {names[0]}: malformed JSON {raw!r}") from None
+        if not isinstance(by_key, dict):
+            raise OptionError(f"tstream option {names[0]} must be a JSON object of offsets by key, got {raw!r}")
+        return tuple(sorted((str(k), _one_spec(v, names[0])) for k, v in by_key.items()))
+    return _one_spec(raw, names[0])
+
+
+def spec_for(spec, key: str, default: str):
+    """The ``earliest``/``latest``/offset that ``spec`` gives ``key``."""
+    if isinstance(spec, tuple):
+        return dict(spec).get(key, default)
+    return spec
+
+
+def _ending(options):
     ending = _offset_spec(options, ("endingOffset", "endingOffsets"), "latest")
-    if ending == "earliest":
-        raise OptionError("tstream option endingOffset must be latest or an offset >= 1")
+    for spec in (dict(ending).values() if isinstance(ending, tuple) else (ending,)):
+        if spec == "earliest":
+            raise OptionError("tstream option endingOffset must be latest or an offset >= 1")
     return ending
+
+
+def _key_list(options) -> tuple[str, ...] | None:
+    raw = _get(options, "keys")
+    if raw is None:
+        return None
+    keys = tuple(dict.fromkeys(k.strip() for k in str(raw).split(",") if k.strip()))
+    if not keys:
+        raise OptionError(f"tstream option keys must list keys separated by commas, got {raw!r}")
+    return keys
 
 
 @dataclass(frozen=True)
@@ -118,45 +222,94 @@ class Options:
     url: str
     password: str | None = field(repr=False)
     key: str | None
+    keys: tuple[str, ...] | None  # the option keys: several streams
+    key_pattern: str | None      # the option keyPattern: the streams whose names match this glob
     path: str | None
-    starting: str | int          # batch: startingOffset; streaming: startingOffsets
-    ending: str | int            # batch only: endingOffset (inclusive)
+    starting: str | int | tuple  # batch: startingOffset; streaming: startingOffsets (tuple: by key)
+    ending: str | int | tuple    # batch only: endingOffset (inclusive)
     num_partitions: int | None
+    min_partitions: int | None   # split ranges further (not on node boundaries) up to this many
     nodes_per_partition: int | None  # None: the default of the reader (server or snapshot)
     node_entries: int | None     # None: ask the server (CONFIG GET node-entries)
     page_size: int
     with_time: bool
     arrow: bool
+    starting_timestamp: int | None  # ms since the epoch (Kafka's startingTimestamp)
+    ending_timestamp: int | None
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
+    allow_missing: bool
     batch_size: int
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+    retries: int = DEFAULT_RETRIES
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], streaming: bool = False) -> "Options":
+    def parse(cls, options: Mapping[str, str], streaming: bool = False, mode: str | None = None) -> "Options":
+        """Parse and check ``options``: unknown names are refused; with ``mode``
+        ("r", "s", "w") so are the options that do not apply to it."""
+        check_names(options, mode)
+        streaming = streaming or mode == "s"
+        options = _lowered(options)
         starting_names = (("startingOffsets", "startingOffset") if streaming
                           else ("startingOffset", "startingOffsets"))
+        given = [name for name in ("key", "keys", "keyPattern") if _get(options, name) is not None]
+        if len(given) > 1:
+            raise OptionError(f"tstream: give one of the options key, keys and keyPattern, not {' and '.join(given)}")
+        for by_time, by_offset in (("startingTimestamp", ("startingOffset", "startingOffsets")),
+                                   ("endingTimestamp", ("endingOffset", "endingOffsets"))):
+            if _get(options, by_time) is not None and _get(options, *by_offset) is not None:
+                raise OptionError(f"tstream: give the option {by_time} or {by_offset[0]}, not both")
         return cls(
             url=str(_get(options, "url") or DEFAULT_URL),
             password=_get(options, "password"),
             key=_get(options, "key"),
+            keys=_key_list(options),
+            key_pattern=_get(options, "keyPattern"),
             path=_get(options, "path"),
             starting=_offset_spec(options, starting_names, "latest" if streaming else "earliest"),
             ending=_ending(options),
             num_partitions=_int(options, "numPartitions", None),
+            min_partitions=_int(options, "minPartitions", None),
             nodes_per_partition=_int(options, "nodesPerPartition", None),
             node_entries=_int(options, "nodeEntries", None),
             page_size=_int(options, "pageSize", DEFAULT_PAGE_SIZE),
             with_time=_bool(options, "withTime", True),
             arrow=_bool(options, "arrow", True),
+            starting_timestamp=_int(options, "startingTimestamp", None, 0),
+            ending_timestamp=_int(options, "endingTimestamp", None, 0),
             max_offsets_per_trigger=_int(options, "maxOffsetsPerTrigger", None),
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+            allow_missing=_bool(options, "allowMissing", False),
             batch_size=_int(options, "batchSize", DEFAULT_BATCH_SIZE),
+            timeout_ms=_int(options, "timeoutMs", DEFAULT_TIMEOUT_MS),
+            retries=_int(options, "retries", DEFAULT_RETRIES, 0),
         )
 
     def require_key(self) -> str:
         if not self.key:
             raise OptionError("tstream: the option key (the stream to read or write) is required")
         return self.key
+
+    def require_source(self) -> None:
+        """A read needs one of key, keys and keyPattern."""
+        if not (self.key or self.keys or self.key_pattern):
+            raise OptionError("tstream: the option key (the stream to read) is required "
+                              "(or keys, a comma-separated list, or keyPattern, a glob)")
+
+    @property
+    def fixed_keys(self) -> tuple[str, ...] | None:
+        """The keys named by key or keys; None with keyPattern."""
+        if self.key_pattern:
+            return None
+        return self.keys or ((self.key,) if self.key else ())
+
+    def matches(self, key: str) -> bool:
+        """Whether ``key`` is one this read names (for a checkpoint's keys)."""
+        import fnmatch
+
+        if self.key_pattern:
+            return fnmatch.fnmatchcase(key, self.key_pattern)
+        return key in (self.fixed_keys or ())
 
     @property
     def key_bytes(self) -> bytes:
@@ -167,14 +320,27 @@ class Options:
 # The server
 # ---------------------------------------------------------------------------
 
+def backoff(options: Options):
+    """redis-py's exponential backoff of the retries (0.2 s, 0.4 s, ... up to 2 s)."""
+    from redis.backoff import ExponentialBackoff
+
+    return ExponentialBackoff(cap=RETRY_CAP, base=RETRY_BASE)
+
+
 def connect(options: Options):
     """A redis-py client for ``options.url`` (``redis://`` or ``rediss://`` for TLS;
     user, password, db and TLS settings as redis-py's ``from_url`` reads them).
     The ``password`` option, when given, overrides the URL's. RESP3 is asked
-    for: maps come back as dicts."""
+    for: maps come back as dicts. Every wait for a reply or a connection is
+    bounded by ``timeoutMs``; a command that meets a connection error or a
+    timeout reconnects and is sent again, up to ``retries`` times with an
+    exponential backoff (the sink's ``TWRITE`` too: at least once)."""
     import redis
+    from redis.retry import Retry
 
-    kwargs = {"protocol": 3, "socket_timeout": 60, "socket_connect_timeout": 10}
+    timeout = options.timeout_ms / 1000
+    kwargs = {"protocol": 3, "socket_timeout": timeout, "socket_connect_timeout": min(timeout, 10.0),
+              "retry": Retry(backoff(options), options.retries)}
     if options.password is not None:
         kwargs["password"] = options.password
     return redis.Redis.from_url(options.url, **kwargs)
@@ -188,6 +354,7 @@ class StreamInfo:
     last: int
     nodes: int
     allow_direct: bool
+    exists: bool = True
 
     @property
     def next_offset(self) -> int:
@@ -202,11 +369,20 @@ def stream_info(client, key: str) -> StreamInfo:
         info = as_map(client.execute_command("TINFO", key))
     except ResponseError as exc:
         if "no such key" in str(exc).lower():
-            return StreamInfo(1, 0, 0, True)
+            return StreamInfo(1, 0, 0, True, exists=False)
         raise
     direct = info.get("allow_direct", b"yes")
     return StreamInfo(int(info["first"]), int(info["last"]), int(info["nodes"]),
                       direct in (b"yes", "yes", 1, True))
+
+
+def resolve_keys(client, options: Options) -> list[str]:
+    """The keys a read covers: key or keys as given, or those matching
+    keyPattern now (``SCAN ... MATCH pattern TYPE tstream``), sorted."""
+    if options.key_pattern:
+        found = client.scan_iter(match=options.key_pattern, count=1000, _type="tstream")
+        return sorted({k.decode("utf-8", "replace") if isinstance(k, bytes) else str(k) for k in found})
+    return list(options.fixed_keys or ())
 
 
 def node_entries(client, options: Options) -> int:
@@ -228,9 +404,11 @@ def node_entries(client, options: Options) -> int:
 # Planning
 # ---------------------------------------------------------------------------
 
-def batch_range(first: int, last: int, options: Options) -> tuple[int, int]:
-    """The offsets ``lo..hi`` a batch read covers, given what the stream holds."""
-    starting, ending = options.starting, options.ending
+def batch_range(first: int, last: int, options: Options, key: str | None = None) -> tuple[int, int]:
+    """The offsets ``lo..hi`` a batch read of ``key`` covers, given what it holds."""
+    key = key or options.key or ""
+    starting = spec_for(options.starting, key, "earliest")
+    ending = spec_for(options.ending, key, "latest")
     if starting == "latest":
         lo = last + 1
     elif starting == "earliest":
@@ -265,6 +443,35 @@ def node_ranges(lo: int, hi: int, n: int, options: Options) -> list[tuple[int, i
     return ranges
 
 
+def split_to(ranges: list[tuple], minimum: int | None, n: int) -> list[tuple]:
+    """``minPartitions``: split the biggest ranges in two (on a macro-node
+    boundary while a range spans several nodes, else anywhere) until there are
+    ``minimum`` ranges or every range is one offset. A range is a tuple whose
+    last two items are ``lo`` and ``hi``; what comes before them is kept."""
+    import heapq
+
+    if not minimum or len(ranges) >= minimum:
+        return ranges
+    heap = [(-(r[-1] - r[-2] + 1), i, r) for i, r in enumerate(ranges)]
+    heapq.heapify(heap)
+    order = len(ranges)
+    while len(heap) < minimum:
+        size, i, r = heapq.heappop(heap)
+        if -size <= 1:
+            heapq.heappush(heap, (size, i, r))
+            break
+        head, lo, hi = r[:-2], r[-2], r[-1]
+        first_node, last_node = (lo - 1) // n, (hi - 1) // n
+        if last_node > first_node:
+            cut = (first_node + (last_node - first_node + 1) // 2) * n  # last offset of the left half
+        else:
+            cut = lo + (hi - lo + 1) // 2 - 1
+        for part in ((*head, lo, cut), (*head, cut + 1, hi)):
+            heapq.heappush(heap, (-(part[-1] - part[-2] + 1), order, part))
+            order += 1
+    return sorted((r for _, _, r in heap), key=lambda r: (r[:-2], r[-2]))
+
+
 # ---------------------------------------------------------------------------
 # Arrow
 # ---------------------------------------------------------------------------
@@ -280,13 +487,14 @@ def decode_tags(values: list) -> pa.Array:
                         pa.string())
 
 
-def record_batch(offsets, tags: pa.Array, entries, times: pa.Array | None) -> pa.RecordBatch:
-    """One batch in Spark's layout; ``times`` None gives null times."""
+def record_batch(offsets, tags: pa.Array, entries, times: pa.Array | None, key: str) -> pa.RecordBatch:
+    """One batch of ``key`` in Spark's layout; ``times`` None gives null times."""
     offsets = offsets if isinstance(offsets, pa.Array) else pa.array(offsets, pa.int64())
     entries = entries if isinstance(entries, pa.Array) else pa.array(entries, pa.binary())
     if times is None:
         times = pa.nulls(len(offsets), TIME_TYPE)
-    return pa.RecordBatch.from_arrays([offsets, tags, entries, times], schema=ARROW_SCHEMA)
+    keys = pa.repeat(pa.scalar(key, pa.string()), len(offsets))
+    return pa.RecordBatch.from_arrays([offsets, tags, entries, times, keys], schema=ARROW_SCHEMA)
 
 
 def rfc3339_to_times(values: list) -> pa.Array:

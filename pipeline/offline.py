@@ -24,8 +24,19 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .common import ARROW_SCHEMA, DEFAULT_OFFLINE_NODES_PER_PARTITION, TIME_TYPE, OptionError, Options, batch_range
-from .snapshot_reader import find_key, footer_crc, iter_node_blobs, open_snapshot, read_meta
+from .common import (
+    ARROW_SCHEMA,
+    DEFAULT_OFFLINE_NODES_PER_PARTITION,
+    TIME_TYPE,
+    DataLossError,
+    OptionError,
+    Options,
+    batch_range,
+    missing_key,
+    no_key_matches,
+    spec_for,
+)
+from .snapshot_reader import footer_crc, iter_keys, iter_node_blobs, open_snapshot, read_meta
 
 
 @dataclass(frozen=True)
@@ -34,6 +45,7 @@ class SnapshotRange:
     ``first_pos``, keeping offsets ``lo..hi``."""
 
     path: str
+    key: str
     crc: int
     meta_pos: int
     first_pos: int
@@ -43,35 +55,63 @@ class SnapshotRange:
 
 
 def plan(options: Options) -> list[SnapshotRange]:
+    """The partitions of a read of ``options.path``: per key read, ranges of
+    whole node records."""
+    options.require_source()
     path = options.path
-    key = options.key_bytes
     try:
         data = open_snapshot(path)
     except FileNotFoundError:
         raise OptionError(f"tstream: snapshot file {path!r} does not exist") from None
     try:
-        item = find_key(data, key, path)
         crc = footer_crc(data)
-        if item is None or not item.node_pos:
-            return []
-        n = item.node_entries
-        # Node records are consecutive aligned nodes: the first one's start places them all.
-        from tstream.engine.stream import Node
-
-        blobs = iter_node_blobs(data, item.node_pos[0], 1, path)
-        blob, _ = next(blobs)
-        first_node = (Node.from_blob(blob, n, check=False).start - 1) // n
-        del blob
-        blobs.close()
+        wanted = options.fixed_keys
+        items = [item for item in iter_keys(data, path)
+                 if options.matches(item.key.decode("utf-8", "replace"))]
+        found = {item.key.decode("utf-8", "replace") for item in items}
+        if not options.allow_missing:
+            for key in wanted or ():
+                if key not in found:
+                    raise missing_key(key, f"in the snapshot {path!r}")
+            if wanted is None and not items:
+                raise no_key_matches(options.key_pattern, f"in the snapshot {path!r}")
+        parts = []
+        for item in items:
+            parts += _plan_key(data, path, crc, item, options)
+        return parts
     finally:
         _close(data)
+
+
+def _plan_key(data, path: str, crc: int, item, options: Options) -> list[SnapshotRange]:
+    if not item.node_pos:
+        return []
+    key = item.key.decode("utf-8", "replace")
+    n = item.node_entries
+    # Node records are consecutive aligned nodes: the first one's start places them all.
+    from tstream.engine.stream import Node
+
+    blobs = iter_node_blobs(data, item.node_pos[0], 1, path)
+    blob, _ = next(blobs)
+    first_node = (Node.from_blob(blob, n, check=False).start - 1) // n
+    del blob
+    blobs.close()
     meta = item.meta
-    lo, hi = batch_range(int(meta["first"]), int(meta["next_offset"]) - 1, options)
+    first = int(meta["first"])
+    last = int(meta["next_offset"]) - 1
+    starting = spec_for(options.starting, key, "earliest")
+    if isinstance(starting, int) and starting < first and options.fail_on_data_loss:
+        from .server_read import loss_message
+
+        ending = spec_for(options.ending, key, "latest")
+        ending = last if ending == "latest" else ending
+        raise DataLossError(loss_message(key, starting, min(ending, first - 1), first))
+    lo, hi = batch_range(first, last, options, key)
     if hi < lo:
         return []
     want_lo = (lo - 1) // n - first_node
     want_hi = min((hi - 1) // n - first_node, len(item.node_pos) - 1)
-    if len(item.node_pos) != (int(meta["next_offset"]) - 2) // n - first_node + 1:
+    if len(item.node_pos) != (last - 1) // n - first_node + 1:
         # Nodes sealed by bytes (node-max-bytes) share ranges: no arithmetic;
         # read them all (each node's rows are clipped to [lo, hi]).
         want_lo, want_hi = 0, len(item.node_pos) - 1
@@ -84,7 +124,11 @@ def plan(options: Options) -> list[SnapshotRange]:
     else:
         step = options.nodes_per_partition or DEFAULT_OFFLINE_NODES_PER_PARTITION
         bounds = list(range(want_lo, want_hi + 1, step)) + [want_hi + 1]
-    return [SnapshotRange(path, crc, item.meta_pos, item.node_pos[a], b - a, lo, hi)
+    if options.min_partitions and len(bounds) - 1 < options.min_partitions:
+        # minPartitions: whole node records here (a node is the unit read from the file)
+        parts = min(options.min_partitions, total)
+        bounds = [want_lo + total * i // parts for i in range(parts + 1)]
+    return [SnapshotRange(path, key, crc, item.meta_pos, item.node_pos[a], b - a, lo, hi)
             for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
@@ -107,7 +151,7 @@ def read(part: SnapshotRange) -> Iterator[pa.RecordBatch]:
         for blob, deleted in blobs:
             # each record's CRC was checked: no need to decompress the node twice
             node = Node.from_blob(blob, n, check=False)
-            batch = _node_batch(node, deleted, first, part.hi, tag_table)
+            batch = _node_batch(node, deleted, first, part.hi, tag_table, part.key)
             del node
             if batch is not None and batch.num_rows:
                 yield batch
@@ -117,7 +161,7 @@ def read(part: SnapshotRange) -> Iterator[pa.RecordBatch]:
         _close(data)
 
 
-def _node_batch(node, deleted, lo: int, hi: int, tag_table: pa.Array) -> pa.RecordBatch | None:
+def _node_batch(node, deleted, lo: int, hi: int, tag_table: pa.Array, key: str) -> pa.RecordBatch | None:
     start = node.start
     count = node.count
     p = max(lo - start, 0)
@@ -137,7 +181,7 @@ def _node_batch(node, deleted, lo: int, hi: int, tag_table: pa.Array) -> pa.Reco
     offsets = pa.array(range(start + p, start + q), pa.int64())
     batch = pa.RecordBatch.from_arrays(
         [offsets, tag_table.take(tag_ids.slice(p, q - p)), entries.slice(p, q - p),
-         nanos.slice(p, q - p).cast(TIME_TYPE, safe=False)],
+         nanos.slice(p, q - p).cast(TIME_TYPE, safe=False), pa.repeat(pa.scalar(key, pa.string()), q - p)],
         schema=ARROW_SCHEMA)
     if deleted is not None:
         gone = pa.Array.from_buffers(pa.bool_(), count, [None, pa.py_buffer(deleted)]).slice(p, q - p)

@@ -28,12 +28,15 @@ per-subject limit) are not loss, they are simply absent.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import Iterator
 
 import pyarrow as pa
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .common import DataLossError, Options, connect, decode_tags, record_batch, rfc3339_to_times
+from .common import DataLossError, Options, backoff, connect, decode_tags, record_batch, rfc3339_to_times
 
 PREFETCH = 2  # requests in flight per task
 NO_BYTE_LIMIT = 1 << 62  # DGET's MAX_BYTES: a page is bounded by pageSize, never cut short
@@ -46,7 +49,7 @@ def loss_message(key: str, lo: int, hi: int, first: int) -> str:
     return (f"tstream: offsets {lo} to {hi} of key {key!r} were evicted before the query read "
             f"them (the stream's first offset is now {first}): some data may have been lost "
             "(retention: TEVICT, BACKLOG, max_len, max_age_ms or max_msgs_per_subject removed it). "
-            "If you don't want your streaming query to fail on such cases, set the source option "
+            "If you don't want your query to fail on such cases, set the source option "
             "failOnDataLoss to false.")
 
 
@@ -60,18 +63,24 @@ def pages(lo: int, hi: int, size: int) -> Iterator[tuple[int, int]]:
 
 
 def read_range(options: Options, lo: int, hi: int, fail_on_loss: bool = False,
-               client=None) -> Iterator[pa.RecordBatch]:
-    """Record batches (one per page) of the entries held at offsets ``lo..hi``
-    (inclusive), by offset."""
+               client=None, key: str | None = None, tag: str | None = None) -> Iterator[pa.RecordBatch]:
+    """Record batches (one per page) of the entries of ``key`` (default: the
+    option key) held at offsets ``lo..hi`` (inclusive), by offset."""
     if hi < lo:
         return
     own = client is None
     if own:
         client = connect(options)
     try:
-        key = options.require_key()
+        key = key or options.require_key()
+        if tag is not None:
+            try:
+                yield from _read_tag(client, key, lo, hi, tag, options.page_size, fail_on_loss)
+                return
+            except _NoDirectGet:
+                pass  # read every entry: Spark's filter keeps the tag's
         if options.with_time:
-            reader = _PageReader(client, key, lo, hi, options.page_size, fail_on_loss, dget=True)
+            reader = _PageReader(client, key, lo, hi, options, fail_on_loss, dget=True)
             try:
                 first = next(reader)
             except StopIteration:
@@ -83,24 +92,84 @@ def read_range(options: Options, lo: int, hi: int, fail_on_loss: bool = False,
                 yield first
                 yield from reader
                 return
-        yield from _PageReader(client, key, lo, hi, options.page_size, fail_on_loss, dget=False)
+        yield from _PageReader(client, key, lo, hi, options, fail_on_loss, dget=False)
     finally:
         if own:
             client.close()
 
 
+class _NoDirectGet(Exception):
+    """DGET cannot serve this read (an old server, or direct gets off on the stream)."""
+
+
+def _messages(reply) -> list[dict]:
+    return [dict(zip(m[0::2], m[1::2])) if isinstance(m, list) else m for m in reply]
+
+
+def _read_tag(client, key: str, lo: int, hi: int, tag: str, size: int,
+              fail_on_loss: bool) -> Iterator[pa.RecordBatch]:
+    """The entries of ``tag`` in ``lo..hi``, through the server's subject index:
+    ``DGET key SEQ a BATCH n NEXT_BY_SUBJ tag``, each request from the offset
+    after the last one returned (no prefetch: the next start depends on the reply)."""
+    from redis.exceptions import ResponseError
+
+    a = lo
+    while a <= hi:
+        try:
+            if fail_on_loss:
+                first = client.execute_command("TREAD", key, a, 0, "WITHINFO")[0][0]
+                if first > a:
+                    raise DataLossError(loss_message(key, a, min(hi, first - 1), first))
+            reply = client.execute_command("DGET", key, "SEQ", a, "BATCH", size, "NEXT_BY_SUBJ", tag,
+                                           "MAX_BYTES", NO_BYTE_LIMIT)
+        except ResponseError as exc:
+            if any(text in str(exc) for text in _NO_DGET) and a == lo:
+                raise _NoDirectGet() from None
+            raise
+        if not reply:
+            return
+        offsets, entries, times = [], [], []
+        pending = 0
+        for message in _messages(reply):
+            seq = message.get(b"seq")
+            if seq is None:
+                pending = message.get(b"num_pending") or 0
+                continue
+            if seq > hi:
+                pending = 0
+                break
+            offsets.append(seq)
+            entries.append(message[b"data"])
+            times.append(message[b"time"])
+        if offsets:
+            yield record_batch(pa.array(offsets, pa.int64()), pa.array([tag] * len(offsets), pa.string()),
+                               pa.array(entries, pa.binary()), rfc3339_to_times(times), key)
+        if not pending or not offsets:
+            return
+        a = offsets[-1] + 1
+
+
 class _PageReader:
     """Iterator of record batches over the pages of one range, ``PREFETCH``
-    requests in flight on one connection of ``client``'s pool."""
+    requests in flight on one connection of ``client``'s pool.
 
-    def __init__(self, client, key: str, lo: int, hi: int, size: int, fail_on_loss: bool,
+    A connection error or a timeout (``timeoutMs``) drops the connection and the
+    requests in flight; after a backoff the reader reconnects and asks again from
+    the page after the last one it handed out, up to ``retries`` times in a row."""
+
+    def __init__(self, client, key: str, lo: int, hi: int, options: Options, fail_on_loss: bool,
                  dget: bool) -> None:
         self.client = client
         self.key = key
         self.hi = hi
+        self.size = options.page_size
+        self.retries = options.retries
+        self.backoff = backoff(options)
+        self.failures = 0
         self.fail_on_loss = fail_on_loss
         self.dget = dget
-        self.pages = pages(lo, hi, size)
+        self.pages = pages(lo, hi, self.size)
+        self.resume = lo           # the first offset of the first page not handed out yet
         self.skip_to = lo          # pages ending below this hold nothing any more
         self.inflight: deque = deque()
         self.conn = None
@@ -126,28 +195,46 @@ class _PageReader:
         return False
 
     def __next__(self) -> pa.RecordBatch:
+        while True:
+            try:
+                batch = self._next_page()
+            except StopIteration:
+                raise
+            except (RedisConnectionError, RedisTimeoutError):
+                self._release(broken=True)
+                if self.failures >= self.retries:
+                    raise
+                self.failures += 1
+                time.sleep(self.backoff.compute(self.failures))
+                # Again from the first page not handed out: the replies in flight are lost.
+                self.pages = pages(self.resume, self.hi, self.size)
+                self.done = False
+                continue
+            except BaseException:
+                self._release(broken=True)  # replies may still be owed on the connection
+                raise
+            self.failures = 0
+            return batch
+
+    def _next_page(self) -> pa.RecordBatch:
         if self.conn is None:
             pool = self.client.connection_pool
             try:
                 self.conn = pool.get_connection()
             except TypeError:  # redis-py < 5.3 wants a command name
                 self.conn = pool.get_connection("TREAD")
-        try:
-            while True:
-                while not self.done and len(self.inflight) < PREFETCH and self._send_next():
-                    pass
-                if not self.inflight:
-                    self._release()
-                    raise StopIteration
-                a, b = self.inflight.popleft()
-                batch = self._dget_page(a, b) if self.dget else self._tread_page(a, b)
-                if batch is not None:
-                    return batch
-        except StopIteration:
-            raise
-        except BaseException:
-            self._release(broken=True)  # replies may still be owed on the connection
-            raise
+        while True:
+            while not self.done and len(self.inflight) < PREFETCH and self._send_next():
+                pass
+            if not self.inflight:
+                self._release()
+                raise StopIteration
+            a, b = self.inflight[0]
+            batch = self._dget_page(a, b) if self.dget else self._tread_page(a, b)
+            self.inflight.popleft()
+            self.resume = b + 1
+            if batch is not None:
+                return batch
 
     def close(self) -> None:
         self._release()
@@ -184,7 +271,7 @@ class _PageReader:
             return None
         offsets, tags, entries = zip(*rows)
         return record_batch(pa.array(offsets, pa.int64()), decode_tags(tags),
-                            pa.array(entries, pa.binary()), None)
+                            pa.array(entries, pa.binary()), None, self.key)
 
     def _dget_page(self, a: int, b: int) -> pa.RecordBatch | None:
         if self.fail_on_loss:
@@ -225,4 +312,4 @@ class _PageReader:
         if not offsets:
             return None
         return record_batch(pa.array(offsets, pa.int64()), decode_tags(tags),
-                            pa.array(entries, pa.binary()), rfc3339_to_times(times))
+                            pa.array(entries, pa.binary()), rfc3339_to_times(times), self.key)

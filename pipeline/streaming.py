@@ -1,8 +1,12 @@
 """The streaming reader: a tstream key as a Structured Streaming source.
 
 Offsets are tstream offsets. Spark's offset for this source is
-``{"key": key, "offset": n}`` where ``n`` is the next offset to read, so a
-micro-batch ``start -> end`` reads offsets ``start .. end-1``. Reads of a range
+``{"offsets": {key: n, ...}}``, for every stream read, where ``n`` is the next
+offset to read, so a micro-batch ``start -> end`` reads offsets
+``start[key] .. end[key]-1`` of every key (the ``{"key": k, "offset": n}`` of
+checkpoints written by earlier versions is read too). A stream that appears
+later (``keyPattern``, or a key of ``keys`` that did not exist) joins at its first
+offset held. Reads of a range
 are deterministic (the same offsets always give the same held entries), so a
 query restarted from its checkpoint re-plans the last uncommitted batch and
 neither loses nor duplicates rows.
@@ -30,24 +34,57 @@ from typing import Iterator
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from .common import DataLossError, Options, batch_rows, connect, node_entries, node_ranges, stream_info
+from .common import (
+    DataLossError,
+    OptionError,
+    Options,
+    batch_rows,
+    connect,
+    missing_key,
+    no_key_matches,
+    node_entries,
+    node_ranges,
+    resolve_keys,
+    spec_for,
+    split_to,
+    stream_info,
+)
+from .pushdown import offset_at_time
 from .server_read import loss_message, read_range
 
 
 class OffsetRange(InputPartition):
-    """Offsets ``lo..hi`` (inclusive) of one micro-batch task."""
+    """Offsets ``lo..hi`` (inclusive) of ``key``: one micro-batch task."""
 
-    def __init__(self, lo: int, hi: int) -> None:
-        super().__init__((lo, hi))
+    def __init__(self, key: str, lo: int, hi: int) -> None:
+        super().__init__((key, lo, hi))
+        self.key = key
         self.lo = lo
         self.hi = hi
+
+
+def budget(avail: dict[str, int], limit: int) -> dict[str, int]:
+    """``maxOffsetsPerTrigger`` shared between streams in proportion to what each
+    has to read (Kafka's rule); what rounding leaves goes to the first ones."""
+    total = sum(avail.values())
+    if total <= limit:
+        return dict(avail)
+    share = {k: limit * v // total for k, v in avail.items()}
+    left = limit - sum(share.values())
+    for k in sorted(avail):
+        if left <= 0:
+            break
+        if share[k] < avail[k]:
+            share[k] += 1
+            left -= 1
+    return share
 
 
 class TStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Options) -> None:
         self.options = options
-        self.key = options.require_key()
-        self._target: int | None = None  # availableNow: stop at this next-offset
+        options.require_source()
+        self._target: dict[str, int] | None = None  # availableNow: stop at these next-offsets
         self._client = None              # the driver's connection, kept between micro-batches
 
     def __getstate__(self) -> dict:  # tasks get the options, not the driver's connection
@@ -66,71 +103,120 @@ class TStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._client = None
 
     # -- offsets ----------------------------------------------------------------
-    def _info(self):
-        return stream_info(self._conn(), self.key)
+    def _where(self) -> str:
+        return f"on the server at {self.options.url}"
 
-    def _offset(self, n: int) -> dict:
-        return {"key": self.key, "offset": int(n)}
+    def _infos(self, keys) -> dict:
+        client = self._conn()
+        return {key: stream_info(client, key) for key in keys}
 
-    def _start(self, offset: dict) -> int:
-        key = offset.get("key", self.key)
-        if key != self.key:
-            raise ValueError(f"tstream: the checkpoint holds offsets of key {key!r}, the query "
-                             f"reads key {self.key!r}; use a new checkpoint location")
-        return int(offset["offset"])
+    def _keys(self) -> list[str]:
+        return resolve_keys(self._conn(), self.options)
+
+    @staticmethod
+    def _offset(offsets: dict[str, int]) -> dict:
+        return {"offsets": {k: int(offsets[k]) for k in sorted(offsets)}}
+
+    def _start(self, offset: dict) -> dict[str, int]:
+        """The next offset of every stream in a checkpointed offset (the
+        ``{"key": k, "offset": n}`` of earlier versions too)."""
+        if "offsets" in offset:
+            offsets = {str(k): int(v) for k, v in offset["offsets"].items()}
+        else:
+            offsets = {str(offset["key"]): int(offset["offset"])}
+        for key in offsets:
+            if not self.options.matches(key):
+                raise ValueError(f"tstream: the checkpoint holds offsets of key {key!r}, which the query "
+                                 "does not read (option key, keys or keyPattern); use a new checkpoint location")
+        return offsets
 
     def initialOffset(self) -> dict:
-        starting = self.options.starting
-        if isinstance(starting, int):
-            return self._offset(starting)
-        info = self._info()
-        if starting == "earliest":
-            return self._offset(min(info.first, info.next_offset))
-        return self._offset(info.next_offset)
+        keys = self._keys()
+        infos = self._infos(keys)
+        if self.options.key_pattern and not keys and not self.options.allow_missing:
+            raise no_key_matches(self.options.key_pattern, self._where())
+        offsets = {}
+        for key, info in infos.items():
+            if not info.exists and not self.options.allow_missing:
+                raise missing_key(key, self._where())
+            starting = spec_for(self.options.starting, key, "latest")
+            if self.options.starting_timestamp is not None:
+                at = offset_at_time(self._conn(), key, self.options.starting_timestamp * 1_000_000, info)
+                if at is None:
+                    raise OptionError(f"tstream: startingTimestamp needs direct gets (DGET) on key {key!r}")
+                offsets[key] = at
+            elif isinstance(starting, int):
+                offsets[key] = starting
+            elif starting == "earliest":
+                offsets[key] = min(info.first, info.next_offset)
+            else:
+                offsets[key] = info.next_offset
+        return self._offset(offsets)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_offsets_per_trigger
         return ReadMaxRows(limit) if limit else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._info().next_offset
+        self._target = {key: info.next_offset for key, info in self._infos(self._keys()).items()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = self._start(start)
-        info = self._info()
-        end = info.next_offset
-        if end < begin and self.options.fail_on_data_loss:
-            raise DataLossError(
-                f"tstream: key {self.key!r} ends at offset {info.last}, below the offset {begin} the "
-                "query already reached: the key was deleted and written again. Use a new checkpoint "
-                "location, or set failOnDataLoss to false to wait until it passes that offset.")
-        if self._target is not None:
-            end = min(end, self._target)
+        keys = self._keys()
+        infos = self._infos(sorted(set(begin) | set(keys)))
+        ends = {}
+        avail = {}
+        for key, info in infos.items():
+            if key not in begin:
+                # A stream that appeared (keyPattern, or a missing key of keys): it joins
+                # at its first offset held; its rows are read from the next micro-batch on.
+                ends[key] = min(info.first, info.next_offset)
+                continue
+            b = begin[key]
+            end = info.next_offset
+            if end < b and self.options.fail_on_data_loss:
+                raise DataLossError(
+                    f"tstream: key {key!r} ends at offset {info.last}, below the offset {b} the "
+                    "query already reached: the key was deleted and written again. Use a new checkpoint "
+                    "location, or set failOnDataLoss to false to wait until it passes that offset.")
+            if self._target is not None:
+                end = min(end, self._target.get(key, b))
+            # Count the limit from what is held: offsets evicted below `first` are not
+            # rows (they fail the batch, or are skipped without failOnDataLoss).
+            floor = max(b, info.first)
+            ends[key] = end
+            avail[key] = max(0, end - floor)
         if isinstance(limit, ReadMaxRows):
-            # Count the limit from what is held: offsets evicted below `first`
-            # are not rows (they fail the batch, or are skipped without
-            # failOnDataLoss).
-            end = min(end, max(begin, info.first) + limit.max_rows)
-        return self._offset(max(begin, end))
+            share = budget(avail, limit.max_rows)
+            for key, n in share.items():
+                ends[key] = min(ends[key], max(begin[key], infos[key].first) + n)
+        return self._offset({key: max(begin.get(key, end), end) for key, end in ends.items()})
 
     def reportLatestOffset(self) -> dict:
-        return self._offset(self._info().next_offset)
+        return self._offset({key: info.next_offset for key, info in self._infos(self._keys()).items()})
 
     # -- planning and reading -----------------------------------------------------
     def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
-        lo, stop = self._start(start), self._start(end)
-        if stop <= lo:
-            return []
+        begin, stop = self._start(start), self._start(end)
         client = self._conn()
-        info = stream_info(client, self.key)
-        if self.options.fail_on_data_loss and info.first > lo:
-            raise DataLossError(loss_message(self.key, lo, min(stop - 1, info.first - 1), info.first))
-        n = node_entries(client, self.options)
-        return [OffsetRange(a, b) for a, b in node_ranges(lo, stop - 1, n, self.options)]
+        n = None
+        ranges = []
+        for key in sorted(stop):
+            lo, hi = begin.get(key, stop[key]), stop[key] - 1  # a stream new in `end` starts there
+            if hi < lo:
+                continue
+            info = stream_info(client, key)
+            if self.options.fail_on_data_loss and info.first > lo:
+                raise DataLossError(loss_message(key, lo, min(hi, info.first - 1), info.first))
+            n = n or node_entries(client, self.options)
+            ranges += [(key, a, b) for a, b in node_ranges(lo, hi, n, self.options)]
+        if not ranges:
+            return []
+        return [OffsetRange(*r) for r in split_to(ranges, self.options.min_partitions, n)]
 
     def read(self, partition: OffsetRange) -> Iterator:
         batches = read_range(self.options, partition.lo, partition.hi,
-                             fail_on_loss=self.options.fail_on_data_loss)
+                             fail_on_loss=self.options.fail_on_data_loss, key=partition.key)
         if self.options.arrow:
             return batches
         return (row for batch in batches for row in batch_rows(batch))

@@ -7,6 +7,7 @@ and small: each Spark job costs ~0.5-2 s on two cores.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -146,8 +147,11 @@ def test_partitions_are_ranges_of_macro_nodes(spark, make_server):
     assert part.rdd.getNumPartitions() == 3
     assert [x.offset for x in part.orderBy("offset").collect()] == list(range(250, 421))
     assert read(spark, server, startingOffset=5000).count() == 0
-    # A key that does not exist reads as empty.
-    assert spark.read.format("tstream").option("url", url(server)).option("key", "nope").load().count() == 0
+    # A key that does not exist is an error, unless allowMissing.
+    with pytest.raises(Exception, match="key 'nope' does not exist.*allowMissing"):
+        spark.read.format("tstream").option("url", url(server)).option("key", "nope").load().count()
+    assert spark.read.format("tstream").option("url", url(server)).option("key", "nope") \
+        .option("allowMissing", "true").load().count() == 0
 
 
 @pytest.mark.parametrize("with_time", [True, False], ids=["dget", "tread"])
@@ -169,7 +173,8 @@ def test_eviction_while_spark_reads(spark, server, with_time):
     evictor = threading.Thread(target=evict)
     evictor.start()
     try:
-        got = read(spark, server, pageSize=100, numPartitions=2, withTime=with_time).collect()
+        got = read(spark, server, pageSize=100, numPartitions=2, withTime=with_time,
+                   failOnDataLoss="false").collect()
     finally:
         stop.set()
         evictor.join()
@@ -245,7 +250,10 @@ def test_offline_snapshot_read(spark, make_server, tmp_path):
         .option("startingOffset", 1000).option("endingOffset", 1100).load()
     assert [x.offset for x in window.orderBy("offset").collect()] == [o for o, _, _ in expected
                                                                        if 1000 <= o <= 1100]
-    assert spark.read.format("tstream").option("path", path).option("key", "nope").load().count() == 0
+    with pytest.raises(Exception, match="key 'nope' does not exist in the snapshot"):
+        spark.read.format("tstream").option("path", path).option("key", "nope").load().count()
+    assert spark.read.format("tstream").option("path", path).option("key", "nope") \
+        .option("allowMissing", "true").load().count() == 0
 
 
 def test_sink_failed_task_leaves_whole_chunks_only(spark, server):
@@ -293,6 +301,182 @@ def test_password_url_and_option(spark, make_server):
         .option("password", "s3cret").option("key", "k").load().count() == 10
 
 
+def test_several_keys(spark, server, tmp_path):
+    from pyspark.sql.functions import countDistinct, spark_partition_id
+
+    r = server.client()
+    fill(r, "a.1", 250)
+    fill(r, "a.2", 120)
+    fill(r, "b", 50)
+
+    def load(**options):
+        reader = spark.read.format("tstream").option("url", url(server)).option("nodeEntries", 100) \
+            .option("nodesPerPartition", 1)
+        for name, value in options.items():
+            reader = reader.option(name, str(value))
+        return reader.load()
+
+    df = load(keys="a.1, b")
+    assert sorted((x.key, x.offset) for x in df.select("key", "offset").collect()) == \
+        [("a.1", o) for o in range(1, 251)] + [("b", o) for o in range(1, 51)]
+    assert df.rdd.getNumPartitions() == 4                # 3 node ranges of a.1, 1 of b
+    per_partition = df.groupBy(spark_partition_id()).agg(countDistinct("key").alias("n")).collect()
+    assert {x.n for x in per_partition} == {1}           # never two streams in one partition
+    got = load(keyPattern="a.*").groupBy("key").count().collect()
+    assert sorted((x.key, x["count"]) for x in got) == [("a.1", 250), ("a.2", 120)]
+    # Offsets by key, as Kafka's JSON.
+    got = load(keys="a.1,a.2", startingOffset='{"a.1": 201}', endingOffset='{"a.2": 10}').collect()
+    assert sorted((x.key, x.offset) for x in got) == \
+        [("a.1", o) for o in range(201, 251)] + [("a.2", o) for o in range(1, 11)]
+    # A list in `key` is not a key: an error that names the options meant.
+    with pytest.raises(Exception, match="does not exist.*use the option keys"):
+        load(key="a.1,b").count()
+    with pytest.raises(Exception, match="no key matches keyPattern 'zz\\*'"):
+        load(keyPattern="zz*").count()
+    with pytest.raises(Exception, match="give one of the options key, keys and keyPattern"):
+        load(key="b", keys="a.1").count()
+
+    # Streaming over a pattern: per-stream offsets in the checkpoint; a new stream joins.
+    seen = []
+    checkpoint = tmp_path / "checkpoint"
+
+    def run():
+        query = (spark.readStream.format("tstream").option("url", url(server)).option("keyPattern", "a.*")
+                 .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 100).load()
+                 .writeStream.foreachBatch(lambda batch, _: seen.extend(
+                     (x.key, x.offset) for x in batch.select("key", "offset").collect()))
+                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        try:
+            query.awaitTermination(120)
+        finally:
+            query.stop()
+
+    run()
+    assert sorted(seen) == [("a.1", o) for o in range(1, 251)] + [("a.2", o) for o in range(1, 121)]
+    last = max((checkpoint / "offsets").iterdir(), key=lambda f: int(f.name) if f.name.isdigit() else -1)
+    assert json.loads(last.read_text().splitlines()[-1]) == {"offsets": {"a.1": 251, "a.2": 121}}
+    fill(r, "a.2", 10, start=120)
+    fill(r, "a.3", 7)
+    seen.clear()
+    run()
+    assert sorted(seen) == [("a.2", o) for o in range(121, 131)] + [("a.3", o) for o in range(1, 8)]
+
+
+def two_halves(r, key: str = "k") -> tuple[datetime, int]:
+    """Offsets 1..500 then 501..1000, written on either side of a time (returned as
+    a datetime with microseconds and as ms since the epoch)."""
+    fill(r, key, 500)
+    time.sleep(0.005)
+    ms = time.time_ns() // 1_000_000 + 1
+    while time.time_ns() < ms * 1_000_000 + 2_000_000:
+        time.sleep(0.001)
+    fill(r, key, 500, start=500)
+    return datetime.fromtimestamp(ms / 1000, timezone.utc), ms
+
+
+def test_filters_narrow_the_read(spark, server):
+    from pyspark.sql.functions import col, lit
+
+    r = server.client()
+    cut, ms = two_halves(r)
+    fill(r, "other", 10)
+    df = read(spark, server, nodeEntries=100, nodesPerPartition=1)
+    assert df.rdd.getNumPartitions() == 10
+
+    def check(where, offsets, partitions):
+        got = df.where(where)
+        assert sorted(x.offset for x in got.select("offset").collect()) == list(offsets)
+        assert got.rdd.getNumPartitions() == partitions, where
+
+    check("offset > 900", range(901, 1001), 1)
+    check("offset >= 250 and offset <= 420", range(250, 421), 3)
+    check("offset < 101", range(1, 101), 1)
+    check("offset = 777", [777], 1)
+    check("offset in (5, 150)", [5, 150], 2)
+    check(col("time") >= lit(cut), range(501, 1001), 5)
+    check(col("time") < lit(cut), range(1, 501), 5)
+    check((col("time") > lit(cut)) & (col("offset") < 700), range(501, 700), 2)
+    check("tag = 't3' and offset <= 300", [o for o in range(1, 301) if (o - 1) % 5 == 3], 3)
+    check("offset > 2000", [], 1)  # nothing to read (Spark plans one empty partition then)
+    # keys: a key filter keeps the streams it names
+    several = spark.read.format("tstream").option("url", url(server)).option("keys", "k,other").load()
+    assert several.where("key = 'other'").rdd.getNumPartitions() == 1
+    assert several.where("key = 'other'").count() == 10
+    # Kafka's startingTimestamp / endingTimestamp (ms): by write time, not checked again by Spark.
+    assert [x.offset for x in read(spark, server, startingTimestamp=ms).select("offset").collect()] == \
+        list(range(501, 1001))
+    assert read(spark, server, endingTimestamp=ms).count() == 500
+    assert read(spark, server, startingTimestamp=ms, endingOffset=600).count() == 100
+    with pytest.raises(Exception, match="startingTimestamp or startingOffset, not both"):
+        read(spark, server, startingTimestamp=ms, startingOffset=3).count()
+
+
+def test_pushed_tag_reads_only_that_tag(server):
+    """Without Spark: what a task reads once tag = 't3' is pushed (through the subject index)."""
+    from pyspark.sql.datasource import EqualTo, GreaterThan
+
+    from tstream.pipeline.source import TStreamReader
+
+    r = server.client()
+    fill(r, "k", 3000, tags=6)
+    for with_time in ("true", "false"):
+        reader = TStreamReader(opts(server, pageSize=100, withTime=with_time))
+        filters = [EqualTo(("tag",), "t3"), GreaterThan(("offset",), 100)]
+        assert list(reader.pushFilters(filters)) == filters     # Spark checks them again
+        batches = [b for part in reader.partitions() for b in reader.read(part)]
+        assert offsets_of(batches) == [o for o in range(101, 3001) if (o - 1) % 6 == 3]
+        assert {t for b in batches for t in b.column("tag").to_pylist()} == {"t3"}
+    r.execute_command("TCONFIG", "k", "SET", "allow_direct", "no")  # no subject index: every entry, Spark filters
+    reader = TStreamReader(opts(server))
+    list(reader.pushFilters([EqualTo(("tag",), "t3")]))
+    assert sum(b.num_rows for part in reader.partitions() for b in reader.read(part)) == 3000
+
+
+def test_options_are_validated(spark, server, tmp_path):
+    r = server.client()
+    fill(r, "k", 1000)
+    # A typo is refused at load(), with the name meant, in batch and streaming.
+    with pytest.raises(Exception, match="unknown option 'startingofset'; did you mean 'startingOffset'"):
+        read(spark, server, startingOfset=500)
+    with pytest.raises(Exception, match="unknown option 'maxoffsetpertrigger'; did you mean 'maxOffsetsPerTrigger'"):
+        spark.readStream.format("tstream").option("url", url(server)).option("key", "k") \
+            .option("maxOffsetPerTrigger", 10).load()
+    # A bad value: at load() too, for streaming as well (not an UnboundLocalError at start()).
+    with pytest.raises(Exception, match="maxOffsetsPerTrigger must be >= 1, got -5") as failure:
+        spark.readStream.format("tstream").option("url", url(server)).option("key", "k") \
+            .option("maxOffsetsPerTrigger", -5).load()
+    assert "UnboundLocalError" not in str(failure.value)
+    # An option of the other kind of query: batch refuses it at planning, streaming when it starts.
+    with pytest.raises(Exception, match="'maxOffsetsPerTrigger' applies to streaming reads"):
+        read(spark, server, maxOffsetsPerTrigger=10).count()
+    query = (spark.readStream.format("tstream").option("url", url(server)).option("key", "k")
+             .option("endingOffset", 10).load().writeStream.format("memory").queryName("refused")
+             .option("checkpointLocation", str(tmp_path / "c1")).start())
+    with pytest.raises(Exception, match="'endingOffset' applies to batch reads") as failure:
+        query.awaitTermination(60)
+    query.stop()
+    assert "UnboundLocalError" not in str(failure.value)
+    # The schema: names and types.
+    with pytest.raises(Exception, match="the read schema is fixed"):
+        spark.read.format("tstream").schema("offset string, tag string, entry binary, time timestamp, key string") \
+            .option("url", url(server)).option("key", "k").load().count()
+    with pytest.raises(Exception, match="the read schema is fixed"):
+        spark.read.format("tstream").schema("offset long, tag string, entry binary, time timestamp") \
+            .option("url", url(server)).option("key", "k").load().count()
+    assert spark.read.format("tstream").schema("offset long, tag string, entry binary, time timestamp, key string") \
+        .option("url", url(server)).option("key", "k").load().count() == 1000
+    # minPartitions: ranges split below a node when the nodes are too few.
+    df = read(spark, server, minPartitions=4)
+    assert df.rdd.getNumPartitions() == 4
+    assert sorted(x.offset for x in df.select("offset").collect()) == list(range(1, 1001))
+    # failOnDataLoss in batch: asking for evicted offsets is an error unless false.
+    r.execute_command("TEVICT", "k", 300)
+    with pytest.raises(Exception, match="offsets 100 to 300 of key 'k' were evicted"):
+        read(spark, server, startingOffset=100).count()
+    assert read(spark, server, startingOffset=100, failOnDataLoss="false").count() == 700
+    assert read(spark, server).count() == 700                 # earliest: what is held
+
+
 # ---------------------------------------------------------------------------
 # Without Spark: planning, paging, the streaming reader's offsets, snapshots, the sink
 # ---------------------------------------------------------------------------
@@ -315,6 +499,13 @@ def test_options_are_checked():
             Options.parse({"key": "k", **bad})
     with pytest.raises(OptionError, match="key"):
         Options.parse({}).require_key()
+    with pytest.raises(OptionError, match="unknown option 'startingOfset'; did you mean 'startingOffset'"):
+        Options.parse({"key": "k", "startingOfset": "5"})
+    with pytest.raises(OptionError, match="'maxOffsetsPerTrigger' applies to streaming reads"):
+        Options.parse({"key": "k", "maxOffsetsPerTrigger": "5"}, mode="r")
+    with pytest.raises(OptionError, match="'batchSize' applies to writes"):
+        Options.parse({"key": "k", "batchSize": "5"}, mode="s")
+    assert Options.parse({"KEY": "k", "PageSize": "7"}, mode="r").page_size == 7
     o = Options.parse({"key": "k"}, streaming=True)
     assert (o.starting, o.fail_on_data_loss, o.with_time) == ("latest", True, True)
 
@@ -372,35 +563,69 @@ def test_stream_reader_offsets(server):
         return TStreamStreamReader(Options.parse({"url": url(server), "key": "k",
                                                   **{k: str(v) for k, v in extra.items()}}, streaming=True))
 
-    assert reader().initialOffset() == {"key": "k", "offset": 1}       # no key yet
+    def at(n: int) -> dict:
+        return {"offsets": {"k": n}}
+
+    with pytest.raises(Exception, match="does not exist"):
+        reader().initialOffset()
+    assert reader(allowMissing="true").initialOffset() == at(1)        # no key yet
     fill(r, "k", 500)
     r.execute_command("TEVICT", "k", 100)
-    assert reader(startingOffsets="earliest").initialOffset()["offset"] == 101
-    assert reader().initialOffset()["offset"] == 501                   # latest
-    assert reader(startingOffsets=42).initialOffset()["offset"] == 42
+    assert reader(startingOffsets="earliest").initialOffset() == at(101)
+    assert reader().initialOffset() == at(501)                          # latest
+    assert reader(startingOffsets=42).initialOffset() == at(42)
     s = reader(maxOffsetsPerTrigger=150)
     assert s.getDefaultReadLimit() == ReadMaxRows(150)
-    start = {"key": "k", "offset": 101}
-    assert s.latestOffset(start, ReadMaxRows(150))["offset"] == 251
-    assert s.latestOffset(start, ReadAllAvailable())["offset"] == 501
+    start = at(101)
+    assert s.latestOffset(start, ReadMaxRows(150)) == at(251)
+    assert s.latestOffset(start, ReadAllAvailable()) == at(501)
+    assert s.latestOffset({"key": "k", "offset": 101}, ReadAllAvailable()) == at(501)  # an old checkpoint
     s.prepareForTriggerAvailableNow()
     fill(r, "k", 100, start=500)
-    assert s.latestOffset({"key": "k", "offset": 501}, ReadAllAvailable())["offset"] == 501  # stops
-    assert reader().latestOffset({"key": "k", "offset": 501}, ReadAllAvailable())["offset"] == 601
-    assert [(p.lo, p.hi) for p in s.partitions(start, {"key": "k", "offset": 601})] == [(101, 600)]
+    assert s.latestOffset(at(501), ReadAllAvailable()) == at(501)  # stops
+    assert reader().latestOffset(at(501), ReadAllAvailable()) == at(601)
+    assert [(p.key, p.lo, p.hi) for p in s.partitions(start, at(601))] == [("k", 101, 600)]
     assert s.partitions(start, start) == []
     with pytest.raises(DataLossError, match="offsets 50 to 100"):
-        s.partitions({"key": "k", "offset": 50}, {"key": "k", "offset": 200})
-    assert reader(failOnDataLoss="false").partitions({"key": "k", "offset": 50},
-                                                     {"key": "k", "offset": 200})
+        s.partitions(at(50), at(200))
+    assert reader(failOnDataLoss="false").partitions(at(50), at(200))
     with pytest.raises(ValueError, match="new checkpoint"):
         s.partitions({"key": "other", "offset": 1}, {"key": "other", "offset": 5})
     r.delete("k")
     fill(r, "k", 10)  # the key is written again from offset 1: the checkpoint is ahead of it
     with pytest.raises(DataLossError, match="deleted and written again"):
-        reader().latestOffset({"key": "k", "offset": 601}, ReadAllAvailable())
-    assert reader(failOnDataLoss="false").latestOffset({"key": "k", "offset": 601},
-                                                       ReadAllAvailable())["offset"] == 601
+        reader().latestOffset(at(601), ReadAllAvailable())
+    assert reader(failOnDataLoss="false").latestOffset(at(601), ReadAllAvailable()) == at(601)
+    s.stop()
+
+
+def test_stream_reader_several_keys(server):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from tstream.pipeline.streaming import TStreamStreamReader
+
+    r = server.client()
+    fill(r, "a.1", 300)
+    fill(r, "a.2", 100)
+    fill(r, "b", 50)
+    s = TStreamStreamReader(Options.parse({"url": url(server), "keyPattern": "a.*",
+                                           "startingOffsets": "earliest", "nodeEntries": "100"}, mode="s"))
+    start = s.initialOffset()
+    assert start == {"offsets": {"a.1": 1, "a.2": 1}}
+    # maxOffsetsPerTrigger is shared in proportion to what each stream has to read.
+    assert s.latestOffset(start, ReadMaxRows(200)) == {"offsets": {"a.1": 151, "a.2": 51}}
+    end = s.latestOffset(start, ReadAllAvailable())
+    assert end == {"offsets": {"a.1": 301, "a.2": 101}}
+    assert [(p.key, p.lo, p.hi) for p in s.partitions(start, end)] == [("a.1", 1, 300), ("a.2", 1, 100)]
+    # A new stream matching the pattern joins at its first offset, read from the next batch.
+    fill(r, "a.3", 20)
+    r.execute_command("TEVICT", "a.3", 5)
+    grown = s.latestOffset(end, ReadAllAvailable())
+    assert grown == {"offsets": {"a.1": 301, "a.2": 101, "a.3": 6}}
+    assert s.partitions(end, grown) == []
+    assert s.latestOffset(grown, ReadAllAvailable())["offsets"]["a.3"] == 21
+    with pytest.raises(ValueError, match="'b', which the query does not read"):
+        s.latestOffset({"offsets": {"b": 1}}, ReadAllAvailable())
     s.stop()
 
 
@@ -463,3 +688,68 @@ def test_tls_and_password_url(make_server, certificates):
                                                  names=["tag", "entry"])])).rows == 1
     assert offsets_of(read_range(tls, 1, 10)) == [1]
     assert server.client(password="pw").execute_command("TREAD", "k", 1, 1) == [[1, b"t", b"v"]]
+
+
+# ---------------------------------------------------------------------------
+# Resilience: timeouts, retries, a server restart
+# ---------------------------------------------------------------------------
+
+def test_timeout_on_a_hung_server():
+    """A server that accepts and never answers: timeoutMs bounds each wait, retries their number."""
+    import socket
+
+    import redis
+
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)
+        options = Options.parse({"url": f"redis://127.0.0.1:{hung.getsockname()[1]}", "key": "k",
+                                 "timeoutMs": "200", "retries": "1"}, mode="r")
+        with pytest.raises(redis.exceptions.TimeoutError):
+            list(read_range(options, 1, 10))
+    for bad in ({"timeoutMs": "0"}, {"retries": "-1"}):
+        with pytest.raises(OptionError):
+            Options.parse({"key": "k", **bad})
+
+
+def test_reader_resumes_after_a_restart(make_server, tmp_path):
+    """A task's pages survive a server restart: it reconnects and goes on from the page after
+    the last one it handed out, neither skipping nor repeating rows."""
+    server = make_server("--save", "", "--appendonly", "yes", directory=tmp_path)
+    fill(server.client(), "k", 5000)
+    for with_time in (True, False):
+        pages = read_range(opts(server, pageSize=100, withTime=with_time), 1, 5000)
+        got = [next(pages) for _ in range(5)]
+        server.stop()
+        threading.Timer(1.0, server.start).start()   # back after a second
+        got += list(pages)
+        assert offsets_of(got) == list(range(1, 5001))
+        server.wait_ready()
+
+
+def test_streaming_query_rides_out_a_server_restart(spark, make_server, tmp_path):
+    server = make_server("--save", "", "--appendonly", "yes", directory=tmp_path)
+    r = server.client()
+    fill(r, "k", 3000)
+    seen = []
+    query = (spark.readStream.format("tstream").option("url", url(server)).option("key", "k")
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 500).load()
+             .writeStream.foreachBatch(lambda batch, _: seen.extend(x.offset for x in batch.select("offset").collect()))
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        deadline = time.monotonic() + 60
+        while len(seen) < 1000 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(seen) >= 1000
+        server.stop()
+        time.sleep(3)                                  # 3 s without a server
+        server.start()
+        fill(server.client(), "k", 1000, start=3000)   # written after the restart
+        deadline = time.monotonic() + 90
+        while len(seen) < 4000 and time.monotonic() < deadline and query.isActive:
+            time.sleep(0.1)
+        assert query.isActive and query.exception() is None
+        assert sorted(seen) == list(range(1, 4001))    # every row once
+    finally:
+        query.stop()
