@@ -221,6 +221,15 @@ def test_read_many_waits_behind_input_already_fed():
     assert parser.pull() == [[b"PING"], [b"PING"]]
 
 
+def test_the_strict_parser_never_takes_the_short_cuts():
+    """Before AUTH a connection parses with the strict parser: every read is fed."""
+    from tstream.resp.strict import StrictRequestParser
+    parser = StrictRequestParser()
+    assert parser.read_one(multibulk("PING")) is None  # (nothing consumed: the caller feeds it)
+    assert parser.read_many(multibulk("PING") * 2) is None  # (fed)
+    assert [parser.next_command() for _ in range(3)] == [[b"PING"], [b"PING"], None]
+
+
 def test_huge_counts_in_pipelined_reads_cost_no_memory(served):
     """A huge multibulk count in a pipelined read never reaches hiredis (which
     fills the list it reserves for a header: seconds and gigabytes for
