@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Instructions per read of the hottest shapes, counted by valgrind's callgrind:
+a figure that does not move with the machine's load (timings on a shared 2-core
+machine do), to compare two builds while other work runs.
+
+    .venv/bin/python bench/instructions.py --base /tmp/base930/.venv/bin/python [--out FILE]
+
+Each shape is fed through ``ClientConnection.data_received`` on the fake
+transport of bench/hotpath.py (no sockets): its reads are run ``--small`` and
+``--large`` times in two processes under callgrind, and the difference of the
+two totals divided by the difference of the counts is the cost of one read
+(start-up and warm-up cancel out).  Instructions are not time: cache and branch
+misses are not counted (``--cache-sim`` in callgrind shows them), so a figure
+here backs a timing, it does not replace one (bench/before_after.py).
+
+Shapes: ``TWRITE k t v`` (one read per command), 16 ``TWRITE`` on one key and on
+16 keys in one read (``redis-benchmark -P 16``), ``XADD k * f v`` alone and 16
+in a read, and the consumer-group loop (``TREAD k - 10 GROUP g RETRY ...`` then
+``TACK`` of the ten offsets, per iteration; the client's parsing of the reply,
+the same in both builds, is counted too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SHAPES = ("twrite", "twrite16_one_key", "twrite16_keys", "xadd", "xadd16", "group_loop")
+
+
+def workload(shape: str, count: int) -> None:
+    """Run ``count`` reads of ``shape`` (after a warm-up), in this process."""
+    sys.path.insert(0, str(HERE))
+    import hotpath
+
+    async def main() -> None:
+        bench = hotpath.Bench()
+        out: list[bytes] = []
+        bench.transport.write = lambda data: out.append(bytes(data))  # type: ignore[method-assign]
+        feed, turn_end, request = bench.feed, bench.turn_end, hotpath.request
+        if shape == "group_loop":
+            import hiredis
+            feed(request(b"TREAD", b"g:k", b"-", b"0", b"GROUP", b"g"))
+            for _ in range(0, (count + 300) * 10, 16):
+                feed(request(b"TWRITE", b"g:k", b"tag", b"x" * 100) * 16)
+                turn_end()
+            out.clear()
+            read = request(b"TREAD", b"g:k", b"-", b"10", b"GROUP", b"g", b"RETRY", b"30000", b"600000",
+                           b"BLOCK", b"1000")
+            reader = hiredis.Reader()
+
+            def step() -> None:
+                feed(read)
+                turn_end()
+                reader.feed(b"".join(out))
+                out.clear()
+                feed(request(b"TACK", b"g:k", b"g", *(b"%d" % entry[0] for entry in reader.gets())))
+                turn_end()
+                out.clear()
+        else:
+            data = {
+                "twrite": request(b"TWRITE", b"hp:w", b"tag", b"value"),
+                "twrite16_one_key": request(b"TWRITE", b"hp:one", b"tag", b"value") * 16,
+                "twrite16_keys": b"".join(request(b"TWRITE", b"hp:k%d" % k, b"tag", b"value") for k in range(16)),
+                "xadd": request(b"XADD", b"hp:x", b"*", b"field", b"value"),
+                "xadd16": request(b"XADD", b"hp:x16", b"*", b"field", b"value") * 16,
+            }[shape]
+
+            def step() -> None:
+                feed(data)
+                turn_end()
+                out.clear()
+        for _ in range(300):
+            step()
+        for _ in range(count):
+            step()
+
+    asyncio.run(main())
+
+
+COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def count_instructions(python: str, shape: str, count: int) -> int:
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", python,
+                           str(Path(__file__).resolve()), "--run", shape, str(count)],
+                          capture_output=True, text=True, check=True, cwd="/")
+    match = COLLECTED.search(done.stderr)
+    if match is None:
+        raise SystemExit(f"no callgrind total for {shape}:\n{done.stderr[-2000:]}")
+    return int(match.group(1))
+
+
+def per_read(python: str, shape: str, small: int, large: int) -> float:
+    return (count_instructions(python, shape, large) - count_instructions(python, shape, small)) / (large - small)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", help="python of another build's venv (compared shape by shape)")
+    ap.add_argument("--this", default=sys.executable, help="python of the build measured (default: this one)")
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--small", type=int, default=500)
+    ap.add_argument("--large", type=int, default=2000)
+    ap.add_argument("--out", default="-", help="markdown file to write ('-': print only)")
+    ap.add_argument("--run", nargs=2, metavar=("SHAPE", "COUNT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.run:
+        workload(args.run[0], int(args.run[1]))
+        return
+    builds = {"this": args.this} if not args.base else {"base": args.base, "this": args.this}
+    lines = ["| shape | " + " | ".join(f"{name} (instructions/read)" for name in builds)
+             + (" | this/base |" if args.base else " |"),
+             "| --- |" + " ---: |" * (len(builds) + (1 if args.base else 0))]
+    for shape in args.shapes.split(","):
+        if shape in ("xadd", "xadd16") and args.base and not _has_xadd(args.base):
+            continue
+        figures = {name: per_read(python, shape, args.small, args.large) for name, python in builds.items()}
+        row = f"| {shape} | " + " | ".join(f"{value:,.0f}" for value in figures.values())
+        row += f" | {figures['this'] / figures['base']:.2f} |" if args.base else " |"
+        lines.append(row)
+        print(row, flush=True)
+    text = "\n".join(lines) + "\n"
+    if args.out != "-":
+        Path(args.out).write_text(text)
+    print(text)
+
+
+def _has_xadd(python: str) -> bool:
+    """Whether the build at ``python`` knows XADD (builds before the X* commands do not)."""
+    probe = ("import importlib\n"
+             "for p in ('tstream.commands.xstreams', 'commands.xstreams'):\n"
+             "    try:\n        importlib.import_module(p); print('yes'); break\n"
+             "    except ImportError:\n        pass\n")
+    env = dict(os.environ)
+    return "yes" in subprocess.run([python, "-c", probe], capture_output=True, text=True, env=env, cwd="/").stdout
+
+
+if __name__ == "__main__":
+    main()
