@@ -323,6 +323,36 @@ class Stream(TagTable):
             mem += self._active.active_mem()
         return mem
 
+    def stored_nodes(self, offset: int, max_nodes: int, max_bytes: int) -> tuple[list, dict[int, bytes], int]:
+        """The nodes holding offsets ``offset`` and after, as stored: a list of
+        ``(header, body, deleted bitmap or None)`` (a node's :meth:`Node.blob`
+        split, its body the sealed node's stored object itself: no copy, no
+        decompression; the active node's raw body serialised now), at most
+        ``max_nodes`` of them and, after the first, no more once their bodies
+        pass ``max_bytes``; with ``{tag id: tag}`` of every tag they use, and
+        the offset after the last node's entries (where to go on).
+        Offsets below ``first`` are the caller's to skip (a node is whole).
+        O(nodes returned x (blocks + distinct tags)), plus O(active node)."""
+        parts: list = []
+        names: dict[int, bytes] = {}
+        nodes = self._nodes
+        end = max(offset, self.first)
+        if not nodes or end >= self.next_offset:
+            return parts, names, end
+        k = self._node_index(end)
+        taken = 0
+        tag_list = self._tag_list
+        while k < len(nodes) and len(parts) < max_nodes and (not parts or taken < max_bytes):
+            node = nodes[k]
+            header, body = node.blob_parts()
+            parts.append((header, body, None if node.deleted is None else bytes(node.deleted)))
+            taken += len(body)
+            for tid in (node.tag_set if node.sealed else node.tag_ids()):
+                names[tid] = tag_list[tid]
+            end = min(node.start + node.count, self.next_offset)
+            k += 1
+        return parts, names, end
+
     # -- seeking -----------------------------------------------------------------
     def _node_index(self, offset: int) -> int:
         """Index in ``_nodes`` of the node holding ``offset`` (``first <=

@@ -151,7 +151,7 @@ def read(part: SnapshotRange) -> Iterator[pa.RecordBatch]:
         for blob, deleted in blobs:
             # each record's CRC was checked: no need to decompress the node twice
             node = Node.from_blob(blob, n, check=False)
-            batch = _node_batch(node, deleted, first, part.hi, tag_table, part.key)
+            batch = node_batch(node, deleted, first, part.hi, tag_table, part.key)
             del node
             if batch is not None and batch.num_rows:
                 yield batch
@@ -161,7 +161,11 @@ def read(part: SnapshotRange) -> Iterator[pa.RecordBatch]:
         _close(data)
 
 
-def _node_batch(node, deleted, lo: int, hi: int, tag_table: pa.Array, key: str) -> pa.RecordBatch | None:
+def node_batch(node, deleted, lo: int, hi: int, tag_table: pa.Array, key: str) -> pa.RecordBatch | None:
+    """The rows of offsets ``lo..hi`` of a decoded ``node`` (its ``deleted``
+    bitmap left out), as one record batch of the source's schema; None when the
+    node holds none of them.  Shared by the snapshot reader and TNODES reads
+    (pipeline.nodes_read)."""
     start = node.start
     count = node.count
     p = max(lo - start, 0)

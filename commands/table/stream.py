@@ -3,7 +3,7 @@ and the JetStream ones, ADR-31 direct get and ADR-50 atomic batch (commands/jets
 
 from __future__ import annotations
 
-from .. import jetstream, streams
+from .. import jetstream, nodes, streams
 from ..flags import BLOCKING, DENYOOM, FAST, READONLY, WRITE
 from .entry import ONE_KEY, command
 
@@ -53,6 +53,13 @@ COMMANDS = [
         summary="The stream's length, first, last, nodes, bytes, groups and config; "
                 "with GROUPS, one map (name, next, pending) per consumer group.",
         complexity="O(1); with GROUPS O(groups).",
+    ),
+    command(
+        "tnodes", nodes.tnodes, arity=-3, flags=READONLY, acl="@stream", keys=ONE_KEY, group=GROUP,
+        syntax="TNODES key offset [COUNT nodes] [MAXBYTES bytes]",
+        summary="The macro nodes holding offset and after, as stored (compressed blocks and the header "
+                "that describes them), for readers that decode them (the Spark source).",
+        complexity="O(nodes x (blocks + distinct tags)) plus a copy of their bytes.",
     ),
     command(
         "tconfig", streams.tconfig, arity=-3, flags=WRITE, acl="@stream", keys=ONE_KEY, group=GROUP,
