@@ -44,13 +44,21 @@ def reply_batches(reply: list, lo: int, hi: int, key: str) -> tuple[list[pa.Reco
 
 
 def read_nodes(client, key: str, lo: int, hi: int, nodes_per_call: int = 16,
-               max_bytes: int = 8 << 20) -> Iterator[pa.RecordBatch]:
+               max_bytes: int = 8 << 20, fail_on_loss: bool = False) -> Iterator[pa.RecordBatch]:
     """Record batches of offsets ``lo..hi`` of ``key`` through TNODES on
-    ``client`` (a redis-py client)."""
+    ``client`` (a redis-py client: its retries reconnect and send a call again,
+    and each call stands alone, so a read resumes where it was).  With
+    ``fail_on_loss``, offsets of the range evicted before they were read raise
+    :class:`DataLossError`."""
+    from .common import DataLossError
+    from .server_read import loss_message
+
     at = lo
     while at <= hi:
         reply = client.execute_command("TNODES", key, at, "COUNT", nodes_per_call, "MAXBYTES", max_bytes)
-        batches, following, _ = reply_batches(reply, lo, hi, key)
+        batches, following, first = reply_batches(reply, lo, hi, key)
+        if fail_on_loss and first > at:
+            raise DataLossError(loss_message(key, at, min(hi, first - 1), first))
         yield from batches
         if following <= at:
             return  # nothing at or after ``at``

@@ -118,3 +118,14 @@ def test_resp3(tmp_path):
         write(c, "k", 0, 250)
         assert rows_by_tnodes(c, "k", 1, 250) == rows_by_tread(c, "k", 1, 250)
         c.close()
+
+
+def test_a_range_evicted_before_it_was_read_is_data_loss_when_asked(client):
+    from tstream.pipeline.common import DataLossError
+
+    write(client, "k", 0, 300)
+    client.execute_command("TEVICT", "k", 120)
+    with pytest.raises(DataLossError, match="offsets 1 to 120 of key 'k' were evicted"):
+        list(read_nodes(client, "k", 1, 300, fail_on_loss=True))
+    assert rows_by_tnodes(client, "k", 121, 300) == rows_by_tread(client, "k", 121, 300)
+    assert sum(b.num_rows for b in read_nodes(client, "k", 121, 300, fail_on_loss=True)) == 180
