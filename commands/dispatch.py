@@ -157,7 +157,7 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
         if following[0] == argv[0] and len(following) == len(argv):
             server = client.server
             entry = server.dispatch.get(argv[0])
-            if (entry is not None and entry[7] is not None and len(argv) == entry[2]
+            if (entry is not None and entry[7] is not None and len(argv) == (entry[5].run_words or entry[2])
                     and client.gate is None and not server.refusing and client.multi is None):
                 name0, nargs = argv[0], len(argv)
                 end = at + 2

@@ -26,6 +26,7 @@ from tstream.resp import NULL_ARRAY, OK, Raw, encode_batched_message, encode_mes
 
 from .args import to_int
 from .errors import CommandError, SyntaxErr, out_of_memory
+from .ingest import fast_batch, invalid_pattern, is_fast
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # nats-server's default max_pending
 MULTI_LAST_LIMIT = 1024
@@ -490,6 +491,8 @@ def batch(client, argv):  # noqa: C901 (over the limit when it came in)
                     current.next_arg = B.SEQ_ARGS[seq]
                     current.last_active = monotonic()
                     return OK
+    if n >= 8 and is_fast(argv):  # BATCH ... FAST: fast-ingest (commands/ingest.py)
+        return fast_batch(client, argv)
     expect_last = expect_subject = None
     commit = eob = False
     if n == 5:
@@ -547,6 +550,8 @@ def batch(client, argv):  # noqa: C901 (over the limit when it came in)
                                      f"{B.MAX_PER_SERVER} per server)")
     else:
         if current is None:
+            if stream is not None and stream._ingest is not None and batch_id in stream._ingest.batches:
+                raise invalid_pattern("FAST missing on a message of a fast batch")
             raise batch_error(10176, "batch publish is incomplete and was abandoned (unknown batch)")
         if seq != current.next_seq:
             raise fail(10176, f"batch publish is incomplete and was abandoned (expected batch-seq "

@@ -421,6 +421,8 @@ STREAM_CONFIG = {
     "max_msgs_per_subject": _count("max_msgs_per_subject"),
     "allow_direct": _flag("allow_direct"),
     "allow_atomic": _flag("allow_atomic"),
+    "allow_batched": _flag("allow_batched"),
+    "duplicate_window_ms": _count("duplicate_window_ms"),
 }
 
 

@@ -25,6 +25,7 @@ does what Redis does before it sleeps:
 from __future__ import annotations
 
 import asyncio
+from time import monotonic_ns
 
 
 class TurnEnd:
@@ -33,11 +34,14 @@ class TurnEnd:
         self._held: list[tuple[object, bytes, bool]] = []
         self._scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._scheduled_at = 0
+        self.busy_ns = 0  # the last turn's time from its first held reply or record to its replies out
 
     def schedule(self) -> None:
         """Make sure the end of this turn runs (once)."""
         if not self._scheduled:
             self._scheduled = True
+            self._scheduled_at = monotonic_ns()
             if self._loop is None:  # cached: get_running_loop() checks the process id each call
                 self._loop = asyncio.get_running_loop()
             self._loop.call_soon(self.run)
@@ -62,3 +66,4 @@ class TurnEnd:
         held, self._held = self._held, []
         for connection, data, close in held:
             connection.write_now(data, close)
+        self.busy_ns = monotonic_ns() - self._scheduled_at
