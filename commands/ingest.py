@@ -336,6 +336,8 @@ def batch_run(client, argvs: list) -> bytes:
     batch.last_active = monotonic()
     server.writes.ingested(key, stream, first, offset, subjects, datas, batch_id, hi - 1, False, [])
     next_ack = batch.next_ack
+    if next_ack < lo:  # (behind after a restart, a gap or a duplicate: the first message is due)
+        next_ack = lo
     if next_ack >= hi:
         return OK_BYTES * count
     out = []

@@ -10,6 +10,8 @@ import time
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from tstream.engine.ingest import BUDGET, FastBatch, Ingest
 
@@ -248,6 +250,13 @@ class TestFlow:
         stats = r.info("commandstats")["cmdstat_batch"]
         assert stats["calls"] == 1000
 
+    def test_pipelined_run_after_a_gap_acks_in_step(self, r):
+        fast(r, "s", "b", 1, "a", "1", 4)  # the next ack point is 5
+        assert as_map(fast(r, "s", "b", 10, "a", "10", 4))["type"] == "gap"
+        replies = _publish_plain(r, range(11, 23), 4)
+        assert [i for i, x in zip(range(11, 23), replies) if not is_ok(x)] == [11, 15, 19]
+        assert r.execute_command("PING") in (b"PONG", "PONG", True)  # one reply per command: in step
+
     def test_pipelined_run_with_duplicates_and_a_gap_falls_back(self, r):
         fast(r, "s", "b", 1, "a", "1")
         pipe = r.pipeline(transaction=False)
@@ -262,6 +271,13 @@ class TestFlow:
 # ---------------------------------------------------------------------------
 # Durable resume
 # ---------------------------------------------------------------------------
+
+def _publish_plain(c, seqs, flow):
+    pipe = c.pipeline(transaction=False)
+    for i in seqs:
+        fast(pipe, "s", "b", i, "a", str(i), flow)
+    return pipe.execute()
+
 
 def _publish(c, key, bid, seqs, gap="fail"):
     pipe = c.pipeline(transaction=False)
@@ -326,3 +342,93 @@ class TestDurableResume:
         proc.start()
         c = proc.client(protocol=3)
         assert "10206" in error_of(lambda: op(c, "s", "b", 2, "PING"))
+
+
+# ---------------------------------------------------------------------------
+# Exactly once across SIGKILL
+# ---------------------------------------------------------------------------
+
+def _publisher(port: int, n: int, total: int, stop, done: dict) -> None:
+    """Publisher ``n``: messages 1..total of batch ``p{n}`` (gap fail), resuming with PING
+    after every reconnect; records what it saw in ``done[n]``."""
+    import random
+
+    key, bid, subject = "s", f"p{n}", f"p{n}"
+    rng = random.Random(n)
+    nxt, pings = 1, 0
+    c = None
+    while not stop.is_set():
+        try:
+            if c is None:
+                # no transparent retry: every crash is seen, and answered with a PING
+                c = redis.Redis(port=port, protocol=3, socket_timeout=5, retry=Retry(NoBackoff(), 0))
+                try:
+                    ping = as_map(c.execute_command("BATCH", key, bid, max(nxt - 1, 1), "FAST", 64, "fail", "PING"))
+                    nxt = ping["seq"] + 1
+                    pings += 1
+                except redis.ResponseError as exc:
+                    if "10206" not in str(exc):
+                        raise
+                    nxt = 1  # nothing of the batch was stored
+            if nxt > total:
+                ack = as_map(c.execute_command("BATCH", key, bid, total + 1, "FAST", 64, "fail", "EOB"))
+                done[n] = (ack, pings)
+                return
+            if nxt == 1:
+                first = as_map(c.execute_command("BATCH", key, bid, 1, subject, "1", "FAST", 64, "fail"))
+                assert first["type"] == "ack"
+                nxt = 2
+                continue
+            chunk = range(nxt, min(nxt + rng.randint(1, 80), total + 1))
+            pipe = c.pipeline(transaction=False)
+            for i in chunk:
+                pipe.execute_command("BATCH", key, bid, i, subject, str(i), "FAST", 64, "fail")
+            for reply in pipe.execute():
+                if not is_ok(reply):
+                    assert isinstance(reply, (dict, list)) and as_map(reply)["type"] in ("ack", "duplicate"), reply
+            nxt = chunk[-1] + 1
+        except (redis.ConnectionError, redis.TimeoutError, ConnectionResetError):
+            c = None
+            time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_sigkill_every_message_stored_exactly_once_in_order(make_server, tmp_path):
+    import random
+    import threading
+
+    proc = make_server("--save", "", "--appendonly", "yes", "--appendfsync", "always")
+    stop = threading.Event()
+    done: dict = {}
+    total = 4000
+    threads = [threading.Thread(target=_publisher, args=(proc.port, n, total, stop, done), daemon=True)
+               for n in range(8)]
+    for t in threads:
+        t.start()
+    rng = random.Random(7)
+    try:
+        for _ in range(10):
+            time.sleep(rng.uniform(0.1, 0.6))
+            proc.kill()
+            proc.start()
+        deadline = time.time() + 120
+        while len(done) < 8 and time.time() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    assert len(done) == 8
+    c = proc.client(protocol=3)
+    got = c.execute_command("TREAD", "s", 1, 100000)
+    per: dict = {}
+    for _, subject, data in got:
+        per.setdefault(subject, []).append(int(data))
+    for n in range(8):
+        assert per[b"p%d" % n] == list(range(1, total + 1)), n
+        ack, pings = done[n]
+        assert ack["count"] == total
+    assert all(p >= 1 for _, p in done.values())  # each resumed with PING
+    check = subprocess.run([sys.executable, "-m", "tstream.persistence.check", str(tmp_path / "appendonlydir")],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
