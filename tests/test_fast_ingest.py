@@ -432,3 +432,93 @@ def test_sigkill_every_message_stored_exactly_once_in_order(make_server, tmp_pat
     check = subprocess.run([sys.executable, "-m", "tstream.persistence.check", str(tmp_path / "appendonlydir")],
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+# ---------------------------------------------------------------------------
+# Message ids and the duplicate window
+# ---------------------------------------------------------------------------
+
+def tw(c, *args):
+    return c.execute_command("TWRITE", *args)
+
+
+class TestMessageIds:
+    def test_twrite_with_an_id_stored_once(self, r):
+        assert tw(r, "k", "t", "a", "MSGID", "m1") == 1
+        assert tw(r, "k", "t", "b", "MSGID", "m2") == 2
+        assert tw(r, "k", "t", "again", "MSGID", "m1") == 1  # the original offset
+        assert tw(r, "k", "t", "c") == 3
+        assert [d for _, d in entries(r, "k")] == [b"a", b"b", b"c"]
+
+    def test_entries_with_msgids(self, r):
+        tw(r, "k", "t", "a", "MSGID", "m1")
+        assert tw(r, "k", "MSGIDS", "m2", "m1", "m3", "m3", "ENTRIES", "t", "b", "t", "dup", "t", "c", "t",
+                  "dup2") == 2
+        assert [d for _, d in entries(r, "k")] == [b"a", b"b", b"c"]
+        assert tw(r, "k", "BACKLOG", 10, "MSGIDS", "m1", "m4", "ENTRIES", "t", "x", "t", "d") == 1
+        assert [d for _, d in entries(r, "k")] == [b"a", b"b", b"c", b"d"]
+        assert "one id per entry" in error_of(lambda: tw(r, "k", "MSGIDS", "m9", "ENTRIES", "t", "x", "t", "y"))
+        assert "syntax" in error_of(lambda: tw(r, "k", "t", "a", "MSGIDX", "m1"))
+
+    def test_pipelined_ids(self, r):
+        tw(r, "k", "t", "first", "MSGID", "first")
+        pipe = r.pipeline(transaction=False)
+        for i in range(200):
+            pipe.execute_command("TWRITE", "k", "t", f"d{i}", "MSGID", f"id{i}")
+        assert pipe.execute() == list(range(2, 202))
+        pipe = r.pipeline(transaction=False)
+        for i in range(195, 205):
+            pipe.execute_command("TWRITE", "k", "t", f"d{i}", "MSGID", f"id{i}")
+        assert pipe.execute() == [197, 198, 199, 200, 201, 202, 203, 204, 205, 206]
+        assert len(entries(r, "k")) == 206
+
+    def test_window_ages_out_and_zero_disables(self, r):
+        r.execute_command("TCONFIG", "k", "SET", "duplicate_window_ms", 150)
+        assert tw(r, "k", "t", "a", "MSGID", "m") == 1
+        assert tw(r, "k", "t", "a", "MSGID", "m") == 1
+        time.sleep(0.25)
+        assert tw(r, "k", "t", "a", "MSGID", "m") == 2
+        r.execute_command("TCONFIG", "k", "SET", "duplicate_window_ms", 0)
+        assert tw(r, "k", "t", "a", "MSGID", "m") == 3
+        assert tw(r, "k", "t", "a", "MSGID", "m") == 4
+
+    def test_atomic_batch(self, r):
+        tw(r, "k", "t", "a", "MSGID", "m1")
+        r.execute_command("BATCH", "k", "b", 1, "t", "x", "MSGID", "m1")
+        r.execute_command("BATCH", "k", "b", 2, "t", "y", "MSGID", "m2")
+        ack = as_map(r.execute_command("BATCH", "k", "b", 3, "t", "z", "COMMIT"))
+        assert ack == {"stream": b"k", "seq": 3, "batch": b"b", "count": 3, "duplicate": 1}
+        assert [d for _, d in entries(r, "k")] == [b"a", b"y", b"z"]
+        r.execute_command("BATCH", "k", "c", 1, "t", "x", "MSGID", "m5")
+        assert error_of(lambda: r.execute_command("BATCH", "k", "c", 2, "t", "x", "MSGID", "m5")) == \
+            "10201 duplicate message id is in process"
+        assert "10176" in error_of(lambda: r.execute_command("BATCH", "k", "c", 3, "EOB"))
+
+    def test_fast_batch(self, r):
+        tw(r, "k", "t", "a", "MSGID", "m1")
+        fast(r, "k", "b", 1, "t", "x", 10, "ok", "MSGID", "m2")
+        assert as_map(fast(r, "k", "b", 2, "t", "y", 10, "ok", "MSGID", "m1")) == {
+            "type": "ack", "seq": 2, "ack_msgs": 10, "duplicate": 1}
+        assert is_ok(fast(r, "k", "b", 3, "t", "z", 10, "ok", "MSGID", "m3"))
+        ack = as_map(fast(r, "k", "b", 4, "t", "w", 10, "ok", "MSGID", "m3", "COMMIT"))
+        assert ack == {"stream": b"k", "seq": 3, "batch": b"b", "count": 4, "duplicate": 1}
+        assert [d for _, d in entries(r, "k")] == [b"a", b"x", b"z"]
+
+    @pytest.mark.parametrize("how", ["aof", "snapshot"])
+    def test_window_survives_a_restart(self, make_server, how):
+        args = ("--save", "", "--appendonly", "yes") if how == "aof" else ("--save", "")
+        proc = make_server(*args)
+        c = proc.client(protocol=3)
+        tw(c, "k", "t", "a", "MSGID", "m1")
+        tw(c, "k", "MSGIDS", "m2", "m3", "ENTRIES", "t", "b", "t", "c")
+        r0 = c.pipeline(transaction=False)
+        for i in range(5):
+            r0.execute_command("TWRITE", "k", "t", f"p{i}", "MSGID", f"p{i}")
+        r0.execute()
+        if how == "snapshot":
+            c.execute_command("SAVE")
+        proc.stop() if how == "aof" else proc.kill()
+        proc.start()
+        c = proc.client(protocol=3)
+        assert [tw(c, "k", "t", "x", "MSGID", m) for m in ("m1", "m2", "m3", "p0", "p4")] == [1, 2, 3, 4, 8]
+        assert tw(c, "k", "t", "new", "MSGID", "m4") == 9

@@ -12,9 +12,9 @@ GROUP = "stream"
 COMMANDS = [
     command(
         "twrite", streams.twrite, arity=-4, flags=WRITE | DENYOOM | FAST, acl="@stream", keys=ONE_KEY,
-        group=GROUP, run=streams.twrite_run,
-        syntax=["TWRITE key tag entry",
-                "TWRITE key [BACKLOG count] ENTRIES tag entry [tag entry ...]"],
+        group=GROUP, run=streams.twrite_run, run_words=(4, 6),
+        syntax=["TWRITE key tag entry [MSGID id]",
+                "TWRITE key [BACKLOG count] [MSGIDS id [id ...]] ENTRIES tag entry [tag entry ...]"],
         summary="Appends entries atomically; replies the offset of the first one.",
         complexity="O(1) per entry (plus sealing a full macro node, O(node size), once per node).",
     ),
@@ -82,7 +82,7 @@ COMMANDS = [
     ),
     command(
         "batch", jetstream.batch, arity=-5, flags=WRITE | DENYOOM | FAST, acl="@stream", keys=ONE_KEY,
-        group=GROUP, run=ingest.batch_run, run_words=9,
+        group=GROUP, run=ingest.batch_run, run_words=(9,),
         syntax=["BATCH key batch-id batch-seq subject data [EXPECT_LAST_SEQ n] "
                 "[EXPECT_LAST_SUBJECT_SEQ n] [MSGID id] [COMMIT]",
                 "BATCH key batch-id batch-seq EOB",
