@@ -10,7 +10,6 @@ handler returns.
 from __future__ import annotations
 
 import re
-from itertools import repeat
 from time import time_ns
 
 from tstream.engine.groups import Group
@@ -229,8 +228,7 @@ def _msgid_run(client, argvs: list) -> bytes:
                                    list(ids[:stored]))
         error = encode_error(out_of_memory(0, 1, 0).message)
         return encode_integer_run(start, stored) + error * (count - stored)
-    t = stream.last_time
-    table.update(zip(ids, zip(range(offset, offset + count), repeat(t))))
+    ingest.add_new_ids(ids, offset, stream.last_time)
     server.writes.ingested(key, stream, first, offset, tags, datas, None, 0, False, list(ids))
     return encode_integer_run(offset, count)
 

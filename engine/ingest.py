@@ -21,23 +21,25 @@ are active, which are idle): one per server (``server.fast``), no I/O.
 
 Flow control (``FastBatch.adjust``) is plain arithmetic on what the server
 measures (unsynced AOF bytes, loop turn time, active fast publishers): double
-while it keeps up, halve (not below 1) when any of them grows, never above
-the client's flow and never above ``BUDGET // active`` (so all publishers
-together keep at most about ``BUDGET`` messages per ack round in flight).
+while it keeps up, halve (not below 1) when the unsynced bytes or the turn time
+pass their marks or more publishers are active than at the last decision;
+never above the client's flow and never above ``BUDGET // active`` (so all
+publishers together keep at most about ``BUDGET`` messages per ack round in
+flight, which bounds the work of a loop turn).
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
+from itertools import islice
 
 MAX_ID_LENGTH = 64
 MAX_FLOW = 65535
 FIRST_ACK_ALONE = 16    # ack_msgs of the first ack when no other fast batch is active
 BUDGET = 1024           # messages per ack round, shared by the active publishers
 TURN_HIGH_NS = 5_000_000    # a loop turn longer than this: slow down
-TURN_LOW_NS = 2_000_000     # shorter than this: may speed up
 UNSYNCED_HIGH = 8 << 20     # unsynced AOF bytes above this: slow down
-UNSYNCED_LOW = 1 << 20      # below this: may speed up
 
 
 class FastBatch:
@@ -79,7 +81,7 @@ class FastBatch:
         ceiling = min(self.flow, max(1, BUDGET // max(active, 1)))
         if active > self.seen_active or unsynced > UNSYNCED_HIGH or turn_ns > TURN_HIGH_NS:
             k = max(1, k >> 1)
-        elif turn_ns < TURN_LOW_NS and unsynced < UNSYNCED_LOW:
+        else:  # it keeps up
             k <<= 1
         if k > ceiling:
             k = ceiling
@@ -91,11 +93,13 @@ class FastBatch:
 class Ingest:
     """A stream's fast batches and message ids (see the module docstring)."""
 
-    __slots__ = ("batches", "ids")
+    __slots__ = ("batches", "ids", "runs")
 
     def __init__(self) -> None:
         self.batches: dict[bytes, FastBatch] = {}
-        self.ids: dict[bytes, tuple[int, int]] = {}  # message id -> (offset, time_ns), oldest first
+        self.ids: dict[bytes, int] = {}  # message id -> offset, oldest first
+        # [time_ns, count]: the ids of ``ids`` in stretches stored at one time, oldest first
+        self.runs: deque[list[int]] = deque()
 
     def batch(self, key: bytes, batch_id: bytes) -> FastBatch:
         """The batch ``batch_id``, created if new."""
@@ -122,31 +126,50 @@ class Ingest:
         ids = self.ids
         if not ids:
             return None
-        horizon = now_ns - window_ns
-        if next(iter(ids.values()))[1] <= horizon:
-            stale = []
-            for mid, (_, stored_ns) in ids.items():
-                if stored_ns > horizon:
-                    break
-                stale.append(mid)
-            for mid in stale:
-                del ids[mid]
-        hit = ids.get(msgid)
-        return None if hit is None else hit[0]
+        runs = self.runs
+        if runs[0][0] <= now_ns - window_ns:
+            self._expire(now_ns - window_ns)
+        return ids.get(msgid)
+
+    def _expire(self, horizon: int) -> None:
+        runs = self.runs
+        stale = 0
+        while runs and runs[0][0] <= horizon:
+            stale += runs.popleft()[1]
+        ids = self.ids
+        for mid in list(islice(ids, stale)):
+            del ids[mid]
 
     def add_ids(self, ids, offset: int, time_ns: int) -> None:
-        """``ids[i]`` (None: no id) was stored at ``offset + i``."""
+        """``ids[i]`` (None: no id) was stored at ``offset + i`` (none of them is in
+        the table: the caller checked them against the window). O(ids)."""
         table = self.ids
+        before = len(table)
         for i, mid in enumerate(ids):
             if mid is not None:
-                table.pop(mid, None)  # re-inserted: the newest last
-                table[mid] = (offset + i, time_ns)
+                table.pop(mid, None)  # (an id the window let go of: the newest last)
+                table[mid] = offset + i
+        self._note_run(time_ns, len(table) - before)
+
+    def add_new_ids(self, ids, offset: int, time_ns: int) -> None:
+        """``ids`` (all new, all different) were stored from ``offset`` on. O(ids) in C."""
+        self.ids.update(zip(ids, range(offset, offset + len(ids))))
+        self._note_run(time_ns, len(ids))
+
+    def _note_run(self, time_ns: int, count: int) -> None:
+        if count <= 0:
+            return
+        runs = self.runs
+        if runs and runs[-1][0] == time_ns:
+            runs[-1][1] += count
+        else:
+            runs.append([time_ns, count])
 
     # --- snapshots ---------------------------------------------------------------------
 
     def export(self) -> dict:
         return {"batches": [[b.id, b.stored, b.last_offset] for b in self.batches.values()],
-                "ids": [[mid, off, t] for mid, (off, t) in self.ids.items()]}
+                "ids": [[mid, off] for mid, off in self.ids.items()], "runs": [list(run) for run in self.runs]}
 
     @classmethod
     def load(cls, key: bytes, saved: dict) -> "Ingest":
@@ -156,8 +179,11 @@ class Ingest:
             batch = ingest.batch(key, batch_id)
             batch.last = batch.stored = stored
             batch.last_offset = last_offset
-        for mid, off, t in saved.get("ids", ()):
-            ingest.ids[mid] = (off, t)
+        for mid, off in saved.get("ids", ()):
+            ingest.ids[mid] = off
+        ingest.runs.extend([t, count] for t, count in saved.get("runs", ()))
+        if sum(count for _, count in ingest.runs) != len(ingest.ids):
+            raise ValueError("message id runs do not match the ids")
         return ingest
 
     def __bool__(self) -> bool:

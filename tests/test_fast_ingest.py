@@ -225,7 +225,7 @@ class TestFlow:
         assert batch.adjust(2, 9 << 20, 0) == 50           # unsynced AOF bytes grew
         assert batch.adjust(2, 0, 6_000_000) == 25         # a slow loop turn
         assert batch.adjust(3, 0, 0) == 12                 # one more publisher
-        assert batch.adjust(3, 0, 3_000_000) == 12         # neither slow nor fast: kept
+        assert batch.adjust(3, 0, 3_000_000) == 24         # it keeps up: doubled
         many = BUDGET // 64
         assert batch.adjust(64, 0, 0) <= many              # a share of the budget
 
