@@ -315,7 +315,7 @@ def batch_run(client, argvs: list) -> bytes:
     lo = batch.last + 1
     if (keys.count(key) != count or ids.count(batch_id) != count or fasts.count(fast_word) != count
             or flows.count(flow_arg) != count or gaps.count(gap_arg) != count
-            or seqs != tuple(map(b"%d".__mod__, range(lo, lo + count)))):
+            or b" ".join(seqs) != " ".join(map(str, range(lo, lo + count))).encode()):
         return _each(client, argvs)
     first = stream.first
     start = stream.next_offset
