@@ -11,6 +11,10 @@
     ats = client.AsyncTStream(redis.asyncio.Redis(port=6380))
     offset = await ats.twrite("orders", "orders.eu.created", b"{}")
 
+    pub = client.FastPublisher(redis.Redis(port=6380), "orders")  # ADR-50 fast ingest
+    batch_seq, ack_seq = pub.add("orders.eu.created", b"{}")
+    pub_ack = pub.end()
+
 Replies become plain Python objects: offsets and counts are ints, entries
 ``Entry(offset, tag, data)`` (None for a missing one), JetStream messages
 ``Message(stream, subject, seq, time, data, ...)`` and batched replies ``Batch``.
@@ -20,7 +24,8 @@ code raise ``TStreamError`` (a ``redis.ResponseError``) with ``.code``.
 """
 
 from .api import AsyncTStream, TStream
+from .fast import AsyncFastPublisher, BatchEnded, FastPubAck, FastPublisher
 from .types import Batch, Entry, GroupInfo, Message, Pending, PubAck, StreamConfig, StreamInfo, TStreamError, Window
 
-__all__ = ["TStream", "AsyncTStream", "Entry", "Window", "Pending", "StreamInfo", "StreamConfig",
+__all__ = ["TStream", "AsyncTStream", "FastPublisher", "AsyncFastPublisher", "FastPubAck", "BatchEnded", "Entry", "Window", "Pending", "StreamInfo", "StreamConfig",
            "GroupInfo", "Message", "Batch", "PubAck", "TStreamError"]

@@ -80,6 +80,8 @@ class StreamConfig:
     max_msgs_per_subject: int = 0
     allow_direct: bool = True
     allow_atomic: bool = True
+    allow_batched: bool = True
+    duplicate_window_ms: int = 120000
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +219,8 @@ def parse_config(fields: dict[str, Any]) -> StreamConfig:
         max_msgs_per_subject=_int(fields.get("max_msgs_per_subject", 0)),
         allow_direct=_flag(fields.get("allow_direct", "yes")),
         allow_atomic=_flag(fields.get("allow_atomic", "yes")),
+        allow_batched=_flag(fields.get("allow_batched", "yes")),
+        duplicate_window_ms=_int(fields.get("duplicate_window_ms", 120000)),
     )
 
 

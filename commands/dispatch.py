@@ -8,8 +8,9 @@ handler described, counts its changes and wakes blocked readers (see
 commands/writes.py).
 
 Pipelined runs: a command whose table entry has a ``run`` handler (TWRITE) and
-that arrives several times in a row in one read, each time in its simplest
-form (exactly |arity| words, on one key or several), is executed as one run:
+that arrives several times in a row in one read, each time with as many words
+(its entry's ``run_words``; by default its simplest form, exactly |arity|
+words), on one key or several, is executed as one run:
 one call appends all the entries (those of one key at once) and produces all
 the replies.  Clients see the same replies and the same data as with one call
 per command (the entries of a run share one timestamp, as those of one
@@ -159,7 +160,7 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
         if following[0] == argv[0] and len(following) == len(argv):
             server = client.server
             entry = server.dispatch.get(argv[0])
-            if (entry is not None and entry[7] is not None and len(argv) == entry[2]
+            if (entry is not None and entry[7] is not None and len(argv) in entry[5].run_words
                     and client.gate is None and not server.refusing and client.multi is None):
                 name0, nargs = argv[0], len(argv)
                 end = at + 2

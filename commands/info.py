@@ -85,6 +85,9 @@ def _stats(server) -> dict:
         # JetStream atomic batches (engine/batches.py)
         "batches_in_flight": len(server.batches),
         **{f"batch_abandoned_{reason}": count for reason, count in server.batches.abandoned.items()},
+        # JetStream fast-ingest batches (engine/ingest.py)
+        "fast_batches_in_flight": len(server.fast),
+        "fast_batch_abandoned_timeout": server.fast.abandoned,
     }
 
 

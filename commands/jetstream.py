@@ -21,11 +21,13 @@ from bisect import bisect_left
 from time import monotonic, time_ns
 
 from tstream.engine import batches as B
+from tstream.engine.ingest import Ingest
 from tstream.engine.subjects import InvalidSubject, TooManySubjects, held_from, index_of, parse_filter
 from tstream.resp import NULL_ARRAY, OK, Raw, encode_batched_message, encode_message
 
 from .args import to_int
 from .errors import CommandError, SyntaxErr, out_of_memory
+from .ingest import fast_batch, invalid_pattern, is_fast
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # nats-server's default max_pending
 MULTI_LAST_LIMIT = 1024
@@ -490,7 +492,9 @@ def batch(client, argv):  # noqa: C901 (over the limit when it came in)
                     current.next_arg = B.SEQ_ARGS[seq]
                     current.last_active = monotonic()
                     return OK
-    expect_last = expect_subject = None
+    if n >= 8 and is_fast(argv):  # BATCH ... FAST: fast-ingest (commands/ingest.py)
+        return fast_batch(client, argv)
+    expect_last = expect_subject = msgid = None
     commit = eob = False
     if n == 5:
         if argv[4].lower() != b"eob":
@@ -510,6 +514,9 @@ def batch(client, argv):  # noqa: C901 (over the limit when it came in)
                 i += 2
             elif word == b"expect_last_subject_seq" and i + 1 < n and expect_subject is None:
                 expect_subject = _nonnegative(argv[i + 1], "EXPECT_LAST_SUBJECT_SEQ")
+                i += 2
+            elif word == b"msgid" and i + 1 < n and msgid is None:
+                msgid = argv[i + 1]
                 i += 2
             else:
                 raise SyntaxErr()
@@ -547,6 +554,8 @@ def batch(client, argv):  # noqa: C901 (over the limit when it came in)
                                      f"{B.MAX_PER_SERVER} per server)")
     else:
         if current is None:
+            if stream is not None and stream._ingest is not None and batch_id in stream._ingest.batches:
+                raise invalid_pattern("FAST missing on a message of a fast batch")
             raise batch_error(10176, "batch publish is incomplete and was abandoned (unknown batch)")
         if seq != current.next_seq:
             raise fail(10176, f"batch publish is incomplete and was abandoned (expected batch-seq "
@@ -558,6 +567,8 @@ def batch(client, argv):  # noqa: C901 (over the limit when it came in)
                    "rejected")
     if not eob and current is not None and current.count >= B.MAX_MESSAGES:
         raise fail(10199, f"batch publish sequence exceeds server limit ({B.MAX_MESSAGES} messages)", "large")
+    if msgid is not None and current is not None and current.msgids and msgid in current.msgids:
+        raise fail(10201, "duplicate message id is in process", "rejected")
 
     # Everything checked: stage.
     if current is None:
@@ -568,6 +579,10 @@ def batch(client, argv):  # noqa: C901 (over the limit when it came in)
             current.expect_last_seq = expect_last
         if expect_subject is not None:
             current.subject_expects.append((subject, expect_subject))
+        if msgid is not None:
+            if current.msgids is None:
+                current.msgids = {}
+            current.msgids[msgid] = current.count
         current.stage(subject, data)
     if commit or eob:
         return _commit(server, current)
@@ -604,6 +619,8 @@ def _commit(server, current):
                 registry.abandon(current, "rejected")
                 raise batch_error(10071, f"wrong last sequence: {actual}")
     registry.remove(current)
+    if current.msgids:
+        return _commit_with_ids(server, current, stream)
     if stream is None:
         stream = server.create_stream(key)
     first = stream.first
@@ -618,3 +635,42 @@ def _commit(server, current):
     # one record for the whole batch, exactly as TWRITE ENTRIES logs it
     server.writes.appended(key, stream, first, offset, flat, 0, count)
     return {"stream": key, "seq": offset + count - 1, "batch": current.id, "count": count}
+
+
+def _commit_with_ids(server, current, stream):
+    """The commit of a batch with message ids: the messages whose id was stored
+    within the stream's duplicate window are left out (the pub ack then says
+    ``duplicate: 1``); the others are appended at once, logged with their ids."""
+    key = current.key
+    flat = current.flat
+    count = len(flat) >> 1
+    ids: list = [None] * count
+    for msgid, index in current.msgids.items():
+        ids[index] = msgid
+    window = stream.settings.duplicate_window_ms if stream is not None else 120000
+    now = time_ns()
+    keep = list(range(count))
+    if window and stream is not None and stream._ingest is not None:
+        seen = stream._ingest.seen
+        keep = [i for i in keep if ids[i] is None or seen(ids[i], now, window * 1_000_000) is None]
+    if stream is None:
+        stream = server.create_stream(key)
+    if stream._ingest is None:
+        stream._ingest = Ingest()
+    first = stream.first
+    tags = [flat[2 * i] for i in keep]
+    datas = [flat[2 * i + 1] for i in keep]
+    kept_ids = [ids[i] for i in keep] if window else []
+    try:
+        offset = stream.append_columns(tags, datas, now)
+    except MemoryError:
+        raise out_of_memory(0, len(keep), stream.next_offset) from None
+    if kept_ids:
+        stream._ingest.add_ids(kept_ids, offset, stream.last_time)
+    if keep:
+        server.writes.ingested(key, stream, first, offset, tags, datas, None, 0, False, kept_ids)
+    ack = {"stream": key, "seq": offset + len(keep) - 1 if keep else stream.last, "batch": current.id,
+           "count": count}
+    if len(keep) < count:
+        ack["duplicate"] = 1
+    return ack

@@ -112,5 +112,6 @@ def flushall(client, argv):
     count = len(server.keyspace)
     existed = [key for key in server.watched if key in server.streams] if server.watched else ()
     server.keyspace.flush()
+    server.fast.clear()  # the fast batches went with their streams
     server.writes.flushed(count, existed)
     return OK

@@ -13,6 +13,7 @@ import re
 from time import time_ns
 
 from tstream.engine.groups import Group
+from tstream.engine.ingest import Ingest
 from tstream.resp import (
     NO_REPLY,
     NULL_ARRAY,
@@ -28,6 +29,7 @@ from .args import to_bool, to_int, to_nonnegative, to_positive_list
 from .errors import CommandError, SyntaxErr, out_of_memory
 
 NO_SUCH_KEY = "ERR no such key"
+DEFAULT_WINDOW_MS = 120000  # duplicate_window_ms of a stream that does not exist yet
 
 
 def _spellings(word: str) -> set[bytes]:
@@ -46,7 +48,7 @@ KEYWORD_TAGS = frozenset(_spellings("entries") | _spellings("backlog"))
 
 
 def twrite(client, argv):
-    """TWRITE key tag entry | TWRITE key [BACKLOG count] ENTRIES tag entry [tag entry ...]
+    """TWRITE key tag entry [MSGID id] | TWRITE key [BACKLOG count] [MSGIDS id ...] ENTRIES tag entry [...]
 
     Appends the entries atomically and replies the offset of the first one.
     O(1) per entry (plus sealing a full macro node, O(node size), once per node).
@@ -60,20 +62,13 @@ def twrite(client, argv):
         offset = stream.append(argv[2], argv[3], time_ns())
         server.writes.appended(argv[1], stream, first, offset, argv, 2)
         return offset
-    backlog = -1
-    i = 2
-    while True:
-        word = argv[i].lower() if i < len(argv) else b""
-        if word == b"backlog" and i + 1 < len(argv):
-            backlog = to_nonnegative(argv[i + 1], "BACKLOG count")
-            i += 2
-        elif word == b"entries":
-            i += 1
-            break
-        else:
-            raise SyntaxErr()
-    if i >= len(argv) or (len(argv) - i) % 2:
-        raise CommandError("ERR ENTRIES needs one or more tag entry pairs")
+    if len(argv) == 6 and argv[4].lower() == b"msgid" and argv[2] not in KEYWORD_TAGS:
+        return msgid_write(server, argv[1], [argv[2]], [argv[3]], [argv[5]], -1)
+    backlog, msgids, i = _twrite_keywords(argv)
+    if msgids is not None:
+        if len(msgids) != (len(argv) - i) // 2:
+            raise CommandError("ERR MSGIDS needs one id per entry")
+        return msgid_write(server, argv[1], argv[i::2], argv[i + 1::2], msgids, backlog)
     stream = server.stream_for_write(argv[1])
     first = stream.first
     start = stream.next_offset
@@ -88,6 +83,77 @@ def twrite(client, argv):
     return offset
 
 
+def _twrite_keywords(argv) -> tuple[int, list | None, int]:
+    """TWRITE's [BACKLOG count] [MSGIDS id ...] ENTRIES: (backlog or -1, the ids or
+    None, the index of the first tag)."""
+    backlog = -1
+    msgids = None
+    i = 2
+    while True:
+        word = argv[i].lower() if i < len(argv) else b""
+        if word == b"backlog" and i + 1 < len(argv):
+            backlog = to_nonnegative(argv[i + 1], "BACKLOG count")
+            i += 2
+        elif word == b"msgids" and msgids is None:
+            j = i + 1
+            while j < len(argv) and argv[j].lower() != b"entries":
+                j += 1
+            msgids = argv[i + 1:j]
+            i = j
+        elif word == b"entries":
+            i += 1
+            break
+        else:
+            raise SyntaxErr()
+    if i >= len(argv) or (len(argv) - i) % 2:
+        raise CommandError("ERR ENTRIES needs one or more tag entry pairs")
+    return backlog, msgids, i
+
+
+def msgid_write(server, key: bytes, tags: list, datas: list, msgids: list, backlog: int) -> int:
+    """TWRITE with message ids: the entries whose id was stored within the
+    stream's ``duplicate_window_ms`` (or earlier in this command) are not stored
+    again; the others are appended at once, logged with their ids (one INGEST
+    record).  Replies the offset of the first entry: where it was stored, now or
+    the first time.  O(entries), plus the ids that aged out."""
+    stream = server.streams.get(key)
+    window = stream.settings.duplicate_window_ms if stream is not None else DEFAULT_WINDOW_MS
+    now = time_ns()
+    ingest = stream._ingest if stream is not None else None
+    originals: list = [None] * len(msgids)
+    if window and ingest is not None:
+        seen = ingest.seen
+        horizon = window * 1_000_000
+        originals = [seen(mid, now, horizon) for mid in msgids]
+    keep = []
+    taken: dict = {}
+    for i, mid in enumerate(msgids):
+        if originals[i] is None and mid not in taken:
+            taken[mid] = len(keep)
+            keep.append(i)
+    if not keep:
+        return originals[0] if originals[0] is not None else 0
+    if stream is None:
+        stream = server.create_stream(key)
+    if stream._ingest is None:
+        stream._ingest = Ingest()
+    first = stream.first
+    start = stream.next_offset
+    kept_tags = [tags[i] for i in keep]
+    kept_datas = [datas[i] for i in keep]
+    ids = [msgids[i] for i in keep] if window else []
+    try:
+        offset = stream.append_columns(kept_tags, kept_datas, now)
+    except MemoryError:
+        raise out_of_memory(stream.next_offset - start, len(keep), start) from None
+    if backlog >= 0:
+        stream.evict_keep(backlog)
+    if ids:
+        stream._ingest.add_ids(ids, offset, stream.last_time)
+    server.writes.ingested(key, stream, first, offset, kept_tags, kept_datas, None, 0, False, ids)
+    return originals[0] if originals[0] is not None else offset
+
+
 def twrite_run(client, argvs: list) -> bytes:
     """A pipelined run of ``TWRITE key tag entry``, on one key or several (see
     commands.dispatch).
@@ -98,6 +164,8 @@ def twrite_run(client, argvs: list) -> bytes:
     command's offset, in order.  O(entries).
     """
     server = client.server
+    if len(argvs[0]) == 6:  # TWRITE key tag entry MSGID id
+        return _msgid_run(client, argvs)
     _, keys, tags, datas = zip(*argvs)  # the columns, as tuples, in one C call
     count = len(argvs)
     tag = tags[0]
@@ -131,6 +199,43 @@ def twrite_run(client, argvs: list) -> bytes:
         i = j
     return b"".join(replies)
 
+
+
+def _msgid_run(client, argvs: list) -> bytes:
+    """A run of ``TWRITE key tag entry MSGID id``: on one key with new ids (none
+    stored within the window, none repeated), one append and one record; else
+    command by command."""
+    server = client.server
+    _, keys, tags, datas, words, ids = zip(*argvs)
+    count = len(argvs)
+    key = keys[0]
+    stream = server.streams.get(key)
+    ingest = stream._ingest if stream is not None else None
+    if (keys.count(key) != count or words.count(words[0]) != count or words[0].lower() != b"msgid"
+            or not KEYWORD_TAGS.isdisjoint(tags) or len(set(ids)) != count or stream is None
+            or ingest is None or not stream.settings.duplicate_window_ms):
+        return b"".join(_twrite_each(client, argvs))
+    now = time_ns()
+    table = ingest.ids
+    if table:
+        ingest.seen(ids[0], now, stream.settings.duplicate_window_ms * 1_000_000)  # drops the aged ids
+        if not table.keys().isdisjoint(ids):
+            return b"".join(_twrite_each(client, argvs))
+    first = stream.first
+    start = stream.next_offset
+    try:
+        offset = stream.append_columns(tags, datas, now)
+    except MemoryError:
+        stored = stream.next_offset - start
+        if stored:
+            ingest.add_ids(ids[:stored], start, stream.last_time)
+            server.writes.ingested(key, stream, first, start, tags[:stored], datas[:stored], None, 0, False,
+                                   list(ids[:stored]))
+        error = encode_error(out_of_memory(0, 1, 0).message)
+        return encode_integer_run(start, stored) + error * (count - stored)
+    ingest.add_new_ids(ids, offset, stream.last_time)
+    server.writes.ingested(key, stream, first, offset, tags, datas, None, 0, False, list(ids))
+    return encode_integer_run(offset, count)
 
 
 def _append_each(server, argvs: list, now: int) -> bytes:
@@ -426,6 +531,8 @@ STREAM_CONFIG = {
     "max_msgs_per_subject": _count("max_msgs_per_subject"),
     "allow_direct": _flag("allow_direct"),
     "allow_atomic": _flag("allow_atomic"),
+    "allow_batched": _flag("allow_batched"),
+    "duplicate_window_ms": _count("duplicate_window_ms"),
 }
 
 

@@ -43,6 +43,7 @@ from tstream.persistence.effects import (
     DELKEY,
     EVICT,
     FLUSH,
+    INGEST,
     TXN,
     XADD,
     XDEL,
@@ -186,6 +187,22 @@ class Writes:
         self.wake = True
         self.dirty += len(tags)
         self.pending = True
+
+    def ingested(self, key: bytes, stream, first: int, offset: int, tags, datas, batch_id: bytes | None,
+                 batch_seq: int, ended: bool, ids) -> None:
+        """``len(tags)`` entries (maybe none) appended from ``offset`` on by the fast
+        batch ``batch_id``, whose highest batch-seq stored is now ``batch_seq``
+        (``ended``: the batch is over), or with the message ids ``ids``: one
+        INGEST record (persistence.effects), so the batch's progress and the ids
+        are in the file with the entries, all or none of them."""
+        if self.sinks:
+            record = [INGEST, key, offset, stream.last_time, batch_id, batch_seq, int(ended), ids, *tags, *datas]
+            record[8::2], record[9::2] = tags, datas  # interleaved: tag, data, tag, data, ...
+            self.records.append(record)
+        elif not (self.waiting or self.watched or stream._subjects is not None or self.pending):
+            self.server.dirty += len(tags) or 1  # nothing else to commit (see appended)
+            return
+        self.wrote(key, stream, first, len(tags) or 1, wake=bool(tags))
 
     def xadded(self, key: bytes, stream, first: int, offset: int, xid: tuple[int, int], tag: bytes,
                data: bytes, packed: bool) -> None:

@@ -37,7 +37,7 @@ class Batch:
     """One batch being staged."""
 
     __slots__ = ("key", "id", "flat", "next_seq", "next_arg", "last_active", "expect_last_seq",
-                 "subject_expects")
+                 "subject_expects", "msgids")
 
     def __init__(self, key: bytes, batch_id: bytes) -> None:
         self.key = key
@@ -48,6 +48,7 @@ class Batch:
         self.last_active = time.monotonic()
         self.expect_last_seq: int | None = None          # EXPECT_LAST_SEQ of message 1
         self.subject_expects: list[tuple[bytes, int]] = []  # EXPECT_LAST_SUBJECT_SEQ, in order
+        self.msgids: dict[bytes, int] | None = None  # MSGID -> index of its message, once one is given
 
     @property
     def count(self) -> int:

@@ -100,6 +100,7 @@ from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 from .blocks import BlockCache
 from .codec import BLOB_PREFIX, _le_array, _le_bytes
+from .ingest import Ingest
 from .node import ActiveNode, Node, SealedNode, _popcount_range
 from .subjects import enforce_subject_limit  # JetStream per-subject limit (max_msgs_per_subject)
 from .tags import TagTable
@@ -123,6 +124,8 @@ class StreamConfig:
     max_msgs_per_subject: int = 0  # 0 = no limit; else the oldest entries of a subject beyond N are deleted
     allow_direct: bool = True
     allow_atomic: bool = True
+    allow_batched: bool = True         # fast-ingest batches (BATCH ... FAST)
+    duplicate_window_ms: int = 120000  # message ids (MSGID) are remembered this long; 0: not at all
 
 
 class _DefaultConfig(StreamConfig):
@@ -187,6 +190,7 @@ class Stream(TagTable):
         "key_slot",  # its SCAN chunk in the Keyspace holding it (engine/keyspace.py), or None
         "limit_pending",  # its keyspace's set of subject indexes with deletions to log, or None
         "_x",  # the stored part of its Redis ids (engine/xids.py), None until needed
+        "_ingest",  # fast-ingest batches and message ids (engine/ingest.py), None until needed
     )
 
     def __init__(self, node_entries: int = 1000, cache: BlockCache | None = None,
@@ -216,6 +220,7 @@ class Stream(TagTable):
         self._fast_seal = False            # last node did not compress
         self._subjects = None              # JetStream subject index: built on first need
         self._x: XState | None = None      # Redis ids: derived from the times until needed
+        self._ingest: Ingest | None = None  # fast batches and message ids (engine/ingest.py)
         self.limit_pending: set | None = None  # set by the Keyspace holding the stream
         self.key_slot: list | None = None
 
@@ -1082,6 +1087,7 @@ class Stream(TagTable):
             "nodes": [(node.blob(), None if node.deleted is None else bytes(node.deleted))
                       for node in self._nodes],
             **({} if self._x is None else {"x": self._x.export()}),
+            **({} if not self._ingest else {"ingest": self._ingest.export()}),
         }
 
     @classmethod
@@ -1130,6 +1136,8 @@ class Stream(TagTable):
         if s._refs is not None and not any(s._refs):
             s._refs = None  # no sealed node: the counts are created on first need
         s._load_ids(state.get("x"))
+        if state.get("ingest"):
+            s._ingest = Ingest.load(b"", state["ingest"])
         s._deleted_held = sum(
             _popcount_range(node.deleted, max(s.first, node.start) - node.start, node.count)
             for node in s._nodes if node.ndel)

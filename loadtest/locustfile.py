@@ -19,6 +19,10 @@ for ``--tags``/``--exclude-tags``):
 - ``GroupConsumerUser``   TREAD GROUP billing RETRY 5000 60000, then TACK (tag ``consume``)
 - ``ReaderUser``          DGET by subject / by sequence / KV SUBJECT, MLAST, TREAD (tag ``read``)
 - ``BatchPublisherUser``  atomic BATCH ... COMMIT of 2-6 KV updates (tag ``batch``)
+- ``FastIngestUser``      fast-ingest BATCH ... FAST through the typed client's
+                          FastPublisher: bursts of 100 messages (one request
+                          ``BATCH FAST x100`` each), a new batch every 50 bursts
+                          (tag ``fast``)
 
 Each user is paced (``constant_throughput``) so the run measures latency at a
 known offered rate instead of saturating the single locust process; change the
@@ -39,6 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import redis  # noqa: E402
 from locust import User, constant_throughput, events, tag, task  # noqa: E402
 from workload import Workload  # noqa: E402
+
+from tstream.client import FastPublisher  # noqa: E402
 
 DEFAULT_HOST = "redis://127.0.0.1:6380"
 RATE = float(os.environ.get("TSTREAM_USER_RATE", "10"))
@@ -125,6 +131,52 @@ class BatchPublisherUser(RespUser):
     @task
     def publish(self) -> None:
         self.load.publish_batch()
+
+
+class FastIngestUser(RespUser):
+    """ADR-50 fast ingest: a FastPublisher (2 acks outstanding, the server's
+    ack_msgs), bursts of 100 messages to ``load:fast`` (max_len 100000)."""
+
+    weight = 5
+    burst = 100
+    bursts_per_batch = 50
+
+    def on_start(self) -> None:
+        super().on_start()
+        self.redis.execute_command("TCONFIG", "load:fast", "SET", "max_len", 100000)
+        self.publisher = None
+        self.bursts = 0
+        self.payload = b"f" * 100
+
+    def on_stop(self) -> None:
+        if self.publisher is not None:
+            self.publisher.close()
+        super().on_stop()
+
+    @tag("fast")
+    @task
+    def ingest(self) -> None:
+        started = time.perf_counter()
+        exception = None
+        try:
+            if self.publisher is None:
+                self.publisher = FastPublisher(self.redis, "load:fast", flow=64, gap="fail")
+            for _ in range(self.burst):
+                self.publisher.add("load.fast.event", self.payload)
+            self.bursts += 1
+            if self.bursts % self.bursts_per_batch == 0:
+                self.publisher.end()
+                self.publisher.close()
+                self.publisher = None
+        except redis.RedisError as exc:
+            exception = exc
+            if self.publisher is not None:
+                self.publisher.close()
+            self.publisher = None
+        self.environment.events.request.fire(
+            request_type="RESP", name=f"BATCH FAST x{self.burst}",
+            response_time=(time.perf_counter() - started) * 1000,
+            response_length=self.burst * len(self.payload), exception=exception, context={})
 
 
 @events.test_start.add_listener

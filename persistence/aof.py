@@ -240,6 +240,8 @@ class AppendOnlyFile:
         self.fsync_errno = 0   # errno of the last failed fsync (0: the last fsync succeeded)
         self._lock = threading.Lock()  # the fsync thread and the loop share the fd
         self._unsynced = False
+        self.unsynced_bytes = 0  # written since the last fsync
+        self.last_sync_bytes = 0  # what the last fsync made durable
 
     @property
     def last_write_ok(self) -> bool:
@@ -335,6 +337,7 @@ class AppendOnlyFile:
             finally:
                 view.release()
             self._unsynced = True
+            self.unsynced_bytes += len(data)
             self.offset += len(data)
         self.size += len(data)
         self.unwritten = b""
@@ -365,6 +368,7 @@ class AppendOnlyFile:
                     raise
                 self._unsynced = False
                 self.fsync_errno = 0
+                self.last_sync_bytes, self.unsynced_bytes = self.unsynced_bytes, 0
 
     def close(self) -> None:
         try:

@@ -33,18 +33,25 @@ the file, see ``persistence.framing``):
                                                         pending entries delivered to / claimed by a consumer
     XGDESTROY [16, key, name]                           XGROUP DESTROY
     XCDEL   [17, key, name, consumer]                   XGROUP DELCONSUMER (its pending entries go)
+    INGEST  [18, key, first_offset, time_ns, batch_id, batch_seq, ended, ids, tag, data, ...]
+                                                        entries appended by a fast batch (batch_id:
+                                                        its highest batch-seq stored is batch_seq;
+                                                        ended 1: the batch is over) or with message
+                                                        ids (batch_id nil); ids: one message id or nil
+                                                        per entry, or empty; no entries: a batch ended
 """
 
 from __future__ import annotations
 
 from tstream.engine import xgroups, xids
 from tstream.engine.groups import Group
+from tstream.engine.ingest import Ingest
 
 (CREATE, APPEND, EVICT, CONFIG, DELKEY, FLUSH, GROUP, ACK, DELETE, TXN, XADD, XSETID, XDEL,
- XGROUP, XCONSUMER, XOWN, XGDESTROY, XCDEL) = range(18)
+ XGROUP, XCONSUMER, XOWN, XGDESTROY, XCDEL, INGEST) = range(19)
 
 NAMES = ["CREATE", "APPEND", "EVICT", "CONFIG", "DELKEY", "FLUSH", "GROUP", "ACK", "DELETE", "TXN",
-         "XADD", "XSETID", "XDEL", "XGROUP", "XCONSUMER", "XOWN", "XGDESTROY", "XCDEL"]
+         "XADD", "XSETID", "XDEL", "XGROUP", "XCONSUMER", "XOWN", "XGDESTROY", "XCDEL", "INGEST"]
 
 
 class ReplayError(ValueError):
@@ -118,6 +125,23 @@ def _apply_x(stream, record: list) -> None:
                 xids.note_deleted(stream, xid)
 
 
+def _apply_ingest(key: bytes, stream, record: list) -> None:
+    """Replay an INGEST record (engine/ingest.py)."""
+    first_offset, time_ns, batch_id, batch_seq, ended, ids = record[2:8]
+    count = (len(record) - 8) >> 1
+    if count:
+        if first_offset != stream.next_offset:
+            raise ReplayError(f"INGEST at offset {first_offset}, the stream is at {stream.next_offset}")
+        stream.append_many(record, time_ns, 8)
+    ingest = stream._ingest
+    if ingest is None:
+        ingest = stream._ingest = Ingest()
+    if batch_id is not None:
+        ingest.replayed(key, batch_id, batch_seq, bool(ended), first_offset + count - 1 if count else 0)
+    if ids:
+        ingest.add_ids(ids, first_offset, time_ns)
+
+
 def apply(keyspace, record: list) -> None:  # noqa: C901 (over the limit when it came in)
     """Apply one record to ``keyspace``; raises ReplayError if it cannot apply."""
     try:
@@ -175,6 +199,8 @@ def apply(keyspace, record: list) -> None:  # noqa: C901 (over the limit when it
         elif kind == DELETE:
             for offset in record[2:]:
                 stream.delete(offset)
+        elif kind == INGEST:
+            _apply_ingest(key, stream, record)
         elif kind in (XADD, XSETID, XDEL):
             _apply_x(stream, record)
         elif XGROUP <= kind <= XCDEL:

@@ -119,6 +119,8 @@ class StreamCapture:
         }
         if stream._x is not None:  # the stored part of its Redis ids (engine/xids.py)
             self.meta["x"] = stream._x.export()
+        if stream._ingest:  # fast batches and message ids (engine/ingest.py)
+            self.meta["ingest"] = stream._ingest.export()
         self.sealed, self.deleted, self.active = stream.capture_nodes()
         self.pinned = pinned
         if not pinned:  # nothing keeps dropped nodes whole: take their parts now, O(nodes)

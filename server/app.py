@@ -21,6 +21,7 @@ from tstream.commands.streams import TreadParses
 from tstream.commands.writes import Writes
 from tstream.engine import Keyspace
 from tstream.engine.batches import BatchRegistry
+from tstream.engine.ingest import FastRegistry
 
 from .acl import AccessControl
 from .blocking import BlockingRegistry
@@ -112,6 +113,7 @@ class Server:
         self.next_client_id = 1
         self.stats = Stats()
         self.batches = BatchRegistry()  # JetStream atomic batches in flight
+        self.fast = FastRegistry()  # JetStream fast-ingest batches (commands/ingest.py)
         self.started = time.time()
         self.run_id = os.urandom(20).hex()
         self.port = 0
@@ -261,6 +263,7 @@ class Server:
                     writes.wrote(key, stream, first, evicted, wake=False)
             # JetStream: abandon idle atomic batches; log per-subject limit deletions
             self.batches.expire(self.config["batch-timeout-ms"])
+            self.fast.expire(self.config["batch-timeout-ms"])
             writes.limit_deletes(self.keyspace)
             writes.commit()
             self.persistence.cron()

@@ -131,8 +131,13 @@ class Persistence:
 
     def _install(self, items) -> None:
         keyspace = self.server.keyspace
+        fast = self.server.fast
         for key, stream in items:
             keyspace.put(key, stream)
+            if stream._ingest is not None:  # fast batches known again: idle ones are abandoned in time
+                for batch in stream._ingest.batches.values():
+                    batch.key = key
+                    fast.track(batch)
 
     def _create_aof_now(self) -> None:
         """Start an AOF from the current state, synchronously (nothing is served yet)."""
@@ -201,6 +206,17 @@ class Persistence:
             self._update_write_gate()
             if self.denied_writes is None:
                 log.warning("AOF write error looks solved, tstream can write again.")
+
+    def unsynced_bytes(self) -> int:
+        """Bytes of the append-only file not known to be on disk: written and not
+        fsynced yet (``everysec``), or the last turn's group commit (``always``);
+        0 with ``appendfsync no`` or no AOF (fast-ingest flow control reads it)."""
+        file = self.file
+        if file is None or file.fsync_policy == "no":
+            return 0
+        if file.fsync_policy == "always":
+            return file.last_sync_bytes + file.pending_bytes
+        return file.unsynced_bytes + file.pending_bytes
 
     def write_error(self) -> str | None:
         """The MISCONF error write commands get now, or None.

@@ -25,6 +25,7 @@ does what Redis does before it sleeps:
 from __future__ import annotations
 
 import asyncio
+from time import monotonic_ns
 
 
 class TurnEnd:
@@ -33,11 +34,14 @@ class TurnEnd:
         self._held: list[tuple[object, bytes, bool]] = []
         self._scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._scheduled_at = 0
+        self.busy_ns = 0  # the turns' work, from the first held reply or record to the replies out (average)
 
     def schedule(self) -> None:
         """Make sure the end of this turn runs (once)."""
         if not self._scheduled:
             self._scheduled = True
+            self._scheduled_at = monotonic_ns()
             if self._loop is None:  # cached: get_running_loop() checks the process id each call
                 self._loop = asyncio.get_running_loop()
             self._loop.call_soon(self.run)
@@ -58,7 +62,13 @@ class TurnEnd:
             blocking.serve_deferred()
             blocking.serve_ready()  # keys written by the commands the reads had held up
         self._scheduled = False
+        committing = monotonic_ns()
         server.persistence.commit_turn()
+        committed = monotonic_ns()
         held, self._held = self._held, []
         for connection, data, close in held:
             connection.write_now(data, close)
+        # the turn's work, not the wait for the disk (paid once per turn, however much it holds),
+        # as a moving average over the last 8 or so turns: one slow turn is not a trend
+        busy = monotonic_ns() - committed + committing - self._scheduled_at
+        self.busy_ns += (busy - self.busy_ns) >> 3

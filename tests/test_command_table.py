@@ -320,7 +320,8 @@ def render_hint(args: list) -> str:
 def test_help_of_twrite_tconfig_dget_shows_every_form(r3):
     docs = raw(r3, "COMMAND", "DOCS", "twrite", "tconfig", "dget", "tinfo", "tack")
     twrite = render_hint(docs[b"twrite"][b"arguments"])
-    assert twrite == "key tag entry|[BACKLOG count] ENTRIES tag entry [tag entry ...]"
+    assert twrite == ("key tag entry [MSGID id]|[BACKLOG count] [MSGIDS id [id ...]] ENTRIES tag entry "
+                      "[tag entry ...]")
     tconfig = render_hint(docs[b"tconfig"][b"arguments"])
     assert tconfig == "key GET|SET name value [name value ...]"
     dget = render_hint(docs[b"dget"][b"arguments"])
@@ -348,7 +349,8 @@ def test_redis_cli_help_shows_every_form(cli):
     """redis-cli draws HELP from COMMAND DOCS: every form of TWRITE and TCONFIG shows,
     and HELP @stream lists DGET/MLAST/BATCH with the T* commands."""
     out = re.sub(r"\x1b\[[0-9;]*m", "", cli(stdin="HELP TWRITE\nHELP TCONFIG\nHELP CONFIG GET\nHELP @stream\n"))
-    assert "TWRITE key tag entry|[BACKLOG count] ENTRIES tag entry [tag entry ...]" in out
+    assert ("TWRITE key tag entry [MSGID id]|[BACKLOG count] [MSGIDS id [id ...]] ENTRIES tag entry "
+            "[tag entry ...]") in out
     assert "TCONFIG key GET|SET name value [name value ...]" in out
     assert "CONFIG GET parameter [parameter ...]" in out
     for name in ("DGET key", "MLAST key", "BATCH key", "TREAD key", "TACK key"):

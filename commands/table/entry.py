@@ -30,6 +30,7 @@ class Command:
     key_access: str = ""          # key spec flags (COMMAND INFO): "RO access", "RW update", "RM delete"
     since: str = SINCE
     run: Callable | None = None
+    run_words: tuple[int, ...] = ()  # the word counts of the forms ``run`` takes (default: |arity|)
     subcommands: tuple[Command, ...] = ()
     categories: tuple[str, ...] = field(init=False)  # every ACL category, without "@"
     by_name: dict[bytes, Command] = field(init=False, repr=False)  # subcommand word -> entry
@@ -56,7 +57,7 @@ class Command:
 
 def command(name: str, handler, *, arity: int, syntax, summary: str, complexity: str, group: str,
             flags: int = 0, acl: str = "", keys=NO_KEYS, key_access: str = "", run=None, subcommands=(),
-            since: str = SINCE) -> Command:
+            since: str = SINCE, run_words: tuple[int, ...] = ()) -> Command:
     """One table entry, written with keywords for readability.  ``syntax`` is one
     form or a list of forms; ``acl`` is space-separated categories; ``key_access``
     defaults to what the flags say (``RW update`` for a write, else ``RO access``).
@@ -67,5 +68,6 @@ def command(name: str, handler, *, arity: int, syntax, summary: str, complexity:
         name=name.encode(), handler=handler, arity=arity, flags=flags, group=group,
         syntax=(syntax,) if isinstance(syntax, str) else tuple(syntax), summary=summary.rstrip("."),
         complexity=complexity.rstrip("."), acl=tuple(acl.split()), keys=keys, key_access=key_access,
-        since=since, run=run, subcommands=tuple(subcommands),
+        since=since, run=run, run_words=tuple(run_words) or ((abs(arity),) if run else ()),
+        subcommands=tuple(subcommands),
     )

@@ -3,7 +3,7 @@ and the JetStream ones, ADR-31 direct get and ADR-50 atomic batch (commands/jets
 
 from __future__ import annotations
 
-from .. import jetstream, nodes, streams
+from .. import ingest, jetstream, nodes, streams
 from ..flags import BLOCKING, DENYOOM, FAST, READONLY, WRITE
 from .entry import ONE_KEY, command
 
@@ -12,9 +12,9 @@ GROUP = "stream"
 COMMANDS = [
     command(
         "twrite", streams.twrite, arity=-4, flags=WRITE | DENYOOM | FAST, acl="@stream", keys=ONE_KEY,
-        group=GROUP, run=streams.twrite_run,
-        syntax=["TWRITE key tag entry",
-                "TWRITE key [BACKLOG count] ENTRIES tag entry [tag entry ...]"],
+        group=GROUP, run=streams.twrite_run, run_words=(4, 6),
+        syntax=["TWRITE key tag entry [MSGID id]",
+                "TWRITE key [BACKLOG count] [MSGIDS id [id ...]] ENTRIES tag entry [tag entry ...]"],
         summary="Appends entries atomically; replies the offset of the first one.",
         complexity="O(1) per entry (plus sealing a full macro node, O(node size), once per node).",
     ),
@@ -89,12 +89,16 @@ COMMANDS = [
     ),
     command(
         "batch", jetstream.batch, arity=-5, flags=WRITE | DENYOOM | FAST, acl="@stream", keys=ONE_KEY,
-        group=GROUP,
+        group=GROUP, run=ingest.batch_run, run_words=(9,),
         syntax=["BATCH key batch-id batch-seq subject data [EXPECT_LAST_SEQ n] "
-                "[EXPECT_LAST_SUBJECT_SEQ n] [COMMIT]",
-                "BATCH key batch-id batch-seq EOB"],
+                "[EXPECT_LAST_SUBJECT_SEQ n] [MSGID id] [COMMIT]",
+                "BATCH key batch-id batch-seq EOB",
+                "BATCH key batch-id batch-seq subject data FAST flow ok|fail [EXPECT_LAST_SEQ n] "
+                "[EXPECT_LAST_SUBJECT_SEQ n] [MSGID id] [COMMIT]",
+                "BATCH key batch-id batch-seq FAST flow ok|fail EOB|PING"],
         summary="Atomic batch publish (JetStream ADR-50): stages a message; COMMIT or EOB appends "
-                "every staged message at once and replies the pub ack.",
-        complexity="O(1) per message; the commit O(messages).",
+                "every staged message at once and replies the pub ack. With FAST, fast-ingest: each "
+                "message is appended as it arrives, a flow ack every ack_msgs messages.",
+        complexity="O(1) per message; an atomic commit O(messages).",
     ),
 ]

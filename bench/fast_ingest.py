@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""Fast-ingest batches (``BATCH ... FAST``) vs pipelined ``TWRITE key tag entry``, and MSGID's cost.
+
+One tstream-server with ``appendonly yes``, run once with ``appendfsync no`` and once with
+``appendfsync always``.  Publishers are processes (one connection each, the benchmarks' raw
+RESP client: a socket and hiredis), each writing its own messages (``orders.created``, 100
+bytes) to its own key, all started together:
+
+* **TWRITE**: pipelined ``TWRITE key orders.created data``, two windows of 64 in flight
+  (send 64, send 64, then read the first window's 64 replies and send the next 64, ...);
+* **FAST**: the same messages as one fast batch per publisher (``FAST 64 ok``), with
+  ADR-50's client: send message 1 and wait for the first flow ack, then keep at most 2 acks
+  outstanding (send up to ``last acked + 2 * ack_msgs``, read replies until the next ack),
+  adopt the server's ``ack_msgs``, and end with EOB.
+
+Both send the same pre-encoded bytes per message (built before the clock starts) and read
+every reply.  Figures: messages/s over the whole run (first send to last reply, all
+publishers), for 1, 4 and 16 publishers; the ratio FAST/TWRITE is taken within one round
+(the two phases run back to back on the same server, in alternating order), ``--rounds``
+rounds, every one listed.  With 16 fast publishers an interactive client sends ``TREAD`` one
+at a time during the run: its latency percentiles are listed (and every publisher must end
+without its connection dropped).
+
+**MSGID**: one publisher, ``TWRITE key tag entry`` vs ``TWRITE key tag entry MSGID id``
+(unique ids), same windows, ``appendfsync no``: the cost is 1 - ratio.
+
+    flock /tmp/tstream-bench.lock .venv/bin/python bench/fast_ingest.py [--rounds 3] [--messages 200000]
+
+Writes ``results/fast_ingest.json`` and ``RESULTS-fast-ingest.md`` into bench/runs/, or into
+$TSTREAM_BENCH_OUT (``bench``: the committed ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import statistics
+import time
+
+from common import (
+    OUT_DIR,
+    Client,
+    encode,
+    machine_facts,
+    percentile,
+    save_result,
+    script_command,
+    servers,
+    sigterm_as_exit,
+)
+
+SUBJECT = b"orders.created"
+PAYLOAD = b"x" * 100
+WINDOW = 64
+FLOW = 64
+OUTSTANDING = 2
+
+
+def _messages(kind: str, key: bytes, n: int) -> list[bytes]:
+    if kind == "twrite":
+        return [encode("TWRITE", key, SUBJECT, PAYLOAD) for _ in range(n)]
+    if kind == "msgid":
+        return [encode("TWRITE", key, SUBJECT, PAYLOAD, "MSGID", b"id-%d" % i) for i in range(n)]
+    return [encode("BATCH", key, b"batch", i, SUBJECT, PAYLOAD, "FAST", FLOW, "ok") for i in range(1, n + 1)]
+
+
+def _pipelined(c: Client, msgs: list[bytes]) -> None:
+    """Two windows in flight: send, send, then read one window and send the next."""
+    n = len(msgs)
+    sent = 0
+    inflight: list[int] = []
+    while sent < n or inflight:
+        while sent < n and len(inflight) < OUTSTANDING:
+            end = min(n, sent + WINDOW)
+            c.send(b"".join(msgs[sent:end]))
+            inflight.append(end - sent)
+            sent = end
+        c.read_replies(inflight.pop(0))
+
+
+def _fast(c: Client, msgs: list[bytes], key: bytes) -> None:
+    """ADR-50's fast publisher: first ack, at most OUTSTANDING acks outstanding, EOB."""
+    n = len(msgs)
+    c.send(msgs[0])
+    first = c.read_reply()
+    ack = dict(zip(first[::2], first[1::2]))
+    acked, k = ack[b"seq"], ack[b"ack_msgs"]
+    sent = 1
+    pending = 0
+    read_reply = c.read_reply
+    while sent < n or pending:
+        limit = min(n, acked + k * OUTSTANDING)
+        if sent < limit:
+            c.send(b"".join(msgs[sent:limit]))
+            pending += limit - sent
+            sent = limit
+        while pending:  # read until the next ack (or everything sent)
+            reply = read_reply()
+            pending -= 1
+            if reply.__class__ is list:
+                ack = dict(zip(reply[::2], reply[1::2]))
+                if ack.get(b"type") == b"ack":
+                    acked, k = ack[b"seq"], ack[b"ack_msgs"]
+                    break
+                raise RuntimeError(f"unexpected reply {reply!r}")
+    done = c.execute("BATCH", key, b"batch", n + 1, "FAST", FLOW, "ok", "EOB")
+    if dict(zip(done[::2], done[1::2]))[b"count"] != n:
+        raise RuntimeError(f"final pub ack {done!r}")
+
+
+def _publisher(port: int, kind: str, key: bytes, n: int, barrier, out) -> None:
+    msgs = _messages(kind, key, n)
+    c = Client(port)
+    barrier.wait()
+    started = time.perf_counter()
+    try:
+        if kind == "fast":
+            _fast(c, msgs, key)
+        else:
+            _pipelined(c, msgs)
+        out.put((started, time.perf_counter(), None))
+    except Exception as exc:  # reported, not raised: the parent checks every publisher
+        out.put((started, time.perf_counter(), repr(exc)))
+    finally:
+        c.close()
+
+
+def _reader(port: int, key: bytes, stop, out) -> None:
+    c = Client(port)
+    lat = []
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        c.execute("TREAD", key, 1, 10)
+        lat.append((time.perf_counter() - t0) * 1000)
+        time.sleep(0.001)
+    c.close()
+    lat.sort()
+    out.put(lat)
+
+
+def phase(port: int, kind: str, pubs: int, per: int, tag: str, reader: bool = False) -> dict:
+    ctx = mp.get_context("fork")
+    barrier = ctx.Barrier(pubs)
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_publisher, args=(port, kind, b"%s-%s-%d" % (tag.encode(), kind.encode(), i),
+                                                  per, barrier, out)) for i in range(pubs)]
+    stop = ctx.Event()
+    lat_q = ctx.Queue()
+    rproc = None
+    if reader:
+        c = Client(port)
+        c.execute("TWRITE", "interactive", "t", "x")
+        c.close()
+        rproc = ctx.Process(target=_reader, args=(port, b"interactive", stop, lat_q))
+        rproc.start()
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join()
+    errors = [e for _, _, e in results if e]
+    if errors:
+        raise RuntimeError(f"{kind}: publisher failed: {errors[0]}")
+    start = min(s for s, _, _ in results)
+    end = max(e for _, e, _ in results)
+    res = {"msgs_per_s": pubs * per / (end - start), "seconds": end - start}
+    if rproc is not None:
+        stop.set()
+        lat = lat_q.get(timeout=60)
+        rproc.join()
+        res["tread_ms"] = {"n": len(lat), "p50": percentile(lat, 50), "p99": percentile(lat, 99),
+                           "max": lat[-1] if lat else 0}
+    return res
+
+
+def run(args) -> dict:
+    results: dict = {"ingest": [], "msgid": []}
+    for fsync in ("no", "always"):
+        extra = ["--appendonly", "yes", "--appendfsync", fsync]
+        with servers(("tstream", extra)) as (ts,):
+            for pubs in (1, 4, 16):
+                per = max(1000, args.messages // pubs)
+                for rnd in range(args.rounds):
+                    order = ("twrite", "fast") if rnd % 2 == 0 else ("fast", "twrite")
+                    got = {}
+                    for kind in order:
+                        got[kind] = phase(ts.port, kind, pubs, per, f"{fsync}{pubs}r{rnd}",
+                                          reader=pubs == 16)
+                    row = {"appendfsync": fsync, "publishers": pubs, "messages": pubs * per, "round": rnd + 1,
+                           "order": "/".join(order), "twrite": got["twrite"], "fast": got["fast"],
+                           "ratio": got["fast"]["msgs_per_s"] / got["twrite"]["msgs_per_s"]}
+                    results["ingest"].append(row)
+                    print(f"appendfsync {fsync:6} {pubs:2} pub round {rnd + 1}: TWRITE "
+                          f"{got['twrite']['msgs_per_s']:10,.0f}/s  FAST {got['fast']['msgs_per_s']:10,.0f}/s  "
+                          f"ratio {row['ratio']:.2f}"
+                          + (f"  TREAD p99 {got['fast']['tread_ms']['p99']:.2f} ms (fast), "
+                             f"{got['twrite']['tread_ms']['p99']:.2f} ms (twrite)" if pubs == 16 else ""),
+                          flush=True)
+    with servers(("tstream", ["--appendonly", "yes", "--appendfsync", "no"])) as (ts,):
+        for rnd in range(args.rounds):
+            order = ("twrite", "msgid") if rnd % 2 == 0 else ("msgid", "twrite")
+            got = {kind: phase(ts.port, kind, 1, args.messages, f"m{rnd}") for kind in order}
+            ratio = got["msgid"]["msgs_per_s"] / got["twrite"]["msgs_per_s"]
+            results["msgid"].append({"round": rnd + 1, "order": "/".join(order), "twrite": got["twrite"],
+                                     "msgid": got["msgid"], "ratio": ratio})
+            print(f"MSGID round {rnd + 1}: TWRITE {got['twrite']['msgs_per_s']:10,.0f}/s  "
+                  f"TWRITE MSGID {got['msgid']['msgs_per_s']:10,.0f}/s  ratio {ratio:.2f} "
+                  f"(cost {100 * (1 - ratio):.0f}%)", flush=True)
+        results["facts"] = machine_facts(ts)
+    return results
+
+
+def report(results: dict, args) -> str:
+    lines = ["# Fast-ingest batches vs pipelined TWRITE, and MSGID's cost", "",
+             f"`{script_command()}`", "",
+             "Same server, same messages (100-byte `orders.created`), same durability; the ratio is "
+             "FAST/TWRITE within one round (phases back to back, alternating order). Every round is listed.",
+             "", "| appendfsync | publishers | messages | round | order | TWRITE msg/s | FAST msg/s | ratio | "
+             "TREAD p50/p99/max ms during FAST |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in results["ingest"]:
+        lat = row["fast"].get("tread_ms")
+        lat_text = f"{lat['p50']:.2f} / {lat['p99']:.2f} / {lat['max']:.1f}" if lat else ""
+        lines.append(f"| {row['appendfsync']} | {row['publishers']} | {row['messages']:,} | {row['round']} | "
+                     f"{row['order']} | {row['twrite']['msgs_per_s']:,.0f} | {row['fast']['msgs_per_s']:,.0f} | "
+                     f"{row['ratio']:.2f} | {lat_text} |")
+    lines += ["", "Median ratio per configuration:", ""]
+    seen = []
+    for row in results["ingest"]:
+        cfg = (row["appendfsync"], row["publishers"])
+        if cfg not in seen:
+            seen.append(cfg)
+    for fsync, pubs in seen:
+        ratios = [r["ratio"] for r in results["ingest"] if (r["appendfsync"], r["publishers"]) == (fsync, pubs)]
+        lines.append(f"- appendfsync {fsync}, {pubs} publisher(s): **{statistics.median(ratios):.2f}x**")
+    lines += ["", "## MSGID", "", "| round | order | TWRITE msg/s | TWRITE MSGID msg/s | ratio | cost |",
+              "|---|---|---|---|---|---|"]
+    for row in results["msgid"]:
+        lines.append(f"| {row['round']} | {row['order']} | {row['twrite']['msgs_per_s']:,.0f} | "
+                     f"{row['msgid']['msgs_per_s']:,.0f} | {row['ratio']:.2f} | {100 * (1 - row['ratio']):.0f}% |")
+    facts = results.get("facts", {})
+    lines += ["", "Machine: " + ", ".join(f"{k} {v}" for k, v in facts.items() if k in (
+        "cpu", "cpus", "python", "tstream_event_loop", "loadavg", "git_commit")), ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    sigterm_as_exit()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--messages", type=int, default=200_000, help="messages per configuration")
+    args = parser.parse_args()
+    results = run(args)
+    save_result("fast_ingest", results)
+    text = report(results, args)
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    (OUT_DIR / "RESULTS-fast-ingest.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

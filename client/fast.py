@@ -1,0 +1,441 @@
+"""``FastPublisher`` / ``AsyncFastPublisher``: ADR-50 fast-ingest batches (``BATCH ... FAST``).
+
+    pub = FastPublisher(redis.Redis(port=6380), "orders", flow=64, gap="fail")
+    for event in events:
+        batch_seq, ack_seq = pub.add("orders.created", event)   # ack_seq: stored up to there
+    ack = pub.end()                                              # PubAck(stream, seq, batch, count)
+
+The client design of ADR-50: the first message waits for the first flow ack; then
+messages go out without waiting, at most ``max_outstanding_acks`` (1-3, default 2)
+acks outstanding: ``add`` waits only when ``ack_seq + ack_msgs * max_outstanding_acks
+<= batch_seq``.  The server's ``ack_msgs`` is adopted from every flow ack; an ack for
+message n covers every earlier one (so a lost or merged ack never stalls it).  Gap
+notices and duplicate replies are informational (``gaps``, ``errors`` keep what
+the server reported).  A batch the server ended early (``gap fail`` after a gap or
+a failed EXPECT_* check) raises ``BatchEnded`` carrying the final pub ack.
+
+The messages not yet acknowledged are kept; after a lost connection the publisher
+reconnects, sends a PING (its batch-seq: the highest sent), learns the highest
+batch-seq the server stored and resends the rest, so every message is stored once
+(the server reports a resent one as a duplicate), also across a server restart
+with the AOF on.
+
+It holds one connection of the client's pool for its lifetime (``close``, or use it
+as a context manager).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import deque
+from typing import Any, NamedTuple
+
+import redis
+
+from . import types as T
+from .types import Text
+
+
+class FastPubAck(NamedTuple):
+    batch_seq: int  # this message's batch-seq
+    ack_seq: int    # the highest batch-seq acknowledged (gap fail: everything up to it is stored)
+
+
+class BatchEnded(T.TStreamError):
+    """The server ended the batch early; ``pub_ack`` is its final pub ack (with
+    ``last_seq``/``gap_seq`` after a gap, ``error`` after a failed check)."""
+
+    def __init__(self, pub_ack: dict) -> None:
+        super().__init__(f"10176 fast batch ended by the server: {pub_ack}")
+        self.pub_ack = pub_ack
+
+
+class _State:
+    """What both publishers share: the batch, the flow, the unacknowledged messages."""
+
+    def __init__(self, key: Text, batch_id: Text | None, flow: int, gap: str, max_outstanding_acks: int,
+                 reconnect_timeout: float) -> None:
+        if not 1 <= max_outstanding_acks <= 3:
+            raise ValueError("max_outstanding_acks must be 1, 2 or 3")
+        if gap not in ("ok", "fail"):
+            raise ValueError("gap must be 'ok' or 'fail'")
+        self.key = key
+        self.batch_id = batch_id or uuid.uuid4().hex
+        self.flow = flow
+        self.gap = gap
+        self.max_outstanding = max_outstanding_acks
+        self.reconnect_timeout = reconnect_timeout
+        self.seq = 0            # highest batch-seq sent
+        self.ack_seq = 0        # highest batch-seq acknowledged
+        self.ack_msgs = 1       # the server's ack interval
+        self.pending = 0        # replies not read yet
+        self.unacked: deque[tuple[int, list]] = deque()  # (batch-seq, args) not acknowledged yet
+        self.gaps: list[tuple[int, int]] = []   # (last_seq, seq) the server reported
+        self.errors: list[tuple[int, dict]] = []  # (batch-seq, error) of messages refused in gap ok mode
+        self.final: dict | None = None
+        self.ending = False     # COMMIT or EOB sent: the pub ack is expected
+        self.reconnects = 0
+
+    def args(self, seq: int, subject: Text, data: Text, expect_last_seq, expect_last_subject_seq, msgid,
+             commit: bool) -> list:
+        args: list[Any] = ["BATCH", self.key, self.batch_id, seq, subject, data, "FAST", self.flow, self.gap]
+        if expect_last_seq is not None:
+            args += ["EXPECT_LAST_SEQ", expect_last_seq]
+        if expect_last_subject_seq is not None:
+            args += ["EXPECT_LAST_SUBJECT_SEQ", expect_last_subject_seq]
+        if msgid is not None:
+            args += ["MSGID", msgid]
+        if commit:
+            args.append("COMMIT")
+        return args
+
+    def op(self, seq: int, word: str) -> list:
+        return ["BATCH", self.key, self.batch_id, seq, "FAST", self.flow, self.gap, word]
+
+    def must_wait(self) -> bool:
+        return self.pending > 0 and self.ack_seq + self.ack_msgs * self.max_outstanding <= self.seq
+
+    def acked(self, seq: int) -> None:
+        if seq > self.ack_seq:
+            self.ack_seq = seq
+        unacked = self.unacked
+        while unacked and unacked[0][0] <= self.ack_seq:
+            unacked.popleft()
+
+    def on_reply(self, reply: Any) -> dict | None:
+        """One reply read; the pub ack if it ends the batch."""
+        self.pending -= 1
+        if isinstance(reply, redis.ResponseError):
+            raise T.convert_error(reply)
+        if not isinstance(reply, (dict, list)):
+            return None  # +OK
+        fields = T.as_map(reply)
+        kind = fields.get("type")
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        if kind == "ack":
+            self.ack_msgs = int(fields["ack_msgs"])
+            seq = int(fields["seq"])
+            if "error" in fields:
+                self.errors.append((seq, T.as_map(fields["error"])))
+            self.acked(seq)
+        elif kind == "gap":
+            self.gaps.append((int(fields["last_seq"]), int(fields["seq"])))
+        elif kind == "duplicate":
+            pass
+        elif "batch" in fields:  # the final pub ack
+            self.final = fields
+            self.unacked.clear()
+            return fields
+        return None
+
+    def after_ping(self, reply: Any) -> list[list]:
+        """The PING's reply after a reconnect: what to resend."""
+        fields = T.as_map(reply)
+        self.ack_msgs = int(fields["ack_msgs"])
+        self.ack_seq = 0
+        self.acked(int(fields["seq"]))
+        self.pending = 0
+        return [args for _, args in self.unacked]
+
+
+def _pub_ack(fields: dict) -> T.PubAck:
+    return T.PubAck(fields["stream"], int(fields["seq"]), fields["batch"], int(fields["count"]))
+
+
+class FastPublisher:
+    """A fast-ingest batch on a ``redis.Redis`` (see the module docstring)."""
+
+    def __init__(self, redis_client: redis.Redis, key: Text, *, batch_id: Text | None = None, flow: int = 64,
+                 gap: str = "fail", max_outstanding_acks: int = 2, reconnect_timeout: float = 30.0) -> None:
+        self.state = _State(key, batch_id, flow, gap, max_outstanding_acks, reconnect_timeout)
+        self.pool = redis_client.connection_pool
+        self.conn = self.pool.get_connection()
+
+    # --- the API ---------------------------------------------------------------------------
+
+    @property
+    def batch_id(self) -> Text:
+        return self.state.batch_id
+
+    @property
+    def ack_msgs(self) -> int:
+        return self.state.ack_msgs
+
+    def add(self, subject: Text, data: Text, *, expect_last_seq: int | None = None,
+            expect_last_subject_seq: int | None = None, msgid: Text | None = None) -> FastPubAck:
+        """Send one message; returns ``(batch_seq, ack_seq)`` once the flow allows the next."""
+        s = self.state
+        s.seq += 1
+        args = s.args(s.seq, subject, data, expect_last_seq, expect_last_subject_seq, msgid, False)
+        s.unacked.append((s.seq, args))
+        self._send(args)
+        if s.seq == 1:
+            self._drain()  # the first flow ack: the server's ack_msgs, or an error
+        while s.must_wait():
+            self._read_one()
+        return FastPubAck(s.seq, s.ack_seq)
+
+    def commit(self, subject: Text, data: Text, **options: Any) -> T.PubAck:
+        """Send the last message with COMMIT; the final pub ack."""
+        s = self.state
+        s.seq += 1
+        args = s.args(s.seq, subject, data, options.get("expect_last_seq"),
+                      options.get("expect_last_subject_seq"), options.get("msgid"), True)
+        s.unacked.append((s.seq, args))
+        s.ending = True
+        self._send(args)
+        return self._finish()
+
+    def end(self) -> T.PubAck:
+        """End the batch without a message (EOB); the final pub ack."""
+        s = self.state
+        args = s.op(s.seq + 1, "EOB")
+        s.unacked.append((s.seq + 1, args))
+        s.ending = True
+        self._send(args)
+        return self._finish()
+
+    def ping(self) -> dict:
+        """Keep the batch alive; the current flow ack (every reply before it read)."""
+        self._drain()
+        s = self.state
+        self.conn.send_command(*s.op(max(s.seq, 1), "PING"))
+        reply = self._read_raw()
+        if isinstance(reply, redis.ResponseError):
+            raise T.convert_error(reply)
+        return T.as_map(reply)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            if self.state.pending:  # replies left unread: the connection is not reusable
+                self.conn.disconnect()
+            self.pool.release(self.conn)
+            self.conn = None
+
+    def __enter__(self) -> "FastPublisher":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- the wire ----------------------------------------------------------------------------
+
+    def _finish(self) -> T.PubAck:
+        s = self.state
+        while s.pending:
+            self._read_one()
+        if s.final is None:
+            raise redis.DataError("no final pub ack")
+        return _pub_ack(s.final)
+
+    def _drain(self) -> None:
+        while self.state.pending:
+            self._read_one()
+
+    def _send(self, args: list) -> None:
+        try:
+            self.conn.send_command(*args)
+        except (redis.ConnectionError, redis.TimeoutError):
+            self._resume()
+            return
+        self.state.pending += 1
+
+    def _read_raw(self) -> Any:
+        try:
+            return self.conn.read_response()
+        except redis.ResponseError as exc:
+            return exc
+
+    def _read_one(self) -> None:
+        s = self.state
+        try:
+            reply = self._read_raw()
+        except (redis.ConnectionError, redis.TimeoutError):
+            self._resume()
+            return
+        if s.final is not None and not s.ending:
+            raise BatchEnded(s.final)
+        if s.on_reply(reply) is not None and not s.ending:
+            raise BatchEnded(s.final)
+
+    def _resume(self) -> None:
+        """Reconnect, PING, resend what the server did not store."""
+        s = self.state
+        deadline = time.monotonic() + s.reconnect_timeout
+        while True:
+            try:
+                self.conn.disconnect()
+                self.conn.connect()
+                self.conn.send_command(*s.op(max(s.seq, 1), "PING"))
+                reply = self.conn.read_response()
+                break
+            except redis.ResponseError as exc:
+                error = T.convert_error(exc)
+                if getattr(error, "code", 0) == 10206 and s.ack_seq == 0:
+                    reply = None  # nothing of the batch was stored: start it again
+                    break
+                raise error from None
+            except (redis.ConnectionError, redis.TimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        s.reconnects += 1
+        if reply is None:
+            resend = [args for _, args in s.unacked]
+            s.pending = 0
+        else:
+            resend = s.after_ping(reply)
+        for args in resend:
+            self.conn.send_command(*args)
+            s.pending += 1
+        if resend and resend[0][3] == 1:
+            self._drain()
+
+
+class AsyncFastPublisher:
+    """``FastPublisher`` on a ``redis.asyncio.Redis``: the same API, awaitable."""
+
+    def __init__(self, redis_client, key: Text, *, batch_id: Text | None = None, flow: int = 64,
+                 gap: str = "fail", max_outstanding_acks: int = 2, reconnect_timeout: float = 30.0) -> None:
+        self.state = _State(key, batch_id, flow, gap, max_outstanding_acks, reconnect_timeout)
+        self.pool = redis_client.connection_pool
+        self.conn = None
+
+    @property
+    def batch_id(self) -> Text:
+        return self.state.batch_id
+
+    @property
+    def ack_msgs(self) -> int:
+        return self.state.ack_msgs
+
+    async def _connection(self):
+        if self.conn is None:
+            self.conn = await self.pool.get_connection()
+        return self.conn
+
+    async def add(self, subject: Text, data: Text, *, expect_last_seq: int | None = None,
+                  expect_last_subject_seq: int | None = None, msgid: Text | None = None) -> FastPubAck:
+        s = self.state
+        s.seq += 1
+        args = s.args(s.seq, subject, data, expect_last_seq, expect_last_subject_seq, msgid, False)
+        s.unacked.append((s.seq, args))
+        await self._send(args)
+        if s.seq == 1:
+            await self._drain()
+        while s.must_wait():
+            await self._read_one()
+        return FastPubAck(s.seq, s.ack_seq)
+
+    async def commit(self, subject: Text, data: Text, **options: Any) -> T.PubAck:
+        s = self.state
+        s.seq += 1
+        args = s.args(s.seq, subject, data, options.get("expect_last_seq"),
+                      options.get("expect_last_subject_seq"), options.get("msgid"), True)
+        s.unacked.append((s.seq, args))
+        s.ending = True
+        await self._send(args)
+        return await self._finish()
+
+    async def end(self) -> T.PubAck:
+        s = self.state
+        args = s.op(s.seq + 1, "EOB")
+        s.unacked.append((s.seq + 1, args))
+        s.ending = True
+        await self._send(args)
+        return await self._finish()
+
+    async def ping(self) -> dict:
+        await self._drain()
+        s = self.state
+        conn = await self._connection()
+        await conn.send_command(*s.op(max(s.seq, 1), "PING"))
+        try:
+            reply = await conn.read_response()
+        except redis.ResponseError as exc:
+            raise T.convert_error(exc) from None
+        return T.as_map(reply)
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            if self.state.pending:
+                await self.conn.disconnect()
+            await self.pool.release(self.conn)
+            self.conn = None
+
+    async def __aenter__(self) -> "AsyncFastPublisher":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def _finish(self) -> T.PubAck:
+        s = self.state
+        while s.pending:
+            await self._read_one()
+        if s.final is None:
+            raise redis.DataError("no final pub ack")
+        return _pub_ack(s.final)
+
+    async def _drain(self) -> None:
+        while self.state.pending:
+            await self._read_one()
+
+    async def _send(self, args: list) -> None:
+        conn = await self._connection()
+        try:
+            await conn.send_command(*args)
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            await self._resume()
+            return
+        self.state.pending += 1
+
+    async def _read_one(self) -> None:
+        s = self.state
+        conn = await self._connection()
+        try:
+            reply = await conn.read_response()
+        except redis.ResponseError as exc:
+            reply = exc
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            await self._resume()
+            return
+        if s.final is not None and not s.ending:
+            raise BatchEnded(s.final)
+        if s.on_reply(reply) is not None and not s.ending:
+            raise BatchEnded(s.final)
+
+    async def _resume(self) -> None:
+        s = self.state
+        conn = await self._connection()
+        deadline = time.monotonic() + s.reconnect_timeout
+        while True:
+            try:
+                await conn.disconnect()
+                await conn.connect()
+                await conn.send_command(*s.op(max(s.seq, 1), "PING"))
+                reply = await conn.read_response()
+                break
+            except redis.ResponseError as exc:
+                error = T.convert_error(exc)
+                if getattr(error, "code", 0) == 10206 and s.ack_seq == 0:
+                    reply = None
+                    break
+                raise error from None
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+        s.reconnects += 1
+        if reply is None:
+            resend = [args for _, args in s.unacked]
+            s.pending = 0
+        else:
+            resend = s.after_ping(reply)
+        for args in resend:
+            await conn.send_command(*args)
+            s.pending += 1
+        if resend and resend[0][3] == 1:
+            await self._drain()

@@ -1,0 +1,233 @@
+"""Fast-ingest batches (ADR-50 revisions 7-8) and message ids (JetStream ``Nats-Msg-Id``).
+
+Per stream, one ``Ingest`` (``Stream._ingest``, None until the stream sees a
+fast batch or a message id) holds what must survive a restart:
+
+- ``batches``: batch id -> ``FastBatch``, the fast batches in flight on the
+  stream.  Their durable part is the highest batch-seq stored (``stored``) and
+  the offset of the batch's last stored message (``last_offset``); the rest
+  (flow, ack interval, gap mode, activity) is the connection's business and
+  starts again from the next message after a restart.
+- ``ids``: message id -> (offset, time_ns), in the order stored, for the
+  duplicate window (``duplicate_window_ms``): the oldest are dropped as they age
+  out, on the next check.
+
+The AOF logs both with the INGEST effect record (persistence/effects.py) and
+snapshots carry ``Ingest.export()`` in the stream's metadata, so after a crash a
+fast batch is known again and a resent message is a duplicate.
+
+``FastRegistry`` is the server's view of every fast batch (how many publishers
+are active, which are idle): one per server (``server.fast``), no I/O.
+
+Flow control (``FastBatch.adjust``) is plain arithmetic on what the server
+measures (unsynced AOF bytes, loop turn time, active fast publishers): double
+while it keeps up, halve (not below 1) when the unsynced bytes or the turn time
+pass their marks or more publishers are active than at the last decision;
+never above the client's flow and never above ``BUDGET // active`` (so all
+publishers together keep at most about ``BUDGET`` messages per ack round in
+flight, which bounds the work of a loop turn).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from itertools import islice
+
+MAX_ID_LENGTH = 64
+MAX_FLOW = 65535
+FIRST_ACK_ALONE = 16    # ack_msgs of the first ack when no other fast batch is active
+BUDGET = 1024           # messages per ack round, shared by the active publishers
+TURN_HIGH_NS = 5_000_000    # a loop turn longer than this: slow down
+UNSYNCED_HIGH = 8 << 20     # unsynced AOF bytes above this: slow down
+
+
+class FastBatch:
+    """One fast batch of one stream."""
+
+    __slots__ = ("key", "id", "owner", "last", "stored", "last_offset", "flow", "gap_fail", "flow_arg",
+                 "gap_arg", "ack_msgs", "next_ack", "gap", "last_active", "seen_active")
+
+    def __init__(self, key: bytes, batch_id: bytes, owner: "Ingest") -> None:
+        self.key = key
+        self.id = batch_id
+        self.owner = owner
+        self.last = 0          # highest batch-seq received (stored, or refused by EXPECT_* in gap ok)
+        self.stored = 0        # highest batch-seq stored (durable)
+        self.last_offset = 0   # offset of the batch's last stored message (0: none)
+        self.flow = 1          # the client's largest ack interval
+        self.gap_fail = False
+        self.flow_arg = b""    # flow and gap as the client spells them (the run's check)
+        self.gap_arg = b""
+        self.ack_msgs = 1      # the ack interval in force
+        self.next_ack = 1      # the batch-seq of the next ack point
+        self.gap: tuple[int, int] | None = None  # (last_seq, seq) of the latest gap
+        self.last_active = time.monotonic()
+        self.seen_active = 0   # active fast batches at the last decision
+
+    def set_mode(self, flow: int, gap_fail: bool, flow_arg: bytes, gap_arg: bytes) -> None:
+        self.flow, self.gap_fail, self.flow_arg, self.gap_arg = flow, gap_fail, flow_arg, gap_arg
+        if self.ack_msgs > flow:
+            self.ack_msgs = flow
+
+    def start_flow(self, active: int) -> None:
+        """The first ack's interval: 1 when other fast batches are active, else min(flow, 16)."""
+        self.ack_msgs = 1 if active > 1 else min(self.flow, FIRST_ACK_ALONE)
+        self.seen_active = active
+
+    def adjust(self, active: int, unsynced: int, turn_ns: int) -> int:
+        """At an ack point: the new ack interval from the server's measures. O(1)."""
+        k = self.ack_msgs
+        ceiling = min(self.flow, max(1, BUDGET // max(active, 1)))
+        if active > self.seen_active or unsynced > UNSYNCED_HIGH or turn_ns > TURN_HIGH_NS:
+            k = max(1, k >> 1)
+        else:  # it keeps up
+            k <<= 1
+        if k > ceiling:
+            k = ceiling
+        self.seen_active = active
+        self.ack_msgs = k
+        return k
+
+
+class Ingest:
+    """A stream's fast batches and message ids (see the module docstring)."""
+
+    __slots__ = ("batches", "ids", "runs")
+
+    def __init__(self) -> None:
+        self.batches: dict[bytes, FastBatch] = {}
+        self.ids: dict[bytes, int] = {}  # message id -> offset, oldest first
+        # [time_ns, count]: the ids of ``ids`` in stretches stored at one time, oldest first
+        self.runs: deque[list[int]] = deque()
+
+    def batch(self, key: bytes, batch_id: bytes) -> FastBatch:
+        """The batch ``batch_id``, created if new."""
+        found = self.batches.get(batch_id)
+        if found is None:
+            found = self.batches[batch_id] = FastBatch(key, batch_id, self)
+        return found
+
+    def replayed(self, key: bytes, batch_id: bytes, batch_seq: int, ended: bool, last_offset: int) -> None:
+        """An INGEST record of a fast batch, replayed."""
+        if ended:
+            self.batches.pop(batch_id, None)
+            return
+        batch = self.batch(key, batch_id)
+        batch.last = batch.stored = max(batch.stored, batch_seq)
+        if last_offset:
+            batch.last_offset = last_offset
+
+    # --- message ids ----------------------------------------------------------------
+
+    def seen(self, msgid: bytes, now_ns: int, window_ns: int) -> int | None:
+        """The offset a message with ``msgid`` was stored at within the window, or
+        None.  Drops the ids that aged out first (amortised O(1))."""
+        ids = self.ids
+        if not ids:
+            return None
+        runs = self.runs
+        if runs[0][0] <= now_ns - window_ns:
+            self._expire(now_ns - window_ns)
+        return ids.get(msgid)
+
+    def _expire(self, horizon: int) -> None:
+        runs = self.runs
+        stale = 0
+        while runs and runs[0][0] <= horizon:
+            stale += runs.popleft()[1]
+        ids = self.ids
+        for mid in list(islice(ids, stale)):
+            del ids[mid]
+
+    def add_ids(self, ids, offset: int, time_ns: int) -> None:
+        """``ids[i]`` (None: no id) was stored at ``offset + i`` (none of them is in
+        the table: the caller checked them against the window). O(ids)."""
+        table = self.ids
+        before = len(table)
+        for i, mid in enumerate(ids):
+            if mid is not None:
+                table.pop(mid, None)  # (an id the window let go of: the newest last)
+                table[mid] = offset + i
+        self._note_run(time_ns, len(table) - before)
+
+    def add_new_ids(self, ids, offset: int, time_ns: int) -> None:
+        """``ids`` (all new, all different) were stored from ``offset`` on. O(ids) in C."""
+        self.ids.update(zip(ids, range(offset, offset + len(ids))))
+        self._note_run(time_ns, len(ids))
+
+    def _note_run(self, time_ns: int, count: int) -> None:
+        if count <= 0:
+            return
+        runs = self.runs
+        if runs and runs[-1][0] == time_ns:
+            runs[-1][1] += count
+        else:
+            runs.append([time_ns, count])
+
+    # --- snapshots ---------------------------------------------------------------------
+
+    def export(self) -> dict:
+        return {"batches": [[b.id, b.stored, b.last_offset] for b in self.batches.values()],
+                "ids": [[mid, off] for mid, off in self.ids.items()], "runs": [list(run) for run in self.runs]}
+
+    @classmethod
+    def load(cls, key: bytes, saved: dict) -> "Ingest":
+        ingest = cls()
+        saved = {k.decode() if isinstance(k, bytes) else k: v for k, v in saved.items()}
+        for batch_id, stored, last_offset in saved.get("batches", ()):
+            batch = ingest.batch(key, batch_id)
+            batch.last = batch.stored = stored
+            batch.last_offset = last_offset
+        for mid, off in saved.get("ids", ()):
+            ingest.ids[mid] = off
+        ingest.runs.extend([t, count] for t, count in saved.get("runs", ()))
+        if sum(count for _, count in ingest.runs) != len(ingest.ids):
+            raise ValueError("message id runs do not match the ids")
+        return ingest
+
+    def __bool__(self) -> bool:
+        return bool(self.batches or self.ids)
+
+
+class FastRegistry:
+    """Every fast batch on the server, for the count of active publishers and
+    the abandonment of idle batches (``batch-timeout-ms``)."""
+
+    def __init__(self) -> None:
+        self.active: dict[tuple[bytes, bytes], FastBatch] = {}
+        self.abandoned = 0  # fast batches abandoned after the timeout (INFO)
+        self._oldest_active = 0.0
+
+    def __len__(self) -> int:
+        return len(self.active)
+
+    def track(self, batch: FastBatch) -> None:
+        if not self.active:
+            self._oldest_active = batch.last_active
+        self.active[(batch.key, batch.id)] = batch
+
+    def ended(self, batch: FastBatch) -> None:
+        """The batch committed, failed or was dropped: forget it (here and on its stream)."""
+        if self.active.get((batch.key, batch.id)) is batch:
+            del self.active[(batch.key, batch.id)]
+        if batch.owner.batches.get(batch.id) is batch:
+            del batch.owner.batches[batch.id]
+
+    def expire(self, timeout_ms: int, now: float | None = None) -> int:
+        """Abandon, without a reply, the batches idle for ``timeout_ms``. O(batches) when one is due."""
+        if not self.active:
+            return 0
+        now = time.monotonic() if now is None else now
+        limit = timeout_ms / 1000.0
+        if now - self._oldest_active < limit:
+            return 0
+        stale = [b for b in self.active.values() if now - b.last_active >= limit]
+        for batch in stale:
+            self.ended(batch)
+        self.abandoned += len(stale)
+        self._oldest_active = min((b.last_active for b in self.active.values()), default=now)
+        return len(stale)
+
+    def clear(self) -> None:
+        self.active.clear()

@@ -1,0 +1,106 @@
+"""The typed client's FastPublisher / AsyncFastPublisher against a real server
+(RESP2 and RESP3, sync and asyncio), including a resume after a server restart."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis
+import redis.asyncio
+
+from tstream.client import AsyncFastPublisher, BatchEnded, FastPublisher, TStreamError
+
+
+def datas(c, key) -> list:
+    return [e[2] for e in c.execute_command("TREAD", key, 1, 100000)]
+
+
+def test_add_and_end(r):
+    with FastPublisher(r, "s", flow=8, max_outstanding_acks=2) as pub:
+        acks = [pub.add("t", b"m%d" % i) for i in range(1, 101)]
+        ack = pub.end()
+    assert [a.batch_seq for a in acks] == list(range(1, 101))
+    assert acks[0].ack_seq == 1
+    for a in acks:  # never more than 2 acks outstanding
+        assert a.batch_seq - a.ack_seq < 2 * 8 + 1
+    assert all(x.ack_seq <= y.ack_seq for x, y in zip(acks, acks[1:]))
+    assert ack.count == 100 and ack.seq == 100
+    assert datas(r, "s") == [b"m%d" % i for i in range(1, 101)]
+
+
+def test_adopts_the_servers_ack_msgs_and_commits(r):
+    r.execute_command("BATCH", "s", "other", 1, "t", "x", "FAST", 10, "ok")  # another publisher: start at 1
+    pub = FastPublisher(r, "s", flow=32, max_outstanding_acks=1)
+    assert pub.add("t", "a") == (1, 1)
+    assert pub.ack_msgs == 1
+    for _ in range(2, 40):
+        batch_seq, ack_seq = pub.add("t", "x")
+        assert batch_seq - ack_seq <= pub.ack_msgs
+    assert pub.ack_msgs > 1
+    ack = pub.commit("t", "last")
+    assert ack.count == 40 and ack.batch in (pub.batch_id, pub.batch_id.encode())
+    pub.close()
+
+
+def test_errors_and_an_early_end(r):
+    pub = FastPublisher(r, "s", gap="fail")
+    pub.add("t", "a", expect_last_seq=0)
+    with pytest.raises(BatchEnded) as info:
+        for _ in range(3):
+            pub.add("t", "b", expect_last_seq=0)
+            pub.ping()
+    assert int(info.value.pub_ack["count"]) == 1
+    pub.close()
+    r.execute_command("TCONFIG", "off", "SET", "allow_batched", "no")
+    with pytest.raises(TStreamError) as err:
+        FastPublisher(r, "off").add("t", "a")
+    assert err.value.code == 10203
+    with pytest.raises(ValueError):
+        FastPublisher(r, "s", max_outstanding_acks=4)
+
+
+def test_gap_ok_reports_refused_messages(r):
+    pub = FastPublisher(r, "s", gap="ok", flow=4)
+    pub.add("t", "a")
+    pub.add("t", "b", expect_last_seq=99)
+    pub.add("t", "c")
+    ack = pub.end()
+    assert ack.count == 3 and datas(r, "s") == [b"a", b"c"]
+    assert pub.state.errors and pub.state.errors[0][0] == 2
+    pub.close()
+
+
+def test_resume_after_a_restart(make_server):
+    proc = make_server("--save", "", "--appendonly", "yes", "--appendfsync", "always")
+    c = proc.client(protocol=3)
+    pub = FastPublisher(c, "s", flow=16, reconnect_timeout=20)
+    for i in range(1, 301):
+        pub.add("t", str(i))
+        if i == 150:
+            proc.kill()
+            proc.start()
+    ack = pub.end()
+    assert ack.count == 300
+    assert pub.state.reconnects >= 1
+    c = proc.client(protocol=3)
+    assert datas(c, "s") == [str(i).encode() for i in range(1, 301)]
+    pub.close()
+
+
+def test_async_publisher(server):
+    async def main():
+        for protocol in (2, 3):
+            client = redis.asyncio.Redis(port=server.port, protocol=protocol)
+            async with AsyncFastPublisher(client, f"a{protocol}", flow=8) as pub:
+                acks = [await pub.add("t", b"%d" % i) for i in range(1, 51)]
+                assert acks[-1].batch_seq == 50 and acks[-1].ack_seq >= 50 - 16
+                flow = await pub.ping()
+                assert int(flow["seq"]) == 50
+                ack = await pub.commit("t", b"51")
+                assert ack.count == 51
+            await client.aclose()
+
+    asyncio.run(main())
+    c = redis.Redis(port=server.port)
+    assert datas(c, "a2") == [b"%d" % i for i in range(1, 52)] == datas(c, "a3")

@@ -1,0 +1,524 @@
+"""BATCH ... FAST (ADR-50 fast-ingest batches) over TCP with redis-py, RESP2 and RESP3:
+operations 0-4, flow acks, gap modes, duplicates, EXPECT_* per message, errors
+10203-10206, abandonment, the pipelined run, durable resume across restarts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from tstream.engine.ingest import BUDGET, FastBatch, Ingest
+
+
+def as_map(reply) -> dict:
+    if isinstance(reply, list):
+        reply = dict(zip(reply[::2], reply[1::2]))
+    out = {}
+    for k, v in reply.items():
+        k = k.decode() if isinstance(k, bytes) else k
+        if isinstance(v, (list, dict)):
+            v = as_map(v)
+        out[k] = v.decode() if isinstance(v, bytes) and k in ("type", "description") else v
+    return out
+
+
+def is_ok(reply) -> bool:
+    return reply in (b"OK", "OK", True)
+
+
+def fast(c, key, bid, seq, subject, data, flow=10, gap="ok", *extra):
+    return c.execute_command("BATCH", key, bid, seq, subject, data, "FAST", flow, gap, *extra)
+
+
+def op(c, key, bid, seq, word, flow=10, gap="ok"):
+    return c.execute_command("BATCH", key, bid, seq, "FAST", flow, gap, word)
+
+
+def entries(c, key) -> list:
+    return [(e[0], e[2]) for e in c.execute_command("TREAD", key, 1, 100000)]
+
+
+def error_of(call) -> str:
+    with pytest.raises(redis.ResponseError) as info:
+        call()
+    return str(info.value)
+
+
+class TestOperations:
+    def test_first_message_gets_the_first_flow_ack(self, r):
+        assert as_map(fast(r, "s", "b", 1, "a", "1", 100)) == {"type": "ack", "seq": 1, "ack_msgs": 16}
+        assert as_map(fast(r, "s", "c", 1, "a", "1", 5)) == {"type": "ack", "seq": 1, "ack_msgs": 1}  # another is active
+
+    def test_alone_with_a_small_flow_starts_at_the_flow(self, r):
+        assert as_map(fast(r, "s", "b", 1, "a", "1", 4))["ack_msgs"] == 4
+
+    def test_messages_are_stored_at_once_and_acked_every_k(self, r):
+        fast(r, "s", "b", 1, "a", "m1", 3)
+        replies = [fast(r, "s", "b", i, "a", f"m{i}", 3) for i in range(2, 11)]
+        acks = [i + 2 for i, x in enumerate(replies) if not is_ok(x)]
+        assert acks == [4, 7, 10]
+        assert all(as_map(replies[i - 2]) == {"type": "ack", "seq": i, "ack_msgs": 3} for i in acks)
+        assert entries(r, "s") == [(i, b"m%d" % i) for i in range(1, 11)]  # readable before any commit
+
+    def test_commit_stores_the_final_message_and_ends_the_batch(self, r):
+        r.execute_command("TWRITE", "s", "x", "before")
+        fast(r, "s", "b", 1, "a", "1")
+        fast(r, "s", "b", 2, "a", "2")
+        ack = as_map(fast(r, "s", "b", 3, "a", "3", 10, "ok", "COMMIT"))
+        assert ack == {"stream": b"s", "seq": 4, "batch": b"b", "count": 3}
+        assert "10206" in error_of(lambda: fast(r, "s", "b", 4, "a", "4"))
+        assert len(entries(r, "s")) == 4
+
+    def test_commit_at_the_first_message(self, r):
+        ack = as_map(fast(r, "new", "b", 1, "a", "1", 10, "fail", "COMMIT"))
+        assert ack == {"stream": b"new", "seq": 1, "batch": b"b", "count": 1}
+
+    def test_eob_ends_without_a_message(self, r):
+        fast(r, "s", "b", 1, "a", "1")
+        fast(r, "s", "b", 2, "a", "2")
+        assert as_map(op(r, "s", "b", 3, "EOB")) == {"stream": b"s", "seq": 2, "batch": b"b", "count": 2}
+        assert len(entries(r, "s")) == 2
+        assert "10206" in error_of(lambda: op(r, "s", "b", 3, "PING"))
+
+    def test_ping_replies_the_current_flow_ack_and_does_not_advance(self, r):
+        fast(r, "s", "b", 1, "a", "1", 8)
+        for i in range(2, 6):
+            fast(r, "s", "b", i, "a", str(i), 8)
+        assert as_map(op(r, "s", "b", 5, "PING", 8)) == {"type": "ack", "seq": 5, "ack_msgs": 8}
+        assert is_ok(fast(r, "s", "b", 6, "a", "6", 8))  # not a gap: the ping took no batch-seq
+        assert as_map(fast(r, "s", "b", 9, "a", "9", 8)) == {"type": "gap", "last_seq": 6, "seq": 9}
+        assert as_map(op(r, "s", "b", 9, "PING", 8)) == {"type": "ack", "seq": 9, "ack_msgs": 8,
+                                                         "last_seq": 6, "gap_seq": 9}
+
+    def test_unknown_operation_is_refused(self, r):
+        fast(r, "s", "b", 1, "a", "1")
+        assert "10204" in error_of(lambda: op(r, "s", "b", 1, "NOPE"))
+
+
+class TestGapsAndDuplicates:
+    def test_gap_ok_stores_and_reports(self, r):
+        fast(r, "s", "b", 1, "a", "1")
+        assert as_map(fast(r, "s", "b", 4, "a", "4")) == {"type": "gap", "last_seq": 1, "seq": 4}
+        assert is_ok(fast(r, "s", "b", 5, "a", "5"))
+        assert [d for _, d in entries(r, "s")] == [b"1", b"4", b"5"]
+
+    def test_gap_fail_ends_the_batch_with_the_final_pub_ack(self, r):
+        fast(r, "s", "b", 1, "a", "1", 10, "fail")
+        fast(r, "s", "b", 2, "a", "2", 10, "fail")
+        ack = as_map(fast(r, "s", "b", 4, "a", "4", 10, "fail"))
+        assert ack == {"stream": b"s", "seq": 2, "batch": b"b", "count": 2, "last_seq": 2, "gap_seq": 4}
+        assert [d for _, d in entries(r, "s")] == [b"1", b"2"]
+        assert "10206" in error_of(lambda: fast(r, "s", "b", 3, "a", "3", 10, "fail"))
+
+    def test_resent_messages_are_duplicates(self, r):
+        for i in range(1, 4):
+            fast(r, "s", "b", i, "a", str(i))
+        assert as_map(fast(r, "s", "b", 2, "a", "2")) == {"type": "duplicate", "seq": 2}
+        assert as_map(fast(r, "s", "b", 1, "a", "1")) == {"type": "duplicate", "seq": 1}
+        assert len(entries(r, "s")) == 3
+
+
+class TestExpectations:
+    def test_gap_ok_refuses_the_message_and_goes_on(self, r):
+        r.execute_command("TWRITE", "s", "x", "0")
+        fast(r, "s", "b", 1, "a", "1", 10, "ok", "EXPECT_LAST_SEQ", 1)
+        reply = as_map(fast(r, "s", "b", 2, "a", "2", 10, "ok", "EXPECT_LAST_SEQ", 7))
+        assert reply == {"type": "ack", "seq": 2, "ack_msgs": 10,
+                         "error": {"code": 10071, "description": "wrong last sequence: 2"}}
+        assert is_ok(fast(r, "s", "b", 3, "a", "3"))  # not a gap: 2 was received
+        ack = as_map(op(r, "s", "b", 4, "EOB"))
+        assert ack["count"] == 3 and ack["seq"] == 3
+        assert [d for _, d in entries(r, "s")] == [b"0", b"1", b"3"]
+
+    def test_gap_fail_ends_the_batch_with_the_error(self, r):
+        fast(r, "s", "b", 1, "a", "1", 10, "fail")
+        ack = as_map(fast(r, "s", "b", 2, "a", "2", 10, "fail", "EXPECT_LAST_SUBJECT_SEQ", 5))
+        assert ack == {"stream": b"s", "seq": 1, "batch": b"b", "count": 1,
+                       "error": {"code": 10071, "description": "wrong last sequence: 1"}}
+        assert "10206" in error_of(lambda: fast(r, "s", "b", 3, "a", "3", 10, "fail"))
+
+    def test_expectations_that_hold(self, r):
+        fast(r, "s", "b", 1, "a", "1", 10, "fail", "EXPECT_LAST_SEQ", 0)
+        assert is_ok(fast(r, "s", "b", 2, "a", "2", 10, "fail", "EXPECT_LAST_SEQ", 1,
+                          "EXPECT_LAST_SUBJECT_SEQ", 1))
+        assert len(entries(r, "s")) == 2
+
+
+class TestErrors:
+    def test_not_enabled(self, r):
+        r.execute_command("TCONFIG", "s", "SET", "allow_batched", "no")
+        assert error_of(lambda: fast(r, "s", "b", 1, "a", "1")) == "10203 batch publish not enabled on stream"
+        assert as_map(r.execute_command("TCONFIG", "s", "GET"))["allow_batched"] == b"no"
+        r.execute_command("TCONFIG", "s", "SET", "allow_batched", "yes")
+        assert as_map(fast(r, "s", "b", 1, "a", "1"))["type"] == "ack"
+
+    @pytest.mark.parametrize("flow, gap", [(0, "ok"), (65536, "ok"), ("x", "ok"), (10, "maybe")])
+    def test_invalid_pattern(self, r, flow, gap):
+        assert error_of(lambda: fast(r, "s", "b", 1, "a", "1", flow, gap)).startswith(
+            "10204 batch publish invalid pattern used")
+        assert r.exists("s") == 0
+
+    def test_fast_missing_or_mixed_with_an_atomic_batch(self, r):
+        fast(r, "s", "b", 1, "a", "1")
+        assert "10204" in error_of(lambda: r.execute_command("BATCH", "s", "b", 2, "a", "2"))
+        r.execute_command("BATCH", "s", "atomic", 1, "a", "1")
+        assert "10204" in error_of(lambda: fast(r, "s", "atomic", 2, "a", "2"))
+
+    def test_id_too_long(self, r):
+        assert error_of(lambda: fast(r, "s", "x" * 65, 1, "a", "1")).startswith("10205 ")
+        assert as_map(fast(r, "s", "x" * 64, 1, "a", "1"))["type"] == "ack"
+
+    @pytest.mark.parametrize("call", ["message", "eob", "ping"])
+    def test_unknown_id(self, r, call):
+        send = {"message": lambda: fast(r, "s", "never", 2, "a", "2"),
+                "eob": lambda: op(r, "s", "never", 1, "EOB"),
+                "ping": lambda: op(r, "s", "never", 1, "PING")}[call]
+        assert error_of(send) == "10206 batch publish ID is unknown"
+
+    def test_not_counted_against_the_atomic_limits(self, r):
+        for i in range(60):
+            fast(r, "s", f"b{i}", 1, "a", "1")
+        assert r.info("stats")["fast_batches_in_flight"] == 60
+
+    def test_abandoned_after_the_timeout(self, make_server):
+        proc = make_server("--save", "", "--batch-timeout-ms", "300")
+        c = proc.client(protocol=3)
+        fast(c, "s", "b", 1, "a", "1")
+        time.sleep(0.15)
+        assert is_ok(fast(c, "s", "b", 2, "a", "2"))
+        time.sleep(0.2)
+        assert is_ok(fast(c, "s", "b", 3, "a", "3"))  # activity restarts the timer
+        time.sleep(0.7)
+        assert "10206" in error_of(lambda: fast(c, "s", "b", 4, "a", "4"))
+        stats = c.info("stats")
+        assert stats["fast_batch_abandoned_timeout"] == 1 and stats["fast_batches_in_flight"] == 0
+        assert len(entries(c, "s")) == 3
+
+
+class TestFlow:
+    def test_flow_is_never_above_the_clients(self, r):
+        fast(r, "s", "b", 1, "a", "1", 5)
+        pipe = r.pipeline(transaction=False)
+        for i in range(2, 2000):
+            fast(pipe, "s", "b", i, "a", "x", 5)
+        acks = [as_map(x) for x in pipe.execute() if not is_ok(x)]
+        assert acks and all(1 <= a["ack_msgs"] <= 5 for a in acks)
+
+    def test_halves_when_fast_publishers_grow(self, r):
+        assert as_map(fast(r, "s", "b", 1, "a", "1", 16))["ack_msgs"] == 16
+        as_map(fast(r, "s", "other", 1, "a", "1", 16))
+        replies = [fast(r, "s", "b", i, "a", "x", 16) for i in range(2, 18)]
+        assert as_map(replies[-1]) == {"type": "ack", "seq": 17, "ack_msgs": 8}
+
+    def test_ramp_up_and_down_by_doubling_and_halving(self):
+        batch = FastBatch(b"k", b"b", Ingest())
+        batch.set_mode(100, False, b"100", b"ok")
+        batch.start_flow(2)
+        assert batch.ack_msgs == 1
+        assert [batch.adjust(2, 0, 0) for _ in range(8)] == [2, 4, 8, 16, 32, 64, 100, 100]
+        assert batch.adjust(2, 9 << 20, 0) == 50           # unsynced AOF bytes grew
+        assert batch.adjust(2, 0, 6_000_000) == 25         # a slow loop turn
+        assert batch.adjust(3, 0, 0) == 12                 # one more publisher
+        assert batch.adjust(3, 0, 3_000_000) == 24         # it keeps up: doubled
+        many = BUDGET // 64
+        assert batch.adjust(64, 0, 0) <= many              # a share of the budget
+
+    def test_pipelined_run_replies_and_data(self, r):
+        r.config_resetstat()
+        assert as_map(fast(r, "s", "b", 1, "a", "d1", 64))["ack_msgs"] == 16
+        pipe = r.pipeline(transaction=False)
+        for i in range(2, 1001):
+            fast(pipe, "s", "b", i, f"sub.{i % 3}", f"d{i}", 64)
+        replies = pipe.execute()
+        acked = [(i + 2, as_map(x)) for i, x in enumerate(replies) if not is_ok(x)]
+        seq, expect = 1, []
+        k = 16
+        for at, ack in acked:
+            assert ack["type"] == "ack" and ack["seq"] == at and 1 <= ack["ack_msgs"] <= 64
+            expect.append(seq + k)
+            seq, k = at, ack["ack_msgs"]
+        assert [at for at, _ in acked] == expect
+        got = r.execute_command("TREAD", "s", 1, 2000)
+        assert [(e[0], e[1], e[2]) for e in got] == [(1, b"a", b"d1")] + [
+            (i, b"sub.%d" % (i % 3), b"d%d" % i) for i in range(2, 1001)]
+        stats = r.info("commandstats")["cmdstat_batch"]
+        assert stats["calls"] == 1000
+
+    def test_pipelined_run_after_a_gap_acks_in_step(self, r):
+        fast(r, "s", "b", 1, "a", "1", 4)  # the next ack point is 5
+        assert as_map(fast(r, "s", "b", 10, "a", "10", 4))["type"] == "gap"
+        replies = _publish_plain(r, range(11, 23), 4)
+        assert [i for i, x in zip(range(11, 23), replies) if not is_ok(x)] == [11, 15, 19]
+        assert r.execute_command("PING") in (b"PONG", "PONG", True)  # one reply per command: in step
+
+    def test_pipelined_run_with_duplicates_and_a_gap_falls_back(self, r):
+        fast(r, "s", "b", 1, "a", "1")
+        pipe = r.pipeline(transaction=False)
+        for i in (2, 3, 3, 6, 7):
+            fast(pipe, "s", "b", i, "a", str(i))
+        replies = [x if is_ok(x) else as_map(x) for x in pipe.execute()]
+        assert replies[2] == {"type": "duplicate", "seq": 3}
+        assert replies[3] == {"type": "gap", "last_seq": 3, "seq": 6}
+        assert [d for _, d in entries(r, "s")] == [b"1", b"2", b"3", b"6", b"7"]
+
+
+# ---------------------------------------------------------------------------
+# Durable resume
+# ---------------------------------------------------------------------------
+
+def _publish_plain(c, seqs, flow):
+    pipe = c.pipeline(transaction=False)
+    for i in seqs:
+        fast(pipe, "s", "b", i, "a", str(i), flow)
+    return pipe.execute()
+
+
+def _publish(c, key, bid, seqs, gap="fail"):
+    pipe = c.pipeline(transaction=False)
+    for i in seqs:
+        fast(pipe, key, bid, i, "t", f"m{i}", 32, gap)
+    return pipe.execute()
+
+
+def _resume_check(c, stored_before: int):
+    ping = as_map(op(c, "s", "b", 500, "PING", 32, "fail"))
+    assert ping["type"] == "ack" and ping["seq"] == stored_before
+    replies = _publish(c, "s", "b", range(stored_before - 5, stored_before + 11))
+    assert [as_map(x)["type"] for x in replies[:6]] == ["duplicate"] * 6
+    assert [d for _, d in entries(c, "s")] == [b"m%d" % i for i in range(1, stored_before + 11)]
+    ack = as_map(op(c, "s", "b", stored_before + 11, "EOB", 32, "fail"))
+    assert ack["count"] == stored_before + 10 and ack["seq"] == stored_before + 10
+
+
+class TestDurableResume:
+    def test_restart_from_the_aof(self, make_server, tmp_path):
+        proc = make_server("--save", "", "--appendonly", "yes", "--appendfsync", "always")
+        c = proc.client(protocol=3)
+        fast(c, "s", "b", 1, "t", "m1", 32, "fail")
+        _publish(c, "s", "b", range(2, 51))
+        proc.kill()
+        proc.start()
+        _resume_check(proc.client(protocol=3), 50)
+        check = subprocess.run([sys.executable, "-m", "tstream.persistence.check",
+                                str(tmp_path / "appendonlydir")], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+
+    def test_restart_after_an_aof_rewrite(self, make_server):
+        proc = make_server("--save", "", "--appendonly", "yes", "--appendfsync", "always")
+        c = proc.client(protocol=2)
+        fast(c, "s", "b", 1, "t", "m1", 32, "fail")
+        _publish(c, "s", "b", range(2, 31))
+        c.execute_command("BGREWRITEAOF")
+        deadline = time.time() + 10
+        while c.info("persistence")["aof_rewrite_in_progress"] and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        proc.kill()
+        proc.start()
+        _resume_check(proc.client(protocol=2), 30)
+
+    def test_restart_from_a_snapshot(self, make_server):
+        proc = make_server("--save", "")
+        c = proc.client(protocol=3)
+        fast(c, "s", "b", 1, "t", "m1", 32, "fail")
+        _publish(c, "s", "b", range(2, 21))
+        c.execute_command("SAVE")
+        proc.kill()
+        proc.start()
+        _resume_check(proc.client(protocol=3), 20)
+
+    def test_a_committed_batch_stays_over_after_a_restart(self, make_server):
+        proc = make_server("--save", "", "--appendonly", "yes")
+        c = proc.client(protocol=3)
+        fast(c, "s", "b", 1, "t", "m1", 32, "fail")
+        fast(c, "s", "b", 2, "t", "m2", 32, "fail", "COMMIT")
+        proc.stop()
+        proc.start()
+        c = proc.client(protocol=3)
+        assert "10206" in error_of(lambda: op(c, "s", "b", 2, "PING"))
+
+
+# ---------------------------------------------------------------------------
+# Exactly once across SIGKILL
+# ---------------------------------------------------------------------------
+
+def _publisher(port: int, n: int, total: int, stop, done: dict) -> None:
+    """Publisher ``n``: messages 1..total of batch ``p{n}`` (gap fail), resuming with PING
+    after every reconnect; records what it saw in ``done[n]``."""
+    import random
+
+    key, bid, subject = "s", f"p{n}", f"p{n}"
+    rng = random.Random(n)
+    nxt, pings = 1, 0
+    c = None
+    while not stop.is_set():
+        try:
+            if c is None:
+                # no transparent retry: every crash is seen, and answered with a PING
+                c = redis.Redis(port=port, protocol=3, socket_timeout=5, retry=Retry(NoBackoff(), 0))
+                try:
+                    ping = as_map(c.execute_command("BATCH", key, bid, max(nxt - 1, 1), "FAST", 64, "fail", "PING"))
+                    nxt = ping["seq"] + 1
+                    pings += 1
+                except redis.ResponseError as exc:
+                    if "10206" not in str(exc):
+                        raise
+                    nxt = 1  # nothing of the batch was stored
+            if nxt > total:
+                ack = as_map(c.execute_command("BATCH", key, bid, total + 1, "FAST", 64, "fail", "EOB"))
+                done[n] = (ack, pings)
+                return
+            if nxt == 1:
+                first = as_map(c.execute_command("BATCH", key, bid, 1, subject, "1", "FAST", 64, "fail"))
+                assert first["type"] == "ack"
+                nxt = 2
+                continue
+            chunk = range(nxt, min(nxt + rng.randint(1, 80), total + 1))
+            pipe = c.pipeline(transaction=False)
+            for i in chunk:
+                pipe.execute_command("BATCH", key, bid, i, subject, str(i), "FAST", 64, "fail")
+            for reply in pipe.execute():
+                if not is_ok(reply):
+                    assert isinstance(reply, (dict, list)) and as_map(reply)["type"] in ("ack", "duplicate"), reply
+            nxt = chunk[-1] + 1
+        except (redis.ConnectionError, redis.TimeoutError, ConnectionResetError):
+            c = None
+            time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_sigkill_every_message_stored_exactly_once_in_order(make_server, tmp_path):
+    import random
+    import threading
+
+    proc = make_server("--save", "", "--appendonly", "yes", "--appendfsync", "always")
+    stop = threading.Event()
+    done: dict = {}
+    total = 4000
+    threads = [threading.Thread(target=_publisher, args=(proc.port, n, total, stop, done), daemon=True)
+               for n in range(8)]
+    for t in threads:
+        t.start()
+    rng = random.Random(7)
+    try:
+        for _ in range(10):
+            time.sleep(rng.uniform(0.1, 0.6))
+            proc.kill()
+            proc.start()
+        deadline = time.time() + 120
+        while len(done) < 8 and time.time() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    assert len(done) == 8
+    c = proc.client(protocol=3)
+    got = c.execute_command("TREAD", "s", 1, 100000)
+    per: dict = {}
+    for _, subject, data in got:
+        per.setdefault(subject, []).append(int(data))
+    for n in range(8):
+        assert per[b"p%d" % n] == list(range(1, total + 1)), n
+        ack, pings = done[n]
+        assert ack["count"] == total
+    assert all(p >= 1 for _, p in done.values())  # each resumed with PING
+    check = subprocess.run([sys.executable, "-m", "tstream.persistence.check", str(tmp_path / "appendonlydir")],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+# ---------------------------------------------------------------------------
+# Message ids and the duplicate window
+# ---------------------------------------------------------------------------
+
+def tw(c, *args):
+    return c.execute_command("TWRITE", *args)
+
+
+class TestMessageIds:
+    def test_twrite_with_an_id_stored_once(self, r):
+        assert tw(r, "k", "t", "a", "MSGID", "m1") == 1
+        assert tw(r, "k", "t", "b", "MSGID", "m2") == 2
+        assert tw(r, "k", "t", "again", "MSGID", "m1") == 1  # the original offset
+        assert tw(r, "k", "t", "c") == 3
+        assert [d for _, d in entries(r, "k")] == [b"a", b"b", b"c"]
+
+    def test_entries_with_msgids(self, r):
+        tw(r, "k", "t", "a", "MSGID", "m1")
+        assert tw(r, "k", "MSGIDS", "m2", "m1", "m3", "m3", "ENTRIES", "t", "b", "t", "dup", "t", "c", "t",
+                  "dup2") == 2
+        assert [d for _, d in entries(r, "k")] == [b"a", b"b", b"c"]
+        assert tw(r, "k", "BACKLOG", 10, "MSGIDS", "m1", "m4", "ENTRIES", "t", "x", "t", "d") == 1
+        assert [d for _, d in entries(r, "k")] == [b"a", b"b", b"c", b"d"]
+        assert "one id per entry" in error_of(lambda: tw(r, "k", "MSGIDS", "m9", "ENTRIES", "t", "x", "t", "y"))
+        assert "syntax" in error_of(lambda: tw(r, "k", "t", "a", "MSGIDX", "m1"))
+
+    def test_pipelined_ids(self, r):
+        tw(r, "k", "t", "first", "MSGID", "first")
+        pipe = r.pipeline(transaction=False)
+        for i in range(200):
+            pipe.execute_command("TWRITE", "k", "t", f"d{i}", "MSGID", f"id{i}")
+        assert pipe.execute() == list(range(2, 202))
+        pipe = r.pipeline(transaction=False)
+        for i in range(195, 205):
+            pipe.execute_command("TWRITE", "k", "t", f"d{i}", "MSGID", f"id{i}")
+        assert pipe.execute() == [197, 198, 199, 200, 201, 202, 203, 204, 205, 206]
+        assert len(entries(r, "k")) == 206
+
+    def test_window_ages_out_and_zero_disables(self, r):
+        r.execute_command("TCONFIG", "k", "SET", "duplicate_window_ms", 150)
+        assert tw(r, "k", "t", "a", "MSGID", "m") == 1
+        assert tw(r, "k", "t", "a", "MSGID", "m") == 1
+        time.sleep(0.25)
+        assert tw(r, "k", "t", "a", "MSGID", "m") == 2
+        r.execute_command("TCONFIG", "k", "SET", "duplicate_window_ms", 0)
+        assert tw(r, "k", "t", "a", "MSGID", "m") == 3
+        assert tw(r, "k", "t", "a", "MSGID", "m") == 4
+
+    def test_atomic_batch(self, r):
+        tw(r, "k", "t", "a", "MSGID", "m1")
+        r.execute_command("BATCH", "k", "b", 1, "t", "x", "MSGID", "m1")
+        r.execute_command("BATCH", "k", "b", 2, "t", "y", "MSGID", "m2")
+        ack = as_map(r.execute_command("BATCH", "k", "b", 3, "t", "z", "COMMIT"))
+        assert ack == {"stream": b"k", "seq": 3, "batch": b"b", "count": 3, "duplicate": 1}
+        assert [d for _, d in entries(r, "k")] == [b"a", b"y", b"z"]
+        r.execute_command("BATCH", "k", "c", 1, "t", "x", "MSGID", "m5")
+        assert error_of(lambda: r.execute_command("BATCH", "k", "c", 2, "t", "x", "MSGID", "m5")) == \
+            "10201 duplicate message id is in process"
+        assert "10176" in error_of(lambda: r.execute_command("BATCH", "k", "c", 3, "EOB"))
+
+    def test_fast_batch(self, r):
+        tw(r, "k", "t", "a", "MSGID", "m1")
+        fast(r, "k", "b", 1, "t", "x", 10, "ok", "MSGID", "m2")
+        assert as_map(fast(r, "k", "b", 2, "t", "y", 10, "ok", "MSGID", "m1")) == {
+            "type": "ack", "seq": 2, "ack_msgs": 10, "duplicate": 1}
+        assert is_ok(fast(r, "k", "b", 3, "t", "z", 10, "ok", "MSGID", "m3"))
+        ack = as_map(fast(r, "k", "b", 4, "t", "w", 10, "ok", "MSGID", "m3", "COMMIT"))
+        assert ack == {"stream": b"k", "seq": 3, "batch": b"b", "count": 4, "duplicate": 1}
+        assert [d for _, d in entries(r, "k")] == [b"a", b"x", b"z"]
+
+    @pytest.mark.parametrize("how", ["aof", "snapshot"])
+    def test_window_survives_a_restart(self, make_server, how):
+        args = ("--save", "", "--appendonly", "yes") if how == "aof" else ("--save", "")
+        proc = make_server(*args)
+        c = proc.client(protocol=3)
+        tw(c, "k", "t", "a", "MSGID", "m1")
+        tw(c, "k", "MSGIDS", "m2", "m3", "ENTRIES", "t", "b", "t", "c")
+        r0 = c.pipeline(transaction=False)
+        for i in range(5):
+            r0.execute_command("TWRITE", "k", "t", f"p{i}", "MSGID", f"p{i}")
+        r0.execute()
+        if how == "snapshot":
+            c.execute_command("SAVE")
+        proc.stop() if how == "aof" else proc.kill()
+        proc.start()
+        c = proc.client(protocol=3)
+        assert [tw(c, "k", "t", "x", "MSGID", m) for m in ("m1", "m2", "m3", "p0", "p4")] == [1, 2, 3, 4, 8]
+        assert tw(c, "k", "t", "new", "MSGID", "m4") == 9
