@@ -235,8 +235,11 @@ def reply_wanted(client, out):
 
 
 def _client_type(client) -> bytes:
-    """CLIENT KILL TYPE's class of a client: pubsub while subscribed, else normal
-    (tstream has no replication links yet)."""
+    """CLIENT KILL TYPE's class of a client: replica (a replica's PSYNC connection),
+    pubsub while subscribed, else normal.  (A replica's link to its primary is no
+    client connection: TYPE master matches nothing.)"""
+    if client.replica is not None:
+        return b"replica"
     return b"pubsub" if client.subscriptions is not None else b"normal"
 
 
@@ -272,6 +275,7 @@ def _client_kill(client, argv):  # noqa: C901 (over the limit when it came in)
             kind = value.lower()
             if kind not in (b"normal", b"pubsub", b"master", b"replica", b"slave"):
                 raise CommandError(f"ERR Unknown client type '{value.decode(errors='replace')}'")
+            kind = b"replica" if kind == b"slave" else kind
             filters.append(lambda c, v=kind: _client_type(c) == v)
         elif word == b"skipme":
             skipme = value.lower() == b"yes"

@@ -221,6 +221,9 @@ def _before_running(client, name: bytes, argv: list, command, stats: CommandStat
     denied = server.persistence.denied_writes
     if denied is not None and (command.flags & WRITE or name == b"ping"):
         return _refuse(client, name, stats, denied)
+    denied = server.replication.denied_writes  # READONLY replica, NOREPLICAS (server/replication.py)
+    if denied is not None and command.flags & WRITE and client.replica is None:
+        return _refuse(client, name, stats, denied)
     if client.multi is not None and name not in NOT_QUEUED:  # kept for EXEC
         client.multi.append(argv)
         return QUEUED

@@ -58,6 +58,11 @@ class StrictRequestParser:
         """See RequestParser.read_one: never taken here (every read is fed)."""
         return None
 
+    def read_many(self, data: bytes) -> None:
+        """See RequestParser.read_many: never taken here (every read is fed)."""
+        self.feed(data)
+        return None
+
     def __init__(self, max_multibulk: int = INT_MAX, max_bulk: int = 512 << 20,
                  max_inline: int = INLINE_MAX_SIZE) -> None:
         self._buf = bytearray()

@@ -54,7 +54,7 @@ class ClientConnection(asyncio.Protocol):
                  "net_in", "net_out", "closing", "blocked", "_queue", "_queue_at", "_parsed", "_parsed_at",
                  "_resume_scheduled", "_backlog_paused", "_unmeasured", "_holding", "_write_paused",
                  "_soft_limit_since", "_soft_limit_timer", "multi", "multi_failed", "in_exec", "watching",
-                 "dirty_cas", "subscriptions", "reply_mode", "__weakref__")
+                 "dirty_cas", "subscriptions", "reply_mode", "replica", "replica_port", "__weakref__")
 
     def __init__(self, server) -> None:
         self.server = server
@@ -100,6 +100,11 @@ class ClientConnection(asyncio.Protocol):
         self.dirty_cas = False
         self.subscriptions = None  # channels and patterns subscribed (commands.pubsub), None when none
         self.reply_mode = 0  # CLIENT REPLY: 0 on, else off or skipping (commands.connection)
+        # Replication (server.replication): the Replica this connection feeds after its
+        # PSYNC (exempt from the output limits, as Redis's replica class), and the port
+        # its REPLCONF listening-port announced.
+        self.replica = None
+        self.replica_port = 0
 
     # --- asyncio.Protocol -----------------------------------------------------------
 
@@ -448,7 +453,7 @@ class ClientConnection(asyncio.Protocol):
         set), when the buffer drains (resume_writing), and by the soft limit's
         timer: a client whose unsent replies pass the hard limit, or stay over the
         soft one for more than its seconds (as Redis counts them), is closed."""
-        if self.closing or self.transport is None:
+        if self.closing or self.transport is None or self.replica is not None:
             return
         size = self.transport.get_write_buffer_size()
         limits = self.server.config["client-output-buffer-limit"]
@@ -551,6 +556,8 @@ class ClientConnection(asyncio.Protocol):
             self.server.pubsub.forget(self)
         if self.server.monitors:
             forget_monitor(self.server, self)
+        if self.replica is not None:
+            self.server.replication.forget(self)
 
     def pause_writing(self) -> None:
         # The client is not reading its replies: stop reading its requests too.
@@ -578,6 +585,8 @@ class ClientConnection(asyncio.Protocol):
             self.server.pubsub.forget(self)
         if self.server.monitors:
             forget_monitor(self.server, self)
+        if self.replica is not None:
+            self.server.replication.forget(self)
         if self.transport is not None:
             self.transport.close()
         self.server.clients.pop(self.id, None)
@@ -592,7 +601,7 @@ class ClientConnection(asyncio.Protocol):
         omem = self.transport.get_write_buffer_size() if self.transport else 0
         subs = self.subscriptions
         flags = (("b" if self.is_blocked() else "") + ("c" if self.closing else "")
-                 + ("P" if subs is not None else "")) or "N"
+                 + ("P" if subs is not None else "") + ("S" if self.replica is not None else "")) or "N"
         events = ("" if self._write_paused else "r") + ("w" if omem else "")
         return (
             f"id={self.id} addr={self.addr} laddr={self.laddr} fd={self.fd} "

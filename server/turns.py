@@ -59,6 +59,7 @@ class TurnEnd:
             blocking.serve_ready()  # keys written by the commands the reads had held up
         self._scheduled = False
         server.persistence.commit_turn()
+        server.replication.flush()  # the turn's records to the backlog and the replicas
         held, self._held = self._held, []
         for connection, data, close in held:
             connection.write_now(data, close)
