@@ -98,7 +98,7 @@ def hello(client, argv):
         "proto": protocol,
         "id": client.id,
         "mode": "standalone",
-        "role": "master",
+        "role": "replica" if client.server.replication.is_replica else "master",
         "modules": [],
     }
 

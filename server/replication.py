@@ -311,33 +311,40 @@ class Replication:
 
         def done(fut: asyncio.Future) -> None:
             self.job_running = False
-            try:
-                if fut.exception() is not None:
-                    log.error("snapshot for replicas failed: %s", fut.exception())
-                    for replica in syncs:
-                        replica.client.kill()
-                        self.forget(replica.client)
-                    return
-                with open(path, "rb") as handle:
-                    data = handle.read()
-            finally:
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
-            for replica in syncs:
-                if replica.client.closing:
-                    continue
-                replica.write(b"$%d\r\n" % len(data))
-                replica.write(data)
-                for chunk in replica.waiting or ():
-                    replica.write(chunk)
-                replica.waiting = None
-                replica.state = "online"
-                replica.ack_time = time.monotonic()
-                log.info("Synchronization with replica %s:%d succeeded", replica.ip, replica.port)
+            if fut.exception() is not None:
+                log.error("snapshot for replicas failed: %s", fut.exception())
+                _unlink(path)
+                self._sync_failed(syncs)
+                return
+            # (read by a thread: a big snapshot would hold the loop)
+            read = asyncio.get_running_loop().run_in_executor(None, _read_and_unlink, path)
+            read.add_done_callback(lambda f: self._send_snapshot(syncs, f))
 
         future.add_done_callback(done)
+
+    def _sync_failed(self, syncs: list[Replica]) -> None:
+        for replica in syncs:
+            replica.client.kill()
+            self.forget(replica.client)
+
+    def _send_snapshot(self, syncs: list[Replica], read: asyncio.Future) -> None:
+        if read.exception() is not None:
+            log.error("could not read the snapshot for replicas: %s", read.exception())
+            self._sync_failed(syncs)
+            return
+        data = read.result()
+        for replica in syncs:
+            if replica.client.closing:
+                continue
+            replica.write(b"$%d\r\n" % len(data))
+            replica.write(data)
+            for chunk in replica.waiting or ():
+                replica.write(chunk)
+            replica.waiting = None
+            replica.state = "online"
+            replica.ack_time = time.monotonic()
+            log.info("Synchronization with replica %s:%d succeeded", replica.ip, replica.port)
+        self.update_gate()
 
     def acked(self, client, offset: int) -> None:
         replica = client.replica
@@ -709,6 +716,21 @@ class Replication:
         return [b"master", self.offset,
                 [[r.ip.encode(), str(r.port).encode(), str(r.ack).encode()] for r in self.replicas
                  if r.state == "online"]]
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _read_and_unlink(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    finally:
+        _unlink(path)
 
 
 def _before_change(capture, record: list) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -310,3 +311,55 @@ def _pings(port: int) -> bool:
         return redis.Redis(port=port, socket_timeout=1).ping()
     except redis.ConnectionError:
         return False
+
+
+def test_a_replica_with_an_aof_keeps_what_it_replicated(pair):
+    """A full resync replaces the replica's data: its AOF is rewritten from it, then
+    logs the records it applies; restarted as a primary, it has it all."""
+    primary = pair()
+    p = primary.client()
+    fill(p, 60)
+    replica = pair("--appendonly", "yes")
+    r = replica.client()
+    r.execute_command("TWRITE", "stale", "t", "gone after the resync")
+    r.execute_command("REPLICAOF", "127.0.0.1", primary.port)
+    wait_for(lambda: linked(r), what="the link")
+    fill(p, 40, groups=False)
+    p.execute_command("TACK", "log", "g1", 4)
+    sync(p, r)
+    expected = state(p)
+    assert state(r) == expected
+    wait_for(lambda: info(r, "persistence")["aof_rewrite_in_progress"] == 0, what="the AOF rewrite")
+    replica.stop()
+    replica.start("--replicaof", "no one")
+    r = replica.client()
+    assert state(r) == expected
+    result = subprocess.run([sys.executable, "-m", "tstream.persistence.check", str(replica.dir / "appendonlydir")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_blocked_readers_on_a_replica_are_served_by_replicated_writes(pair):
+    primary = pair()
+    p = primary.client()
+    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
+    r = replica.client()
+    wait_for(lambda: linked(r), what="the link")
+    p.execute_command("TWRITE", "k", "t", "first")
+    sync(p, r)
+    reader = replica.client()
+    answer = {}
+
+    def read():
+        answer["tread"] = reader.execute_command("TREAD", "k", 2, 10, "BLOCK", 5000)
+        answer["xread"] = reader.xread({"xs": "$"}, block=5000)
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    time.sleep(0.3)
+    p.execute_command("TWRITE", "k", "t", "second")
+    time.sleep(0.3)
+    p.xadd("xs", {"f": "v"}, id="5-1")
+    thread.join(10)
+    assert answer["tread"][0][2] == b"second"
+    assert answer["xread"][0][1][0][0] == b"5-1"
