@@ -50,8 +50,9 @@ def new_replid() -> str:
 
 
 class Backlog:
-    """The last ``size`` bytes of the replication stream; ``end`` is the offset
-    of its last byte (master_repl_offset), the first byte held is ``start + 1``."""
+    """At least the last ``size`` bytes of the replication stream (up to twice
+    that between two trims); ``end`` is the offset of its last byte
+    (master_repl_offset), the first byte held is ``start + 1``."""
 
     def __init__(self, size: int, offset: int) -> None:
         self.size = size
@@ -65,9 +66,8 @@ class Backlog:
     def add(self, data: bytes) -> None:
         self.data += data
         self.end += len(data)
-        over = len(self.data) - self.size
-        if over > 0:
-            del self.data[:over]
+        if len(self.data) > 2 * self.size:  # trimmed by halves: amortised O(1) per byte
+            del self.data[:len(self.data) - self.size]
 
     def since(self, offset: int) -> bytes | None:
         """The bytes after ``offset``, or None when the backlog no longer holds them all."""
@@ -638,11 +638,11 @@ class Replication:
                         raise ValueError(f"a record from the primary does not apply ({exc}): "
                                          "resynchronizing in full") from None
                     writes.replicated(record)
-                self.feed(bytes(data[position:end]))
                 used = end
         except TornTail:
             pass
         if used:
+            self.feed(data[:used])  # (the same bytes, in our own backlog: offsets stay the primary's)
             writes.commit()
         if getack:
             self.send_ack()
@@ -694,6 +694,7 @@ class Replication:
             fields["min_slaves_good_slaves"] = sum(
                 1 for r in self.replicas if r.state == "online" and now - r.ack_time <= max_lag)
         backlog = self.backlog
+        histlen = min(len(backlog.data), backlog.size) if backlog is not None else 0
         fields.update({
             "master_failover_state": "no-failover",
             "master_replid": self.replid,
@@ -702,8 +703,8 @@ class Replication:
             "second_repl_offset": self.second_offset,
             "repl_backlog_active": int(backlog is not None),
             "repl_backlog_size": config["repl-backlog-size"],
-            "repl_backlog_first_byte_offset": backlog.start + 1 if backlog is not None else 0,
-            "repl_backlog_histlen": len(backlog.data) if backlog is not None else 0,
+            "repl_backlog_first_byte_offset": backlog.end - histlen + 1 if backlog is not None else 0,
+            "repl_backlog_histlen": histlen,
         })
         return fields
 
