@@ -57,9 +57,12 @@ def replicaof(client, argv):
     if argv[1].lower() == b"no" and argv[2].lower() == b"one":
         replication.promote()
         return OK
-    port = to_int(argv[2])
-    if not 0 < port < 65536:
-        raise CommandError("ERR Invalid master port")
+    try:
+        port = to_int(argv[2])
+    except CommandError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise CommandError("ERR Invalid master port")  # (Redis's words for both)
     host = text(argv[1])
     if replication.master == (host, port):
         return Raw(b"+OK Already connected to specified master\r\n")

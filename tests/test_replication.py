@@ -8,6 +8,7 @@ of itself, of a redis-server, with the wrong masterauth."""
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -16,7 +17,7 @@ import time
 import pytest
 import redis
 
-from .conftest import ROOT, ServerProcess, free_port
+from .conftest import ROOT, ServerProcess, free_port, read_until_quiet
 
 
 def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
@@ -363,3 +364,49 @@ def test_blocked_readers_on_a_replica_are_served_by_replicated_writes(pair):
     thread.join(10)
     assert answer["tread"][0][2] == b"second"
     assert answer["xread"][0][1][0][0] == b"5-1"
+
+
+def test_replies_match_redis_byte_for_byte(pair, redis_oracle):
+    """redis-server is the oracle: REPLICAOF's replies, a replica's READONLY and WAIT
+    errors, ROLE while the primary is unreachable, WAIT's errors, NOREPLICAS."""
+    tstream = pair()
+    dead = free_port()  # nothing listens there: both stay in state connect
+    exchanges = [
+        ("REPLICAOF", "127.0.0.1", "x"),
+        ("REPLICAOF", "127.0.0.1", str(dead)),
+        ("REPLICAOF", "127.0.0.1", str(dead)),
+        ("{write}",),
+        ("WAIT", "1", "10"),
+        ("ROLE",),
+        ("REPLICAOF", "NO", "ONE"),
+        ("REPLICAOF", "NO", "ONE"),
+        ("ROLE",),
+        ("WAIT", "0", "0"),
+        ("WAIT", "1", "-1"),
+        ("WAIT", "x", "0"),
+        ("CONFIG", "SET", "min-replicas-to-write", "1"),
+        ("{write}",),
+        ("CONFIG", "SET", "min-replicas-to-write", "0"),
+    ]
+
+    def run(port: int, write: tuple) -> list[bytes]:
+        replies = []
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            for words in exchanges:
+                words = write if words == ("{write}",) else words
+                sock.sendall(_encode(words))
+                time.sleep(0.15 if words[0] == "REPLICAOF" else 0.02)
+                replies.append(read_until_quiet(sock, 0.15))
+        return replies
+
+    ours = run(tstream.port, ("TWRITE", "k", "t", "v"))
+    theirs = run(redis_oracle, ("SET", "k", "v"))
+    assert ours == theirs
+
+
+def _encode(words) -> bytes:
+    out = [b"*%d\r\n" % len(words)]
+    for word in words:
+        data = word.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(out)
