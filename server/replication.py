@@ -153,12 +153,31 @@ class Replication:
         self.server.turn_end.schedule()
 
     def flush(self) -> None:
-        """Pack this turn's records onto the stream: backlog and online replicas."""
-        if not self.records:
+        """Pack this turn's records onto the stream: backlog and online replicas, and
+        the same bytes to the AOF (serialized once: AppendOnlyFile.take_packed)."""
+        records = self.records
+        if not records:
             return
-        data = b"".join(map(pack, self.records))
-        self.records.clear()
+        try:
+            data = b"".join(map(pack, records))
+        except MemoryError:
+            records.clear()
+            self._stream_lost()
+            return
+        aof = self.server.aof
+        if aof is not None and aof.file is not None:
+            aof.file.take_packed(records, data)
+        records.clear()
         self.feed(data)
+
+    def _stream_lost(self) -> None:
+        """Records could not be packed (MemoryError): the stream has a hole, so every
+        replica resyncs in full (a new replid, no backlog to continue from)."""
+        log.error("out of memory while packing the replication stream: replicas will resync in full")
+        self.replid, self.replid2, self.second_offset = new_replid(), "0" * 40, -1
+        if self.backlog is not None:
+            self.backlog = Backlog(self.backlog.size, self.offset)
+        self._disconnect_replicas()
 
     def feed(self, data: bytes) -> None:
         """Bytes of the stream (packed here, or received from our own primary)."""

@@ -410,3 +410,24 @@ def _encode(words) -> bytes:
         data = word.encode()
         out.append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(out)
+
+
+def test_a_primary_with_an_aof_packs_once_for_both(pair):
+    """With appendonly yes and a replica, the turn's records are packed once and the
+    same bytes go to the AOF and the stream: both replay to the same state."""
+    primary = pair("--appendonly", "yes", "--appendfsync", "always")
+    p = primary.client()
+    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
+    r = replica.client()
+    wait_for(lambda: linked(r), what="the link")
+    fill(p, 200)
+    with p.pipeline(transaction=True) as pipe:
+        pipe.execute_command("TWRITE", "log", "t", "in-a-txn")
+        pipe.execute_command("TACK", "log", "g1", 5)
+        pipe.execute()
+    sync(p, r)
+    expected = state(p)
+    assert state(r) == expected
+    primary.kill()
+    primary.start()
+    assert state(primary.client()) == expected
