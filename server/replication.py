@@ -651,15 +651,22 @@ class Replication:
         log.info("MASTER <-> REPLICA sync: loaded %d keys", len(streams))
 
     async def _stream(self, reader: asyncio.StreamReader) -> None:
-        pending = b""
+        pending = bytearray()
         while True:
-            data = await reader.read(1 << 16)
+            data = await reader.read(1 << 18)
             if not data:
                 raise EOFError("the primary closed the connection")
             self.last_io = time.monotonic()
-            pending = pending + data if pending else data
-            used = self._apply(pending)
-            pending = pending[used:]
+            if not pending:
+                used = self._apply(data)
+                if used < len(data):
+                    pending += memoryview(data)[used:]
+                continue
+            pending += data
+            if len(pending) < _frame_end(pending):
+                continue  # a big record still arriving: not parsed again until it is whole
+            used = self._apply(bytes(pending))
+            del pending[:used]
 
     def _apply(self, data: bytes) -> int:
         """Apply every whole frame of ``data``; the number of bytes used."""
@@ -764,6 +771,15 @@ class Replication:
         return [b"master", self.offset,
                 [[r.ip.encode(), str(r.port).encode(), str(r.ack).encode()] for r in self.replicas
                  if r.state == "online"]]
+
+
+def _frame_end(data) -> int:
+    """Where the first frame of ``data`` ends (its header's length field), or 0
+    while its header is incomplete or not a header."""
+    if len(data) < HEADER.size:
+        return 0
+    _, length, _, inverted = HEADER.unpack_from(data, 0)
+    return HEADER.size + length if length ^ inverted == 0xFFFFFFFF else 0  # (damage: parsed, and refused)
 
 
 def _unlink(path: str) -> None:

@@ -431,3 +431,17 @@ def test_a_primary_with_an_aof_packs_once_for_both(pair):
     primary.kill()
     primary.start()
     assert state(primary.client()) == expected
+
+
+def test_big_records_cross_many_reads(pair):
+    """A record of several MB arrives in many reads: the replica waits for it whole."""
+    primary = pair()
+    p = primary.client()
+    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
+    r = replica.client()
+    wait_for(lambda: linked(r), what="the link")
+    big = b"x" * (6 << 20)
+    p.execute_command("TWRITE", "big", "t", big)
+    p.execute_command("TWRITE", "big", "t", b"small")
+    sync(p, r)
+    assert r.execute_command("TREAD", "big", 1, 2) == p.execute_command("TREAD", "big", 1, 2)
