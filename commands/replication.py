@@ -24,7 +24,7 @@ def psync(client, argv):
         data = client.server.replication.psync(client, text(argv[1]), offset)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
-    return Raw(data)
+    return Raw(data) if data else NO_REPLY  # (a full resync answers when its snapshot starts)
 
 
 def replconf(client, argv):

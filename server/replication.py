@@ -301,8 +301,9 @@ class Replication:
     # --- primary side: PSYNC, REPLCONF ----------------------------------------------
 
     def psync(self, client, replid: str, offset: int) -> bytes:
-        """PSYNC replid offset (offset: the first byte wanted): the reply, and the
-        client becomes a replica connection."""
+        """PSYNC replid offset (offset: the first byte wanted): the client becomes a
+        replica connection, answered here (+CONTINUE and the backlog now,
+        +FULLRESYNC when its snapshot starts); returns b"" (or raises ValueError)."""
         if self.is_replica and self.link_state != "connected":
             raise ValueError("NOMASTERLINK Can't SYNC while not connected with my master")
         self.flush()
@@ -322,8 +323,9 @@ class Replication:
             self.replicas.append(replica)
             log.info("Partial resynchronization request from %s:%d accepted: sending %d bytes of backlog",
                      replica.ip, port, len(data))
-            reply = f"+CONTINUE {self.replid}\r\n".encode()
-            return reply + data
+            # (written now, not as a held reply: the stream that follows must not pass it)
+            replica.write(f"+CONTINUE {self.replid}\r\n".encode() + data)
+            return b""
         if replid != "?":
             self.partial_err += 1
         self.full_syncs += 1
@@ -332,7 +334,7 @@ class Replication:
         log.info("Full resync requested by replica %s:%d", replica.ip, port)
         if not self.job_running:
             self._start_snapshot()
-        return f"+FULLRESYNC {self.replid} {replica.start}\r\n".encode()
+        return b""  # (+FULLRESYNC goes out when its snapshot's capture starts: _start_snapshot)
 
     def _ensure_backlog(self) -> None:
         if self.backlog is None:
@@ -351,6 +353,7 @@ class Replication:
         for replica in syncs:
             replica.start = self.offset
             replica.waiting = []
+            replica.write(f"+FULLRESYNC {self.replid} {replica.start}\r\n".encode())
         path = os.path.join(self.server.persistence.dir, f"temp-repl-{os.getpid()}-{time.monotonic_ns()}.tsr")
         self.job_running = True
         future = SnapshotJob(self.server, path, self.server.persistence.file_ops).start()
