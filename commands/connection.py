@@ -98,7 +98,7 @@ def hello(client, argv):
         "proto": protocol,
         "id": client.id,
         "mode": "standalone",
-        "role": "master",
+        "role": "replica" if client.server.replication.is_replica else "master",
         "modules": [],
     }
 
@@ -248,8 +248,11 @@ def reply_wanted(client, out, name: bytes = b""):
 
 
 def _client_type(client) -> bytes:
-    """CLIENT KILL TYPE's class of a client: pubsub while subscribed, else normal
-    (tstream has no replication links yet)."""
+    """CLIENT KILL TYPE's class of a client: replica (a replica's PSYNC connection),
+    pubsub while subscribed, else normal.  (A replica's link to its primary is no
+    client connection: TYPE master matches nothing.)"""
+    if client.replica is not None:
+        return b"replica"
     return b"pubsub" if client.subscriptions is not None else b"normal"
 
 

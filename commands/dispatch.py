@@ -225,6 +225,9 @@ def _before_running(client, name: bytes, argv: list, command, stats: CommandStat
     denied = server.persistence.denied_writes
     if denied is not None and (command.flags & WRITE or name == b"ping"):
         return _refuse(client, name, stats, denied)
+    denied = server.replication.denied_writes  # READONLY replica, NOREPLICAS (server/replication.py)
+    if denied is not None and command.flags & WRITE and client.replica is None:
+        return _refuse(client, name, stats, denied)
     if server.monitors and (command.flags & (WRITE | READONLY) or name == b"publish") and client in server.monitors:
         return _refuse(client, name, stats, MONITOR_KEYSPACE)  # (Redis: a monitor is a replica)
     if client.multi is not None and name not in NOT_QUEUED:  # kept for EXEC

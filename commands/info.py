@@ -82,6 +82,10 @@ def _stats(server) -> dict:
         "evicted_entries": stats.evicted,
         "keyspace_hits": stats.hits,
         "keyspace_misses": stats.misses,
+        # replication (server/replication.py): resyncs this server served as a primary
+        "sync_full": server.replication.full_syncs,
+        "sync_partial_ok": server.replication.partial_ok,
+        "sync_partial_err": server.replication.partial_err,
         # JetStream atomic batches (engine/batches.py)
         "batches_in_flight": len(server.batches),
         **{f"batch_abandoned_{reason}": count for reason, count in server.batches.abandoned.items()},
@@ -92,7 +96,7 @@ def _stats(server) -> dict:
 
 
 def _replication(server) -> dict:
-    return {"role": "master", "connected_slaves": 0}
+    return server.replication.info()
 
 
 def _cpu(server) -> dict:

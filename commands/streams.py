@@ -438,6 +438,8 @@ def tread(client, argv):
             stream = client.server.streams.get(argv[1])
             return Entries(stream.read(int(offset), int(count)) if stream is not None else ())
     request = client.server.tread_parses.parse(argv)
+    if request.group is not None and client.server.replication.denied_writes is not None:
+        raise CommandError(client.server.replication.denied_writes)  # a group read writes (READONLY replica)
     if client.in_exec:  # in a transaction: served now, and a BLOCK that would wait times out at once
         reply = perform_read(client.server, request, blocking=False)
         return NULL_ARRAY if not reply and request.block_ms is not None and request.count else reply

@@ -121,8 +121,8 @@ def forget_monitor(server, client) -> None:
 def role(client, argv):
     """ROLE
 
-    This server's replication role: a primary with no replicas. O(1)."""
-    return [b"master", 0, []]
+    This server's replication role, as Redis shows it (server/replication.py). O(replicas)."""
+    return client.server.replication.role()
 
 
 def memory_usage(client, argv):

@@ -335,6 +335,28 @@ class Writes:
             self.records.append([DELETE, key, *offsets])
             self.pending = True
 
+    def replicated(self, record: list) -> None:
+        """A record received from this replica's primary was applied to the keyspace
+        (server.replication): logged to the sinks (the AOF), counted, its key's
+        readers woken and watchers marked."""
+        for sink in self.sinks:
+            sink.log(record)
+        self.dirty += 1
+        self.pending = True
+        kind = record[0]
+        if kind == FLUSH:
+            self.gone.extend(self.server.waiting_keys)
+            for key in list(self.watched):
+                self.touch(key)
+            return
+        for inner in record[1] if kind == TXN else (record,):
+            if len(inner) > 1:
+                key = inner[1]
+                if self.watched:
+                    self.touch(key)
+                if key in self.waiting:
+                    (self.gone if inner[0] == DELKEY else self.ready).append(key)
+
     # --- acting: the one place --------------------------------------------------------
 
     def commit(self) -> None:  # noqa: C901 (over the limit when it came in)

@@ -308,6 +308,18 @@ class AppendOnlyFile:
         """Queue one effect record; it reaches the file at the end of this loop turn."""
         self.records.append(record)
 
+    def take_packed(self, records: list, packed: bytes) -> bool:
+        """``packed``: ``records`` already packed (the replication stream packs a turn's
+        records once, for itself and for this file).  Taken when they are exactly
+        the records logged here since the last write, in order; else False (and
+        ``write_buffer`` packs its own)."""
+        mine = self.records
+        if len(mine) != len(records) or any(a is not b for a, b in zip(mine, records)):
+            return False
+        mine.clear()
+        self.unwritten = self.unwritten + packed if self.unwritten else packed
+        return True
+
     def write_buffer(self) -> None:
         """Write what was logged and not written yet (no fsync).
 

@@ -28,6 +28,7 @@ from .blocking import BlockingRegistry
 from .config import Config
 from .observability import LatencyMonitor, SlowLog
 from .persist import Persistence
+from .replication import Replication
 from .turns import TurnEnd
 
 log = logging.getLogger("tstream.server")
@@ -86,6 +87,9 @@ class Server:
         self._aof: Persistence | None = None
         self.hold_replies = False  # AOF on: every reply waits for the turn's records (Persistence.attach)
         self.turn_end = TurnEnd(self)  # what waits for the end of the loop turn
+        # Primary and replica sides of replication (server.replication): an effect sink
+        # while replicas may connect, the link to our own primary when we are one.
+        self.replication = Replication(self)
         # Over maxmemory (RSS, checked every housekeeping pass): DENYOOM commands refused.
         self.over_maxmemory = False
         # A snapshot being captured a slice at a time (persistence.snapshot.IncrementalCapture):
@@ -195,6 +199,7 @@ class Server:
         self.keyspace.node_max_bytes = new["node-max-bytes"]
         self._configure_observability()
         self.persistence.config_changed(old, new.values)
+        self.replication.config_changed()
         self.check_memory()
 
     def check_memory(self) -> None:
@@ -207,7 +212,8 @@ class Server:
         """Some commands are refused now (OOM or MISCONF), or must tell a snapshot
         capture before they change a key: the dispatcher checks which."""
         self.refusing = (self.over_maxmemory or self.persistence.denied_writes is not None
-                         or self.capture is not None or bool(self.monitors))
+                         or self.capture is not None or bool(self.monitors)
+                         or self.replication.denied_writes is not None)
 
     def reset_stats(self) -> None:
         self.stats.reset()
@@ -234,11 +240,13 @@ class Server:
         loop = asyncio.get_running_loop()
         self._shutdown = loop.create_future()
         self._cron_handle = loop.call_later(CRON_INTERVAL, self._cron)
+        self.replication.start()
         save = None
         try:
             save = await self._shutdown
         finally:
             self._cron_handle.cancel()
+            self.replication.stop()
             for listener in servers:
                 listener.close()
             self.persistence.shutdown(save)
@@ -257,7 +265,7 @@ class Server:
             writes = self.writes
             # (Not while a snapshot is captured: eviction would change keys the capture
             # still owes; they are due again at the next pass after it.)
-            if self.capture is None:
+            if self.capture is None and not self.replication.is_replica:  # (a replica follows its primary's)
                 for key, stream, first, evicted in self.keyspace.evict_aged(time.time_ns(), CRON_BUDGET_NS):
                     self.stats.evicted += evicted
                     writes.wrote(key, stream, first, evicted, wake=False)
@@ -273,7 +281,8 @@ class Server:
             idle_limit = self.config["timeout"]
             if idle_limit:
                 for client in list(self.clients.values()):
-                    if now - client.last_interaction > idle_limit and not client.is_blocked():
+                    if (now - client.last_interaction > idle_limit and not client.is_blocked()
+                            and client.replica is None):
                         client.kill()
         except Exception:
             log.exception("housekeeping failed")

@@ -113,6 +113,16 @@ def parse_output_limit(text: str) -> OutputLimits:
     return OutputLimits(normal, pubsub)
 
 
+def parse_replicaof(text: str) -> str:
+    """``replicaof``: "<host> <port>", or "" / "no one" for a primary."""
+    words = text.split()
+    if not words or [w.lower() for w in words] == ["no", "one"]:
+        return ""
+    if len(words) != 2:
+        raise ConfigError("expected <host> <port>")
+    return f"{words[0]} {parse_int(words[1], 1)}"
+
+
 def parse_users(text: str) -> list[str]:
     """``user`` lines accumulate: each value is one user's rules."""
     return [text] if text.strip() else []
@@ -182,6 +192,16 @@ OPTIONS: dict[str, Option] = {
     "maxmemory": Option("0", parse_memory, True, "memory limit: over it (the process's RSS), writes that add data reply -OOM (0: no limit)"),
     "maxmemory-policy": Option("noeviction", parse_policy, True, "only noeviction: tstream never drops data to make room"),
     "databases": Option("1", parse_databases, False, "only 1: tstream has one database, 0 (SELECT 0)"),
+    "replicaof": Option("", parse_replicaof, False, "<host> <port> of the primary to replicate (empty: this server is a primary); REPLICAOF changes it"),
+    "masterauth": Option("", _text, True, "password to AUTH with at the primary"),
+    "masteruser": Option("", _text, True, "ACL user to AUTH as at the primary (with masterauth)"),
+    "replica-read-only": Option("yes", parse_bool, True, "a replica refuses writes (-READONLY)"),
+    "replica-priority": Option("100", lambda t: parse_int(t, 0), True, "Sentinel promotes the replica with the lowest priority first (0: never)"),
+    "repl-backlog-size": Option("1mb", lambda t: max(parse_memory(t), 16384), True, "bytes of the replication stream kept for partial resyncs"),
+    "repl-ping-replica-period": Option("10", lambda t: parse_int(t, 1), True, "seconds between the primary's PINGs in the replication stream"),
+    "repl-timeout": Option("60", lambda t: parse_int(t, 1), True, "seconds without data (replica) or ACK (primary) before a replication link is dropped"),
+    "min-replicas-to-write": Option("0", lambda t: parse_int(t, 0), True, "refuse writes (-NOREPLICAS) with fewer good replicas than this (0: off)"),
+    "min-replicas-max-lag": Option("10", lambda t: parse_int(t, 0), True, "a replica is good while its last ACK is at most this many seconds old"),
     "stream-type-name": Option("tstream", parse_type_name, True,
                                "what TYPE replies for a key: tstream, or stream (as Redis names a stream, for "
                                "tools that check it)"),

@@ -54,7 +54,8 @@ class ClientConnection(asyncio.Protocol):
                  "net_in", "net_out", "closing", "blocked", "_queue", "_queue_at", "_parsed", "_parsed_at",
                  "_resume_scheduled", "_backlog_paused", "_unmeasured", "_holding", "_write_paused",
                  "_soft_limit_since", "_soft_limit_timer", "multi", "multi_failed", "in_exec", "watching",
-                 "dirty_cas", "subscriptions", "reply_mode", "pushed", "__weakref__")
+                 "dirty_cas", "subscriptions", "reply_mode", "pushed", "replica", "replica_port",
+                 "__weakref__")
 
     def __init__(self, server) -> None:
         self.server = server
@@ -103,6 +104,11 @@ class ClientConnection(asyncio.Protocol):
         # While this subscriber runs a command: the pub/sub frames it sent itself,
         # which go before that command's reply (commands.dispatch._after_running).
         self.pushed: list | None = None
+        # Replication (server.replication): the Replica this connection feeds after its
+        # PSYNC (exempt from the output limits, as Redis's replica class), and the port
+        # its REPLCONF listening-port announced.
+        self.replica = None
+        self.replica_port = 0
 
     # --- asyncio.Protocol -----------------------------------------------------------
 
@@ -451,7 +457,7 @@ class ClientConnection(asyncio.Protocol):
         set), when the buffer drains (resume_writing), and by the soft limit's
         timer: a client whose unsent replies pass the hard limit, or stay over the
         soft one for more than its seconds (as Redis counts them), is closed."""
-        if self.closing or self.transport is None:
+        if self.closing or self.transport is None or self.replica is not None:
             return
         size = self.transport.get_write_buffer_size()
         limits = self.server.config["client-output-buffer-limit"]
@@ -560,6 +566,8 @@ class ClientConnection(asyncio.Protocol):
             self.server.pubsub.forget(self)
         if self.server.monitors:
             forget_monitor(self.server, self)
+        if self.replica is not None:
+            self.server.replication.forget(self)
 
     def pause_writing(self) -> None:
         # The client is not reading its replies: stop reading its requests too.
@@ -587,6 +595,8 @@ class ClientConnection(asyncio.Protocol):
             self.server.pubsub.forget(self)
         if self.server.monitors:
             forget_monitor(self.server, self)
+        if self.replica is not None:
+            self.server.replication.forget(self)
         if self.transport is not None:
             self.transport.close()
         self.server.clients.pop(self.id, None)
@@ -595,10 +605,11 @@ class ClientConnection(asyncio.Protocol):
         return self.blocked is not None
 
     def _flags(self) -> str:
-        """CLIENT LIST's flags, in Redis's order: O monitor, P subscriber, x in
-        MULTI (or running its EXEC), b blocked, d a WATCHed key changed, c closing
-        after the reply."""
-        flags = (("O" if self in self.server.monitors else "") + ("P" if self.subscriptions is not None else "")
+        """CLIENT LIST's flags, in Redis's order: O monitor or S replica, P
+        subscriber, x in MULTI (or running its EXEC), b blocked, d a WATCHed key
+        changed, c closing after the reply."""
+        flags = (("O" if self in self.server.monitors else "S" if self.replica is not None else "")
+                 + ("P" if self.subscriptions is not None else "")
                  + ("x" if self.multi is not None or self.in_exec else "") + ("b" if self.is_blocked() else "")
                  + ("d" if self.dirty_cas else "") + ("c" if self.closing else ""))
         return flags or "N"

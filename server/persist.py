@@ -346,7 +346,8 @@ class Persistence:
         log.info("DB saved on disk")
 
     def background_busy(self) -> bool:
-        return self.bgsave_started is not None or self.rewrite_started is not None
+        return (self.bgsave_started is not None or self.rewrite_started is not None
+                or self.server.replication.job_running)  # (a snapshot for replicas)
 
     def start_bgsave(self) -> None:
         """BGSAVE: capture on the loop, write in a worker thread."""

@@ -17,8 +17,10 @@ does what Redis does before it sleeps:
    the messages/s of bench/groups.py).  Its reply waits for the rest of the
    turn's work, microseconds; Redis too writes its replies only before it
    sleeps;
-3. write the turn's AOF records, fsynced with ``appendfsync always`` (group
-   commit: one write and one fsync per turn, see server.persist);
+3. pack the turn's records once: onto the replication stream (backlog and
+   replicas, server.replication) and into the AOF's buffer; write the turn's
+   AOF records, fsynced with ``appendfsync always`` (group commit: one write
+   and one fsync per turn, see server.persist);
 4. release the held replies, in the order they were held.
 """
 
@@ -62,6 +64,7 @@ class TurnEnd:
             blocking.serve_deferred()
             blocking.serve_ready()  # keys written by the commands the reads had held up
         self._scheduled = False
+        server.replication.flush()  # the turn's records to the backlog and the replicas (and packed for the AOF)
         committing = monotonic_ns()
         server.persistence.commit_turn()
         committed = monotonic_ns()

@@ -98,7 +98,10 @@ def test_arbitrary_bytes_never_crash_and_agree_until_an_error(pieces):
 # ((P)SUBSCRIBE and MONITOR turn the connection into a listener, (P)UNSUBSCRIBE replies once per channel:
 # tests/test_pubsub.py and tests/test_tools.py drive them)
 EXCLUDED = {b"shutdown", b"quit", b"flushall", b"flushdb", b"save", b"bgsave", b"bgrewriteaof", b"subscribe",
-            b"psubscribe", b"unsubscribe", b"punsubscribe", b"monitor"}
+            b"psubscribe", b"unsubscribe", b"punsubscribe", b"monitor",
+            # replication: PSYNC turns the connection into a replica's, REPLICAOF the
+            # server into one, WAIT blocks, REPLCONF ACK is never answered
+            b"psync", b"replicaof", b"slaveof", b"wait", b"replconf"}
 SAFE_SUBCOMMANDS = {b"config": [b"GET"], b"acl": [b"WHOAMI", b"LIST", b"USERS"],
                     b"client": [b"ID", b"GETNAME", b"SETNAME", b"INFO", b"LIST", b"SETINFO"]}
 KEYS = [b"fz:a", b"fz:b", b"fz:c", b"fz:d"]
@@ -211,7 +214,7 @@ def test_broken_protocol_never_disturbs_other_clients(server, garbage):
 
 # In process, only what would stop the server or start background threads is left out.
 IN_PROCESS_EXCLUDED = {b"shutdown", b"bgsave", b"bgrewriteaof", b"subscribe", b"psubscribe", b"unsubscribe",
-                       b"punsubscribe", b"monitor"}
+                       b"punsubscribe", b"monitor", b"psync", b"replicaof", b"slaveof", b"wait", b"replconf"}
 
 
 def garble(rng: random.Random, argv: list[bytes]) -> list[bytes]:

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from .. import admin, keys, saving, security, tools
+from .. import admin, keys, replication, saving, security, tools
 from ..flags import ADMIN, FAST, LOADING, NOSCRIPT, READONLY, STALE, WRITE
 from .entry import command
 from .help import help_command
@@ -176,8 +176,42 @@ COMMANDS = [
         "role", tools.role, arity=1, flags=NOSCRIPT | LOADING | STALE | FAST, acl="@admin @dangerous",
         group=GROUP,
         syntax="ROLE",
-        summary="The replication role of this server: a primary with no replicas.",
+        summary="The replication role of this server: master with its offset and replicas, or slave with "
+                "its primary, link state and offset.",
         complexity="O(1).",
+    ),
+    command(
+        "replicaof", replication.replicaof, arity=3, flags=ADMIN | NOSCRIPT | STALE, group=GROUP,
+        syntax=["REPLICAOF host port", "REPLICAOF NO ONE"],
+        summary="Makes this server a replica of another tstream server (full or partial resync), or, with NO "
+                "ONE, a primary that keeps its data.",
+        complexity="O(1); the resync runs in the background.",
+    ),
+    command(
+        "slaveof", replication.replicaof, arity=3, flags=ADMIN | NOSCRIPT | STALE, group=GROUP,
+        syntax=["SLAVEOF host port", "SLAVEOF NO ONE"],
+        summary="The old name of REPLICAOF.",
+        complexity="O(1); the resync runs in the background.",
+    ),
+    command(
+        "psync", replication.psync, arity=-3, flags=ADMIN | NOSCRIPT, group=GROUP,
+        syntax="PSYNC replicationid offset",
+        summary="A replica asks for the replication stream from offset: +CONTINUE from the backlog, or "
+                "+FULLRESYNC, a snapshot and the stream.",
+        complexity="O(1); a full resync captures a snapshot in the background.",
+    ),
+    command(
+        "replconf", replication.replconf, arity=-1, flags=ADMIN | NOSCRIPT | LOADING | STALE, group=GROUP,
+        syntax="REPLCONF option value [option value ...]",
+        summary="What a replica tells its primary: listening-port, capa, ACK offset, GETACK.",
+        complexity="O(1).",
+    ),
+    command(
+        "wait", replication.wait, arity=3, flags=NOSCRIPT, acl="@connection", group=GROUP,
+        syntax="WAIT numreplicas timeout",
+        summary="Blocks until numreplicas replicas acknowledged every write made so far, or timeout ms "
+                "(0: forever); replies with how many did.",
+        complexity="O(replicas).",
     ),
     command(
         "memory", None, arity=-2, group=GROUP,
