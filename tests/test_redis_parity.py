@@ -319,6 +319,20 @@ ACL_READS = [
 ]
 
 
+GETKEYS = [
+    ("COMMAND", "GETKEYS", "XREAD", "STREAMS", "a", "b", "0", "0"),
+    ("COMMAND", "GETKEYS", "XREAD", "COUNT", "1", "BLOCK", "0", "STREAMS", "a", "$"),
+    ("COMMAND", "GETKEYS", "XREADGROUP", "GROUP", "g", "c", "STREAMS", "a", ">"),
+    ("COMMAND", "GETKEYS", "XREADGROUP", "GROUP", "streams", "c", "STREAMS", "a", "b", ">", ">"),
+    ("COMMAND", "GETKEYS", "XREAD", "COUNT", "1", "STREAMS", "a"), ("COMMAND", "GETKEYS", "XREAD", "STREAMS"),
+]
+
+
+@pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
+def test_command_getkeys_of_xread_matches_redis(server, redis_oracle, protocol):
+    run_both(server.port, redis_oracle, GETKEYS, protocol, normalize=lambda reply: reply)
+
+
 @pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
 def test_xread_keys_are_checked_against_acl_patterns(make_server, redis_oracle, protocol):
     proc = make_server("--save", "")
