@@ -111,6 +111,13 @@ def _set_mode(client) -> None:
     remove_layer(client, "subscribe")
 
 
+def subscribe_mode_changed(client) -> None:
+    """The connection's protocol changed (HELLO), or its subscriptions were
+    dropped (RESET): its mode follows."""
+    remove_layer(client, "subscribe")
+    _set_mode(client)
+
+
 def _subscribed(client, name: bytes) -> None:
     """A RESP3 subscriber may run anything (its layer only marks it, see _set_mode)."""
 

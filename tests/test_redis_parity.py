@@ -375,3 +375,54 @@ def test_monitor_sees_a_blocked_read_once(server, redis_oracle):
                 conn.close()
 
     compare(script, server.port, redis_oracle, 2)
+
+
+# --- RESET, and HELLO on a subscribed connection --------------------------------------------------
+
+_HELLO_MAP = re.compile(rb"\$\d+\r\n(?:redis|tstream)\r\n\$7\r\nversion\r\n\$\d+\r\n[\d.]+\r\n(.*?id\r\n):\d+", re.S)
+
+
+def same_hello(data: bytes) -> bytes:
+    """HELLO's server name, version and client id differ between two servers."""
+    return _HELLO_MAP.sub(rb"<server>\1:<id>", data)
+
+
+def reset_script(port: int, protocol: int) -> list:
+    conns = [connect(port, protocol) for _ in range(4)]
+    sub, plain, watcher, other = conns
+    try:
+        out = [
+            ("HELLO 2 enters subscribe mode, RESET leaves it", same_hello(pipelined(
+                sub, ("SUBSCRIBE", "ch"), ("HELLO", "2"), ("ECHO", "x"), ("PING",), ("RESET",), ("ECHO", "y"),
+                ("SUBSCRIBE", "z"), ("PUBLISH", "z", "q"), ("HELLO", "3"), ("PING",), ("UNSUBSCRIBE",),
+                ("HELLO", "3"), ("PING",)))),
+            ("RESET: MULTI, name, CLIENT REPLY", pipelined(
+                plain, ("CLIENT", "SETNAME", "nm"), ("MULTI",), ("PING",), ("RESET",), ("EXEC",),
+                ("CLIENT", "GETNAME"), ("CLIENT", "REPLY", "OFF"), ("PING",), ("RESET",), ("PING",),
+                ("CLIENT", "REPLY", "SKIP"), ("RESET",), ("PING", "after"))),
+            ("RESET stops a MONITOR", pipelined(watcher, ("MONITOR",), ("RESET",))),
+        ]
+        other.call("PING")
+        out.append(("no more lines", watcher.read()))
+        pipelined(watcher, ("WATCH", "wk"), ("RESET",), ("MULTI",))
+        pipelined(other, ("DEL", "wk"), ("XADD", "wk", "1-1", "a", "b"))
+        out.append(("RESET unwatches", watcher.call("EXEC")))
+    finally:
+        for conn in conns:
+            conn.close()
+    return out
+
+
+@pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
+def test_reset_and_hello_while_subscribed_match_redis(server, redis_oracle, protocol):
+    compare(reset_script, server.port, redis_oracle, protocol)
+
+
+def test_reset_logs_the_connection_out_when_the_default_user_has_a_password(make_server):
+    proc = make_server("--save", "", "--requirepass", "pw")
+    conn = Quiet(proc.port)
+    try:
+        assert conn.call("AUTH", "pw") == b"+OK\r\n"
+        assert pipelined(conn, ("RESET",), ("PING",)).startswith(b"+RESET\r\n-NOAUTH")
+    finally:
+        conn.close()
