@@ -124,8 +124,9 @@ def _subscribed(client, name: bytes) -> None:
 
 def _subscribe_mode_check(client, name: bytes) -> None:
     """While a RESP2 connection is subscribed: Redis's error for anything but
-    (P)SUBSCRIBE, (P)UNSUBSCRIBE, PING, QUIT, RESET (commands/gates.py)."""
-    if name not in SUBSCRIBE_MODE:
+    (P)SUBSCRIBE, (P)UNSUBSCRIBE, PING, QUIT, RESET (commands/gates.py).  The
+    commands of an EXEC that subscribed run (Redis checks them when queued)."""
+    if name not in SUBSCRIBE_MODE and not client.in_exec:
         raise CommandError(f"ERR Can't execute '{name.decode(errors='replace')}': only (P|S)SUBSCRIBE / "
                            "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context")
 

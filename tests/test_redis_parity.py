@@ -146,6 +146,10 @@ def pubsub_order_script(port: int, protocol: int) -> list:
         if protocol == 3:  # a message to itself inside EXEC sits in EXEC's reply, as Redis writes it
             out.append(("in EXEC", pipelined(conn, ("SUBSCRIBE", "t"), ("MULTI",), ("PUBLISH", "t", "x"),
                                              ("PING",), ("PUBLISH", "t", "y"), ("EXEC",), ("UNSUBSCRIBE",))))
+        # Subscribing inside EXEC: the rest of the EXEC runs (RESP2 subscribe mode starts after it).
+        out.append(("SUBSCRIBE in EXEC", pipelined(
+            conn, ("MULTI",), ("SUBSCRIBE", "s"), ("PING",), ("PUBLISH", "s", "x"), ("ECHO", "e"), ("EXEC",),
+            ("PING",), ("MULTI",), ("UNSUBSCRIBE",), ("EXEC",))))
         many = [("PUBLISH", "ch", str(i)) if i % 3 else ("PING", str(i)) for i in range(40)]
         out.append(("a long read", pipelined(conn, ("SUBSCRIBE", "ch"), *many, ("UNSUBSCRIBE",), quiet=0.2)))
     finally:
