@@ -430,3 +430,23 @@ def test_reset_logs_the_connection_out_when_the_default_user_has_a_password(make
         assert pipelined(conn, ("RESET",), ("PING",)).startswith(b"+RESET\r\n-NOAUTH")
     finally:
         conn.close()
+
+
+def test_client_list_of_listeners_matches_redis(server, redis_oracle):
+    """A RESP2 subscriber, a monitor and a RESP3 subscriber as CLIENT LIST shows them."""
+    def script(port: int, protocol: int) -> list:
+        conns = {"subscriber": Quiet(port), "monitor": Quiet(port), "resp3 subscriber": connect(port, 3)}
+        other = Quiet(port)
+        try:
+            ids = {name: conn.call("CLIENT", "ID").strip(b":\r\n") for name, conn in conns.items()}
+            pipelined(conns["subscriber"], ("SUBSCRIBE", "a", "b"), ("PSUBSCRIBE", "c*"))
+            pipelined(conns["monitor"], ("MONITOR",), ("PING",))
+            pipelined(conns["resp3 subscriber"], ("SUBSCRIBE", "z"), ("XADD", "lk", "*", "a", "b"), ("DEL", "lk"))
+            listed = other.call("CLIENT", "LIST")
+            return [(name, repr(fields(re.search(rb"id=%s .*" % ids[name], listed).group(0))).encode())
+                    for name in conns]
+        finally:
+            for conn in (*conns.values(), other):
+                conn.close()
+
+    compare(script, server.port, redis_oracle, 2)
