@@ -15,7 +15,7 @@ import time
 from tstream.resp import NO_REPLY, OK, Verbatim
 
 from . import docs, info
-from .args import text, to_int
+from .args import keyword_keys, text, to_int
 from .errors import CommandError, SubcommandSyntax, SyntaxErr
 
 
@@ -169,7 +169,12 @@ def command_getkeys(client, argv):
         raise CommandError("ERR Invalid number of arguments specified for command")
     first, last, step = entry.keys
     if not first:
-        raise CommandError("ERR The command has no key arguments")
+        found = keyword_keys(entry.name, args)  # XREAD, XREADGROUP: after STREAMS
+        if found is None:
+            raise CommandError("ERR The command has no key arguments")
+        if not found:
+            raise CommandError("ERR Invalid arguments specified for command")
+        return found
     last = len(args) + last if last < 0 else last
     return args[first : last + 1 : step]
 

@@ -59,3 +59,22 @@ def to_bool(arg: bytes, name: str) -> bool:
 
 def text(arg: bytes) -> str:
     return arg.decode("utf-8", "replace")
+
+
+# Commands whose keys follow a STREAMS keyword (Redis's "keyword" key spec, which
+# the (first, last, step) triple cannot say): the index the keyword is searched from.
+KEYWORD_KEYS = {b"xread": 1, b"xreadgroup": 4}
+
+
+def keyword_keys(name: bytes, argv: list) -> list | None:
+    """The keys of XREAD/XREADGROUP as Redis's key spec finds them: the first half
+    of the words after the first STREAMS at or past its index (none without one;
+    an odd word out is not a key).  None for the other commands."""
+    search_from = KEYWORD_KEYS.get(name)
+    if search_from is None:
+        return None
+    for i in range(search_from, len(argv)):
+        if argv[i].lower() == b"streams":
+            rest = argv[i + 1:]
+            return rest[: len(rest) // 2]
+    return []

@@ -8,6 +8,9 @@ from tstream.resp import NO_REPLY, OK, Status, Verbatim
 from .args import text, to_int
 from .errors import CommandError, NoAuth, SyntaxErr, WrongArity
 from .gates import add_layer, remove_layer
+from .pubsub import subscribe_mode_changed
+from .tools import forget_monitor
+from .transactions import end_transaction
 
 SERVER_NAME = "tstream"
 VERSION = "0.1.0"
@@ -91,7 +94,10 @@ def hello(client, argv):
                      "authenticate the client and select the RESP protocol version at the same time")
     if name is not None:
         client.name = name
-    client.protocol = protocol
+    if protocol != client.protocol:
+        client.protocol = protocol
+        if client.subscriptions is not None:  # RESP2 subscribe mode starts or ends (as Redis's)
+            subscribe_mode_changed(client)
     return {
         "server": SERVER_NAME,
         "version": VERSION,
@@ -111,6 +117,30 @@ def select(client, argv):
     if to_int(argv[1]) != 0:
         raise CommandError("ERR DB index is out of range")
     return OK
+
+
+def reset(client, argv):
+    """RESET
+
+    Resets the connection as Redis 7.0 does: leaves MULTI (and unwatches),
+    unsubscribes from everything, stops monitoring, CLIENT REPLY ON, RESP2, no
+    name, logged in as the default user again (not authenticated when it has a
+    password). Replies RESET. O(subscriptions + watched keys)."""
+    server = client.server
+    end_transaction(client)
+    if client.subscriptions is not None:
+        server.pubsub.forget(client)
+        subscribe_mode_changed(client)
+    forget_monitor(server, client)
+    if client.reply_mode != REPLY_SKIPPING:  # (a RESET that CLIENT REPLY SKIP skips is not answered)
+        client.reply_mode = REPLY_ON
+        remove_layer(client, "reply")
+    client.protocol = 2
+    client.name = b""
+    initial = server.acl.initial_user()
+    if client.user is not initial:
+        client.set_user(initial)
+    return Status("RESET")
 
 
 def quit_(client, argv):

@@ -111,14 +111,22 @@ def _set_mode(client) -> None:
     remove_layer(client, "subscribe")
 
 
+def subscribe_mode_changed(client) -> None:
+    """The connection's protocol changed (HELLO), or its subscriptions were
+    dropped (RESET): its mode follows."""
+    remove_layer(client, "subscribe")
+    _set_mode(client)
+
+
 def _subscribed(client, name: bytes) -> None:
     """A RESP3 subscriber may run anything (its layer only marks it, see _set_mode)."""
 
 
 def _subscribe_mode_check(client, name: bytes) -> None:
     """While a RESP2 connection is subscribed: Redis's error for anything but
-    (P)SUBSCRIBE, (P)UNSUBSCRIBE, PING, QUIT, RESET (commands/gates.py)."""
-    if name not in SUBSCRIBE_MODE:
+    (P)SUBSCRIBE, (P)UNSUBSCRIBE, PING, QUIT, RESET (commands/gates.py).  The
+    commands of an EXEC that subscribed run (Redis checks them when queued)."""
+    if name not in SUBSCRIBE_MODE and not client.in_exec:
         raise CommandError(f"ERR Can't execute '{name.decode(errors='replace')}': only (P|S)SUBSCRIBE / "
                            "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context")
 

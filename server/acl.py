@@ -30,6 +30,7 @@ import hashlib
 import hmac
 
 from tstream.commands import flags as F
+from tstream.commands.args import KEYWORD_KEYS, keyword_keys
 from tstream.commands.errors import CommandError, NoAuth, WrongPass
 from tstream.commands.table import find as find_command
 from tstream.engine.glob import compile_glob
@@ -222,22 +223,6 @@ def _unauthenticated(client, name: bytes, argv: list, command) -> None:
 # Redis 7.0's texts.
 NO_KEY_PERMISSION = "NOPERM this user has no permissions to access one of the keys used as arguments"
 
-# Commands whose keys follow a STREAMS keyword (Redis's keyword key spec): the
-# index the keyword is searched from.
-_KEYS_AFTER_STREAMS = {b"xread": 1, b"xreadgroup": 4}
-
-
-def stream_keys(argv: list, search_from: int) -> list:
-    """The keys of XREAD/XREADGROUP as Redis's key spec finds them: the first half
-    of the words after the first STREAMS at or past ``search_from`` (none when
-    there is no such word; an odd word out is not a key)."""
-    for i in range(search_from, len(argv)):
-        if argv[i].lower() == b"streams":
-            rest = argv[i + 1:]
-            return rest[: len(rest) // 2]
-    return []
-
-
 def _restricted_gate(user: User):
     def gate(client, name: bytes, argv: list, command) -> None:
         text = name.decode("utf-8", "replace")
@@ -251,12 +236,10 @@ def _restricted_gate(user: User):
             for key in argv[first : last + 1 : step]:
                 if not user.may_access(key):
                     raise NoPerm(NO_KEY_PERMISSION)
-        else:
-            search_from = _KEYS_AFTER_STREAMS.get(name)
-            if search_from is not None:
-                for key in stream_keys(argv, search_from):
-                    if not user.may_access(key):
-                        raise NoPerm(NO_KEY_PERMISSION)
+        elif name in KEYWORD_KEYS:  # XREAD, XREADGROUP: the keys after STREAMS
+            for key in keyword_keys(name, argv):
+                if not user.may_access(key):
+                    raise NoPerm(NO_KEY_PERMISSION)
 
     gate.user = user
     return gate

@@ -621,7 +621,7 @@ class ClientConnection(asyncio.Protocol):
         omem = self.transport.get_write_buffer_size() if self.transport else 0
         subs = self.subscriptions
         flags = self._flags()
-        multi = len(self.multi) if self.multi is not None else (self.in_exec or -1)  # (the count in EXEC)
+        multi = len(self.multi) if self.multi is not None else int(self.in_exec) if self.in_exec else -1
         events = ("" if self._write_paused else "r") + ("w" if omem else "")
         return (
             f"id={self.id} addr={self.addr} laddr={self.laddr} fd={self.fd} "

@@ -146,6 +146,10 @@ def pubsub_order_script(port: int, protocol: int) -> list:
         if protocol == 3:  # a message to itself inside EXEC sits in EXEC's reply, as Redis writes it
             out.append(("in EXEC", pipelined(conn, ("SUBSCRIBE", "t"), ("MULTI",), ("PUBLISH", "t", "x"),
                                              ("PING",), ("PUBLISH", "t", "y"), ("EXEC",), ("UNSUBSCRIBE",))))
+        # Subscribing inside EXEC: the rest of the EXEC runs (RESP2 subscribe mode starts after it).
+        out.append(("SUBSCRIBE in EXEC", pipelined(
+            conn, ("MULTI",), ("SUBSCRIBE", "s"), ("PING",), ("PUBLISH", "s", "x"), ("ECHO", "e"), ("EXEC",),
+            ("PING",), ("MULTI",), ("UNSUBSCRIBE",), ("EXEC",))))
         many = [("PUBLISH", "ch", str(i)) if i % 3 else ("PING", str(i)) for i in range(40)]
         out.append(("a long read", pipelined(conn, ("SUBSCRIBE", "ch"), *many, ("UNSUBSCRIBE",), quiet=0.2)))
     finally:
@@ -319,6 +323,20 @@ ACL_READS = [
 ]
 
 
+GETKEYS = [
+    ("COMMAND", "GETKEYS", "XREAD", "STREAMS", "a", "b", "0", "0"),
+    ("COMMAND", "GETKEYS", "XREAD", "COUNT", "1", "BLOCK", "0", "STREAMS", "a", "$"),
+    ("COMMAND", "GETKEYS", "XREADGROUP", "GROUP", "g", "c", "STREAMS", "a", ">"),
+    ("COMMAND", "GETKEYS", "XREADGROUP", "GROUP", "streams", "c", "STREAMS", "a", "b", ">", ">"),
+    ("COMMAND", "GETKEYS", "XREAD", "COUNT", "1", "STREAMS", "a"), ("COMMAND", "GETKEYS", "XREAD", "STREAMS"),
+]
+
+
+@pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
+def test_command_getkeys_of_xread_matches_redis(server, redis_oracle, protocol):
+    run_both(server.port, redis_oracle, GETKEYS, protocol, normalize=lambda reply: reply)
+
+
 @pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
 def test_xread_keys_are_checked_against_acl_patterns(make_server, redis_oracle, protocol):
     proc = make_server("--save", "")
@@ -358,6 +376,77 @@ def test_monitor_sees_a_blocked_read_once(server, redis_oracle):
             return [("reader", reader.read(0.3)), ("lines", watcher.read(0.2))]
         finally:
             for conn in (watcher, reader, writer):
+                conn.close()
+
+    compare(script, server.port, redis_oracle, 2)
+
+
+# --- RESET, and HELLO on a subscribed connection --------------------------------------------------
+
+_HELLO_MAP = re.compile(rb"\$\d+\r\n(?:redis|tstream)\r\n\$7\r\nversion\r\n\$\d+\r\n[\d.]+\r\n(.*?id\r\n):\d+", re.S)
+
+
+def same_hello(data: bytes) -> bytes:
+    """HELLO's server name, version and client id differ between two servers."""
+    return _HELLO_MAP.sub(rb"<server>\1:<id>", data)
+
+
+def reset_script(port: int, protocol: int) -> list:
+    conns = [connect(port, protocol) for _ in range(4)]
+    sub, plain, watcher, other = conns
+    try:
+        out = [
+            ("HELLO 2 enters subscribe mode, RESET leaves it", same_hello(pipelined(
+                sub, ("SUBSCRIBE", "ch"), ("HELLO", "2"), ("ECHO", "x"), ("PING",), ("RESET",), ("ECHO", "y"),
+                ("SUBSCRIBE", "z"), ("PUBLISH", "z", "q"), ("HELLO", "3"), ("PING",), ("UNSUBSCRIBE",),
+                ("HELLO", "3"), ("PING",)))),
+            ("RESET: MULTI, name, CLIENT REPLY", pipelined(
+                plain, ("CLIENT", "SETNAME", "nm"), ("MULTI",), ("PING",), ("RESET",), ("EXEC",),
+                ("CLIENT", "GETNAME"), ("CLIENT", "REPLY", "OFF"), ("PING",), ("RESET",), ("PING",),
+                ("CLIENT", "REPLY", "SKIP"), ("RESET",), ("PING", "after"))),
+            ("RESET stops a MONITOR", pipelined(watcher, ("MONITOR",), ("RESET",))),
+        ]
+        other.call("PING")
+        out.append(("no more lines", watcher.read()))
+        pipelined(watcher, ("WATCH", "wk"), ("RESET",), ("MULTI",))
+        pipelined(other, ("DEL", "wk"), ("XADD", "wk", "1-1", "a", "b"))
+        out.append(("RESET unwatches", watcher.call("EXEC")))
+    finally:
+        for conn in conns:
+            conn.close()
+    return out
+
+
+@pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
+def test_reset_and_hello_while_subscribed_match_redis(server, redis_oracle, protocol):
+    compare(reset_script, server.port, redis_oracle, protocol)
+
+
+def test_reset_logs_the_connection_out_when_the_default_user_has_a_password(make_server):
+    proc = make_server("--save", "", "--requirepass", "pw")
+    conn = Quiet(proc.port)
+    try:
+        assert conn.call("AUTH", "pw") == b"+OK\r\n"
+        assert pipelined(conn, ("RESET",), ("PING",)).startswith(b"+RESET\r\n-NOAUTH")
+    finally:
+        conn.close()
+
+
+def test_client_list_of_listeners_matches_redis(server, redis_oracle):
+    """A RESP2 subscriber, a monitor and a RESP3 subscriber as CLIENT LIST shows them."""
+    def script(port: int, protocol: int) -> list:
+        conns = {"subscriber": Quiet(port), "monitor": Quiet(port), "resp3 subscriber": connect(port, 3)}
+        other = Quiet(port)
+        try:
+            ids = {name: conn.call("CLIENT", "ID").strip(b":\r\n") for name, conn in conns.items()}
+            pipelined(conns["subscriber"], ("SUBSCRIBE", "a", "b"), ("PSUBSCRIBE", "c*"))
+            pipelined(conns["monitor"], ("MONITOR",), ("PING",))
+            pipelined(conns["resp3 subscriber"], ("SUBSCRIBE", "z"), ("XADD", "lk", "*", "a", "b"), ("DEL", "lk"))
+            listed = other.call("CLIENT", "LIST")
+            return [(name, repr(fields(re.search(rb"id=%s .*" % ids[name], listed).group(0))).encode())
+                    for name in conns]
+        finally:
+            for conn in (*conns.values(), other):
                 conn.close()
 
     compare(script, server.port, redis_oracle, 2)

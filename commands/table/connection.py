@@ -46,6 +46,14 @@ COMMANDS = [
         complexity="O(1).",
     ),
     command(
+        "reset", conn.reset, arity=1, flags=FAST | NOAUTH | NOSCRIPT | LOADING | STALE, acl="@connection",
+        group=GROUP,
+        syntax="RESET",
+        summary="Resets the connection: leaves MULTI, unsubscribes, stops monitoring, CLIENT REPLY ON, RESP2, "
+                "no name, the default user again.",
+        complexity="O(1).",
+    ),
+    command(
         "quit", conn.quit_, arity=-1, flags=FAST | NOAUTH | NOSCRIPT | LOADING | STALE, acl="@connection",
         group=GROUP,
         syntax="QUIT",
