@@ -24,6 +24,7 @@ DEFAULT_NODE_ENTRIES = 1000
 DEFAULT_NODES_PER_PARTITION = 250
 DEFAULT_OFFLINE_NODES_PER_PARTITION = 1000
 DEFAULT_PAGE_SIZE = 1000           # entries per TREAD / DGET round trip
+DEFAULT_MAX_PAGE_BYTES = 8 << 20   # and at most about this many bytes of tags and entries
 DEFAULT_BATCH_SIZE = 500           # rows per atomic TWRITE ... ENTRIES of the sink
 DEFAULT_TIMEOUT_MS = 30_000        # a reply (or a connection) not there after this is an error
 DEFAULT_RETRIES = 10               # reconnections after a connection error or timeout, backing off
@@ -86,7 +87,8 @@ OPTION_SPECS = {
     "maxOffsetsPerTrigger": "s",
     "failOnDataLoss": "rs", "allowMissing": "rs",
     "numPartitions": "rs", "minPartitions": "rs", "nodesPerPartition": "rs", "nodeEntries": "rs",
-    "pageSize": "rs", "withTime": "rs", "arrow": "rs",
+    "pageSize": "rs", "maxPageBytes": "rs", "withTime": "rs", "arrow": "rs",
+    "copySnapshot": "r",
     "timeoutMs": "rsw", "retries": "rsw",
     "batchSize": "w",
 }
@@ -242,6 +244,8 @@ class Options:
     batch_size: int
     timeout_ms: int = DEFAULT_TIMEOUT_MS
     retries: int = DEFAULT_RETRIES
+    max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES
+    copy_snapshot: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool = False, mode: str | None = None) -> "Options":
@@ -283,6 +287,8 @@ class Options:
             batch_size=_int(options, "batchSize", DEFAULT_BATCH_SIZE),
             timeout_ms=_int(options, "timeoutMs", DEFAULT_TIMEOUT_MS),
             retries=_int(options, "retries", DEFAULT_RETRIES, 0),
+            max_page_bytes=_int(options, "maxPageBytes", DEFAULT_MAX_PAGE_BYTES),
+            copy_snapshot=_bool(options, "copySnapshot", True),
         )
 
     def require_key(self) -> str:
