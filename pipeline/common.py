@@ -84,7 +84,7 @@ OPTION_SPECS = {
     "path": "r",
     "startingOffset": "rs", "startingOffsets": "rs", "endingOffset": "r", "endingOffsets": "r",
     "startingTimestamp": "rs", "endingTimestamp": "r",
-    "maxOffsetsPerTrigger": "s",
+    "maxOffsetsPerTrigger": "s", "minOffsetsPerTrigger": "s", "maxTriggerDelay": "s",
     "failOnDataLoss": "rs", "allowMissing": "rs",
     "numPartitions": "rs", "minPartitions": "rs", "nodesPerPartition": "rs", "nodeEntries": "rs",
     "pageSize": "rs", "maxPageBytes": "rs", "withTime": "rs", "arrow": "rs",
@@ -207,6 +207,22 @@ def _ending(options):
     return ending
 
 
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def _duration(options, name: str, default: float) -> float:
+    """A duration as Kafka writes them (``15m``, ``30s``, ``500ms``, ``1h``), in seconds."""
+    import re
+
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|min|m|h)\s*", str(raw).lower())
+    if not match:
+        raise OptionError(f"tstream option {name} must be a duration such as 15m, 30s or 500ms, got {raw!r}")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
 def _key_list(options) -> tuple[str, ...] | None:
     raw = _get(options, "keys")
     if raw is None:
@@ -239,6 +255,8 @@ class Options:
     starting_timestamp: int | None  # ms since the epoch (Kafka's startingTimestamp)
     ending_timestamp: int | None
     max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay: float     # s: minOffsetsPerTrigger waits at most this long
     fail_on_data_loss: bool
     allow_missing: bool
     batch_size: int
@@ -282,6 +300,8 @@ class Options:
             starting_timestamp=_int(options, "startingTimestamp", None, 0),
             ending_timestamp=_int(options, "endingTimestamp", None, 0),
             max_offsets_per_trigger=_int(options, "maxOffsetsPerTrigger", None),
+            min_offsets_per_trigger=_int(options, "minOffsetsPerTrigger", None),
+            max_trigger_delay=_duration(options, "maxTriggerDelay", 15 * 60.0),
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             allow_missing=_bool(options, "allowMissing", False),
             batch_size=_int(options, "batchSize", DEFAULT_BATCH_SIZE),

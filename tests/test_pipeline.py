@@ -602,6 +602,35 @@ def test_stream_reader_offsets(server):
     s.stop()
 
 
+def test_stream_reader_min_offsets_per_trigger(server):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from tstream.pipeline.streaming import TStreamStreamReader
+
+    r = server.client()
+    fill(r, "k", 10)
+    s = TStreamStreamReader(Options.parse({"url": url(server), "key": "k", "minOffsetsPerTrigger": "100",
+                                           "maxTriggerDelay": "300ms"}, mode="s"))
+    start = s.initialOffset()
+    fill(r, "k", 50, start=10)
+    assert s.latestOffset(start, ReadAllAvailable()) == start             # 50 < 100: wait
+    time.sleep(0.35)
+    end = s.latestOffset(start, ReadAllAvailable())
+    assert end == {"offsets": {"k": 61}}                                  # waited maxTriggerDelay
+    fill(r, "k", 30, start=60)
+    assert s.latestOffset(end, ReadAllAvailable()) == end                 # the delay starts again
+    fill(r, "k", 100, start=90)
+    assert s.latestOffset(end, ReadAllAvailable()) == {"offsets": {"k": 191}}
+    fill(r, "k", 1, start=190)
+    s.prepareForTriggerAvailableNow()                                     # availableNow: no waiting
+    assert s.latestOffset({"offsets": {"k": 191}}, ReadAllAvailable()) == {"offsets": {"k": 192}}
+    for bad in ("15", "soon", "-1s"):
+        with pytest.raises(OptionError, match="maxTriggerDelay must be a duration"):
+            Options.parse({"key": "k", "maxTriggerDelay": bad})
+    assert Options.parse({"key": "k", "maxTriggerDelay": "2m"}).max_trigger_delay == 120
+    s.stop()
+
+
 def test_stream_reader_several_keys(server):
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
