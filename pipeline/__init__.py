@@ -5,41 +5,17 @@
     df = spark.read.format("tstream").option("url", "redis://host:6380").option("key", "events").load()
 
 Schema of what is read: ``offset`` long, ``tag`` string, ``entry`` binary,
-``time`` timestamp (the entry's write time, UTC, microseconds).
-
-Options (names are case-insensitive, as every Spark option):
-
-=====================  ======================================================
-``url``                ``redis://[[user]:password@]host:port`` or ``rediss://``
-                       for TLS (redis-py ``from_url``; TLS settings as query
-                       parameters, e.g. ``?ssl_ca_certs=/ca.pem``); default
-                       ``redis://127.0.0.1:6380``
-``password``           overrides the URL's password (keeps it out of the URL)
-``key``                the stream (required)
-``path``               batch reads only: read the key from this snapshot file
-                       (``dump.tsr``) instead of a server
-``startingOffset``     batch: ``earliest`` (default) or the first offset to read
-``endingOffset``       batch: ``latest`` (default) or the last offset to read
-                       (inclusive); both resolved when the query is planned
-``startingOffsets``    streaming: ``latest`` (default), ``earliest`` or an offset
-``maxOffsetsPerTrigger`` streaming: offsets per micro-batch at most
-``failOnDataLoss``     streaming: fail when offsets to read were evicted (true)
-``numPartitions``      split the range into this many partitions of whole
-                       macro nodes (default: ``nodesPerPartition`` nodes each)
-``nodesPerPartition``  macro nodes per partition (250 from a server, 1000
-                       from a snapshot file)
-``nodeEntries``        the stream's node size, if not the server's ``node-entries``
-``pageSize``           offsets per TREAD/DGET round trip (1000)
-``withTime``           fill ``time`` through DGET (true); false reads with
-                       TREAD, faster, and leaves ``time`` null
-``arrow``              hand rows to Spark as Arrow record batches (true)
-``batchSize``          sink: rows per atomic ``TWRITE ... ENTRIES`` (500)
-=====================  ======================================================
+``time`` timestamp (the entry's write time, UTC, microseconds), ``key`` string
+(the stream). The options (``url``, ``key``/``keys``/``keyPattern``, ``path``,
+offsets and timestamps, partitioning, paging, ``timeoutMs``/``retries``,
+``batchSize``, ...) are listed in ``OPTION_SPECS`` (``pipeline/common.py``) and
+described, all in one table, in docs/spark.md; unknown ones are refused.
 
 The writer takes ``tag`` and ``entry`` columns (string or binary), at least
 once; see ``pipeline/sink.py``. Modules: ``source`` (the DataSource and the
-batch reader), ``server_read`` (reading pages from a server), ``offline`` and
-``snapshot_reader`` (snapshot files), ``streaming``, ``sink``, ``jobs``.
+batch reader), ``pushdown`` (filters and timestamps), ``server_read`` (reading
+pages from a server), ``offline`` and ``snapshot_reader`` (snapshot files),
+``streaming``, ``sink``, ``jobs``.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ DEFAULT_NODE_ENTRIES = 1000
 DEFAULT_NODES_PER_PARTITION = 250
 DEFAULT_OFFLINE_NODES_PER_PARTITION = 1000
 DEFAULT_PAGE_SIZE = 1000           # entries per TREAD / DGET round trip
+DEFAULT_MAX_PAGE_BYTES = 8 << 20   # and at most about this many bytes of tags and entries
 DEFAULT_BATCH_SIZE = 500           # rows per atomic TWRITE ... ENTRIES of the sink
 DEFAULT_TIMEOUT_MS = 30_000        # a reply (or a connection) not there after this is an error
 DEFAULT_RETRIES = 10               # reconnections after a connection error or timeout, backing off
@@ -83,10 +84,11 @@ OPTION_SPECS = {
     "path": "r",
     "startingOffset": "rs", "startingOffsets": "rs", "endingOffset": "r", "endingOffsets": "r",
     "startingTimestamp": "rs", "endingTimestamp": "r",
-    "maxOffsetsPerTrigger": "s",
+    "maxOffsetsPerTrigger": "s", "minOffsetsPerTrigger": "s", "maxTriggerDelay": "s",
     "failOnDataLoss": "rs", "allowMissing": "rs",
     "numPartitions": "rs", "minPartitions": "rs", "nodesPerPartition": "rs", "nodeEntries": "rs",
-    "pageSize": "rs", "withTime": "rs", "arrow": "rs",
+    "pageSize": "rs", "maxPageBytes": "rs", "withTime": "rs", "arrow": "rs",
+    "copySnapshot": "r",
     "timeoutMs": "rsw", "retries": "rsw",
     "batchSize": "w",
 }
@@ -205,6 +207,22 @@ def _ending(options):
     return ending
 
 
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def _duration(options, name: str, default: float) -> float:
+    """A duration as Kafka writes them (``15m``, ``30s``, ``500ms``, ``1h``), in seconds."""
+    import re
+
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|min|m|h)\s*", str(raw).lower())
+    if not match:
+        raise OptionError(f"tstream option {name} must be a duration such as 15m, 30s or 500ms, got {raw!r}")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
 def _key_list(options) -> tuple[str, ...] | None:
     raw = _get(options, "keys")
     if raw is None:
@@ -237,11 +255,15 @@ class Options:
     starting_timestamp: int | None  # ms since the epoch (Kafka's startingTimestamp)
     ending_timestamp: int | None
     max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay: float     # s: minOffsetsPerTrigger waits at most this long
     fail_on_data_loss: bool
     allow_missing: bool
     batch_size: int
     timeout_ms: int = DEFAULT_TIMEOUT_MS
     retries: int = DEFAULT_RETRIES
+    max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES
+    copy_snapshot: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool = False, mode: str | None = None) -> "Options":
@@ -278,11 +300,15 @@ class Options:
             starting_timestamp=_int(options, "startingTimestamp", None, 0),
             ending_timestamp=_int(options, "endingTimestamp", None, 0),
             max_offsets_per_trigger=_int(options, "maxOffsetsPerTrigger", None),
+            min_offsets_per_trigger=_int(options, "minOffsetsPerTrigger", None),
+            max_trigger_delay=_duration(options, "maxTriggerDelay", 15 * 60.0),
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             allow_missing=_bool(options, "allowMissing", False),
             batch_size=_int(options, "batchSize", DEFAULT_BATCH_SIZE),
             timeout_ms=_int(options, "timeoutMs", DEFAULT_TIMEOUT_MS),
             retries=_int(options, "retries", DEFAULT_RETRIES, 0),
+            max_page_bytes=_int(options, "maxPageBytes", DEFAULT_MAX_PAGE_BYTES),
+            copy_snapshot=_bool(options, "copySnapshot", True),
         )
 
     def require_key(self) -> str:

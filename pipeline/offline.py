@@ -18,6 +18,8 @@ per entry:
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -54,12 +56,64 @@ class SnapshotRange:
     hi: int
 
 
+COPIES = ".tstream-spark"        # the folder of the copies, next to the snapshot
+COPIES_KEPT_S = 24 * 3600        # copies older than this are removed by the next plan
+
+
+def private_copy(path: str) -> str:
+    """A name of the current version of ``path`` that no later save replaces:
+    a hard link (no bytes copied; a copy where links fail) in ``.tstream-spark/``
+    next to it, named by the file's CRC, so that queries of one version share it.
+    A server saves by renaming a new file over ``dump.tsr``; the link keeps the
+    version planned readable for the tasks. Returns ``path`` itself when the
+    folder cannot be written."""
+    import shutil
+    import uuid
+
+    folder = os.path.join(os.path.dirname(os.path.abspath(path)), COPIES)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        temp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+        try:
+            os.link(path, temp)
+        except OSError:
+            shutil.copyfile(path, temp)
+    except FileNotFoundError:
+        raise
+    except OSError:
+        return path
+    data = open_snapshot(temp)
+    try:
+        crc = footer_crc(data)
+    finally:
+        _close(data)
+    target = os.path.join(folder, f"{os.path.basename(path)}.{crc:08x}")
+    os.replace(temp, target)
+    _prune(folder, target)
+    return target
+
+
+def _prune(folder: str, keep: str) -> None:
+    now = time.time()
+    for name in os.listdir(folder):
+        full = os.path.join(folder, name)
+        try:
+            if full != keep and now - os.stat(full).st_ctime > COPIES_KEPT_S:
+                os.unlink(full)
+        except OSError:
+            pass
+
+
 def plan(options: Options) -> list[SnapshotRange]:
     """The partitions of a read of ``options.path``: per key read, ranges of
-    whole node records."""
+    whole node records. With ``copySnapshot`` (the default) they read a private
+    copy of the file (``private_copy``): a save of a live server during the
+    query does not fail it."""
     options.require_source()
     path = options.path
     try:
+        if options.copy_snapshot:
+            path = private_copy(path)
         data = open_snapshot(path)
     except FileNotFoundError:
         raise OptionError(f"tstream: snapshot file {path!r} does not exist") from None
@@ -141,7 +195,8 @@ def read(part: SnapshotRange) -> Iterator[pa.RecordBatch]:
     try:
         if footer_crc(data) != part.crc:
             raise RuntimeError(f"tstream: snapshot {part.path!r} changed after the query was "
-                               "planned (a newer save replaced it); run the query again")
+                               "planned (a newer save replaced it); run the query again, with the "
+                               "option copySnapshot on (the default)")
         _, meta = read_meta(data, part.meta_pos, part.path)
         n = int(meta["node_entries"])
         first = max(int(meta["first"]), part.lo)

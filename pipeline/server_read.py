@@ -39,7 +39,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from .common import DataLossError, Options, backoff, connect, decode_tags, record_batch, rfc3339_to_times
 
 PREFETCH = 2  # requests in flight per task
-NO_BYTE_LIMIT = 1 << 62  # DGET's MAX_BYTES: a page is bounded by pageSize, never cut short
+PROBE = 4     # TREAD (no byte cap on the server): the first page's entries, to learn their size
 
 # Replies that mean "this server or stream cannot serve DGET": fall back to TREAD.
 _NO_DGET = ("unknown command", "503")
@@ -51,15 +51,6 @@ def loss_message(key: str, lo: int, hi: int, first: int) -> str:
             "(retention: TEVICT, BACKLOG, max_len, max_age_ms or max_msgs_per_subject removed it). "
             "If you don't want your query to fail on such cases, set the source option "
             "failOnDataLoss to false.")
-
-
-def pages(lo: int, hi: int, size: int) -> Iterator[tuple[int, int]]:
-    """``(a, b)`` inclusive pages covering ``lo..hi``, cut at multiples of ``size``."""
-    a = lo
-    while a <= hi:
-        b = min((a - 1) // size * size + size, hi)
-        yield a, b
-        a = b + 1
 
 
 def read_range(options: Options, lo: int, hi: int, fail_on_loss: bool = False,
@@ -75,7 +66,8 @@ def read_range(options: Options, lo: int, hi: int, fail_on_loss: bool = False,
         key = key or options.require_key()
         if tag is not None:
             try:
-                yield from _read_tag(client, key, lo, hi, tag, options.page_size, fail_on_loss)
+                yield from _read_tag(client, key, lo, hi, tag, options.page_size, options.max_page_bytes,
+                                     fail_on_loss)
                 return
             except _NoDirectGet:
                 pass  # read every entry: Spark's filter keeps the tag's
@@ -106,7 +98,7 @@ def _messages(reply) -> list[dict]:
     return [dict(zip(m[0::2], m[1::2])) if isinstance(m, list) else m for m in reply]
 
 
-def _read_tag(client, key: str, lo: int, hi: int, tag: str, size: int,
+def _read_tag(client, key: str, lo: int, hi: int, tag: str, size: int, max_bytes: int,
               fail_on_loss: bool) -> Iterator[pa.RecordBatch]:
     """The entries of ``tag`` in ``lo..hi``, through the server's subject index:
     ``DGET key SEQ a BATCH n NEXT_BY_SUBJ tag``, each request from the offset
@@ -121,7 +113,7 @@ def _read_tag(client, key: str, lo: int, hi: int, tag: str, size: int,
                 if first > a:
                     raise DataLossError(loss_message(key, a, min(hi, first - 1), first))
             reply = client.execute_command("DGET", key, "SEQ", a, "BATCH", size, "NEXT_BY_SUBJ", tag,
-                                           "MAX_BYTES", NO_BYTE_LIMIT)
+                                           "MAX_BYTES", max_bytes)
         except ResponseError as exc:
             if any(text in str(exc) for text in _NO_DGET) and a == lo:
                 raise _NoDirectGet() from None
@@ -155,7 +147,14 @@ class _PageReader:
 
     A connection error or a timeout (``timeoutMs``) drops the connection and the
     requests in flight; after a backoff the reader reconnects and asks again from
-    the page after the last one it handed out, up to ``retries`` times in a row."""
+    the page after the last one it handed out, up to ``retries`` times in a row.
+
+    Pages hold ``pageSize`` offsets, fewer when entries are big: the reader keeps
+    the mean size of the entries read so far and sizes the next pages to about
+    ``maxPageBytes``. DGET pages also carry that as ``MAX_BYTES``: a page the
+    server cuts short is handed out as it is, the requests in flight after it are
+    dropped (with their connection) and the reader asks again from the next offset.
+    TREAD has no byte cap, so its first page asks for ``PROBE`` entries only."""
 
     def __init__(self, client, key: str, lo: int, hi: int, options: Options, fail_on_loss: bool,
                  dget: bool) -> None:
@@ -163,12 +162,15 @@ class _PageReader:
         self.key = key
         self.hi = hi
         self.size = options.page_size
+        self.max_bytes = options.max_page_bytes
+        self.cur = self.size if dget else min(self.size, PROBE)  # entries of the next page
+        self.cut = None            # the last offset of a DGET page cut short by MAX_BYTES
         self.retries = options.retries
         self.backoff = backoff(options)
         self.failures = 0
         self.fail_on_loss = fail_on_loss
         self.dget = dget
-        self.pages = pages(lo, hi, self.size)
+        self.pages = self._pages(lo)
         self.resume = lo           # the first offset of the first page not handed out yet
         self.skip_to = lo          # pages ending below this hold nothing any more
         self.inflight: deque = deque()
@@ -187,7 +189,7 @@ class _PageReader:
             if self.dget:
                 if self.fail_on_loss:  # [first, last] just before the DGET, same round trip
                     conn.send_command("TREAD", self.key, a, 0, "WITHINFO")
-                conn.send_command("DGET", self.key, "SEQ", a, "BATCH", b - a + 1, "MAX_BYTES", NO_BYTE_LIMIT)
+                conn.send_command("DGET", self.key, "SEQ", a, "BATCH", b - a + 1, "MAX_BYTES", self.max_bytes)
             else:
                 conn.send_command("TREAD", self.key, a, b - a + 1, "WITHINFO")
             self.inflight.append((a, b))
@@ -207,7 +209,7 @@ class _PageReader:
                 self.failures += 1
                 time.sleep(self.backoff.compute(self.failures))
                 # Again from the first page not handed out: the replies in flight are lost.
-                self.pages = pages(self.resume, self.hi, self.size)
+                self.pages = self._pages(self.resume)
                 self.done = False
                 continue
             except BaseException:
@@ -233,8 +235,30 @@ class _PageReader:
             batch = self._dget_page(a, b) if self.dget else self._tread_page(a, b)
             self.inflight.popleft()
             self.resume = b + 1
+            if batch is not None and batch.num_rows:
+                size = (batch.column(1).nbytes + batch.column(2).nbytes) // batch.num_rows
+                self.cur = max(1, min(self.size, self.max_bytes // max(1, size)))
+            if self.cut is not None:
+                # Cut short by MAX_BYTES: again from the next offset, without the requests in flight.
+                self.resume, self.cut = self.cut + 1, None
+                self._release(broken=True)
+                self.pages = self._pages(self.resume)
+                self.done = False
             if batch is not None:
                 return batch
+
+    def _pages(self, a: int) -> Iterator[tuple[int, int]]:
+        """``(a, b)`` inclusive pages from ``a`` to the end of the range: of ``pageSize``
+        offsets cut at its multiples (macro-node boundaries when the node size is a
+        multiple of it), or of ``self.cur`` offsets when entries are big."""
+        size = self.size
+        while a <= self.hi:
+            if self.cur >= size:
+                b = min((a - 1) // size * size + size, self.hi)
+            else:
+                b = min(a + self.cur - 1, self.hi)
+            yield a, b
+            a = b + 1
 
     def close(self) -> None:
         self._release()
@@ -305,10 +329,9 @@ class _PageReader:
             entries.append(message[b"data"])
             times.append(message[b"time"])
         if pending and not beyond and offsets and offsets[-1] < b:
-            # Fewer messages than asked, none past the page, more held: the server cut
-            # the batch short (it must not, given MAX_BYTES); rows would be lost.
-            raise RuntimeError(f"tstream: DGET returned a batch cut short at {offsets[-1]} "
-                               f"(page {a} to {b} of key {self.key!r})")
+            # Fewer messages than asked, none past the page, more held: MAX_BYTES cut the
+            # batch short; the rest of the page is asked for again.
+            self.cut = offsets[-1]
         if not offsets:
             return None
         return record_batch(pa.array(offsets, pa.int64()), decode_tags(tags),

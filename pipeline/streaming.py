@@ -15,7 +15,9 @@ neither loses nor duplicates rows.
   default: only entries written after the query starts) or an offset; only used
   when the checkpoint has no offsets yet.
 - ``maxOffsetsPerTrigger``: at most this many offsets per micro-batch (Spark's
-  admission control: ``ReadMaxRows``). ``trigger(availableNow=True)`` reads up
+  admission control: ``ReadMaxRows``). ``minOffsetsPerTrigger``: no micro-batch
+  until that many offsets are there to read, or ``maxTriggerDelay`` (15m) passed
+  since the last one (Kafka's options; ignored by ``availableNow``). ``trigger(availableNow=True)`` reads up
   to the last entry written when the query started, in as many micro-batches as
   that limit needs, then stops.
 - ``failOnDataLoss`` (default true): when offsets the query still has to read
@@ -29,6 +31,7 @@ Needs PySpark 4.2+ (``latestOffset(start, limit)``, ``getDefaultReadLimit`` and
 
 from __future__ import annotations
 
+import time
 from typing import Iterator
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -85,6 +88,7 @@ class TStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         options.require_source()
         self._target: dict[str, int] | None = None  # availableNow: stop at these next-offsets
+        self._last_batch = time.monotonic()  # minOffsetsPerTrigger: when the last micro-batch was let through
         self._client = None              # the driver's connection, kept between micro-batches
 
     def __getstate__(self) -> dict:  # tasks get the options, not the driver's connection
@@ -190,7 +194,15 @@ class TStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             share = budget(avail, limit.max_rows)
             for key, n in share.items():
                 ends[key] = min(ends[key], max(begin[key], infos[key].first) + n)
-        return self._offset({key: max(begin.get(key, end), end) for key, end in ends.items()})
+        least = self.options.min_offsets_per_trigger
+        if least and self._target is None and sum(avail.values()) < least and all(k in begin for k in ends):
+            # Kafka's minOffsetsPerTrigger: wait for more, at most maxTriggerDelay after the last batch.
+            if time.monotonic() - self._last_batch < self.options.max_trigger_delay:
+                return self._offset(begin)
+        end = self._offset({key: max(begin.get(key, end), end) for key, end in ends.items()})
+        if end != self._offset(begin):
+            self._last_batch = time.monotonic()
+        return end
 
     def reportLatestOffset(self) -> dict:
         return self._offset({key: info.next_offset for key, info in self._infos(self._keys()).items()})

@@ -515,7 +515,9 @@ def test_read_range_eviction_between_pages(server, with_time):
     r = server.client()
     fill(r, "k", 1000)
     pages = read_range(opts(server, pageSize=100, withTime=with_time), 1, 1000)
-    got = [next(pages), next(pages)]          # offsets 1..200 read
+    got = [next(pages)]
+    while offsets_of(got)[-1] < 200:          # offsets 1..200 read (TREAD probes with 4 entries first)
+        got.append(next(pages))
     r.execute_command("TEVICT", "k", 450)     # 201..450 go, unless already served (prefetch)
     got += list(pages)
     offsets = offsets_of(got)
@@ -526,7 +528,8 @@ def test_read_range_eviction_between_pages(server, with_time):
     r.delete("k")
     fill(r, "k", 1000)
     pages = read_range(opts(server, pageSize=100, withTime=with_time), 1, 1000, fail_on_loss=True)
-    next(pages)
+    while next(pages).column(0)[-1].as_py() < 100:
+        pass
     r.execute_command("TEVICT", "k", 450)
     with pytest.raises(DataLossError, match=r"offsets [12]01 to 450 .*failOnDataLoss"):
         list(pages)
@@ -596,6 +599,35 @@ def test_stream_reader_offsets(server):
     with pytest.raises(DataLossError, match="deleted and written again"):
         reader().latestOffset(at(601), ReadAllAvailable())
     assert reader(failOnDataLoss="false").latestOffset(at(601), ReadAllAvailable()) == at(601)
+    s.stop()
+
+
+def test_stream_reader_min_offsets_per_trigger(server):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from tstream.pipeline.streaming import TStreamStreamReader
+
+    r = server.client()
+    fill(r, "k", 10)
+    s = TStreamStreamReader(Options.parse({"url": url(server), "key": "k", "minOffsetsPerTrigger": "100",
+                                           "maxTriggerDelay": "300ms"}, mode="s"))
+    start = s.initialOffset()
+    fill(r, "k", 50, start=10)
+    assert s.latestOffset(start, ReadAllAvailable()) == start             # 50 < 100: wait
+    time.sleep(0.35)
+    end = s.latestOffset(start, ReadAllAvailable())
+    assert end == {"offsets": {"k": 61}}                                  # waited maxTriggerDelay
+    fill(r, "k", 30, start=60)
+    assert s.latestOffset(end, ReadAllAvailable()) == end                 # the delay starts again
+    fill(r, "k", 100, start=90)
+    assert s.latestOffset(end, ReadAllAvailable()) == {"offsets": {"k": 191}}
+    fill(r, "k", 1, start=190)
+    s.prepareForTriggerAvailableNow()                                     # availableNow: no waiting
+    assert s.latestOffset({"offsets": {"k": 191}}, ReadAllAvailable()) == {"offsets": {"k": 192}}
+    for bad in ("15", "soon", "-1s"):
+        with pytest.raises(OptionError, match="maxTriggerDelay must be a duration"):
+            Options.parse({"key": "k", "maxTriggerDelay": bad})
+    assert Options.parse({"key": "k", "maxTriggerDelay": "2m"}).max_trigger_delay == 120
     s.stop()
 
 
@@ -753,3 +785,60 @@ def test_streaming_query_rides_out_a_server_restart(spark, make_server, tmp_path
         assert sorted(seen) == list(range(1, 4001))    # every row once
     finally:
         query.stop()
+
+
+# ---------------------------------------------------------------------------
+# Big entries, live snapshots, the example jobs' session
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("with_time", [True, False], ids=["dget", "tread"])
+def test_pages_are_capped_in_bytes(server, with_time):
+    r = server.client()
+    big = 64 * 1024
+    for i in range(0, 200, 20):
+        r.execute_command("TWRITE", "k", "ENTRIES", *[x for j in range(i, i + 20) for x in (f"t{j}", b"%06d" % j * (big // 6))])
+    r.execute_command("TWRITE", "k", "ENTRIES", *[x for j in range(200, 300) for x in (f"t{j}", f"small {j}")])
+    cap = 256 * 1024
+    batches = list(read_range(opts(server, pageSize=1000, maxPageBytes=cap, withTime=with_time), 1, 300))
+    assert offsets_of(batches) == list(range(1, 301))            # in order, nothing lost or twice
+    assert [e[:6] for b in batches[:1] for e in b.column("entry").to_pylist()][:1] == [b"000000"]
+    assert max(b.column("entry").nbytes for b in batches[1:]) <= cap + big
+    assert batches[0].num_rows <= (4 if not with_time else cap // big + 1)  # TREAD probes with 4 entries
+    assert len(batches) >= 200 * big // (cap + big)
+    assert batches[-1].num_rows > 50                             # small entries: big pages again
+
+
+def test_snapshot_read_survives_a_save(make_server, tmp_path):
+    """A live server's dump.tsr replaced by a save between planning and reading: the tasks read
+    the version planned (a hard link in .tstream-spark/), not the new one, and do not fail."""
+    from tstream.pipeline import offline
+
+    server = make_server("--save", "", "--node-entries", "100", directory=tmp_path)
+    r = server.client()
+    fill(r, "k", 1000)
+    r.save()
+    path = str(tmp_path / "dump.tsr")
+    parts = offline.plan(Options.parse({"path": path, "key": "k", "numPartitions": "3"}, mode="r"))
+    fill(r, "k", 500, start=1000)
+    r.save()                                                     # renamed over dump.tsr
+    got = [o for part in parts for b in offline.read(part) for o in b.column("offset").to_pylist()]
+    assert sorted(got) == list(range(1, 1001))
+    assert all(os.path.dirname(p.path).endswith(".tstream-spark") for p in parts)
+    again = offline.plan(Options.parse({"path": path, "key": "k"}, mode="r"))
+    assert sum(b.num_rows for part in again for b in offline.read(part)) == 1500
+    # Without the copy, the same save fails the tasks with a message that says what happened.
+    parts = offline.plan(Options.parse({"path": path, "key": "k", "copySnapshot": "false"}, mode="r"))
+    fill(r, "k", 10, start=1500)
+    r.save()
+    with pytest.raises(RuntimeError, match="changed after the query was planned"):
+        list(offline.read(parts[0]))
+
+
+def test_jobs_use_few_shuffle_partitions():
+    from tstream.pipeline.jobs import _common, tag_counts  # noqa: F401 (the job module imports)
+
+    assert _common.session_config()["spark.sql.shuffle.partitions"] == "8"
+    assert _common.session_config(3)["spark.sql.shuffle.partitions"] == "3"
+    assert "spark.sql.shuffle.partitions" not in _common.session_config(preset={"spark.sql.shuffle.partitions": "64"})
+    args = _common.parser("x", "x").parse_args(["--key", "k"])
+    assert args.shuffle_partitions == 8

@@ -20,7 +20,8 @@ def first_job() -> str:
     return block.group(1)
 
 
-@pytest.mark.slow  # a JVM of its own: 15-40 s
+@pytest.mark.slow  # a JVM of its own: 15-40 s, minutes on a loaded machine
+@pytest.mark.timeout(600)
 def test_the_first_job_runs_as_written(make_server, tmp_path):
     server = make_server("--save", "")
     script = tmp_path / "first_job.py"
@@ -32,7 +33,7 @@ def test_the_first_job_runs_as_written(make_server, tmp_path):
                                   if os.path.abspath(d) != os.path.abspath(venv_bin))
     env.pop("VIRTUAL_ENV", None)
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=110)
+                          text=True, timeout=540)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert "19.0" in out.splitlines()                     # from_json parsed the entries
@@ -40,3 +41,14 @@ def test_the_first_job_runs_as_written(make_server, tmp_path):
     r = server.client()
     assert r.execute_command("TREAD", "orders.eu", "-", 10) == [
         [1, b"orders.eu.created", b'{"id": 1, "total": 9.5}'], [2, b"orders.eu.paid", b'{"id": 1, "total": 9.5}']]
+
+
+def test_every_option_is_in_the_table():
+    from tstream.pipeline.common import OPTION_SPECS
+
+    text = (ROOT / "docs" / "spark.md").read_text()
+    table = text[text.index("## Options"):text.index("## How it reads and writes")]
+    rows = {m.group(1) for m in re.finditer(r"^\| `(\w+)`", table, re.M)}
+    rows |= {m.group(1) for m in re.finditer(r"^\| `\w+` \(or `(\w+)`\)", table, re.M)}
+    assert rows == set(OPTION_SPECS)
+    assert "--py-files" in text and "--archives" in text      # deploying on a cluster

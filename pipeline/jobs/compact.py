@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None, spark=None) -> int:
     p.add_argument("--target", required=True, help="the key to append the compacted log to")
     p.add_argument("--batch-size", type=int, default=500, help="entries per atomic write (500)")
     args = p.parse_args(argv)
-    spark = spark or session(args.master, "tstream-compact")
+    spark = spark or session(args.master, "tstream-compact", args.shuffle_partitions)
     source = reader(spark, args).load()
     compacted = compact(source).cache()
     count = compacted.count()

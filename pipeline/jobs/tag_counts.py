@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None, spark=None) -> int:
     p = parser(__name__ if __name__ != "__main__" else __spec__.name, __doc__.splitlines()[0])
     p.add_argument("--output", required=True, help="the Parquet directory to write (replaced)")
     args = p.parse_args(argv)
-    spark = spark or session(args.master, "tstream-tag-counts")
+    spark = spark or session(args.master, "tstream-tag-counts", args.shuffle_partitions)
     counts = tag_counts(reader(spark, args).load()).cache()
     untimed = counts.where(F.col("minute").isNull()).agg(F.sum("count")).first()[0] or 0
     timed = counts.where(F.col("minute").isNotNull()).orderBy("minute", "tag")
