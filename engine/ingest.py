@@ -214,20 +214,21 @@ class FastRegistry:
         if batch.owner.batches.get(batch.id) is batch:
             del batch.owner.batches[batch.id]
 
-    def expire(self, timeout_ms: int, now: float | None = None) -> int:
-        """Abandon, without a reply, the batches idle for ``timeout_ms``. O(batches) when one is due."""
+    def expire(self, timeout_ms: int, now: float | None = None) -> list[FastBatch]:
+        """Abandon, without a reply, the batches idle for ``timeout_ms``; returns
+        them (the caller logs their end). O(batches) when one is due."""
         if not self.active:
-            return 0
+            return []
         now = time.monotonic() if now is None else now
         limit = timeout_ms / 1000.0
         if now - self._oldest_active < limit:
-            return 0
+            return []
         stale = [b for b in self.active.values() if now - b.last_active >= limit]
         for batch in stale:
             self.ended(batch)
         self.abandoned += len(stale)
         self._oldest_active = min((b.last_active for b in self.active.values()), default=now)
-        return len(stale)
+        return stale
 
     def clear(self) -> None:
         self.active.clear()

@@ -271,7 +271,12 @@ class Server:
                     writes.wrote(key, stream, first, evicted, wake=False)
             # JetStream: abandon idle atomic batches; log per-subject limit deletions
             self.batches.expire(self.config["batch-timeout-ms"])
-            self.fast.expire(self.config["batch-timeout-ms"])
+            if self.capture is None:  # idle fast batches: abandoned, and logged as ended
+                for batch in self.fast.expire(self.config["batch-timeout-ms"]):
+                    stream = self.keyspace.get(batch.key)
+                    if stream is not None and stream._ingest is batch.owner:
+                        writes.ingested(batch.key, stream, stream.first, stream.next_offset, (), (), batch.id,
+                                        batch.stored, True, [])
             writes.limit_deletes(self.keyspace)
             writes.commit()
             self.persistence.cron()

@@ -333,6 +333,21 @@ class TestDurableResume:
         proc.start()
         _resume_check(proc.client(protocol=3), 20)
 
+    def test_an_abandoned_batch_stays_abandoned_after_a_restart(self, make_server):
+        proc = make_server("--save", "", "--appendonly", "yes", "--batch-timeout-ms", "400")
+        c = proc.client(protocol=3)
+        fast(c, "s", "b", 1, "t", "m1", 32, "fail")
+        fast(c, "s", "keep", 1, "t", "k1", 32, "fail")
+        for i in range(2, 12):  # "keep" stays active, "b" goes idle
+            time.sleep(0.1)
+            fast(c, "s", "keep", i, "t", f"k{i}", 32, "fail")
+        assert "10206" in error_of(lambda: op(c, "s", "b", 1, "PING"))
+        proc.stop()
+        proc.start()
+        c = proc.client(protocol=3)
+        assert "10206" in error_of(lambda: op(c, "s", "b", 1, "PING"))
+        assert as_map(op(c, "s", "keep", 11, "PING", 32, "fail"))["seq"] == 11
+
     def test_a_committed_batch_stays_over_after_a_restart(self, make_server):
         proc = make_server("--save", "", "--appendonly", "yes")
         c = proc.client(protocol=3)
