@@ -87,7 +87,7 @@ OPTION_SPECS = {
     "maxOffsetsPerTrigger": "s", "minOffsetsPerTrigger": "s", "maxTriggerDelay": "s",
     "failOnDataLoss": "rs", "allowMissing": "rs",
     "numPartitions": "rs", "minPartitions": "rs", "nodesPerPartition": "rs", "nodeEntries": "rs",
-    "pageSize": "rs", "maxPageBytes": "rs", "withTime": "rs", "arrow": "rs",
+    "pageSize": "rs", "maxPageBytes": "rs", "withTime": "rs", "arrow": "rs", "readMode": "rs",
     "copySnapshot": "r",
     "timeoutMs": "rsw", "retries": "rsw",
     "batchSize": "w",
@@ -145,6 +145,17 @@ def _int(options, name: str, default: int | None, minimum: int = 1, *aliases: st
     if value < minimum:
         raise OptionError(f"tstream option {name} must be >= {minimum}, got {value}")
     return value
+
+
+READ_MODES = ("auto", "nodes", "pages")
+
+
+def _read_mode(options) -> str:
+    raw = _get(options, "readMode")
+    mode = "auto" if raw is None else str(raw).strip().lower()
+    if mode not in READ_MODES:
+        raise OptionError(f"tstream option readMode must be one of {', '.join(READ_MODES)}, got {raw!r}")
+    return mode
 
 
 def _bool(options, name: str, default: bool) -> bool:
@@ -264,6 +275,7 @@ class Options:
     retries: int = DEFAULT_RETRIES
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES
     copy_snapshot: bool = True
+    read_mode: str = "auto"      # "nodes" (TNODES), "pages" (DGET/TREAD), "auto": nodes when the server has them
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool = False, mode: str | None = None) -> "Options":
@@ -309,6 +321,7 @@ class Options:
             retries=_int(options, "retries", DEFAULT_RETRIES, 0),
             max_page_bytes=_int(options, "maxPageBytes", DEFAULT_MAX_PAGE_BYTES),
             copy_snapshot=_bool(options, "copySnapshot", True),
+            read_mode=_read_mode(options),
         )
 
     def require_key(self) -> str:

@@ -37,6 +37,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .common import DataLossError, Options, backoff, connect, decode_tags, record_batch, rfc3339_to_times
+from .nodes_read import read_nodes
 
 PREFETCH = 2  # requests in flight per task
 PROBE = 4     # TREAD (no byte cap on the server): the first page's entries, to learn their size
@@ -63,31 +64,50 @@ def read_range(options: Options, lo: int, hi: int, fail_on_loss: bool = False,
     if own:
         client = connect(options)
     try:
-        key = key or options.require_key()
-        if tag is not None:
-            try:
-                yield from _read_tag(client, key, lo, hi, tag, options.page_size, options.max_page_bytes,
-                                     fail_on_loss)
-                return
-            except _NoDirectGet:
-                pass  # read every entry: Spark's filter keeps the tag's
-        if options.with_time:
-            reader = _PageReader(client, key, lo, hi, options, fail_on_loss, dget=True)
-            try:
-                first = next(reader)
-            except StopIteration:
-                return
-            except Exception as exc:  # a ResponseError: no DGET on this server or stream
-                if not any(text in str(exc) for text in _NO_DGET):
-                    raise
-            else:
-                yield first
-                yield from reader
-                return
-        yield from _PageReader(client, key, lo, hi, options, fail_on_loss, dget=False)
+        yield from _read(client, key or options.require_key(), lo, hi, options, fail_on_loss, tag)
     finally:
         if own:
             client.close()
+
+
+def _read(client, key: str, lo: int, hi: int, options: Options, fail_on_loss: bool,
+          tag: str | None) -> Iterator[pa.RecordBatch]:
+    """The first way the server can serve the read: a tag's entries through the
+    subject index; the nodes as stored (TNODES: times included, the decoding
+    done here); DGET pages (times); TREAD pages."""
+    if tag is not None:
+        try:
+            yield from _read_tag(client, key, lo, hi, tag, options.page_size, options.max_page_bytes,
+                                 fail_on_loss)
+            return
+        except _NoDirectGet:
+            pass  # read every entry: Spark's filter keeps the tag's
+    if options.read_mode != "pages":
+        nodes = read_nodes(client, key, lo, hi, max_bytes=options.max_page_bytes, fail_on_loss=fail_on_loss)
+        if (yield from _served(nodes, ("unknown command",) if options.read_mode == "auto" else ())):
+            return
+    if options.with_time:
+        pages = _PageReader(client, key, lo, hi, options, fail_on_loss, dget=True)
+        if (yield from _served(pages, _NO_DGET)):
+            return
+    yield from _PageReader(client, key, lo, hi, options, fail_on_loss, dget=False)
+
+
+def _served(reader: Iterator[pa.RecordBatch], refusals: tuple[str, ...]):
+    """Yield what ``reader`` yields and return True; return False, having yielded
+    nothing, when its first step fails with an error that says this way of
+    reading is not served (one of ``refusals``)."""
+    try:
+        first = next(reader)
+    except StopIteration:
+        return True
+    except Exception as exc:  # a ResponseError: not on this server or stream
+        if not any(text in str(exc) for text in refusals):
+            raise
+        return False
+    yield first
+    yield from reader
+    return True
 
 
 class _NoDirectGet(Exception):

@@ -112,7 +112,7 @@ def test_round_trip_write_then_read(spark, server):
     assert r.ping()
 
     # TREAD path (no times) and rows as tuples instead of Arrow batches: same rows.
-    plain = read(spark, server, withTime="false", arrow="false").orderBy("offset").collect()
+    plain = read(spark, server, withTime="false", arrow="false", readMode="pages").orderBy("offset").collect()
     assert [(x.offset, x.tag, x.entry, x.time) for x in plain] == \
         [(x.offset, x.tag, x.entry, None) for x in got]
 
@@ -514,7 +514,7 @@ def test_options_are_checked():
 def test_read_range_eviction_between_pages(server, with_time):
     r = server.client()
     fill(r, "k", 1000)
-    pages = read_range(opts(server, pageSize=100, withTime=with_time), 1, 1000)
+    pages = read_range(opts(server, pageSize=100, withTime=with_time, readMode="pages"), 1, 1000)
     got = [next(pages)]
     while offsets_of(got)[-1] < 200:          # offsets 1..200 read (TREAD probes with 4 entries first)
         got.append(next(pages))
@@ -527,7 +527,7 @@ def test_read_range_eviction_between_pages(server, with_time):
     # The streaming reader calls it with fail_on_loss: same eviction is data loss.
     r.delete("k")
     fill(r, "k", 1000)
-    pages = read_range(opts(server, pageSize=100, withTime=with_time), 1, 1000, fail_on_loss=True)
+    pages = read_range(opts(server, pageSize=100, withTime=with_time, readMode="pages"), 1, 1000, fail_on_loss=True)
     while next(pages).column(0)[-1].as_py() < 100:
         pass
     r.execute_command("TEVICT", "k", 450)
@@ -539,7 +539,8 @@ def test_read_range_eviction_between_pages(server, with_time):
     r.execute_command("TWRITE", "k", "ENTRIES", *["t1", "x"] * 20)
     r.execute_command("TCONFIG", "k", "SET", "max_msgs_per_subject", 30)
     first = as_map(r.execute_command("TINFO", "k"))["first"]
-    rows = offsets_of(read_range(opts(server, pageSize=7, withTime=with_time), first, 120, fail_on_loss=True))
+    rows = offsets_of(read_range(opts(server, pageSize=7, withTime=with_time, readMode="pages"), first, 120,
+                                 fail_on_loss=True))
     assert rows == [o for o, _, _ in held(r, "k")] and len(rows) == 60
     assert first == 41 and 42 not in rows  # even offsets 42..80 are deleted, not evicted
 
@@ -547,10 +548,12 @@ def test_read_range_eviction_between_pages(server, with_time):
 def test_read_range_times_and_fallback(server):
     r = server.client()
     fill(r, "k", 5)
-    batch = pa.Table.from_batches(list(read_range(opts(server), 1, 5)))
+    batch = pa.Table.from_batches(list(read_range(opts(server, readMode="pages"), 1, 5)))
     assert batch.column("time").null_count == 0
+    by_nodes = pa.Table.from_batches(list(read_range(opts(server), 1, 5)))  # TNODES: the same times
+    assert by_nodes.column("time").to_pylist() == batch.column("time").to_pylist()
     r.execute_command("TCONFIG", "k", "SET", "allow_direct", "no")  # DGET answers 503: TREAD, no times
-    batch = pa.Table.from_batches(list(read_range(opts(server), 1, 5)))
+    batch = pa.Table.from_batches(list(read_range(opts(server, readMode="pages"), 1, 5)))
     assert batch.column("offset").to_pylist() == [1, 2, 3, 4, 5]
     assert batch.column("time").null_count == 5
 
@@ -747,10 +750,10 @@ def test_timeout_on_a_hung_server():
 def test_reader_resumes_after_a_restart(make_server, tmp_path):
     """A task's pages survive a server restart: it reconnects and goes on from the page after
     the last one it handed out, neither skipping nor repeating rows."""
-    server = make_server("--save", "", "--appendonly", "yes", directory=tmp_path)
+    server = make_server("--save", "", "--appendonly", "yes", "--node-entries", "100", directory=tmp_path)
     fill(server.client(), "k", 5000)
-    for with_time in (True, False):
-        pages = read_range(opts(server, pageSize=100, withTime=with_time), 1, 5000)
+    for mode, with_time in (("pages", True), ("pages", False), ("nodes", True)):
+        pages = read_range(opts(server, pageSize=100, withTime=with_time, readMode=mode), 1, 5000)
         got = [next(pages) for _ in range(5)]
         server.stop()
         threading.Timer(1.0, server.start).start()   # back after a second
@@ -799,7 +802,8 @@ def test_pages_are_capped_in_bytes(server, with_time):
         r.execute_command("TWRITE", "k", "ENTRIES", *[x for j in range(i, i + 20) for x in (f"t{j}", b"%06d" % j * (big // 6))])
     r.execute_command("TWRITE", "k", "ENTRIES", *[x for j in range(200, 300) for x in (f"t{j}", f"small {j}")])
     cap = 256 * 1024
-    batches = list(read_range(opts(server, pageSize=1000, maxPageBytes=cap, withTime=with_time), 1, 300))
+    batches = list(read_range(opts(server, pageSize=1000, maxPageBytes=cap, withTime=with_time, readMode="pages"),
+                              1, 300))
     assert offsets_of(batches) == list(range(1, 301))            # in order, nothing lost or twice
     assert [e[:6] for b in batches[:1] for e in b.column("entry").to_pylist()][:1] == [b"000000"]
     assert max(b.column("entry").nbytes for b in batches[1:]) <= cap + big
@@ -842,3 +846,28 @@ def test_jobs_use_few_shuffle_partitions():
     assert "spark.sql.shuffle.partitions" not in _common.session_config(preset={"spark.sql.shuffle.partitions": "64"})
     args = _common.parser("x", "x").parse_args(["--key", "k"])
     assert args.shuffle_partitions == 8
+
+
+def test_read_range_through_nodes_and_an_eviction_between_calls(server):
+    """readMode auto reads through TNODES (the nodes as stored, decoded here): the same rows as
+    the pages, times included; an eviction between two calls leaves rows out, never twice, and
+    is data loss when asked."""
+    r = server.client()
+    fill(r, "k", 5000)
+    nodes = pa.Table.from_batches(list(read_range(opts(server), 1, 5000)))
+    pages = pa.Table.from_batches(list(read_range(opts(server, readMode="pages"), 1, 5000)))
+    assert nodes.to_pydict() == pages.to_pydict()
+    first = int(as_map(r.execute_command("TINFO", "k"))["first"])
+    batches = read_range(opts(server), first, 5000)
+    got = [next(batches)]
+    r.execute_command("TEVICT", "k", 3500)
+    got += list(batches)
+    offsets = offsets_of(got)
+    assert offsets == sorted(set(offsets)) and offsets[-1] == 5000 and set(range(3501, 5001)) <= set(offsets)
+    with pytest.raises(DataLossError, match="failOnDataLoss"):
+        list(read_range(opts(server), 1, 5000, fail_on_loss=True))
+
+
+def test_read_mode_is_checked(server):
+    with pytest.raises(OptionError, match="readMode must be one of auto, nodes, pages"):
+        opts(server, readMode="fast")
