@@ -59,7 +59,7 @@ SHOWN_OR_NOT = [
     ("LATENCY", "LATEST"), ("MEMORY", "USAGE", "k"), ("OBJECT", "ENCODING", "k"), ("ROLE",), ("LASTSAVE",),
     ("SCAN", "0"), ("KEYS", "*"), ("CONFIG", "RESETSTAT"), ("MULTI",), ("PING",), ("NOSUCH",), ("EXEC",),
     ("WATCH", "k"), ("UNWATCH",), ("MULTI",), ("DISCARD",), ("ECHO", "\u00e9"), ("PUBLISH", "c", "m"),
-    ("PUBSUB", "NUMPAT"), ("XADD", "k", "1-1", "f", "v"), ("XREAD", "BLOCK", "1", "STREAMS", "k", "$"),
+    ("PUBSUB", "NUMPAT"), ("XADD", "k", "1-1", "f", "v"), ("XREAD", "STREAMS", "k", "0"),
     ("DEL", "k"), ("QUIT",),
 ]
 
