@@ -445,3 +445,25 @@ def test_big_records_cross_many_reads(pair):
     p.execute_command("TWRITE", "big", "t", b"small")
     sync(p, r)
     assert r.execute_command("TREAD", "big", 1, 2) == p.execute_command("TREAD", "big", 1, 2)
+
+
+def test_a_replica_of_a_replica_gets_the_same_stream(pair):
+    primary = pair()
+    p = primary.client()
+    fill(p, 30)
+    middle = pair("--replicaof", f"127.0.0.1 {primary.port}")
+    m = middle.client()
+    wait_for(lambda: linked(m), what="the first link")
+    leaf = pair("--replicaof", f"127.0.0.1 {middle.port}")
+    leaf_client = leaf.client()
+    wait_for(lambda: linked(leaf_client), what="the second link")
+    fill(p, 30, groups=False)
+    sync(p, m)
+    wait_for(lambda: info(leaf_client)["slave_repl_offset"] == info(p)["master_repl_offset"],
+             what="the leaf to catch up")
+    assert state(leaf_client) == state(p)
+    assert info(leaf_client)["master_replid"] == info(p)["master_replid"]
+    with p.pipeline(transaction=True) as pipe:  # WAIT inside EXEC: the count at once
+        pipe.execute_command("TWRITE", "log", "t", "x")
+        pipe.execute_command("WAIT", 1, 0)
+        assert pipe.execute()[1] in (0, 1)
