@@ -15,6 +15,8 @@ not pay.  Prints the figures and writes results/replication.json.
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import statistics
 import subprocess
 import threading
@@ -24,6 +26,7 @@ from common import (
     REDIS_BENCHMARK,
     Client,
     ServerProcess,
+    encode,
     machine_facts,
     percentile,
     save_result,
@@ -101,13 +104,67 @@ def run_round(with_replica: bool, requests: int, clients: int) -> dict:
         primary.stop()
 
 
+def resync_vs_load(entries: int) -> dict:
+    """A primary with ``entries`` entries in one stream: the time a fresh server
+    takes to load its snapshot at startup (process start to PING answered) vs
+    the time a fresh replica takes to be linked after REPLICAOF (full resync:
+    capture, write, send, load)."""
+    primary = ServerProcess("tstream").start()
+    try:
+        c = primary.client()
+        batch = 1000
+        for start in range(0, entries, batch * 16):
+            commands = []
+            for b in range(start, min(entries, start + batch * 16), batch):
+                args = ["TWRITE", "big", "ENTRIES"]
+                for i in range(b, min(entries, b + batch)):
+                    args += [f"t{i % 8}", f"payload-{i:010d}-" + "x" * 40]
+                commands.append(encode(*args))
+            c.send(b"".join(commands))
+            c.read_replies(len(commands))
+        c.execute("SAVE")
+        loader = ServerProcess("tstream")
+        shutil.copy(os.path.join(primary.dir, "dump.tsr"), os.path.join(loader.dir, "dump.tsr"))
+        started = time.perf_counter()
+        loader.start(timeout=600)
+        load_s = time.perf_counter() - started
+        length = loader.client().execute("TINFO", "big")
+        loader.stop()
+        replica = ServerProcess("tstream").start()
+        try:
+            r = replica.client()
+            started = time.perf_counter()
+            r.execute("REPLICAOF", "127.0.0.1", str(primary.port))
+            while r.info("replication").get("master_link_status") != "up":
+                time.sleep(0.01)
+            resync_s = time.perf_counter() - started
+        finally:
+            replica.stop()
+        c.close()
+        return {"entries": entries, "snapshot_bytes": os.path.getsize(os.path.join(primary.dir, "dump.tsr")),
+                "load_s": load_s, "full_resync_s": resync_s, "ratio": resync_s / load_s,
+                "tinfo_loaded": str(length[:2])}
+    finally:
+        primary.stop()
+
+
 def main() -> None:
     sigterm_as_exit()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--resync", type=int, default=0, metavar="ENTRIES",
+                        help="only: full resync of a stream of ENTRIES entries vs loading its snapshot")
     args = parser.parse_args()
+    if args.resync:
+        result = resync_vs_load(args.resync)
+        print(f"{result['entries']:,} entries ({result['snapshot_bytes']:,} bytes of snapshot): load at start "
+              f"{result['load_s']:.2f} s (process start included), full resync {result['full_resync_s']:.2f} s: "
+              f"{result['ratio']:.2f}x")
+        save_result("replication-resync", {"command": script_command(), "facts": machine_facts(),
+                                           "args": vars(args), "result": result})
+        return
     rounds = []
     for i in range(args.rounds):
         for with_replica in (False, True):

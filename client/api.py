@@ -29,9 +29,22 @@ def _flag_text(value: Any) -> Any:
 class _Commands:
     """The commands; ``_run``/``_run_many`` send them (sync or async)."""
 
-    def __init__(self, redis_client, *, parse_times: bool = True) -> None:
+    def __init__(self, redis_client, *, parse_times: bool = True, replicas: Sequence[Any] = ()) -> None:
         self.redis = redis_client
         self.parse_times = parse_times
+        # Reads that a replica serves as the primary would (TREAD without GROUP,
+        # DGET, MLAST, TINFO, TPENDING, TCONFIG GET) go to these clients in turn.
+        self.replicas = list(replicas)
+        self._next_replica = 0
+
+    def _client_for(self, args: Sequence[Any]):
+        """The client to send ``args`` to: a replica for a plain read, else the primary."""
+        if not self.replicas or args[0] not in _REPLICA_READS:
+            return self.redis
+        if (args[0] == "TREAD" and "GROUP" in args) or (args[0] == "TCONFIG" and args[2] != "GET"):
+            return self.redis
+        self._next_replica = (self._next_replica + 1) % len(self.replicas)
+        return self.replicas[self._next_replica]
 
     def _run(self, args: Sequence[Any], parse: Callable[[Any], Any]):
         raise NotImplementedError
@@ -215,6 +228,9 @@ def _raise_first_error(results: list[Any]) -> None:
             raise result
 
 
+_REPLICA_READS = frozenset({"TREAD", "DGET", "MLAST", "TINFO", "TPENDING", "TCONFIG"})
+
+
 class TStream(_Commands):
     """Typed tstream commands on a ``redis.Redis`` (RESP2 or RESP3, any
     ``decode_responses``)::
@@ -223,14 +239,21 @@ class TStream(_Commands):
         first = ts.twrite("orders", "created", b"{}")
         for entry in ts.tread("orders", first, 10):
             ...
+
+    ``replicas``: clients of read-only replicas of that primary; plain reads
+    (``tread`` without ``group``, ``dget``, ``mlast``, ``tinfo``, ``tpending``,
+    ``tconfig_get``) go to them in turn, everything else to the primary.  A
+    replica is asynchronous: a read right after a write may not see it yet
+    (``WAIT`` on the primary first when it must).
     """
 
-    def __init__(self, redis_client: redis.Redis, *, parse_times: bool = True) -> None:
-        super().__init__(redis_client, parse_times=parse_times)
+    def __init__(self, redis_client: redis.Redis, *, parse_times: bool = True,
+                 replicas: Sequence[redis.Redis] = ()) -> None:
+        super().__init__(redis_client, parse_times=parse_times, replicas=replicas)
 
     def _run(self, args, parse):
         try:
-            reply = self.redis.execute_command(*args)
+            reply = self._client_for(args).execute_command(*args)
         except redis.ResponseError as exc:
             converted = T.convert_error(exc)
             if converted is exc:
@@ -255,12 +278,12 @@ class AsyncTStream(_Commands):
         first = await ts.twrite("orders", "created", b"{}")
     """
 
-    def __init__(self, redis_client, *, parse_times: bool = True) -> None:
-        super().__init__(redis_client, parse_times=parse_times)
+    def __init__(self, redis_client, *, parse_times: bool = True, replicas: Sequence[Any] = ()) -> None:
+        super().__init__(redis_client, parse_times=parse_times, replicas=replicas)
 
     async def _run(self, args, parse):
         try:
-            reply = await self.redis.execute_command(*args)
+            reply = await self._client_for(args).execute_command(*args)
         except redis.ResponseError as exc:
             converted = T.convert_error(exc)
             if converted is exc:

@@ -445,3 +445,49 @@ def test_big_records_cross_many_reads(pair):
     p.execute_command("TWRITE", "big", "t", b"small")
     sync(p, r)
     assert r.execute_command("TREAD", "big", 1, 2) == p.execute_command("TREAD", "big", 1, 2)
+
+
+def test_a_replica_of_a_replica_gets_the_same_stream(pair):
+    primary = pair()
+    p = primary.client()
+    fill(p, 30)
+    middle = pair("--replicaof", f"127.0.0.1 {primary.port}")
+    m = middle.client()
+    wait_for(lambda: linked(m), what="the first link")
+    leaf = pair("--replicaof", f"127.0.0.1 {middle.port}")
+    leaf_client = leaf.client()
+    wait_for(lambda: linked(leaf_client), what="the second link")
+    fill(p, 30, groups=False)
+    sync(p, m)
+    wait_for(lambda: info(leaf_client)["slave_repl_offset"] == info(p)["master_repl_offset"],
+             what="the leaf to catch up")
+    assert state(leaf_client) == state(p)
+    assert info(leaf_client)["master_replid"] == info(p)["master_replid"]
+    with p.pipeline(transaction=True) as pipe:  # WAIT inside EXEC: the count at once
+        pipe.execute_command("TWRITE", "log", "t", "x")
+        pipe.execute_command("WAIT", 1, 0)
+        assert pipe.execute()[1] in (0, 1)
+
+
+def test_the_typed_client_reads_from_replicas(pair):
+    from tstream.client import TStream
+
+    primary = pair()
+    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
+    r = replica.client()
+    wait_for(lambda: linked(r), what="the link")
+    ts = TStream(primary.client(), replicas=[replica.client()])
+    first = ts.twrite("orders", "orders.eu", b'{"n": 1}')
+    ts.twrite("orders", "orders.us", b'{"n": 2}')
+    assert primary.client().execute_command("WAIT", 1, 5000) == 1
+    wait_for(lambda: caught_up(primary.client(), r), what="the replica")
+    r.config_resetstat()
+    primary.client().config_resetstat()
+    assert [e.data for e in ts.tread("orders", first, 10)] == [b'{"n": 1}', b'{"n": 2}']
+    assert ts.dget("orders", seq=2).data == b'{"n": 2}'
+    assert ts.tinfo("orders").length == 2
+    ts.tread("orders", first, 1, group="g")  # a group read: on the primary
+    stats = r.info("commandstats")
+    assert stats["cmdstat_tread"]["calls"] == 1 and stats["cmdstat_dget"]["calls"] == 1
+    assert stats["cmdstat_tinfo"]["calls"] == 1
+    assert primary.client().info("commandstats")["cmdstat_tread"]["calls"] == 1
