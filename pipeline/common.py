@@ -54,6 +54,14 @@ class DataLossError(RuntimeError):
     """A query was to read offsets that were evicted first."""
 
 
+def loss_message(key: str, lo: int, hi: int, first: int) -> str:
+    return (f"tstream: offsets {lo} to {hi} of key {key!r} were evicted before the query read "
+            f"them (the stream's first offset is now {first}): some data may have been lost "
+            "(retention: TEVICT, BACKLOG, max_len, max_age_ms or max_msgs_per_subject removed it). "
+            "If you don't want your query to fail on such cases, set the source option "
+            "failOnDataLoss to false.")
+
+
 class MissingKeyError(RuntimeError):
     """A key to read does not exist (and ``allowMissing`` is not set)."""
 

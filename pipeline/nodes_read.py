@@ -15,6 +15,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
+from .common import DataLossError, loss_message
 from .offline import node_batch
 
 
@@ -50,9 +51,6 @@ def read_nodes(client, key: str, lo: int, hi: int, nodes_per_call: int = 16,
     and each call stands alone, so a read resumes where it was).  With
     ``fail_on_loss``, offsets of the range evicted before they were read raise
     :class:`DataLossError`."""
-    from .common import DataLossError
-    from .server_read import loss_message
-
     at = lo
     while at <= hi:
         reply = client.execute_command("TNODES", key, at, "COUNT", nodes_per_call, "MAXBYTES", max_bytes)

@@ -34,6 +34,7 @@ from .common import (
     OptionError,
     Options,
     batch_range,
+    loss_message,
     missing_key,
     no_key_matches,
     spec_for,
@@ -155,8 +156,6 @@ def _plan_key(data, path: str, crc: int, item, options: Options) -> list[Snapsho
     last = int(meta["next_offset"]) - 1
     starting = spec_for(options.starting, key, "earliest")
     if isinstance(starting, int) and starting < first and options.fail_on_data_loss:
-        from .server_read import loss_message
-
         ending = spec_for(options.ending, key, "latest")
         ending = last if ending == "latest" else ending
         raise DataLossError(loss_message(key, starting, min(ending, first - 1), first))

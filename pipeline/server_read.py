@@ -36,7 +36,7 @@ import pyarrow as pa
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .common import DataLossError, Options, backoff, connect, decode_tags, record_batch, rfc3339_to_times
+from .common import DataLossError, Options, backoff, connect, decode_tags, loss_message, record_batch, rfc3339_to_times
 from .nodes_read import read_nodes
 
 PREFETCH = 2  # requests in flight per task
@@ -45,13 +45,6 @@ PROBE = 4     # TREAD (no byte cap on the server): the first page's entries, to 
 # Replies that mean "this server or stream cannot serve DGET": fall back to TREAD.
 _NO_DGET = ("unknown command", "503")
 
-
-def loss_message(key: str, lo: int, hi: int, first: int) -> str:
-    return (f"tstream: offsets {lo} to {hi} of key {key!r} were evicted before the query read "
-            f"them (the stream's first offset is now {first}): some data may have been lost "
-            "(retention: TEVICT, BACKLOG, max_len, max_age_ms or max_msgs_per_subject removed it). "
-            "If you don't want your query to fail on such cases, set the source option "
-            "failOnDataLoss to false.")
 
 
 def read_range(options: Options, lo: int, hi: int, fail_on_loss: bool = False,

@@ -17,6 +17,7 @@ from .common import (
     batch_range,
     batch_rows,
     connect,
+    loss_message,
     missing_key,
     no_key_matches,
     node_entries,
@@ -27,7 +28,7 @@ from .common import (
     stream_info,
 )
 from .pushdown import Pushed, narrow, push, timestamp_options
-from .server_read import loss_message, read_range
+from .server_read import read_range
 
 
 class ServerRange(InputPartition):

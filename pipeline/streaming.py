@@ -43,6 +43,7 @@ from .common import (
     Options,
     batch_rows,
     connect,
+    loss_message,
     missing_key,
     no_key_matches,
     node_entries,
@@ -53,7 +54,7 @@ from .common import (
     stream_info,
 )
 from .pushdown import offset_at_time
-from .server_read import loss_message, read_range
+from .server_read import read_range
 
 
 class OffsetRange(InputPartition):
