@@ -9,7 +9,8 @@ Each shape is fed through ``ClientConnection.data_received`` on the fake
 transport of bench/hotpath.py (no sockets): its reads are run ``--small`` and
 ``--large`` times in two processes under callgrind, and the difference of the
 two totals divided by the difference of the counts is the cost of one read
-(start-up and warm-up cancel out).  Instructions are not time: cache and branch
+(start-up and warm-up cancel out; hash randomization is off, so that two
+runs lay their dicts out alike).  Instructions are not time: cache and branch
 misses are not counted (``--cache-sim`` in callgrind shows them), so a figure
 here backs a timing, it does not replace one (bench/before_after.py).
 
@@ -90,7 +91,8 @@ COLLECTED = re.compile(r"Collected : (\d+)")
 def count_instructions(python: str, shape: str, count: int) -> int:
     done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", python,
                            str(Path(__file__).resolve()), "--run", shape, str(count)],
-                          capture_output=True, text=True, check=True, cwd="/")
+                          capture_output=True, text=True, check=True, cwd="/",
+                          env=dict(os.environ, PYTHONHASHSEED="0"))  # the same dict layouts in every run
     match = COLLECTED.search(done.stderr)
     if match is None:
         raise SystemExit(f"no callgrind total for {shape}:\n{done.stderr[-2000:]}")
