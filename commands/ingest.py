@@ -31,7 +31,7 @@ from tstream.engine.ingest import MAX_FLOW, MAX_ID_LENGTH, Ingest
 from tstream.engine.subjects import index_of
 from tstream.resp import OK, encode, encode_error
 
-from .args import to_int
+from .args import to_int, to_nonnegative
 from .errors import CommandError, SyntaxErr, out_of_memory
 
 OK_BYTES = b"+OK\r\n"
@@ -143,25 +143,7 @@ def fast_batch(client, argv):  # noqa: C901 (one message of every kind: the rare
     else:
         subject, data = argv[4], argv[5]
         flow_arg, gap_arg = argv[7], argv[8]
-        i = 9
-        while i < n:
-            word = argv[i].lower()
-            if word == b"commit" and not commit:
-                commit = True
-                i += 1
-            elif word == b"expect_last_seq" and i + 1 < n and expect_last is None:
-                expect_last = _nonnegative(argv[i + 1], "EXPECT_LAST_SEQ")
-                i += 2
-            elif word == b"expect_last_subject_seq" and i + 1 < n and expect_subject is None:
-                expect_subject = _nonnegative(argv[i + 1], "EXPECT_LAST_SUBJECT_SEQ")
-                i += 2
-            elif word == b"msgid" and i + 1 < n and msgid is None:
-                msgid = argv[i + 1]
-                i += 2
-            elif word in (b"eob", b"ping"):
-                raise invalid_pattern("EOB and PING carry no message")
-            else:
-                raise SyntaxErr()
+        commit, expect_last, expect_subject, msgid = message_options(argv, 9, _not_a_fast_option)
     if not batch_id or len(batch_id) > MAX_ID_LENGTH:
         raise invalid_id()
     flow = _flow(flow_arg)
@@ -286,11 +268,36 @@ def _end(server, key: bytes, stream, batch, count: int, extra: dict | None = Non
     return reply
 
 
-def _nonnegative(arg: bytes, what: str) -> int:
-    value = to_int(arg)
-    if value < 0:
-        raise CommandError(f"ERR {what} must be positive or zero")
-    return value
+def message_options(argv: list, i: int, unknown) -> tuple[bool, int | None, int | None, bytes | None]:
+    """A BATCH message's options from ``argv[i]`` on, atomic or fast: ``(commit,
+    EXPECT_LAST_SEQ, EXPECT_LAST_SUBJECT_SEQ, MSGID)``, each given at most once;
+    ``unknown(word)`` raises the error for any other word."""
+    n = len(argv)
+    commit = False
+    expect_last = expect_subject = msgid = None
+    while i < n:
+        word = argv[i].lower()
+        if word == b"commit" and not commit:
+            commit = True
+            i += 1
+        elif word == b"expect_last_seq" and i + 1 < n and expect_last is None:
+            expect_last = to_nonnegative(argv[i + 1], "EXPECT_LAST_SEQ")
+            i += 2
+        elif word == b"expect_last_subject_seq" and i + 1 < n and expect_subject is None:
+            expect_subject = to_nonnegative(argv[i + 1], "EXPECT_LAST_SUBJECT_SEQ")
+            i += 2
+        elif word == b"msgid" and i + 1 < n and msgid is None:
+            msgid = argv[i + 1]
+            i += 2
+        else:
+            unknown(word)
+    return commit, expect_last, expect_subject, msgid
+
+
+def _not_a_fast_option(word: bytes) -> None:
+    if word in (b"eob", b"ping"):
+        raise invalid_pattern("EOB and PING carry no message")
+    raise SyntaxErr()
 
 
 def batch_run(client, argvs: list) -> bytes:

@@ -27,7 +27,7 @@ from tstream.resp import NULL_ARRAY, OK, Raw, encode_batched_message, encode_mes
 
 from .args import to_int
 from .errors import CommandError, SyntaxErr, out_of_memory
-from .ingest import fast_batch, invalid_pattern, is_fast
+from .ingest import fast_batch, invalid_pattern, is_fast, message_options
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # nats-server's default max_pending
 MULTI_LAST_LIMIT = 1024
@@ -503,23 +503,7 @@ def batch(client, argv):  # noqa: C901 (over the limit when it came in)
         subject = data = None
     else:
         subject, data = argv[4], argv[5]
-        i = 6
-        while i < n:
-            word = argv[i].lower()
-            if word == b"commit" and not commit:
-                commit = True
-                i += 1
-            elif word == b"expect_last_seq" and i + 1 < n and expect_last is None:
-                expect_last = _nonnegative(argv[i + 1], "EXPECT_LAST_SEQ")
-                i += 2
-            elif word == b"expect_last_subject_seq" and i + 1 < n and expect_subject is None:
-                expect_subject = _nonnegative(argv[i + 1], "EXPECT_LAST_SUBJECT_SEQ")
-                i += 2
-            elif word == b"msgid" and i + 1 < n and msgid is None:
-                msgid = argv[i + 1]
-                i += 2
-            else:
-                raise SyntaxErr()
+        commit, expect_last, expect_subject, msgid = message_options(argv, 6, _syntax_error)
 
     registry = server.batches
     stream = server.streams.get(key)
@@ -592,11 +576,8 @@ def batch(client, argv):  # noqa: C901 (over the limit when it came in)
 _MAX_FLAT = 2 * B.MAX_MESSAGES  # a batch's flat [subject, data, ...] list at its limit
 
 
-def _nonnegative(arg: bytes, what: str) -> int:
-    value = to_int(arg)
-    if value < 0:
-        raise CommandError(f"ERR {what} must be positive or zero")
-    return value
+def _syntax_error(word: bytes) -> None:
+    raise SyntaxErr()
 
 
 def _commit(server, current):
