@@ -213,9 +213,13 @@ def stages(n: int, rounds: int, namespace: str | None = None) -> dict[str, float
     burst = request(b"TWRITE", b"hp:run", b"tag", b"value") * 16
     parser = resp.RequestParser()
 
-    def parse_burst():
-        parser.feed(burst)
-        return parser.pull()
+    if hasattr(parser, "read_many"):  # a read of whole commands, parsed in one pass
+        def parse_burst():
+            return parser.read_many(burst)
+    else:
+        def parse_burst():
+            parser.feed(burst)
+            return parser.pull()
 
     commands = parse_burst()
     turn_end = bench.server.turn_end
