@@ -144,16 +144,14 @@ def _pub_ack(fields: dict) -> T.PubAck:
     return T.PubAck(fields["stream"], int(fields["seq"]), fields["batch"], int(fields["count"]))
 
 
-class FastPublisher:
-    """A fast-ingest batch on a ``redis.Redis`` (see the module docstring)."""
+class _Publisher:
+    """What the sync and asyncio publishers share: the batch's state, the pool."""
 
-    def __init__(self, redis_client: redis.Redis, key: Text, *, batch_id: Text | None = None, flow: int = 64,
+    def __init__(self, redis_client, key: Text, *, batch_id: Text | None = None, flow: int = 64,
                  gap: str = "fail", max_outstanding_acks: int = 2, reconnect_timeout: float = 30.0) -> None:
         self.state = _State(key, batch_id, flow, gap, max_outstanding_acks, reconnect_timeout)
         self.pool = redis_client.connection_pool
-        self.conn = self.pool.get_connection()
-
-    # --- the API ---------------------------------------------------------------------------
+        self.conn = None
 
     @property
     def batch_id(self) -> Text:
@@ -162,6 +160,16 @@ class FastPublisher:
     @property
     def ack_msgs(self) -> int:
         return self.state.ack_msgs
+
+
+class FastPublisher(_Publisher):
+    """A fast-ingest batch on a ``redis.Redis`` (see the module docstring)."""
+
+    def __init__(self, redis_client: redis.Redis, key: Text, **options) -> None:
+        super().__init__(redis_client, key, **options)
+        self.conn = self.pool.get_connection()
+
+    # --- the API ---------------------------------------------------------------------------
 
     def add(self, subject: Text, data: Text, *, expect_last_seq: int | None = None,
             expect_last_subject_seq: int | None = None, msgid: Text | None = None) -> FastPubAck:
@@ -294,22 +302,9 @@ class FastPublisher:
             self._drain()
 
 
-class AsyncFastPublisher:
-    """``FastPublisher`` on a ``redis.asyncio.Redis``: the same API, awaitable."""
-
-    def __init__(self, redis_client, key: Text, *, batch_id: Text | None = None, flow: int = 64,
-                 gap: str = "fail", max_outstanding_acks: int = 2, reconnect_timeout: float = 30.0) -> None:
-        self.state = _State(key, batch_id, flow, gap, max_outstanding_acks, reconnect_timeout)
-        self.pool = redis_client.connection_pool
-        self.conn = None
-
-    @property
-    def batch_id(self) -> Text:
-        return self.state.batch_id
-
-    @property
-    def ack_msgs(self) -> int:
-        return self.state.ack_msgs
+class AsyncFastPublisher(_Publisher):
+    """``FastPublisher`` on a ``redis.asyncio.Redis``: the same API, awaitable
+    (it connects on first use)."""
 
     async def _connection(self):
         if self.conn is None:
