@@ -42,11 +42,20 @@ APPROX_LIMIT = 100 * 100  # Redis's LIMIT for "~" trims: 100 x stream-node-max-e
 def parse_id(arg: bytes, missing_seq: int = 0, star: bool = False):
     """A strict id ``ms-seq`` or ``ms`` (seq ``missing_seq``); with ``star``,
     ``ms-*`` gives ``(ms, None)``.  Raises Redis's invalid-id error."""
+    ms_text, dash, seq_text = arg.partition(b"-")
+    if len(arg) < 42 and ms_text.isdigit() and (seq_text.isdigit() or not dash):  # "ms-seq" (isdigit: ASCII)
+        ms = int(ms_text)
+        seq = int(seq_text) if dash else missing_seq
+        if ms > _U64 or seq > _U64:
+            raise CommandError(INVALID_ID)
+        return ms, seq
     match = _ID.match(arg)
     if match is None:
         raise CommandError(INVALID_ID)
-    ms = int(match.group(1))
-    seq_text = match.group(2)
+    ms_text, seq_text = match.group(1), match.group(2)
+    if len(ms_text.lstrip(b"0")) > 20 or (seq_text is not None and len(seq_text.lstrip(b"0")) > 20):
+        raise CommandError(INVALID_ID)  # over 64 bits (and no int() of thousands of digits)
+    ms = int(ms_text)
     if seq_text == b"*":
         if not star:
             raise CommandError(INVALID_ID)

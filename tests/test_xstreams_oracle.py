@@ -50,6 +50,10 @@ FIXED = [
     ("XADD", "k", "1-1", "a", "1"), ("XADD", "k", "1-1", "a", "1"), ("XADD", "k", "0-0", "a", "1"),
     ("XADD", "k", "abc", "a", "1"), ("XADD", "k", "1-1", "a"), ("XADD", "k", "-1", "a", "1"),
     ("XADD", "k", "1-*", "a", "1"), ("XADD", "k", "*-1", "a", "1"), ("XADD", "k", "18446744073709551616", "a", "1"),
+    # ids with leading zeros (accepted) and with thousands of digits (refused, not a Python error)
+    ("XADD", "k", "0" * 50 + "1-1", "a", "1"), ("XADD", "k", "1-" + "0" * 45 + "2", "a", "1"),
+    ("XADD", "k", "9" * 5000, "a", "1"), ("XADD", "k", "1-" + "9" * 5000, "a", "1"),
+    ("XACK", "k", "g", "9" * 5000), ("XRANGE", "k", "0" * 50 + "1", "+"),
     ("XADD", "k", "MAXLEN", "abc", "5-*", "a", "1"), ("XADD", "k", "MAXLEN", "-1", "5-*", "a", "1"),
     ("XADD", "k", "LIMIT", "10", "5-*", "a", "1"), ("XADD", "k", "MAXLEN", "10", "LIMIT", "10", "5-*", "a", "1"),
     ("XADD", "k", "MAXLEN", "1", "MINID", "1", "6-*", "a", "1"), ("XADD", "k", "MAXLEN", "~", "10", "LIMIT", "10", "5-*", "a", "1"),
