@@ -18,7 +18,8 @@ Shapes: ``TWRITE k t v`` (one read per command), 16 ``TWRITE`` on one key and on
 16 keys in one read (``redis-benchmark -P 16``), ``XADD k * f v`` alone and 16
 in a read, and the consumer-group loop (``TREAD k - 10 GROUP g RETRY ...`` then
 ``TACK`` of the ten offsets, per iteration; the client's parsing of the reply,
-the same in both builds, is counted too).
+the same in both builds, is counted too), and its Redis Streams form
+(``XREADGROUP GROUP g c COUNT 10 STREAMS k >`` then ``XACK`` of the ten ids).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SHAPES = ("twrite", "twrite16_one_key", "twrite16_keys", "xadd", "xadd16", "group_loop")
+SHAPES = ("twrite", "twrite16_one_key", "twrite16_keys", "xadd", "xadd16", "group_loop", "xgroup_loop")
 
 
 def workload(shape: str, count: int) -> None:
@@ -62,6 +63,25 @@ def workload(shape: str, count: int) -> None:
                 reader.feed(b"".join(out))
                 out.clear()
                 feed(request(b"TACK", b"g:k", b"g", *(b"%d" % entry[0] for entry in reader.gets())))
+                turn_end()
+                out.clear()
+        elif shape == "xgroup_loop":
+            import hiredis
+            for _ in range(0, (count + 300) * 10, 16):
+                feed(request(b"XADD", b"x:k", b"*", b"field", b"x" * 100) * 16)
+                turn_end()
+            feed(request(b"XGROUP", b"CREATE", b"x:k", b"g", b"0"))
+            turn_end()
+            out.clear()
+            read = request(b"XREADGROUP", b"GROUP", b"g", b"c1", b"COUNT", b"10", b"STREAMS", b"x:k", b">")
+            reader = hiredis.Reader()
+
+            def step() -> None:
+                feed(read)
+                turn_end()
+                reader.feed(b"".join(out))
+                out.clear()
+                feed(request(b"XACK", b"x:k", b"g", *(entry[0] for entry in reader.gets()[0][1])))
                 turn_end()
                 out.clear()
         else:
