@@ -70,17 +70,21 @@ class Pending:
     __slots__ = ("offset", "deliveries", "retry_at", "expire_at", "retry_ms", "due_item", "exp_item",
                  "owner", "delivered_ms", "xid")
 
-    def __init__(self, offset: int, deliveries: int, retry_at: int, expire_at: int, retry_ms: int) -> None:
-        self.owner: bytes | None = None  # the X* consumer that owns it (engine/xgroups.py)
-        self.delivered_ms = 0  # when it was last delivered (X* groups)
-        self.xid: tuple[int, int] | None = None  # its Redis id (X* groups; kept once its entry is gone)
+    def __init__(self, offset: int, deliveries: int, retry_at: int, expire_at: int, retry_ms: int,
+                 owner: bytes | None = None, delivered_ms: int = 0,
+                 xid: tuple[int, int] | None = None) -> None:
+        self.owner = owner  # the X* consumer that owns it (engine/xgroups.py)
+        self.delivered_ms = delivered_ms  # when it was last delivered (X* groups)
+        self.xid = xid  # its Redis id (X* groups; kept once its entry is gone)
         self.offset = offset
         self.deliveries = deliveries
         self.retry_at = retry_at
         self.expire_at = expire_at
         self.retry_ms = retry_ms
-        self.due_item = (retry_at, offset)
-        self.exp_item = (expire_at, offset)
+        self.due_item = item = (retry_at, offset)
+        # One tuple serves both heaps when the times are equal (X* entries: never,
+        # never): an item is live by identity with *its heap's* attribute.
+        self.exp_item = item if expire_at == retry_at else (expire_at, offset)
 
     def __repr__(self) -> str:
         return (f"Pending({self.offset}, deliveries={self.deliveries}, retry_at={self.retry_at}, "
@@ -321,10 +325,10 @@ class Group:
             return [(o, x) for o, x in zip(offsets, xids)]  # out of order: one by one
         due, expiry = self._by_due, self._by_expiry
         for offset, xid in zip(offsets, xids):
-            pending = by_offset[offset] = Pending(offset, 1, never, never, 0)
-            pending.owner, pending.delivered_ms, pending.xid = owner, now_ms, xid
-            heappush(due, pending.due_item)
-            heappush(expiry, pending.exp_item)
+            pending = by_offset[offset] = Pending(offset, 1, never, never, 0, owner, now_ms, xid)
+            item = pending.due_item
+            heappush(due, item)
+            heappush(expiry, item)  # (the same tuple: exp_item is due_item when the times are equal)
         order += offsets
         return None
 
