@@ -403,3 +403,54 @@ def test_deleted_due_entry_is_dropped():
 
 def test_module_has_no_sortedcontainers():
     assert not hasattr(groups_mod, "SortedDict") and not hasattr(groups_mod, "SortedList")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_redis_streams_deliveries_keep_the_indexes_right(seed, monkeypatch):
+    """X* deliveries (engine/xgroups.deliver: owned pending entries that are
+    never due, made in one batch) mixed with TREAD group reads, acks, claims,
+    evictions and snapshot round trips: ``_check()`` holds after every step,
+    every X* pending entry is a Pending owned by its reader, and an exported
+    and re-imported group has the same pending list."""
+    from tstream.engine import xgroups
+    from tstream.engine.groups import NEVER
+
+    monkeypatch.setattr(groups_mod, "SLACK", seed)  # small: compactions all the time
+    rng = random.Random(seed)
+    stream = Stream()
+    group = xgroups.create(stream, b"g", (0, 0))
+    stream.groups[b"g"] = group
+    now = 1_000
+    for _ in range(1200):
+        now += rng.randrange(0, 20)
+        r = rng.random()
+        if r < 0.3:
+            stream.append_many([b"t", b"x%d" % stream.next_offset] * rng.randrange(1, 8), T0 + now * 1_000_000)
+        elif r < 0.55:
+            owner = xgroups.consumer(group, b"c%d" % rng.randrange(3), now)
+            rows, ids = xgroups.deliver(stream, group, owner, rng.randrange(1, 12), now, rng.random() < 0.1)
+            assert len(rows) == len(ids)
+            for row in rows:
+                pending = group.pending_get(row[0])
+                assert pending is None or (pending.__class__ is groups_mod.Pending and pending.owner == owner.name
+                                           and pending.retry_at == pending.expire_at == NEVER)
+        elif r < 0.65:
+            group.read(stream, rng.randrange(1, 6), now, (rng.randrange(0, 50), rng.randrange(50, 500)), 10_000)
+        elif r < 0.8:
+            pending = group.pending_offsets()
+            if pending:
+                group.ack(rng.sample(pending, rng.randrange(1, min(len(pending), 6) + 1)))
+        elif r < 0.88:
+            pending = group.pending_offsets()
+            if pending:
+                owner = xgroups.consumer(group, b"c%d" % rng.randrange(3), now)
+                xgroups.take_pending(stream, group, rng.choice(pending), owner, now, rng.randrange(1, 4))
+        elif r < 0.93:
+            if stream.next_offset > stream.first:
+                stream.evict_through(stream.first + rng.randrange(0, 4) - 1)
+                group.purge(stream, now)
+        else:
+            state = group.export_state()
+            again = Group.from_state(state)
+            assert again.export_state()["pending"] == state["pending"]
+        group._check(stream)
