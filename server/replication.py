@@ -226,9 +226,42 @@ class Replication:
 
     # --- lifecycle ------------------------------------------------------------------
 
+    def snapshot_aux(self) -> dict:
+        """The aux fields of a snapshot of the keyspace as it is now (Redis's
+        repl-id / repl-offset): the offset of the stream the data stands for,
+        when that offset counts every change (a backlog exists), else {}."""
+        self.flush()  # (this turn's records are in the data: on the stream too)
+        if self.backlog is None or self.sync_in_progress:
+            return {}
+        return {"repl-id": self.replid, "repl-offset": self.offset}
+
+    def restore(self, fields: dict | None) -> None:
+        """The replication id and offset the loaded data stands for (a snapshot's
+        aux fields), as Redis 7 restores them: a replica offers them in PSYNC
+        (+CONTINUE when its primary's backlog still covers them); a primary keeps
+        them as its second id (as a promotion does, so a history is never
+        continued twice from one file) with an empty backlog at that offset, so
+        its replicas continue with +CONTINUE."""
+        try:
+            replid, offset = str(fields["repl-id"]), int(fields["repl-offset"])
+        except (TypeError, KeyError, ValueError):
+            return
+        if len(replid) != 40 or offset < 0:
+            return
+        self.replid, self.offset = replid, offset
+        if self.server.config["replicaof"]:
+            self._ensure_backlog_replica()
+            log.info("replication id and offset restored from disk: %s %d", replid, offset)
+        else:
+            self._shift_replid()
+            self._ensure_backlog()
+            log.info("replication id and offset restored from disk: %s %d (kept as replid2; new replid %s)",
+                     replid, offset, self.replid)
+
     def start(self) -> None:
         """Called once the server serves: the timer, and config ``replicaof``."""
         self._tick = asyncio.get_running_loop().call_later(TICK, self._cron)
+        self.restore(self.server.persistence.loaded_repl)
         target = self.server.config["replicaof"]
         if target:
             host, port = target.split()
@@ -595,12 +628,11 @@ class Replication:
         await call("REPLCONF", "listening-port", str(self.server.port))
         await call("REPLCONF", "capa", "eof", "capa", "psync2")
         # (a history of our own, or our last primary's, may continue: else "? -1")
-        cached = (self.replid, self.offset + 1) if self.offset or self.sync_count else ("?", -1)
+        cached = (self.replid, self.offset + 1) if self.offset or self.sync_count or self.backlog is not None else ("?", -1)
         reply = await call("PSYNC", cached[0], str(cached[1]))
         return reply
 
     async def _full_sync(self, reader, reply: bytes) -> None:
-        config = self.server.config
         _, replid, offset = reply.decode().split()
         self.link_state = "sync"
         self.sync_in_progress = True
@@ -612,10 +644,7 @@ class Replication:
             raise ValueError(f"bad snapshot header from the primary: {header[:40]!r}")
         size = int(header[1:].strip())
         data = await reader.readexactly(size)
-        self._load(data)
-        self.replid, self.replid2, self.second_offset = replid, "0" * 40, -1
-        self.offset = int(offset)
-        self.backlog = Backlog(config["repl-backlog-size"], self.offset)
+        self._load(data, replid, int(offset))
         self.sync_count += 1
         self.sync_in_progress = False
 
@@ -623,8 +652,9 @@ class Replication:
         if self.backlog is None:
             self.backlog = Backlog(self.server.config["repl-backlog-size"], self.offset)
 
-    def _load(self, data: bytes) -> None:
-        """A full resync's snapshot replaces the keyspace."""
+    def _load(self, data: bytes, replid: str, offset: int) -> None:
+        """A full resync's snapshot replaces the keyspace (of the stream ``replid``
+        at ``offset``)."""
         if not data.startswith(snapshot.FILE_MAGIC):
             raise ValueError("the primary sent a snapshot that is not a tstream snapshot "
                              f"(starts with {data[:9]!r}): is it a tstream server?")
@@ -641,6 +671,11 @@ class Replication:
         for key, stream in streams.items():
             keyspace.put(key, stream)
         server.dirty += len(streams)
+        # (set before the AOF rewrite below captures: its base's aux fields)
+        self.replid, self.replid2, self.second_offset = replid, "0" * 40, -1
+        self.offset = offset
+        self.backlog = Backlog(server.config["repl-backlog-size"], offset)
+        self.sync_in_progress = False
         self._disconnect_replicas()  # they follow the new history from scratch
         persistence = server.persistence
         if persistence.file is not None:  # the AOF restarts from the loaded data

@@ -491,3 +491,75 @@ def test_the_typed_client_reads_from_replicas(pair):
     assert stats["cmdstat_tread"]["calls"] == 1 and stats["cmdstat_dget"]["calls"] == 1
     assert stats["cmdstat_tinfo"]["calls"] == 1
     assert primary.client().info("commandstats")["cmdstat_tread"]["calls"] == 1
+
+
+def test_a_replica_restarted_on_its_snapshot_continues(pair):
+    """A clean shutdown saves a snapshot holding the replication id and offset
+    (aux fields, as Redis 7's RDB): restarted on it, the replica resumes with
+    +CONTINUE, not a full resync."""
+    primary = pair()
+    p = primary.client()
+    fill(p, 80)
+    replica = pair("--save", "3600 1", "--replicaof", f"127.0.0.1 {primary.port}")
+    r = replica.client()
+    wait_for(lambda: linked(r), what="the link")
+    sync(p, r)
+    replid = info(p)["master_replid"]
+    assert replica.stop() == 0  # SIGTERM: the final snapshot, aux fields included
+    fields = {}
+    from tstream.persistence import snapshot
+    snapshot.load_file(str(replica.dir / "dump.tsr"), aux=fields)
+    assert fields["repl-id"] == replid and fields["repl-offset"] == info(p)["master_repl_offset"]
+    fill(p, 30, groups=False)  # while it is down: within the backlog
+    replica.start()
+    r = replica.client()
+    wait_for(lambda: info(p, "stats")["sync_partial_ok"] == 1, what="a partial resync")
+    sync(p, r)
+    assert info(p, "stats")["sync_full"] == 1
+    assert state(r) == state(p)
+    assert "restored from disk" in replica.output()
+
+
+def test_a_primary_restarted_on_its_snapshot_keeps_its_replicas(pair):
+    """The primary's own restart: its old replid becomes its replid2 at the saved
+    offset, so the replica continues (+CONTINUE) and follows the new id."""
+    primary = pair("--save", "3600 1")
+    p = primary.client()
+    fill(p, 80)
+    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
+    r = replica.client()
+    wait_for(lambda: linked(r), what="the link")
+    sync(p, r)
+    old = info(p)
+    assert primary.stop() == 0
+    primary.start()
+    p = primary.client()
+    restarted = info(p)
+    assert restarted["master_replid2"] == old["master_replid"]
+    assert restarted["master_repl_offset"] == old["master_repl_offset"]
+    wait_for(lambda: info(p, "stats")["sync_partial_ok"] == 1, what="a partial resync")
+    fill(p, 20, groups=False)
+    sync(p, r)
+    assert info(p, "stats")["sync_full"] == 0
+    assert info(r)["master_replid"] == restarted["master_replid"]
+    assert state(r) == state(p)
+
+
+def test_a_replica_with_an_aof_continues_after_a_clean_restart(pair):
+    """With appendonly the data comes from the AOF: the final snapshot's aux fields
+    say where the AOF ended when it was saved, so they apply when it still does."""
+    primary = pair()
+    p = primary.client()
+    fill(p, 60)
+    replica = pair("--save", "3600 1", "--appendonly", "yes", "--replicaof", f"127.0.0.1 {primary.port}")
+    r = replica.client()
+    wait_for(lambda: linked(r), what="the link")
+    fill(p, 30, groups=False)  # records in the replica's AOF after its base
+    sync(p, r)
+    assert replica.stop() == 0
+    replica.start()
+    r = replica.client()
+    wait_for(lambda: info(p, "stats")["sync_partial_ok"] == 1, what="a partial resync")
+    sync(p, r)
+    assert info(p, "stats")["sync_full"] == 1
+    assert state(r) == state(p)
