@@ -94,13 +94,41 @@ class Replica:
         self.ack = 0  # the offset the replica acknowledged
         self.ack_time = time.monotonic()
         self.waiting: list[bytes] | None = []  # the stream logged while its snapshot is made
+        self.waiting_bytes = 0
         self.start = 0  # the stream offset its snapshot stands for
+        self.written = 0  # bytes handed to the transport
+        self.bulk_end = 0  # ``written`` at the end of its snapshot (not counted by the limits)
+        self.soft_since = 0.0  # since when its output is over the soft limit
 
     def write(self, data: bytes) -> None:
         transport = self.client.transport
         if transport is not None and not transport.is_closing():
             self.client.net_out += len(data)
+            self.written += len(data)
             transport.write(data)
+
+    def output(self) -> int:
+        """The stream held for it, as Redis's replica output buffer: unsent bytes
+        after its snapshot, plus what waits for the snapshot to be sent."""
+        transport = self.client.transport
+        size = transport.get_write_buffer_size() if transport is not None else 0
+        return min(size, self.written - self.bulk_end) + self.waiting_bytes
+
+    def over_limit(self, limits: tuple[int, int, int], now: float) -> int:
+        """The size of its output when it passes ``client-output-buffer-limit
+        replica`` (hard, or soft for longer than its seconds), else 0."""
+        hard, soft, seconds = limits
+        size = self.output()
+        if hard and size > hard:
+            return size
+        if soft and size > soft:
+            if not self.soft_since:
+                self.soft_since = now
+            elif now - self.soft_since > seconds:
+                return size
+        else:
+            self.soft_since = 0.0
+        return 0
 
 
 class Waiter:
@@ -190,11 +218,20 @@ class Replication:
         self.backlog.add(data)
         self.offset = self.backlog.end
         online = False
+        over = None
         for replica in self.replicas:
             if replica.waiting is not None:
                 replica.waiting.append(data)
+                replica.waiting_bytes += len(data)
+                hard = self.server.config["client-output-buffer-limit"].replica[0]
+                if hard and replica.waiting_bytes > hard:
+                    over = over or []
+                    over.append(replica)
             else:
                 online = True
+        if over:
+            for replica in over:
+                self._over_limit(replica, replica.output())
         if online:
             # Sent within SEND_DELAY: one write per replica for many loop turns (a
             # write per turn cost a quarter of an unpipelined writer's throughput).
@@ -211,9 +248,21 @@ class Replication:
             return
         data = b"".join(self.unsent)
         self.unsent.clear()
-        for replica in self.replicas:
+        limits = self.server.config["client-output-buffer-limit"].replica
+        now = time.monotonic()
+        for replica in list(self.replicas):
             if replica.waiting is None:
                 replica.write(data)
+                if size := replica.over_limit(limits, now):
+                    self._over_limit(replica, size)
+
+    def _over_limit(self, replica: Replica, size: int) -> None:
+        """A replica that does not keep up is let go (it resyncs when it comes
+        back): the primary's memory never grows without bound for it."""
+        log.warning("closing replica %s:%d: %d bytes of replication stream not sent are over "
+                    "client-output-buffer-limit replica", replica.ip, replica.port, size)
+        replica.client.kill()
+        self.forget(replica.client)
 
     def _control(self, kind: int) -> None:
         self.flush()
@@ -298,8 +347,11 @@ class Replication:
         if self.syncs and not self.job_running:
             self._start_snapshot()
         timeout = self.server.config["repl-timeout"]
+        limits = self.server.config["client-output-buffer-limit"].replica
         for replica in list(self.replicas):
-            if replica.state == "online" and now - replica.ack_time > timeout:
+            if size := replica.over_limit(limits, now):  # (the soft limit's time: it may get no more writes)
+                self._over_limit(replica, size)
+            elif replica.state == "online" and now - replica.ack_time > timeout:
                 log.warning("replica %s:%d timed out (no ACK for %d s): disconnecting", replica.ip, replica.port,
                             timeout)
                 replica.client.kill()
@@ -421,9 +473,11 @@ class Replication:
                 continue
             replica.write(b"$%d\r\n" % len(data))
             replica.write(data)
+            replica.bulk_end = replica.written
             for chunk in replica.waiting or ():
                 replica.write(chunk)
             replica.waiting = None
+            replica.waiting_bytes = 0
             replica.state = "online"
             replica.ack_time = time.monotonic()
             log.info("Synchronization with replica %s:%d succeeded", replica.ip, replica.port)

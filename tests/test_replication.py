@@ -563,3 +563,55 @@ def test_a_replica_with_an_aof_continues_after_a_clean_restart(pair):
     sync(p, r)
     assert info(p, "stats")["sync_full"] == 1
     assert state(r) == state(p)
+
+
+def _write_mb(p: redis.Redis, mb: int, key: str = "big") -> None:
+    payload = "y" * 10_000
+    for _ in range(mb):
+        pipe = p.pipeline(transaction=False)
+        for _ in range(100):
+            pipe.execute_command("TWRITE", key, "t", payload)
+        pipe.execute()
+
+
+def test_a_replica_that_stops_reading_is_let_go(pair):
+    """client-output-buffer-limit replica <hard>: a replica connection that never
+    reads (a raw socket that asked PSYNC) is closed once the stream held for it
+    passes the hard limit, instead of the primary's memory growing."""
+    primary = pair("--client-output-buffer-limit", "normal 0 0 0 replica 2mb 0 0")
+    p = primary.client()
+    assert p.config_get("client-output-buffer-limit")["client-output-buffer-limit"] == \
+        "normal 0 0 0 slave 2097152 0 0 pubsub 33554432 8388608 60"
+    with socket.create_connection(("127.0.0.1", primary.port), timeout=10) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        sock.sendall(_encode(["REPLCONF", "listening-port", "1"]) + _encode(["PSYNC", "?", "-1"]))
+        wait_for(lambda: info(p)["connected_slaves"] == 1 and info(p)["slave0"]["state"] == "online",
+                 what="the raw replica online")
+        _write_mb(p, 30)  # never read: kernel buffers fill, then the primary's
+        wait_for(lambda: info(p)["connected_slaves"] == 0, what="the replica let go")
+    assert "over client-output-buffer-limit replica" in primary.output()
+    assert p.execute_command("TWRITE", "log", "t", "still serving") >= 1
+
+
+def test_a_stalled_replica_is_let_go_then_resyncs(pair):
+    """The soft limit (over it for longer than its seconds): a replica process that
+    stalls (SIGSTOP) is disconnected; resumed, it resyncs in full and converges."""
+    import signal
+    primary = pair("--client-output-buffer-limit", "normal 0 0 0 replica 0 1mb 1")
+    p = primary.client()
+    fill(p, 20)
+    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
+    r = replica.client()
+    wait_for(lambda: linked(r), what="the link")
+    sync(p, r)
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        _write_mb(p, 20)
+        wait_for(lambda: info(p)["connected_slaves"] == 0, what="the replica let go")
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+    wait_for(lambda: info(p, "stats")["sync_full"] == 2, what="a full resync", timeout=30)
+    sync(p, r)
+    assert state(r) == state(p)
+    assert r.execute_command("TINFO", "big")[b"length"] == 2000
+    assert "over client-output-buffer-limit replica" in primary.output()
