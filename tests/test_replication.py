@@ -615,3 +615,49 @@ def test_a_stalled_replica_is_let_go_then_resyncs(pair):
     assert state(r) == state(p)
     assert r.execute_command("TINFO", "big")[b"length"] == 2000
     assert "over client-output-buffer-limit replica" in primary.output()
+
+
+def test_the_async_typed_client_spreads_reads_over_two_replicas(pair):
+    """AsyncTStream with two replicas: plain reads (TREAD without GROUP, DGET,
+    MLAST, TINFO) alternate between them; writes and group reads stay on the
+    primary; each replica answers what the primary would."""
+    import asyncio
+
+    import redis.asyncio as aioredis
+
+    from tstream.client import AsyncTStream
+
+    primary = pair()
+    replicas = [pair("--replicaof", f"127.0.0.1 {primary.port}") for _ in range(2)]
+    for proc in replicas:
+        wait_for(lambda proc=proc: linked(proc.client()), what="the link")
+
+    async def run() -> None:
+        clients = [aioredis.Redis(port=proc.port) for proc in (primary, *replicas)]
+        try:
+            ts = AsyncTStream(clients[0], replicas=clients[1:])
+            first = await ts.twrite("orders", "orders.eu", b"a")
+            await ts.twrite("orders", "orders.us", b"b")
+            assert await clients[0].execute_command("WAIT", 2, 5000) == 2
+            for proc in replicas:
+                wait_for(lambda proc=proc: caught_up(primary.client(), proc.client()), what="the replica")
+                proc.client().config_resetstat()
+            primary.client().config_resetstat()
+            for _ in range(2):
+                assert [e.data for e in await ts.tread("orders", first, 10)] == [b"a", b"b"]
+                assert (await ts.dget("orders", seq=2)).data == b"b"
+                assert [m.data for m in await ts.mlast("orders", "orders.>")] == [b"a", b"b"]
+                assert (await ts.tinfo("orders")).length == 2
+            await ts.tread("orders", first, 1, group="g")
+        finally:
+            for c in clients:
+                await c.aclose()
+
+    asyncio.run(run())
+    names = ("tread", "dget", "mlast", "tinfo")
+    calls = [{name: s.get(f"cmdstat_{name}", {"calls": 0})["calls"] for name in names}
+             for s in (proc.client().info("commandstats") for proc in replicas)]
+    assert [sum(c.values()) for c in calls] == [4, 4]  # in turn: half of the 8 reads each
+    assert [calls[0][name] + calls[1][name] for name in names] == [2, 2, 2, 2]
+    stats = primary.client().info("commandstats")
+    assert stats["cmdstat_tread"]["calls"] == 1 and "cmdstat_dget" not in stats
