@@ -205,6 +205,7 @@ OPTIONS: dict[str, Option] = {
     "replica-priority": Option("100", lambda t: parse_int(t, 0), True, "Sentinel promotes the replica with the lowest priority first (0: never)"),
     "repl-backlog-size": Option("1mb", lambda t: max(parse_memory(t), 16384), True, "bytes of the replication stream kept for partial resyncs"),
     "repl-ping-replica-period": Option("10", lambda t: parse_int(t, 1), True, "seconds between the primary's PINGs in the replication stream"),
+    "repl-diskless-sync": Option("no", parse_bool, True, "yes: a full resync's snapshot is made in memory and sent from there, never written to the primary's disk"),
     "repl-timeout": Option("60", lambda t: parse_int(t, 1), True, "seconds without data (replica) or ACK (primary) before a replication link is dropped"),
     "min-replicas-to-write": Option("0", lambda t: parse_int(t, 0), True, "refuse writes (-NOREPLICAS) with fewer good replicas than this (0: off)"),
     "min-replicas-max-lag": Option("10", lambda t: parse_int(t, 0), True, "a replica is good while its last ACK is at most this many seconds old"),

@@ -32,6 +32,7 @@ import os
 import time
 
 from tstream.persistence import effects, snapshot
+from tstream.persistence.fileops import FileOps
 from tstream.persistence.framing import HEADER, PersistenceError, TornTail, iter_frames, pack, unpack
 from tstream.resp import encode, encode_integer
 
@@ -441,17 +442,29 @@ class Replication:
             replica.write(f"+FULLRESYNC {self.replid} {replica.start}\r\n".encode())
         path = os.path.join(self.server.persistence.dir, f"temp-repl-{os.getpid()}-{time.monotonic_ns()}.tsr")
         self.job_running = True
-        future = SnapshotJob(self.server, path, self.server.persistence.file_ops).start()
+        diskless = self.server.config["repl-diskless-sync"]
+        ops = _InMemory() if diskless else self.server.persistence.file_ops
+        future = SnapshotJob(self.server, path, ops).start()
+        log.info("Starting BGSAVE for SYNC with target: %s", "replicas sockets (in memory, diskless)" if diskless
+                 else "disk")
 
         def done(fut: asyncio.Future) -> None:
             self.job_running = False
             if fut.exception() is not None:
                 log.error("snapshot for replicas failed: %s", fut.exception())
-                _unlink(path)
+                if not diskless:
+                    _unlink(path)
                 self._sync_failed(syncs)
                 return
+            loop = asyncio.get_running_loop()
+            if diskless:
+                read = loop.create_future()
+                read.set_result(ops.result)
+                ops.result = None
+                self._send_snapshot(syncs, read)
+                return
             # (read by a thread: a big snapshot would hold the loop)
-            read = asyncio.get_running_loop().run_in_executor(None, _read_and_unlink, path)
+            read = loop.run_in_executor(None, _read_and_unlink, path)
             read.add_done_callback(lambda f: self._send_snapshot(syncs, f))
 
         future.add_done_callback(done)
@@ -863,6 +876,42 @@ class Replication:
         return [b"master", self.offset,
                 [[r.ip.encode(), str(r.port).encode(), str(r.ack).encode()] for r in self.replicas
                  if r.state == "online"]]
+
+
+class _InMemory(FileOps):
+    """The file operations of a snapshot made in memory (repl-diskless-sync):
+    what ``persistence.snapshot.write`` writes lands in ``result`` when it
+    "renames" its temp file; nothing touches the disk."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.result: bytearray | None = None
+
+    def open(self, path: str, flags: int, mode: int = 0o644, step: str = "open") -> int:
+        self.data = bytearray()
+        return -1
+
+    def write(self, fd: int, data, step: str = "write") -> int:
+        self.data += data
+        return len(data)
+
+    def fsync(self, fd: int, step: str = "fsync") -> None:
+        pass
+
+    def truncate(self, fd: int, size: int) -> None:
+        del self.data[size:]
+
+    def close(self, fd: int) -> None:
+        pass
+
+    def rename(self, source: str, target: str, step: str = "rename") -> None:
+        self.result, self.data = self.data, bytearray()
+
+    def unlink(self, path: str) -> None:
+        pass
+
+    def fsync_directory(self, directory: str) -> None:
+        pass
 
 
 def _frame_end(data) -> int:

@@ -7,6 +7,7 @@ of itself, of a redis-server, with the wrong masterauth."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -661,3 +662,27 @@ def test_the_async_typed_client_spreads_reads_over_two_replicas(pair):
     assert [calls[0][name] + calls[1][name] for name in names] == [2, 2, 2, 2]
     stats = primary.client().info("commandstats")
     assert stats["cmdstat_tread"]["calls"] == 1 and "cmdstat_dget" not in stats
+
+
+def test_diskless_sync_sends_a_snapshot_made_in_memory(pair):
+    """repl-diskless-sync yes: the full resync's snapshot is made in memory (no
+    temp file in the primary's dir), and the replica ends with the same data."""
+    primary = pair("--repl-diskless-sync", "yes")
+    p = primary.client()
+    fill(p, 200)
+    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
+    r = replica.client()
+    wait_for(lambda: linked(r), what="the link")
+    fill(p, 20, groups=False)
+    sync(p, r)
+    assert state(r) == state(p)
+    assert "in memory, diskless" in primary.output()
+    assert not [name for name in os.listdir(primary.dir) if name.startswith("temp-")]
+    p.config_set("repl-diskless-sync", "no")
+    r.execute_command("REPLICAOF", "NO", "ONE")  # (a new replid: it comes back with a full resync)
+    p.execute_command("TWRITE", "log", "t", "while away")
+    r.execute_command("REPLICAOF", "127.0.0.1", primary.port)
+    wait_for(lambda: info(p, "stats")["sync_full"] == 2, what="a second full resync")
+    sync(p, r)
+    assert state(r) == state(p)
+    assert "target: disk" in primary.output()
