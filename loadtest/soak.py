@@ -136,10 +136,10 @@ def worker(role: str, port: int, t0: float, duration: float, interval: float, ou
 
 # --- the server -----------------------------------------------------------------------
 
-def start_server(directory: str, port: int) -> subprocess.Popen:
+def start_server(directory: str, port: int, *extra: str) -> subprocess.Popen:
     command = [sys.executable, "-m", "tstream.server", "--port", str(port), "--dir", directory,
                "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
-               "--auto-aof-rewrite-min-size", "32mb", "--latency-monitor-threshold", "5"]
+               "--auto-aof-rewrite-min-size", "32mb", "--latency-monitor-threshold", "5", *extra]
     log = open(os.path.join(directory, "server.log"), "ab")
     proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 20
@@ -185,14 +185,60 @@ def server_figures(r: redis.Redis, load: Workload) -> dict:
         except redis.ResponseError:
             pass
     return {"used_memory": int(info["used_memory"]), "entries_held": held, "pending": pending,
-            "aof_size": int(info.get("aof_current_size", 0)), "server_ops": int(info["instantaneous_ops_per_sec"])}
+            "aof_size": int(info.get("aof_current_size", 0)), "server_ops": int(info["instantaneous_ops_per_sec"]),
+            "repl_offset": int(info.get("master_repl_offset", 0))}
+
+
+def replica_lag(primary_offset: int, replicas: list[redis.Redis]) -> int:
+    """The largest replica lag in bytes of replication stream (the primary's
+    offset, sampled first, minus each replica's), -1 for a replica not linked."""
+    worst = 0
+    for r in replicas:
+        info = r.info("replication")
+        if info.get("master_link_status") != "up":
+            return -1
+        worst = max(worst, primary_offset - int(info["slave_repl_offset"]))
+    return worst
+
+
+def replica_state(r: redis.Redis, load: Workload) -> dict:
+    """What must be equal on the primary and a replica once it caught up."""
+    state = {}
+    for key in [*load.orders, load.events, load.kv]:
+        try:
+            tinfo = r.execute_command("TINFO", key)
+        except redis.ResponseError:
+            continue
+        if isinstance(tinfo, list):
+            tinfo = dict(zip(tinfo[::2], tinfo[1::2]))
+        state[key] = {k: v for k, v in tinfo.items() if k != b"bytes"}  # (bytes: memory, not data)
+        if key in load.orders:
+            state[key, "groups"] = r.execute_command("TINFO", key, "GROUPS")
+    return state
+
+
+def converge(admin: redis.Redis, replicas: list[redis.Redis], load: Workload, timeout: float = 60.0) -> dict:
+    """After the load: wait until every replica acked the primary's offset, then
+    compare what each holds with the primary."""
+    started = time.monotonic()
+    target = int(admin.info("replication")["master_repl_offset"])
+    caught = False
+    while time.monotonic() - started < timeout:
+        if replica_lag(target, replicas) == 0:
+            caught = True
+            break
+        time.sleep(0.05)
+    seconds = time.monotonic() - started
+    expected = replica_state(admin, load)
+    equal = caught and all(replica_state(r, load) == expected for r in replicas)
+    return {"caught_up": caught, "seconds": seconds, "equal": equal, "offset": target}
 
 
 # --- the run --------------------------------------------------------------------------
 
 COLUMNS = ["elapsed_s", "rss_mb", "rss_hwm_mb", "used_memory_mb", "entries_held", "group_pending",
            "aof_mb", "commands", "commands_per_s", "single_p50_ms", "single_p99_ms", "single_max_ms",
-           "all_p99_ms", "errors"]
+           "all_p99_ms", "errors", "replica_lag_kb"]
 
 
 def main(argv: list[str] | None = None) -> int:  # noqa: C901 (over the limit when it came in)
@@ -204,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (over the limit wh
                              "loadtest/runs/soak-<time>/; loadtest/results updates the committed ones)")
     parser.add_argument("--keep-dir", action="store_true", help="keep the server's data directory")
     parser.add_argument("--render-only", action="store_true", help="redraw soak.png from soak.csv, run nothing")
+    parser.add_argument("--no-render", action="store_true", help="no soak.png (matplotlib not needed)")
+    parser.add_argument("--replicas", type=int, default=2,
+                        help="replicas of the server (default 2): their lag is recorded, and after the "
+                             "load they must catch up and hold what the primary holds")
     args = parser.parse_args(argv)
 
     if args.out is None and args.render_only:
@@ -219,6 +269,14 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (over the limit wh
     directory = tempfile.mkdtemp(prefix="tstream-soak-")
     port = free_port()
     server = start_server(directory, port)
+    replica_procs: list[subprocess.Popen] = []
+    replicas: list[redis.Redis] = []
+    for i in range(args.replicas):
+        replica_dir = os.path.join(directory, f"replica{i}")
+        os.mkdir(replica_dir)
+        replica_port = free_port()
+        replica_procs.append(start_server(replica_dir, replica_port, "--replicaof", f"127.0.0.1 {port}"))
+        replicas.append(redis.Redis(port=replica_port, socket_timeout=10))
     admin = redis.Redis(port=port, socket_timeout=10)
     Workload(lambda name, *argv: admin.execute_command(*argv), prefix="soak").setup()
     probe = Workload(lambda *a: None, prefix="soak")
@@ -230,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (over the limit wh
                          name=f"soak-{role}", daemon=True) for role in ROLES]
     for proc in procs:
         proc.start()
-    print(f"soak: server pid {server.pid} port {port} dir {directory}; {len(procs)} load processes, "
-          f"{args.duration:.0f} s, a row every {args.interval:.0f} s", flush=True)
+    print(f"soak: server pid {server.pid} port {port} dir {directory}; {len(replicas)} replicas; "
+          f"{len(procs)} load processes, {args.duration:.0f} s, a row every {args.interval:.0f} s", flush=True)
 
     windows: dict[int, dict] = defaultdict(lambda: {"lat": defaultdict(lambda: array("d")), "errors": defaultdict(int), "roles": set()})
     totals: dict[str, array] = defaultdict(lambda: array("d"))
@@ -251,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (over the limit wh
     def take_sample(window: int) -> None:
         figures = proc_status(server.pid)
         figures.update(server_figures(admin, probe))
+        if replicas:
+            figures["replica_lag"] = replica_lag(figures["repl_offset"], replicas)
         samples[window] = figures
 
     def flush_rows(final: bool) -> None:
@@ -277,12 +337,16 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (over the limit wh
                 "single_max_ms": round(single[-1], 3) if single else "",
                 "all_p99_ms": round(percentile(nonblocking, 0.99), 3),
                 "errors": sum(w["errors"].values()),
+                # (-1: a replica's link was down at the sample)
+                "replica_lag_kb": (round(sample["replica_lag"] / 1024, 1) if sample.get("replica_lag", -1) >= 0
+                                   else (-1.0 if "replica_lag" in sample else "")),
             }
             rows.append(row)
             writer.writerow(row)
             handle.flush()
             print("  ".join(f"{k}={row[k]}" for k in ("elapsed_s", "rss_mb", "entries_held", "commands_per_s",
-                                                       "single_p50_ms", "single_p99_ms", "all_p99_ms", "errors")),
+                                                       "single_p50_ms", "single_p99_ms", "all_p99_ms", "errors",
+                                                       "replica_lag_kb")),
                   flush=True)
             next_row += 1
 
@@ -333,6 +397,19 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (over the limit wh
             if proc.is_alive():
                 proc.terminate()
         latency_events = []
+        convergence = None
+        if replicas and server.poll() is None:
+            try:
+                convergence = converge(admin, replicas, probe)
+            except redis.RedisError as exc:
+                convergence = {"caught_up": False, "seconds": 0.0, "equal": False, "offset": 0, "error": str(exc)}
+        for replica in replica_procs:
+            if replica.poll() is None:
+                replica.send_signal(signal.SIGTERM)
+                try:
+                    replica.wait(30)
+                except subprocess.TimeoutExpired:
+                    replica.kill()
         if server.poll() is None:
             try:
                 latency_events = admin.execute_command("LATENCY", "LATEST")
@@ -347,12 +424,14 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (over the limit wh
         if not args.keep_dir:
             shutil.rmtree(directory, ignore_errors=True)
 
-    summary = summarize(rows, totals, error_totals, error_messages, latency_events, server_exit, args)
+    summary = summarize(rows, totals, error_totals, error_messages, latency_events, server_exit, args, convergence)
     (out_dir / "soak-summary.md").write_text(summary)
     print(summary, flush=True)
-    render(rows, out_dir / "soak.png", args)
-    print(f"soak: wrote {csv_path}, {out_dir / 'soak.png'}, {out_dir / 'soak-summary.md'}", flush=True)
-    ok = not error_totals and server_exit == 0
+    if not args.no_render:
+        render(rows, out_dir / "soak.png", args)
+    print(f"soak: wrote {csv_path}, {'' if args.no_render else str(out_dir / 'soak.png') + ', '}"
+          f"{out_dir / 'soak-summary.md'}", flush=True)
+    ok = not error_totals and server_exit == 0 and (convergence is None or convergence["equal"])
     return 0 if ok else 1
 
 
@@ -367,7 +446,8 @@ def flat_rss(rows: list[dict]) -> tuple[float, float, float]:
     return min(ys), max(ys), slope
 
 
-def summarize(rows, totals, error_totals, error_messages, latency_events, server_exit, args) -> str:
+def summarize(rows, totals, error_totals, error_messages, latency_events, server_exit, args,
+              convergence: dict | None = None) -> str:
     duration = args.duration
     total_commands = sum(len(v) for v in totals.values())
     single = sorted(x for name, v in totals.items() if name in SINGLE for x in v)
@@ -388,6 +468,18 @@ def summarize(rows, totals, error_totals, error_messages, latency_events, server
         f"| p99 < 10 ms | {'yes' if percentile(single, .99) < 10 else 'no'} |",
         f"| single-entry p99, worst 10 s row | {max(p99_windows, default=float('nan')):.3f} ms | < 10 ms | "
         f"{'yes' if max(p99_windows, default=99) < 10 else 'no'} |",
+    ]
+    if convergence is not None:
+        lags = [r["replica_lag_kb"] for r in rows if isinstance(r["replica_lag_kb"], float) and r["replica_lag_kb"] >= 0]
+        lines += [
+            f"| replica lag, {args.replicas} replicas (max of the rows' samples) | "
+            f"{max(lags, default=float('nan')):.1f} KB of stream; a link down in "
+            f"{sum(1 for r in rows if r['replica_lag_kb'] == -1.0)} rows | | |",
+            f"| replicas converge after the load | caught up with offset {convergence['offset']:,} in "
+            f"{convergence['seconds']:.2f} s; data equal: {'yes' if convergence['equal'] else 'no'} | equal | "
+            f"{'yes' if convergence['equal'] else 'no'} |",
+        ]
+    lines += [
         "",
         "Per command (client-side latency, ms; TREAD BLOCK includes the wait for new events):",
         "",

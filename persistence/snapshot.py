@@ -78,6 +78,10 @@ VERSION = 2  # 2: S records carry tag_refs, node blobs version 3 (with summary)
 READ_VERSIONS = (1, 2)
 
 KIND_STREAM, KIND_NODE, KIND_GROUP, KIND_END = b"S", b"N", b"G", b"E"
+# After the end record: aux fields (msgpack map), as Redis's RDB aux fields: the
+# replication id and offset the data stands for (``repl-id``, ``repl-offset``).
+# Readers that stop at the end record (pipeline.snapshot_reader) never see it.
+KIND_AUX = b"A"
 _SCAN_HEAD = 2  # a SCAN chunk's header: its number, its count of live keys (engine/keyspace.py)
 _NODE_PREFIX = struct.Struct("<I")
 # Bytes read at the start of a record: enough for its frame header and, for an
@@ -296,8 +300,12 @@ def remove_temp_files(directory: str, ops: FileOps | None = None) -> list[str]:
     return removed
 
 
-def write(captured: Iterable[StreamCapture], path: str, ops: FileOps | None = None) -> int:
+def write(captured: Iterable[StreamCapture], path: str, ops: FileOps | None = None,
+          aux: dict | None = None) -> int:
     """Write a snapshot to ``path`` atomically; returns its size. Safe in a worker thread.
+
+    ``aux``: fields written after the end record (``KIND_AUX``), read back by
+    ``load``/``load_file`` into their ``aux`` dict.
 
     Written to a temp file (removed on any failure), fsynced, renamed over
     ``path``, the directory fsynced.  Every step goes through ``ops`` (the
@@ -321,7 +329,8 @@ def write(captured: Iterable[StreamCapture], path: str, ops: FileOps | None = No
                 pending.clear()
 
             header = FILE_HEADER.pack(FILE_MAGIC, VERSION, 0, int(time.time() * 1000))
-            for chunk in chain((header,), records(captured)):  # lazily: frames are written as made
+            tail = (frame(KIND_AUX + _packb(aux)),) if aux else ()
+            for chunk in chain((header,), records(captured), tail):  # lazily: frames are written as made
                 crc = zlib.crc32(chunk, crc)
                 size += len(chunk)
                 pending.append(chunk)
@@ -433,13 +442,14 @@ class _BytesSource:
         return bytes(self.view[pos:pos + n])
 
 
-def load(data, path: str = "", check: bool = False) -> dict[bytes, Stream]:
+def load(data, path: str = "", check: bool = False, aux: dict | None = None) -> dict[bytes, Stream]:
     """Rebuild every stream of a snapshot held in memory. Raises
-    PersistenceError naming file and offset.  ``load_file`` reads less."""
-    return _load(_BytesSource(data), path, check)
+    PersistenceError naming file and offset.  ``load_file`` reads less.
+    ``aux``: a dict that receives the file's aux fields (see ``write``)."""
+    return _load(_BytesSource(data), path, check, aux)
 
 
-def load_file(path: str, check: bool = False) -> dict[bytes, Stream]:
+def load_file(path: str, check: bool = False, aux: dict | None = None) -> dict[bytes, Stream]:
     """Rebuild every stream of the snapshot file ``path``, reading it record
     by record.  Raises PersistenceError naming file and offset.
 
@@ -453,12 +463,12 @@ def load_file(path: str, check: bool = False) -> dict[bytes, Stream]:
     except OSError as exc:
         raise PersistenceError(f"cannot read: {exc.strerror}", path) from None
     try:
-        return _load(_FileSource(fd, path), path, check)
+        return _load(_FileSource(fd, path), path, check, aux)
     finally:
         os.close(fd)
 
 
-def _load(src, path: str, check: bool = False) -> dict[bytes, Stream]:
+def _load(src, path: str, check: bool = False, aux: dict | None = None) -> dict[bytes, Stream]:
     size = src.size
     if size < FILE_HEADER.size + FOOTER.size:
         raise CorruptFile(f"too short to be a snapshot ({size} bytes)", path, 0)
@@ -473,7 +483,7 @@ def _load(src, path: str, check: bool = False) -> dict[bytes, Stream]:
     if footer_magic != FOOTER_MAGIC:
         raise CorruptFile("missing end marker (truncated file?)", path, end)
     try:
-        streams, crc = _read_records(src, end, zlib.crc32(header), path, check)
+        streams, crc, fields = _read_records(src, end, zlib.crc32(header), path, check)
     except CorruptFile:
         # A damaged record says so by its own checksum: name the first one.
         _locate_damage(src, end, path)
@@ -481,14 +491,54 @@ def _load(src, path: str, check: bool = False) -> dict[bytes, Stream]:
     if crc != stored_crc:
         _locate_damage(src, end, path)
         raise CorruptFile("checksum mismatch in the file header or footer", path, end)
+    if aux is not None:
+        aux.update(fields)
     return streams
 
 
-def _read_records(src, end: int, crc: int, path: str, check: bool = False) -> tuple[dict[bytes, Stream], int]:  # noqa: C901 (over the limit when it came in)
+def read_aux(path: str) -> dict:
+    """The aux fields of the snapshot file ``path`` without loading it: a walk
+    over the record headers, each aux record checked by its own CRC ({} when
+    the file has none).  Raises PersistenceError."""
+    fields: dict = {}
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise PersistenceError(f"cannot read: {exc.strerror}", path) from None
+    try:
+        src = _FileSource(fd, path)
+        end = src.size - FOOTER.size
+        pos = FILE_HEADER.size
+        hsize = HEADER.size
+        if end < pos or src.read(0, len(FILE_MAGIC)) != FILE_MAGIC:
+            raise CorruptFile("not a tstream snapshot", path, 0)
+        while pos + hsize < end:
+            head = src.read(pos, hsize + 1)
+            magic, length, crc, inverted = HEADER.unpack_from(head, 0)
+            if magic != MAGIC or length ^ inverted != 0xFFFFFFFF or pos + hsize + length > end:
+                raise CorruptFile("not a record header", path, pos)
+            if head[hsize:hsize + 1] == KIND_AUX:
+                payload = src.read(pos + hsize, length)
+                if zlib.crc32(payload) != crc:
+                    raise CorruptFile("aux record checksum mismatch", path, pos)
+                try:
+                    items = unpack(payload[1:]).items()
+                except _BAD_RECORD as exc:
+                    raise CorruptFile(f"bad aux record: {exc}", path, pos) from None
+                fields.update(_aux_fields(items))
+            pos += hsize + length
+    finally:
+        os.close(fd)
+    return fields
+
+
+def _read_records(src, end: int, crc: int, path: str, check: bool = False) -> tuple[dict[bytes, Stream], int, dict]:  # noqa: C901 (over the limit when it came in)
     """Rebuild the streams of the records in ``[FILE_HEADER.size, end)``;
     returns them with the running CRC over those bytes (not checked here:
-    the caller discards everything unless it matches).  Raises CorruptFile."""
+    the caller discards everything unless it matches) and the aux fields.
+    Raises CorruptFile."""
     streams: dict[bytes, Stream] = {}
+    fields: dict = {}
     pending: dict | None = None  # the stream being assembled: meta + nodes + groups
     ended = False
     crc32 = zlib.crc32
@@ -528,9 +578,9 @@ def _read_records(src, end: int, crc: int, path: str, check: bool = False) -> tu
         rec_len = hsize + length
         if pos + rec_len > end:
             raise CorruptFile("a record runs past the end of the records", path, pos)
-        if ended:
-            raise CorruptFile("records after the end record", path, pos)
         kind = head[hsize:hsize + 1]
+        if ended and kind != KIND_AUX:
+            raise CorruptFile("records after the end record", path, pos)
         try:
             if kind == KIND_NODE:
                 if pending is None:
@@ -586,6 +636,10 @@ def _read_records(src, end: int, crc: int, path: str, check: bool = False) -> tu
                 if unpack(payload[1:]) != len(streams):
                     raise ValueError("key count does not match")
                 ended = True
+            elif kind == KIND_AUX:
+                if not ended:
+                    raise ValueError("aux record before the end record")
+                fields.update(_aux_fields(unpack(payload[1:]).items()))
             else:
                 raise ValueError(f"unknown record kind {kind!r}")
         except CorruptFile:
@@ -595,7 +649,7 @@ def _read_records(src, end: int, crc: int, path: str, check: bool = False) -> tu
         pos += rec_len
     if not ended:
         raise CorruptFile("no end record", path, end)
-    return streams, crc
+    return streams, crc, fields
 
 
 def _locate_damage(src, end: int, path: str) -> None:
@@ -621,6 +675,18 @@ def _locate_damage(src, end: int, path: str) -> None:
         if value != crc:
             raise CorruptFile("checksum mismatch: record checksum mismatch", path, pos)
         pos += hsize + length
+
+
+def _aux_fields(items) -> dict:
+    """Aux fields as written: str keys, str (not bytes) values, lists of them."""
+    def text(value):
+        if isinstance(value, bytes):
+            return value.decode(errors="replace")
+        if isinstance(value, list):
+            return [text(v) for v in value]
+        return value
+
+    return {text(k): text(v) for k, v in items}
 
 
 def _packb(value) -> bytes:

@@ -83,24 +83,28 @@ def parse_save(text: str) -> list[tuple[int, int]]:
 
 class OutputLimits(tuple):
     """``(hard, soft, seconds)`` of normal clients, with ``pubsub``: those of
-    clients subscribed to channels (Redis's default ``pubsub 32mb 8mb 60``)."""
+    clients subscribed to channels (Redis's default ``pubsub 32mb 8mb 60``), and
+    ``replica``: those of the stream a primary holds for a replica (``256mb 64mb 60``)."""
 
     pubsub: tuple[int, int, int]
+    replica: tuple[int, int, int]
 
-    def __new__(cls, normal: tuple[int, int, int], pubsub: tuple[int, int, int]) -> "OutputLimits":
+    def __new__(cls, normal: tuple[int, int, int], pubsub: tuple[int, int, int],
+                replica: tuple[int, int, int] = (256 << 20, 64 << 20, 60)) -> "OutputLimits":
         limits = super().__new__(cls, normal)
         limits.pubsub = pubsub
+        limits.replica = replica  # (what a primary holds for a replica: server.replication)
         return limits
 
 
 def parse_output_limit(text: str) -> OutputLimits:
     """Redis's ``client-output-buffer-limit``: ``<class> <hard> <soft> <seconds>``
-    groups; classes normal and pubsub (replica is accepted and ignored until
-    tstream has replicas)."""
+    groups; classes normal, replica (alias slave: the stream a primary holds for
+    a replica, server.replication) and pubsub."""
     words = text.split()
     if not words or len(words) % 4:
         raise ConfigError(f"expected <class> <hard> <soft> <seconds> groups: {text!r}")
-    normal, pubsub = (0, 0, 0), (32 << 20, 8 << 20, 60)
+    normal, pubsub, replica = (0, 0, 0), (32 << 20, 8 << 20, 60), (256 << 20, 64 << 20, 60)
     for i in range(0, len(words), 4):
         kind = words[i].lower()
         if kind not in ("normal", "replica", "slave", "pubsub"):
@@ -110,7 +114,9 @@ def parse_output_limit(text: str) -> OutputLimits:
             normal = values
         elif kind == "pubsub":
             pubsub = values
-    return OutputLimits(normal, pubsub)
+        else:
+            replica = values
+    return OutputLimits(normal, pubsub, replica)
 
 
 def parse_replicaof(text: str) -> str:
@@ -175,7 +181,7 @@ OPTIONS: dict[str, Option] = {
     "tls-key-file": Option("", _text, False, "server private key (PEM)"),
     "tls-ca-cert-file": Option("", _text, False, "CA certificates to verify client certificates with"),
     "tls-auth-clients": Option("yes", _choice("yes", "no", "optional"), False, "with a CA file: yes requires client certificates, optional checks them if sent, no ignores them"),
-    "client-output-buffer-limit": Option("normal 0 0 0 pubsub 32mb 8mb 60", parse_output_limit, True, "<class> <hard> <soft> <seconds> for classes normal and pubsub (subscribed clients): close clients whose unsent replies pass these"),
+    "client-output-buffer-limit": Option("normal 0 0 0 replica 256mb 64mb 60 pubsub 32mb 8mb 60", parse_output_limit, True, "<class> <hard> <soft> <seconds> for classes normal, replica (the stream held for a replica) and pubsub (subscribed clients): close clients whose unsent replies pass these"),
     "maxclients": Option("10000", lambda t: parse_int(t, 1), True, "most clients connected at once"),
     "timeout": Option("0", lambda t: parse_int(t, 0), True, "close clients idle this many seconds (0: never)"),
     "proto-max-bulk-len": Option("512mb", parse_memory, True, "largest bulk string a client may send"),
@@ -199,6 +205,7 @@ OPTIONS: dict[str, Option] = {
     "replica-priority": Option("100", lambda t: parse_int(t, 0), True, "Sentinel promotes the replica with the lowest priority first (0: never)"),
     "repl-backlog-size": Option("1mb", lambda t: max(parse_memory(t), 16384), True, "bytes of the replication stream kept for partial resyncs"),
     "repl-ping-replica-period": Option("10", lambda t: parse_int(t, 1), True, "seconds between the primary's PINGs in the replication stream"),
+    "repl-diskless-sync": Option("no", parse_bool, True, "yes: a full resync's snapshot is made in memory and sent from there, never written to the primary's disk"),
     "repl-timeout": Option("60", lambda t: parse_int(t, 1), True, "seconds without data (replica) or ACK (primary) before a replication link is dropped"),
     "min-replicas-to-write": Option("0", lambda t: parse_int(t, 0), True, "refuse writes (-NOREPLICAS) with fewer good replicas than this (0: off)"),
     "min-replicas-max-lag": Option("10", lambda t: parse_int(t, 0), True, "a replica is good while its last ACK is at most this many seconds old"),
@@ -215,7 +222,7 @@ def show(name: str, value: Any) -> str:
     if name == "save":
         return " ".join(f"{s} {c}" for s, c in value)
     if name == "client-output-buffer-limit":
-        return "normal %d %d %d pubsub %d %d %d" % (*value, *value.pubsub)
+        return "normal %d %d %d slave %d %d %d pubsub %d %d %d" % (*value, *value.replica, *value.pubsub)
     if name == "user":
         return "\n".join(value)
     return str(value)

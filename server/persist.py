@@ -86,6 +86,9 @@ class Persistence:
         self.denied_writes: str | None = None
         self.last_bgsave_try = 0.0  # monotonic time of the last failed BGSAVE
         self._loop: asyncio.AbstractEventLoop | None = None
+        # The replication id and offset the loaded data stands for (a snapshot's aux
+        # fields), or None: server.replication picks them up when it starts.
+        self.loaded_repl: dict | None = None
 
     # --- paths ----------------------------------------------------------------------
 
@@ -116,18 +119,51 @@ class Persistence:
             self._install(result.keyspace.items())
             for name in aof.remove_strays(self.aof_dir, result.entries, self.file_ops):
                 log.warning("removed %s from %s: a leftover of a rewrite that never finished", name, self.aof_dir)
+            self.loaded_repl = self._aof_repl_state(result.entries)
             self.file = aof.AppendOnlyFile(self.aof_dir, config["appendfsync"], self.file_ops)
             self.file.open_existing(result.entries)
             log.info("DB loaded from append only file: %d keys, %d records, %.3f seconds",
                      len(self.server.keyspace), result.records, time.monotonic() - started)
         else:
             if os.path.exists(self.snapshot_path):
-                streams = snapshot.load_file(self.snapshot_path)
+                fields: dict = {}
+                streams = snapshot.load_file(self.snapshot_path, aux=fields)
+                self.loaded_repl = fields if "repl-id" in fields else None
                 self._install(streams.items())
                 log.info("DB loaded from disk: %d keys, %.3f seconds", len(streams), time.monotonic() - started)
             if config["appendonly"]:
                 self._create_aof_now()
         self._start_fsync_thread()
+
+    def _aof_repl_state(self, entries) -> dict | None:
+        """The replication id and offset of what the AOF holds: the snapshot's aux
+        fields when that snapshot was saved with the AOF exactly as it is now (its
+        ``aof`` field: the last file and its size, as a clean shutdown leaves
+        them), else the base's when no record follows it; else None."""
+        def size(entry) -> int:
+            return os.path.getsize(os.path.join(self.aof_dir, entry.name))
+
+        try:
+            if os.path.exists(self.snapshot_path) and entries:
+                fields = snapshot.read_aux(self.snapshot_path)
+                if "repl-id" in fields and fields.get("aof") == [entries[-1].name, size(entries[-1])]:
+                    return fields
+            if entries and entries[0].kind == "b" and all(size(e) == 0 for e in entries[1:]):
+                fields = snapshot.read_aux(os.path.join(self.aof_dir, entries[0].name))
+                if "repl-id" in fields:
+                    return fields
+        except (OSError, PersistenceError) as exc:
+            log.warning("replication id and offset not restored: %s", exc)
+        return None
+
+    def aux(self) -> dict:
+        """The aux fields of a snapshot taken now: the replication id and offset
+        (server.replication), and where the AOF ends when all of it is written."""
+        fields = self.server.replication.snapshot_aux()
+        file = self.file
+        if fields and file is not None and file.current is not None and not file.records and not file.unwritten:
+            fields["aof"] = [file.current.name, file.offset]
+        return fields
 
     def _install(self, items) -> None:
         keyspace = self.server.keyspace
@@ -149,7 +185,8 @@ class Persistence:
         file = aof.AppendOnlyFile(self.aof_dir, self.server.config["appendfsync"], self.file_ops)
         seq = file.begin_rewrite()
         size = snapshot.write(snapshot.capture(self.server.keyspace),
-                              os.path.join(self.aof_dir, aof.base_name(seq)), self.file_ops)
+                              os.path.join(self.aof_dir, aof.base_name(seq)), self.file_ops,
+                              aux=self.server.replication.snapshot_aux())
         file.finish_rewrite(seq, size)
         self.file = file
 
@@ -335,7 +372,7 @@ class Persistence:
     def save(self) -> None:
         """SAVE: write a snapshot now, on the loop (clients wait, as in Redis)."""
         dirty = self.server.dirty
-        snapshot.write(snapshot.capture(self.server.keyspace), self.snapshot_path, self.file_ops)
+        snapshot.write(snapshot.capture(self.server.keyspace), self.snapshot_path, self.file_ops, aux=self.aux())
         self.last_bgsave_ok = True  # as in Redis: a good save clears a failed BGSAVE's MISCONF
         self._saved(dirty)
         self._update_write_gate()

@@ -32,6 +32,7 @@ import os
 import time
 
 from tstream.persistence import effects, snapshot
+from tstream.persistence.fileops import FileOps
 from tstream.persistence.framing import HEADER, PersistenceError, TornTail, iter_frames, pack, unpack
 from tstream.resp import encode, encode_integer
 
@@ -94,13 +95,41 @@ class Replica:
         self.ack = 0  # the offset the replica acknowledged
         self.ack_time = time.monotonic()
         self.waiting: list[bytes] | None = []  # the stream logged while its snapshot is made
+        self.waiting_bytes = 0
         self.start = 0  # the stream offset its snapshot stands for
+        self.written = 0  # bytes handed to the transport
+        self.bulk_end = 0  # ``written`` at the end of its snapshot (not counted by the limits)
+        self.soft_since = 0.0  # since when its output is over the soft limit
 
     def write(self, data: bytes) -> None:
         transport = self.client.transport
         if transport is not None and not transport.is_closing():
             self.client.net_out += len(data)
+            self.written += len(data)
             transport.write(data)
+
+    def output(self) -> int:
+        """The stream held for it, as Redis's replica output buffer: unsent bytes
+        after its snapshot, plus what waits for the snapshot to be sent."""
+        transport = self.client.transport
+        size = transport.get_write_buffer_size() if transport is not None else 0
+        return min(size, self.written - self.bulk_end) + self.waiting_bytes
+
+    def over_limit(self, limits: tuple[int, int, int], now: float) -> int:
+        """The size of its output when it passes ``client-output-buffer-limit
+        replica`` (hard, or soft for longer than its seconds), else 0."""
+        hard, soft, seconds = limits
+        size = self.output()
+        if hard and size > hard:
+            return size
+        if soft and size > soft:
+            if not self.soft_since:
+                self.soft_since = now
+            elif now - self.soft_since > seconds:
+                return size
+        else:
+            self.soft_since = 0.0
+        return 0
 
 
 class Waiter:
@@ -190,11 +219,20 @@ class Replication:
         self.backlog.add(data)
         self.offset = self.backlog.end
         online = False
+        over = None
         for replica in self.replicas:
             if replica.waiting is not None:
                 replica.waiting.append(data)
+                replica.waiting_bytes += len(data)
+                hard = self.server.config["client-output-buffer-limit"].replica[0]
+                if hard and replica.waiting_bytes > hard:
+                    over = over or []
+                    over.append(replica)
             else:
                 online = True
+        if over:
+            for replica in over:
+                self._over_limit(replica, replica.output())
         if online:
             # Sent within SEND_DELAY: one write per replica for many loop turns (a
             # write per turn cost a quarter of an unpipelined writer's throughput).
@@ -211,9 +249,21 @@ class Replication:
             return
         data = b"".join(self.unsent)
         self.unsent.clear()
-        for replica in self.replicas:
+        limits = self.server.config["client-output-buffer-limit"].replica
+        now = time.monotonic()
+        for replica in list(self.replicas):
             if replica.waiting is None:
                 replica.write(data)
+                if size := replica.over_limit(limits, now):
+                    self._over_limit(replica, size)
+
+    def _over_limit(self, replica: Replica, size: int) -> None:
+        """A replica that does not keep up is let go (it resyncs when it comes
+        back): the primary's memory never grows without bound for it."""
+        log.warning("closing replica %s:%d: %d bytes of replication stream not sent are over "
+                    "client-output-buffer-limit replica", replica.ip, replica.port, size)
+        replica.client.kill()
+        self.forget(replica.client)
 
     def _control(self, kind: int) -> None:
         self.flush()
@@ -226,9 +276,42 @@ class Replication:
 
     # --- lifecycle ------------------------------------------------------------------
 
+    def snapshot_aux(self) -> dict:
+        """The aux fields of a snapshot of the keyspace as it is now (Redis's
+        repl-id / repl-offset): the offset of the stream the data stands for,
+        when that offset counts every change (a backlog exists), else {}."""
+        self.flush()  # (this turn's records are in the data: on the stream too)
+        if self.backlog is None or self.sync_in_progress:
+            return {}
+        return {"repl-id": self.replid, "repl-offset": self.offset}
+
+    def restore(self, fields: dict | None) -> None:
+        """The replication id and offset the loaded data stands for (a snapshot's
+        aux fields), as Redis 7 restores them: a replica offers them in PSYNC
+        (+CONTINUE when its primary's backlog still covers them); a primary keeps
+        them as its second id (as a promotion does, so a history is never
+        continued twice from one file) with an empty backlog at that offset, so
+        its replicas continue with +CONTINUE."""
+        try:
+            replid, offset = str(fields["repl-id"]), int(fields["repl-offset"])
+        except (TypeError, KeyError, ValueError):
+            return
+        if len(replid) != 40 or offset < 0:
+            return
+        self.replid, self.offset = replid, offset
+        if self.server.config["replicaof"]:
+            self._ensure_backlog_replica()
+            log.info("replication id and offset restored from disk: %s %d", replid, offset)
+        else:
+            self._shift_replid()
+            self._ensure_backlog()
+            log.info("replication id and offset restored from disk: %s %d (kept as replid2; new replid %s)",
+                     replid, offset, self.replid)
+
     def start(self) -> None:
         """Called once the server serves: the timer, and config ``replicaof``."""
         self._tick = asyncio.get_running_loop().call_later(TICK, self._cron)
+        self.restore(self.server.persistence.loaded_repl)
         target = self.server.config["replicaof"]
         if target:
             host, port = target.split()
@@ -265,8 +348,11 @@ class Replication:
         if self.syncs and not self.job_running:
             self._start_snapshot()
         timeout = self.server.config["repl-timeout"]
+        limits = self.server.config["client-output-buffer-limit"].replica
         for replica in list(self.replicas):
-            if replica.state == "online" and now - replica.ack_time > timeout:
+            if size := replica.over_limit(limits, now):  # (the soft limit's time: it may get no more writes)
+                self._over_limit(replica, size)
+            elif replica.state == "online" and now - replica.ack_time > timeout:
                 log.warning("replica %s:%d timed out (no ACK for %d s): disconnecting", replica.ip, replica.port,
                             timeout)
                 replica.client.kill()
@@ -356,17 +442,29 @@ class Replication:
             replica.write(f"+FULLRESYNC {self.replid} {replica.start}\r\n".encode())
         path = os.path.join(self.server.persistence.dir, f"temp-repl-{os.getpid()}-{time.monotonic_ns()}.tsr")
         self.job_running = True
-        future = SnapshotJob(self.server, path, self.server.persistence.file_ops).start()
+        diskless = self.server.config["repl-diskless-sync"]
+        ops = _InMemory() if diskless else self.server.persistence.file_ops
+        future = SnapshotJob(self.server, path, ops).start()
+        log.info("Starting BGSAVE for SYNC with target: %s", "replicas sockets (in memory, diskless)" if diskless
+                 else "disk")
 
         def done(fut: asyncio.Future) -> None:
             self.job_running = False
             if fut.exception() is not None:
                 log.error("snapshot for replicas failed: %s", fut.exception())
-                _unlink(path)
+                if not diskless:
+                    _unlink(path)
                 self._sync_failed(syncs)
                 return
+            loop = asyncio.get_running_loop()
+            if diskless:
+                read = loop.create_future()
+                read.set_result(ops.result)
+                ops.result = None
+                self._send_snapshot(syncs, read)
+                return
             # (read by a thread: a big snapshot would hold the loop)
-            read = asyncio.get_running_loop().run_in_executor(None, _read_and_unlink, path)
+            read = loop.run_in_executor(None, _read_and_unlink, path)
             read.add_done_callback(lambda f: self._send_snapshot(syncs, f))
 
         future.add_done_callback(done)
@@ -388,9 +486,11 @@ class Replication:
                 continue
             replica.write(b"$%d\r\n" % len(data))
             replica.write(data)
+            replica.bulk_end = replica.written
             for chunk in replica.waiting or ():
                 replica.write(chunk)
             replica.waiting = None
+            replica.waiting_bytes = 0
             replica.state = "online"
             replica.ack_time = time.monotonic()
             log.info("Synchronization with replica %s:%d succeeded", replica.ip, replica.port)
@@ -595,12 +695,11 @@ class Replication:
         await call("REPLCONF", "listening-port", str(self.server.port))
         await call("REPLCONF", "capa", "eof", "capa", "psync2")
         # (a history of our own, or our last primary's, may continue: else "? -1")
-        cached = (self.replid, self.offset + 1) if self.offset or self.sync_count else ("?", -1)
+        cached = (self.replid, self.offset + 1) if self.offset or self.sync_count or self.backlog is not None else ("?", -1)
         reply = await call("PSYNC", cached[0], str(cached[1]))
         return reply
 
     async def _full_sync(self, reader, reply: bytes) -> None:
-        config = self.server.config
         _, replid, offset = reply.decode().split()
         self.link_state = "sync"
         self.sync_in_progress = True
@@ -612,10 +711,7 @@ class Replication:
             raise ValueError(f"bad snapshot header from the primary: {header[:40]!r}")
         size = int(header[1:].strip())
         data = await reader.readexactly(size)
-        self._load(data)
-        self.replid, self.replid2, self.second_offset = replid, "0" * 40, -1
-        self.offset = int(offset)
-        self.backlog = Backlog(config["repl-backlog-size"], self.offset)
+        self._load(data, replid, int(offset))
         self.sync_count += 1
         self.sync_in_progress = False
 
@@ -623,8 +719,9 @@ class Replication:
         if self.backlog is None:
             self.backlog = Backlog(self.server.config["repl-backlog-size"], self.offset)
 
-    def _load(self, data: bytes) -> None:
-        """A full resync's snapshot replaces the keyspace."""
+    def _load(self, data: bytes, replid: str, offset: int) -> None:
+        """A full resync's snapshot replaces the keyspace (of the stream ``replid``
+        at ``offset``)."""
         if not data.startswith(snapshot.FILE_MAGIC):
             raise ValueError("the primary sent a snapshot that is not a tstream snapshot "
                              f"(starts with {data[:9]!r}): is it a tstream server?")
@@ -641,6 +738,11 @@ class Replication:
         for key, stream in streams.items():
             keyspace.put(key, stream)
         server.dirty += len(streams)
+        # (set before the AOF rewrite below captures: its base's aux fields)
+        self.replid, self.replid2, self.second_offset = replid, "0" * 40, -1
+        self.offset = offset
+        self.backlog = Backlog(server.config["repl-backlog-size"], offset)
+        self.sync_in_progress = False
         self._disconnect_replicas()  # they follow the new history from scratch
         persistence = server.persistence
         if persistence.file is not None:  # the AOF restarts from the loaded data
@@ -774,6 +876,42 @@ class Replication:
         return [b"master", self.offset,
                 [[r.ip.encode(), str(r.port).encode(), str(r.ack).encode()] for r in self.replicas
                  if r.state == "online"]]
+
+
+class _InMemory(FileOps):
+    """The file operations of a snapshot made in memory (repl-diskless-sync):
+    what ``persistence.snapshot.write`` writes lands in ``result`` when it
+    "renames" its temp file; nothing touches the disk."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.result: bytearray | None = None
+
+    def open(self, path: str, flags: int, mode: int = 0o644, step: str = "open") -> int:
+        self.data = bytearray()
+        return -1
+
+    def write(self, fd: int, data, step: str = "write") -> int:
+        self.data += data
+        return len(data)
+
+    def fsync(self, fd: int, step: str = "fsync") -> None:
+        pass
+
+    def truncate(self, fd: int, size: int) -> None:
+        del self.data[size:]
+
+    def close(self, fd: int) -> None:
+        pass
+
+    def rename(self, source: str, target: str, step: str = "rename") -> None:
+        self.result, self.data = self.data, bytearray()
+
+    def unlink(self, path: str) -> None:
+        pass
+
+    def fsync_directory(self, directory: str) -> None:
+        pass
 
 
 def _frame_end(data) -> int:

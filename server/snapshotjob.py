@@ -43,6 +43,8 @@ class SnapshotJob:
         self.path = path
         self.file_ops = file_ops
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        # (the replication id and offset of the picture: its moment is now)
+        self.aux = server.replication.snapshot_aux()
         self.capture = snapshot.IncrementalCapture(server.keyspace, self.queue.put)
         self.gc_was_enabled = gc.isenabled()
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -105,7 +107,7 @@ class SnapshotJob:
 
     def _write(self) -> int:
         try:
-            return snapshot.write(self._items(), self.path, self.file_ops)
+            return snapshot.write(self._items(), self.path, self.file_ops, aux=self.aux)
         except BaseException:
             if not self.ended:  # the walk goes on: stop it, and wait for its end
                 self.capture.abandoned = True

@@ -7,6 +7,7 @@ of itself, of a redis-server, with the wrong masterauth."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -491,3 +492,197 @@ def test_the_typed_client_reads_from_replicas(pair):
     assert stats["cmdstat_tread"]["calls"] == 1 and stats["cmdstat_dget"]["calls"] == 1
     assert stats["cmdstat_tinfo"]["calls"] == 1
     assert primary.client().info("commandstats")["cmdstat_tread"]["calls"] == 1
+
+
+def test_a_replica_restarted_on_its_snapshot_continues(pair):
+    """A clean shutdown saves a snapshot holding the replication id and offset
+    (aux fields, as Redis 7's RDB): restarted on it, the replica resumes with
+    +CONTINUE, not a full resync."""
+    primary = pair()
+    p = primary.client()
+    fill(p, 80)
+    replica = pair("--save", "3600 1", "--replicaof", f"127.0.0.1 {primary.port}")
+    r = replica.client()
+    wait_for(lambda: linked(r), what="the link")
+    sync(p, r)
+    replid = info(p)["master_replid"]
+    assert replica.stop() == 0  # SIGTERM: the final snapshot, aux fields included
+    fields = {}
+    from tstream.persistence import snapshot
+    snapshot.load_file(str(replica.dir / "dump.tsr"), aux=fields)
+    assert fields["repl-id"] == replid and fields["repl-offset"] == info(p)["master_repl_offset"]
+    fill(p, 30, groups=False)  # while it is down: within the backlog
+    replica.start()
+    r = replica.client()
+    wait_for(lambda: info(p, "stats")["sync_partial_ok"] == 1, what="a partial resync")
+    sync(p, r)
+    assert info(p, "stats")["sync_full"] == 1
+    assert state(r) == state(p)
+    assert "restored from disk" in replica.output()
+
+
+def test_a_primary_restarted_on_its_snapshot_keeps_its_replicas(pair):
+    """The primary's own restart: its old replid becomes its replid2 at the saved
+    offset, so the replica continues (+CONTINUE) and follows the new id."""
+    primary = pair("--save", "3600 1")
+    p = primary.client()
+    fill(p, 80)
+    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
+    r = replica.client()
+    wait_for(lambda: linked(r), what="the link")
+    sync(p, r)
+    old = info(p)
+    assert primary.stop() == 0
+    primary.start()
+    p = primary.client()
+    restarted = info(p)
+    assert restarted["master_replid2"] == old["master_replid"]
+    assert restarted["master_repl_offset"] == old["master_repl_offset"]
+    wait_for(lambda: info(p, "stats")["sync_partial_ok"] == 1, what="a partial resync")
+    fill(p, 20, groups=False)
+    sync(p, r)
+    assert info(p, "stats")["sync_full"] == 0
+    assert info(r)["master_replid"] == restarted["master_replid"]
+    assert state(r) == state(p)
+
+
+def test_a_replica_with_an_aof_continues_after_a_clean_restart(pair):
+    """With appendonly the data comes from the AOF: the final snapshot's aux fields
+    say where the AOF ended when it was saved, so they apply when it still does."""
+    primary = pair()
+    p = primary.client()
+    fill(p, 60)
+    replica = pair("--save", "3600 1", "--appendonly", "yes", "--replicaof", f"127.0.0.1 {primary.port}")
+    r = replica.client()
+    wait_for(lambda: linked(r), what="the link")
+    fill(p, 30, groups=False)  # records in the replica's AOF after its base
+    sync(p, r)
+    assert replica.stop() == 0
+    replica.start()
+    r = replica.client()
+    wait_for(lambda: info(p, "stats")["sync_partial_ok"] == 1, what="a partial resync")
+    sync(p, r)
+    assert info(p, "stats")["sync_full"] == 1
+    assert state(r) == state(p)
+
+
+def _write_mb(p: redis.Redis, mb: int, key: str = "big") -> None:
+    payload = "y" * 10_000
+    for _ in range(mb):
+        pipe = p.pipeline(transaction=False)
+        for _ in range(100):
+            pipe.execute_command("TWRITE", key, "t", payload)
+        pipe.execute()
+
+
+def test_a_replica_that_stops_reading_is_let_go(pair):
+    """client-output-buffer-limit replica <hard>: a replica connection that never
+    reads (a raw socket that asked PSYNC) is closed once the stream held for it
+    passes the hard limit, instead of the primary's memory growing."""
+    primary = pair("--client-output-buffer-limit", "normal 0 0 0 replica 2mb 0 0")
+    p = primary.client()
+    assert p.config_get("client-output-buffer-limit")["client-output-buffer-limit"] == \
+        "normal 0 0 0 slave 2097152 0 0 pubsub 33554432 8388608 60"
+    with socket.create_connection(("127.0.0.1", primary.port), timeout=10) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        sock.sendall(_encode(["REPLCONF", "listening-port", "1"]) + _encode(["PSYNC", "?", "-1"]))
+        wait_for(lambda: info(p)["connected_slaves"] == 1 and info(p)["slave0"]["state"] == "online",
+                 what="the raw replica online")
+        _write_mb(p, 30)  # never read: kernel buffers fill, then the primary's
+        wait_for(lambda: info(p)["connected_slaves"] == 0, what="the replica let go")
+    assert "over client-output-buffer-limit replica" in primary.output()
+    assert p.execute_command("TWRITE", "log", "t", "still serving") >= 1
+
+
+def test_a_stalled_replica_is_let_go_then_resyncs(pair):
+    """The soft limit (over it for longer than its seconds): a replica process that
+    stalls (SIGSTOP) is disconnected; resumed, it resyncs in full and converges."""
+    import signal
+    primary = pair("--client-output-buffer-limit", "normal 0 0 0 replica 0 1mb 1")
+    p = primary.client()
+    fill(p, 20)
+    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
+    r = replica.client()
+    wait_for(lambda: linked(r), what="the link")
+    sync(p, r)
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        _write_mb(p, 20)
+        wait_for(lambda: info(p)["connected_slaves"] == 0, what="the replica let go")
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+    wait_for(lambda: info(p, "stats")["sync_full"] == 2, what="a full resync", timeout=30)
+    sync(p, r)
+    assert state(r) == state(p)
+    assert r.execute_command("TINFO", "big")[b"length"] == 2000
+    assert "over client-output-buffer-limit replica" in primary.output()
+
+
+def test_the_async_typed_client_spreads_reads_over_two_replicas(pair):
+    """AsyncTStream with two replicas: plain reads (TREAD without GROUP, DGET,
+    MLAST, TINFO) alternate between them; writes and group reads stay on the
+    primary; each replica answers what the primary would."""
+    import asyncio
+
+    import redis.asyncio as aioredis
+
+    from tstream.client import AsyncTStream
+
+    primary = pair()
+    replicas = [pair("--replicaof", f"127.0.0.1 {primary.port}") for _ in range(2)]
+    for proc in replicas:
+        wait_for(lambda proc=proc: linked(proc.client()), what="the link")
+
+    async def run() -> None:
+        clients = [aioredis.Redis(port=proc.port) for proc in (primary, *replicas)]
+        try:
+            ts = AsyncTStream(clients[0], replicas=clients[1:])
+            first = await ts.twrite("orders", "orders.eu", b"a")
+            await ts.twrite("orders", "orders.us", b"b")
+            assert await clients[0].execute_command("WAIT", 2, 5000) == 2
+            for proc in replicas:
+                wait_for(lambda proc=proc: caught_up(primary.client(), proc.client()), what="the replica")
+                proc.client().config_resetstat()
+            primary.client().config_resetstat()
+            for _ in range(2):
+                assert [e.data for e in await ts.tread("orders", first, 10)] == [b"a", b"b"]
+                assert (await ts.dget("orders", seq=2)).data == b"b"
+                assert [m.data for m in await ts.mlast("orders", "orders.>")] == [b"a", b"b"]
+                assert (await ts.tinfo("orders")).length == 2
+            await ts.tread("orders", first, 1, group="g")
+        finally:
+            for c in clients:
+                await c.aclose()
+
+    asyncio.run(run())
+    names = ("tread", "dget", "mlast", "tinfo")
+    calls = [{name: s.get(f"cmdstat_{name}", {"calls": 0})["calls"] for name in names}
+             for s in (proc.client().info("commandstats") for proc in replicas)]
+    assert [sum(c.values()) for c in calls] == [4, 4]  # in turn: half of the 8 reads each
+    assert [calls[0][name] + calls[1][name] for name in names] == [2, 2, 2, 2]
+    stats = primary.client().info("commandstats")
+    assert stats["cmdstat_tread"]["calls"] == 1 and "cmdstat_dget" not in stats
+
+
+def test_diskless_sync_sends_a_snapshot_made_in_memory(pair):
+    """repl-diskless-sync yes: the full resync's snapshot is made in memory (no
+    temp file in the primary's dir), and the replica ends with the same data."""
+    primary = pair("--repl-diskless-sync", "yes")
+    p = primary.client()
+    fill(p, 200)
+    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
+    r = replica.client()
+    wait_for(lambda: linked(r), what="the link")
+    fill(p, 20, groups=False)
+    sync(p, r)
+    assert state(r) == state(p)
+    assert "in memory, diskless" in primary.output()
+    assert not [name for name in os.listdir(primary.dir) if name.startswith("temp-")]
+    p.config_set("repl-diskless-sync", "no")
+    r.execute_command("REPLICAOF", "NO", "ONE")  # (a new replid: it comes back with a full resync)
+    p.execute_command("TWRITE", "log", "t", "while away")
+    r.execute_command("REPLICAOF", "127.0.0.1", primary.port)
+    wait_for(lambda: info(p, "stats")["sync_full"] == 2, what="a second full resync")
+    sync(p, r)
+    assert state(r) == state(p)
+    assert "target: disk" in primary.output()
