@@ -48,23 +48,26 @@ from .common import (
     no_key_matches,
     node_entries,
     node_ranges,
+    replica_addresses,
     resolve_keys,
     spec_for,
     split_to,
     stream_info,
 )
 from .pushdown import offset_at_time
-from .server_read import read_range
+from .server_read import read_partition
 
 
 class OffsetRange(InputPartition):
-    """Offsets ``lo..hi`` (inclusive) of ``key``: one micro-batch task."""
+    """Offsets ``lo..hi`` (inclusive) of ``key``: one micro-batch task (read from
+    the replica at ``address`` with ``readFrom=replica``)."""
 
-    def __init__(self, key: str, lo: int, hi: int) -> None:
-        super().__init__((key, lo, hi))
+    def __init__(self, key: str, lo: int, hi: int, address: str | None = None) -> None:
+        super().__init__((key, lo, hi, address))
         self.key = key
         self.lo = lo
         self.hi = hi
+        self.address = address
 
 
 def budget(avail: dict[str, int], limit: int) -> dict[str, int]:
@@ -225,11 +228,13 @@ class TStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ranges += [(key, a, b) for a, b in node_ranges(lo, hi, n, self.options)]
         if not ranges:
             return []
-        return [OffsetRange(*r) for r in split_to(ranges, self.options.min_partitions, n)]
+        replicas = replica_addresses(client, self.options)
+        ranges = split_to(ranges, self.options.min_partitions, n)
+        return [OffsetRange(*r, replicas[i % len(replicas)]) for i, r in enumerate(ranges)]
 
     def read(self, partition: OffsetRange) -> Iterator:
-        batches = read_range(self.options, partition.lo, partition.hi,
-                             fail_on_loss=self.options.fail_on_data_loss, key=partition.key)
+        batches = read_partition(self.options, partition.address, partition.key,
+                                 partition.lo, partition.hi, fail_on_loss=self.options.fail_on_data_loss)
         if self.options.arrow:
             return batches
         return (row for batch in batches for row in batch_rows(batch))
