@@ -87,6 +87,15 @@ def budget(avail: dict[str, int], limit: int) -> dict[str, int]:
     return share
 
 
+def lag_metrics(latest: dict[str, int], reached: dict[str, int]) -> dict:
+    """Offsets behind latest per stream (``latest`` next offsets against the
+    ``reached`` ones), with Kafka's min/max/avg names."""
+    behind = {key: max(0, latest[key] - reached.get(key, latest[key])) for key in sorted(latest)}
+    values = list(behind.values()) or [0]
+    return {"offsetsBehindLatest": behind, "minOffsetsBehindLatest": min(values),
+            "maxOffsetsBehindLatest": max(values), "avgOffsetsBehindLatest": round(sum(values) / len(values), 1)}
+
+
 class TStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Options) -> None:
         self.options = options
@@ -94,6 +103,7 @@ class TStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[str, int] | None = None  # availableNow: stop at these next-offsets
         self._last_batch = time.monotonic()  # minOffsetsPerTrigger: when the last micro-batch was let through
         self._client = None              # the driver's connection, kept between micro-batches
+        self._reached: dict[str, int] = {}  # the end of the last latestOffset: where the query will be
 
     def __getstate__(self) -> dict:  # tasks get the options, not the driver's connection
         state = dict(self.__dict__)
@@ -202,14 +212,23 @@ class TStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if least and self._target is None and sum(avail.values()) < least and all(k in begin for k in ends):
             # Kafka's minOffsetsPerTrigger: wait for more, at most maxTriggerDelay after the last batch.
             if time.monotonic() - self._last_batch < self.options.max_trigger_delay:
+                self._reached = begin
                 return self._offset(begin)
         end = self._offset({key: max(begin.get(key, end), end) for key, end in ends.items()})
         if end != self._offset(begin):
             self._last_batch = time.monotonic()
+        self._reached = end["offsets"]
         return end
 
     def reportLatestOffset(self) -> dict:
-        return self._offset({key: info.next_offset for key, info in self._infos(self._keys()).items()})
+        """The progress's ``latestOffset``: the next offset of every stream, and
+        the lag (PySpark's Python sources have no metrics hook, Kafka's
+        ``ReportsSourceMetrics``): how many offsets each stream will still hold
+        past the micro-batch being planned, with their min, max and mean."""
+        latest = {key: info.next_offset for key, info in self._infos(self._keys()).items()}
+        report = self._offset(latest)
+        report.update(lag_metrics(latest, self._reached))
+        return report
 
     # -- planning and reading -----------------------------------------------------
     def partitions(self, start: dict, end: dict) -> list[OffsetRange]:

@@ -202,12 +202,17 @@ def test_streaming_available_now_restart_and_data_loss(spark, server, tmp_path):
             query.awaitTermination(120)
         finally:
             query.stop()
+        # (a micro-batch replayed from the checkpoint reports no latestOffset: Spark does not ask)
+        lags.append([(json.loads(p["sources"][0]["latestOffset"] or "null") or {}).get("maxOffsetsBehindLatest")
+                     for p in query.recentProgress if p["numInputRows"]])
         return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
 
     def copied():
         return sorted(int(e[1:]) for _, _, e in held(r, "copy"))
 
+    lags = []
     assert run() == [1000, 1000, 500]
+    assert lags == [[1500, 500, 0]]     # offsets behind latest after each micro-batch, in its progress
     assert copied() == list(range(2500))
     fill(r, "k", 700, start=2500)
     assert run() == [700]                      # restarted from the checkpoint: only what is new
@@ -584,6 +589,8 @@ def test_stream_reader_offsets(server):
     assert s.getDefaultReadLimit() == ReadMaxRows(150)
     start = at(101)
     assert s.latestOffset(start, ReadMaxRows(150)) == at(251)
+    assert s.reportLatestOffset() == {**at(501), "offsetsBehindLatest": {"k": 250}, "minOffsetsBehindLatest": 250,
+                                      "maxOffsetsBehindLatest": 250, "avgOffsetsBehindLatest": 250.0}
     assert s.latestOffset(start, ReadAllAvailable()) == at(501)
     assert s.latestOffset({"key": "k", "offset": 101}, ReadAllAvailable()) == at(501)  # an old checkpoint
     s.prepareForTriggerAvailableNow()
