@@ -167,7 +167,8 @@ def _messages(reply) -> list[dict]:
 
 def _read_tag(client, key: str, lo: int, hi: int, tag: str, size: int, max_bytes: int,
               fail_on_loss: bool) -> Iterator[pa.RecordBatch]:
-    """The entries of ``tag`` in ``lo..hi``, through the server's subject index:
+    """The entries of ``tag`` (a subject filter: a tag, or ``T.>``) in ``lo..hi``,
+    through the server's subject index:
     ``DGET key SEQ a BATCH n NEXT_BY_SUBJ tag``, each request from the offset
     after the last one returned (no prefetch: the next start depends on the reply)."""
     from redis.exceptions import ResponseError
@@ -187,7 +188,7 @@ def _read_tag(client, key: str, lo: int, hi: int, tag: str, size: int, max_bytes
             raise
         if not reply:
             return
-        offsets, entries, times = [], [], []
+        offsets, tags, entries, times = [], [], [], []
         pending = 0
         for message in _messages(reply):
             seq = message.get(b"seq")
@@ -198,10 +199,11 @@ def _read_tag(client, key: str, lo: int, hi: int, tag: str, size: int, max_bytes
                 pending = 0
                 break
             offsets.append(seq)
+            tags.append(message[b"subject"])
             entries.append(message[b"data"])
             times.append(message[b"time"])
         if offsets:
-            yield record_batch(pa.array(offsets, pa.int64()), pa.array([tag] * len(offsets), pa.string()),
+            yield record_batch(pa.array(offsets, pa.int64()), decode_tags(tags),
                                pa.array(entries, pa.binary()), rfc3339_to_times(times), key)
         if not pending or not offsets:
             return

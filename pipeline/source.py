@@ -120,7 +120,7 @@ class TStreamReader(DataSourceReader):
         elif isinstance(partition, ServerRange) and partition.lo <= partition.hi:
             batches = read_partition(self.options, partition.address, partition.key, partition.lo,
                                      partition.hi, fail_on_loss=self.options.fail_on_data_loss,
-                                     tag=self.pushed.tag)
+                                     tag=self.pushed.subject_filter)
         else:  # nothing to read (Spark plans one partition even then)
             return iter(())
         if self.options.arrow:

@@ -437,6 +437,62 @@ def test_pushed_tag_reads_only_that_tag(server):
     assert sum(b.num_rows for part in reader.partitions() for b in reader.read(part)) == 3000
 
 
+TAGS = ["orders.eu.created", "orders.eu.paid", "orders.us.created", "orders.europe", "orders..x", "other",
+        "orders.eu.x y"]
+
+
+def test_pushed_tag_prefix_reads_through_the_subject_index(server):
+    """Without Spark: tag startswith 'x.y.' reads NEXT_BY_SUBJ x.y.> (tags that are
+    not valid subjects too), a prefix ending inside a token its whole tokens."""
+    from pyspark.sql.datasource import EqualTo, StringStartsWith
+
+    from tstream.pipeline.pushdown import Pushed, push
+    from tstream.pipeline.source import TStreamReader
+
+    r = server.client()
+    for lo in range(0, 1400, 700):
+        r.execute_command("TWRITE", "k", "ENTRIES", *[x for i in range(lo, lo + 700) for x in (TAGS[i % 7], f"e{i}")])
+
+    def tags_read(*filters) -> list[str]:
+        reader = TStreamReader(opts(server, pageSize=50))
+        list(reader.pushFilters(list(filters)))
+        return [t for part in reader.partitions() for b in reader.read(part) for t in b.column("tag").to_pylist()]
+
+    r.execute_command("CONFIG", "RESETSTAT")
+    got = tags_read(StringStartsWith(("tag",), "orders.eu."))
+    assert got == [TAGS[i % 7] for i in range(1400) if TAGS[i % 7].startswith("orders.eu.")]
+    assert "cmdstat_tnodes" not in r.info("commandstats")            # through DGET NEXT_BY_SUBJ only
+    got = tags_read(StringStartsWith(("tag",), "orders.eu"))        # a superset: orders.>
+    assert got == [TAGS[i % 7] for i in range(1400) if TAGS[i % 7].startswith("orders.")]
+    assert len(tags_read(StringStartsWith(("tag",), "ord"))) == 1400  # no whole token: not pushed
+
+    def pushed(*filters) -> Pushed:
+        return push(list(filters), Pushed())
+
+    assert pushed(StringStartsWith(("tag",), "a.b.c")).subject_filter == "a.b.>"
+    assert pushed(StringStartsWith(("tag",), "a.b"), StringStartsWith(("tag",), "a.b.c.")).subject_filter == "a.b.c.>"
+    assert pushed(StringStartsWith(("tag",), "a.b"), StringStartsWith(("tag",), "a.c")).empty
+    assert pushed(StringStartsWith(("tag",), "a.b"), EqualTo(("tag",), "a.b.c")).subject_filter == "a.b.c"
+    assert pushed(EqualTo(("tag",), "a.c"), StringStartsWith(("tag",), "a.b")).empty
+    assert pushed(StringStartsWith(("tag",), "a..b.")).subject_filter is None      # an empty token
+    assert pushed(StringStartsWith(("tag",), "a.*.b.")).subject_filter is None     # a wildcard
+
+
+def test_tag_prefix_filter_with_spark(spark, server):
+    r = server.client()
+    r.execute_command("TWRITE", "k", "ENTRIES", *[x for i in range(700) for x in (TAGS[i % 7], f"e{i}")])
+    df = read(spark, server)
+    cases = {"tag like 'orders.eu.%'": lambda o, t: t.startswith("orders.eu."),
+             "startswith(tag, 'orders.eu')": lambda o, t: t.startswith("orders.eu"),
+             "tag like 'orders.eu%' and offset > 100": lambda o, t: t.startswith("orders.eu") and o > 100}
+    r.execute_command("CONFIG", "RESETSTAT")
+    for where, keep in cases.items():
+        got = sorted((x.offset, x.tag) for x in df.where(where).select("offset", "tag").collect())
+        want = [(i + 1, TAGS[i % 7]) for i in range(700) if keep(i + 1, TAGS[i % 7])]
+        assert got == want, where
+    assert "cmdstat_tnodes" not in r.info("commandstats")   # every read went through the subject index
+
+
 def test_options_are_validated(spark, server, tmp_path):
     r = server.client()
     fill(r, "k", 1000)
