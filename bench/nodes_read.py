@@ -44,14 +44,19 @@ def fill(port: int, entries: int) -> None:
     c.close()
 
 
-def _count_tnodes(port: int, lo: int, hi: int, queue) -> None:
+def _count_tnodes(port: int, lo: int, hi: int, queue, read_ahead: bool = True) -> None:
     import redis
 
     from tstream.pipeline.nodes_read import read_nodes
     c = redis.Redis(port=port)
     started = time.perf_counter()
-    rows = sum(batch.num_rows for batch in read_nodes(c, KEY, lo, hi))
+    rows = sum(batch.num_rows for batch in read_nodes(c, KEY, lo, hi, read_ahead=read_ahead))
     queue.put((rows, time.perf_counter() - started))
+
+
+def _count_tnodes_serial(port: int, lo: int, hi: int, queue) -> None:
+    """TNODES one call at a time (no request in flight while a reply is decoded)."""
+    _count_tnodes(port, lo, hi, queue, read_ahead=False)
 
 
 def _count_tread(port: int, lo: int, hi: int, queue) -> None:
@@ -88,7 +93,8 @@ def _count_offline(path: str, lo: int, hi: int, queue) -> None:
 
 def run(kind: str, readers: int, port: int, path: str, entries: int) -> float:
     """Rows per second of ``readers`` processes reading the stream's halves at once."""
-    target = {"tnodes": _count_tnodes, "tread": _count_tread, "offline": _count_offline}[kind]
+    target = {"tnodes": _count_tnodes, "tnodes-serial": _count_tnodes_serial, "tread": _count_tread,
+              "offline": _count_offline}[kind]
     queue: mp.Queue = mp.Queue()
     bounds = [1 + entries * i // readers for i in range(readers + 1)]
     procs = [mp.Process(target=target, args=(path if kind == "offline" else port, a, b - 1, queue))
@@ -113,7 +119,8 @@ def main() -> None:
     ap.add_argument("--out", default="-")
     args = ap.parse_args()
     load_start = loadavg()
-    cases = [("offline", 1), ("tnodes", 1), ("tnodes", 2), ("tread", 1), ("tread", 2), ("offline", 2)]
+    cases = [("offline", 1), ("tnodes", 1), ("tnodes-serial", 1), ("tnodes", 2), ("tread", 1), ("tread", 2),
+             ("offline", 2)]
     runs: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
     with ServerProcess("tstream") as server:
         fill(server.port, args.entries)
@@ -131,7 +138,9 @@ def main() -> None:
     med = {case: statistics.median(values) for case, values in runs.items()}
     ratios = [[runs[("tnodes", 1)][i] / runs[("offline", 1)][i] for i in range(args.rounds)],
               [runs[("tnodes", 2)][i] / runs[("tnodes", 1)][i] for i in range(args.rounds)],
-              [runs[("tnodes", 1)][i] / runs[("tread", 1)][i] for i in range(args.rounds)]]
+              [runs[("tnodes", 1)][i] / runs[("tread", 1)][i] for i in range(args.rounds)],
+              [runs[("tnodes-serial", 1)][i] / runs[("offline", 1)][i] for i in range(args.rounds)],
+              [runs[("tnodes", 1)][i] / runs[("tnodes-serial", 1)][i] for i in range(args.rounds)]]
     lines = [
         "# Reading a stream into Arrow: TNODES, TREAD pages, the snapshot file",
         "",
@@ -154,6 +163,10 @@ def main() -> None:
         f"{', '.join(f'{v:.2f}' for v in ratios[1])} | >= 1.5x |",
         f"| TNODES / TREAD pages, 1 reader | {statistics.median(ratios[2]):.2f}x | "
         f"{', '.join(f'{v:.2f}' for v in ratios[2])} | |",
+        f"| TNODES one call at a time / offline, 1 reader | {statistics.median(ratios[3]):.2f}x | "
+        f"{', '.join(f'{v:.2f}' for v in ratios[3])} | |",
+        f"| TNODES read-ahead / one call at a time, 1 reader | {statistics.median(ratios[4]):.2f}x | "
+        f"{', '.join(f'{v:.2f}' for v in ratios[4])} | |",
         "",
     ]
     text = "\n".join(lines)

@@ -11,8 +11,8 @@ offsets and timestamps, partitioning, paging, ``timeoutMs``/``retries``,
 ``batchSize``, ...) are listed in ``OPTION_SPECS`` (``pipeline/common.py``) and
 described, all in one table, in docs/spark.md; unknown ones are refused.
 
-The writer takes ``tag`` and ``entry`` columns (string or binary), at least
-once; see ``pipeline/sink.py``. Modules: ``source`` (the DataSource and the
+The writer takes ``tag`` and ``entry`` columns (string or binary), exactly
+once through message ids; see ``pipeline/sink.py``. Modules: ``source`` (the DataSource and the
 batch reader), ``pushdown`` (filters and timestamps), ``server_read`` (reading
 pages from a server), ``offline`` and ``snapshot_reader`` (snapshot files),
 ``streaming``, ``sink``, ``jobs``.

@@ -96,9 +96,9 @@ OPTION_SPECS = {
     "failOnDataLoss": "rs", "allowMissing": "rs",
     "numPartitions": "rs", "minPartitions": "rs", "nodesPerPartition": "rs", "nodeEntries": "rs",
     "pageSize": "rs", "maxPageBytes": "rs", "withTime": "rs", "arrow": "rs", "readMode": "rs",
-    "copySnapshot": "r",
+    "copySnapshot": "r", "readFrom": "rs", "replicas": "rs",
     "timeoutMs": "rsw", "retries": "rsw",
-    "batchSize": "w",
+    "batchSize": "w", "exactlyOnce": "w", "writeId": "w", "idColumn": "w", "duplicateWindowMs": "w",
 }
 _CANONICAL = {name.lower(): name for name in OPTION_SPECS}
 # Options Spark itself puts in a writer's map (not the user's to mistype).
@@ -164,6 +164,31 @@ def _read_mode(options) -> str:
     if mode not in READ_MODES:
         raise OptionError(f"tstream option readMode must be one of {', '.join(READ_MODES)}, got {raw!r}")
     return mode
+
+
+READ_FROM = ("primary", "replica")
+
+
+def _read_from(options) -> str:
+    raw = _get(options, "readFrom")
+    where = "primary" if raw is None else str(raw).strip().lower()
+    if where not in READ_FROM:
+        raise OptionError(f"tstream option readFrom must be primary or replica, got {raw!r}")
+    return where
+
+
+def _replicas(options) -> tuple[str, ...] | None:
+    raw = _get(options, "replicas")
+    if raw is None:
+        return None
+    found = []
+    for item in str(raw).split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise OptionError(f"tstream option replicas must list host:port addresses separated by "
+                              f"commas, got {raw!r}")
+        found.append(f"{host.strip('[]')}:{int(port)}")
+    return tuple(found)
 
 
 def _bool(options, name: str, default: bool) -> bool:
@@ -284,6 +309,12 @@ class Options:
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES
     copy_snapshot: bool = True
     read_mode: str = "auto"      # "nodes" (TNODES), "pages" (DGET/TREAD), "auto": nodes when the server has them
+    exactly_once: bool = True    # the sink writes message ids (pipeline/sink.py)
+    write_id: str | None = None  # df.write: the ids' prefix (else one drawn per job)
+    id_column: str | None = None  # the sink takes each row's message id from this column
+    duplicate_window_ms: int | None = None  # the sink sets the stream's duplicate_window_ms to this
+    read_from: str = "primary"   # "replica": the tasks read from replicas (planned on the primary, url)
+    replicas: tuple[str, ...] | None = None  # host:port of the replicas; None: INFO replication of url
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool = False, mode: str | None = None) -> "Options":
@@ -330,6 +361,12 @@ class Options:
             max_page_bytes=_int(options, "maxPageBytes", DEFAULT_MAX_PAGE_BYTES),
             copy_snapshot=_bool(options, "copySnapshot", True),
             read_mode=_read_mode(options),
+            exactly_once=_bool(options, "exactlyOnce", True),
+            write_id=_get(options, "writeId"),
+            id_column=_get(options, "idColumn"),
+            duplicate_window_ms=_int(options, "duplicateWindowMs", None),
+            read_from=_read_from(options),
+            replicas=_replicas(options),
         )
 
     def require_key(self) -> str:
@@ -361,6 +398,21 @@ class Options:
     @property
     def key_bytes(self) -> bytes:
         return self.require_key().encode()
+
+    def at(self, address: str | None) -> "Options":
+        """These options with the server ``host:port`` instead of the URL's (the
+        scheme, user, password, db and TLS settings kept); None: unchanged."""
+        if address is None:
+            return self
+        from dataclasses import replace
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(self.url)
+        host, _, port = address.rpartition(":")
+        netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if "@" in parts.netloc:
+            netloc = parts.netloc.rsplit("@", 1)[0] + "@" + netloc
+        return replace(self, url=urlunsplit(parts._replace(netloc=netloc)))
 
 
 # ---------------------------------------------------------------------------
@@ -430,6 +482,32 @@ def resolve_keys(client, options: Options) -> list[str]:
         found = client.scan_iter(match=options.key_pattern, count=1000, _type="tstream")
         return sorted({k.decode("utf-8", "replace") if isinstance(k, bytes) else str(k) for k in found})
     return list(options.fixed_keys or ())
+
+
+class NoReplicaError(RuntimeError):
+    """``readFrom=replica`` and no replica to read from."""
+
+
+def replica_addresses(client, options: Options) -> list[str]:
+    """Where the tasks read: ``[None]`` (the primary, ``url``) unless
+    ``readFrom=replica``; then the ``replicas`` option, else the replicas the
+    primary reports online in ``INFO replication`` (``slaveN: ip=...,port=...,
+    state=online``)."""
+    if options.read_from != "replica":
+        return [None]
+    if options.replicas:
+        return list(options.replicas)
+    info = client.info("replication")
+    found = []
+    for name, value in sorted(info.items()):
+        if name.startswith("slave") and name[5:].isdigit() and isinstance(value, dict):
+            if value.get("state") == "online":
+                found.append(f"{value['ip']}:{value['port']}")
+    if not found:
+        raise NoReplicaError(f"tstream: readFrom is replica, but the server at {options.url} reports no "
+                             "online replica (INFO replication); give their addresses with the option "
+                             "replicas (host:port,host:port) or read with readFrom=primary")
+    return found
 
 
 def node_entries(client, options: Options) -> int:

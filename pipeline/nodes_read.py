@@ -6,7 +6,10 @@ object per entry); decoding runs here, in the reader, with the engine's own
 node decoder and the offline snapshot reader's node-to-Arrow step
 (``pipeline.offline``), so a read through the server and a read of a snapshot
 file give the same rows.  Each reply holds up to ``COUNT`` nodes; the reader
-asks again from the reply's ``next`` offset until it passes the range.
+asks again from the reply's ``next`` offset until it passes the range.  The
+next request leaves as soon as a reply is parsed, before it is decoded, so the
+server copies (and the kernel carries) the next nodes while this reader
+decodes the last ones.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 from typing import Iterator
 
 import pyarrow as pa
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .common import DataLossError, loss_message
 from .offline import node_batch
@@ -45,13 +50,23 @@ def reply_batches(reply: list, lo: int, hi: int, key: str) -> tuple[list[pa.Reco
 
 
 def read_nodes(client, key: str, lo: int, hi: int, nodes_per_call: int = 16,
-               max_bytes: int = 8 << 20, fail_on_loss: bool = False) -> Iterator[pa.RecordBatch]:
+               max_bytes: int = 8 << 20, fail_on_loss: bool = False,
+               read_ahead: bool = True) -> Iterator[pa.RecordBatch]:
     """Record batches of offsets ``lo..hi`` of ``key`` through TNODES on
-    ``client`` (a redis-py client: its retries reconnect and send a call again,
-    and each call stands alone, so a read resumes where it was).  With
-    ``fail_on_loss``, offsets of the range evicted before they were read raise
-    :class:`DataLossError`."""
-    at = lo
+    ``client`` (a redis-py client).  With ``read_ahead`` one request is in
+    flight while a reply is decoded; after a connection error or a timeout the
+    read goes on from the first offset not handed out, one call at a time
+    through ``client`` (whose retries reconnect and send a call again: each
+    call stands alone).  With ``fail_on_loss``, offsets of the range evicted
+    before they were read raise :class:`DataLossError`."""
+    resume = [lo]  # the first offset not handed out yet
+    if read_ahead:
+        try:
+            yield from _read_ahead(client, key, lo, hi, nodes_per_call, max_bytes, fail_on_loss, resume)
+            return
+        except (RedisConnectionError, RedisTimeoutError):
+            pass  # the rest one call at a time, with the client's retries
+    at = resume[0]
     while at <= hi:
         reply = client.execute_command("TNODES", key, at, "COUNT", nodes_per_call, "MAXBYTES", max_bytes)
         batches, following, first = reply_batches(reply, lo, hi, key)
@@ -61,3 +76,38 @@ def read_nodes(client, key: str, lo: int, hi: int, nodes_per_call: int = 16,
         if following <= at:
             return  # nothing at or after ``at``
         at = following
+
+
+def _read_ahead(client, key: str, lo: int, hi: int, count: int, max_bytes: int, fail_on_loss: bool,
+                resume: list) -> Iterator[pa.RecordBatch]:
+    """``read_nodes`` on one connection of ``client``'s pool, the request for
+    the next nodes sent before the last reply is decoded."""
+    pool = client.connection_pool
+    try:
+        conn = pool.get_connection()
+    except TypeError:  # redis-py < 5.3 wants a command name
+        conn = pool.get_connection("TNODES")
+    owed = 0
+    try:
+        at = lo
+        conn.send_command("TNODES", key, at, "COUNT", count, "MAXBYTES", max_bytes)
+        owed = 1
+        while True:
+            reply = conn.read_response()
+            owed -= 1
+            following = reply[1]
+            more = at < following <= hi
+            if more:
+                conn.send_command("TNODES", key, following, "COUNT", count, "MAXBYTES", max_bytes)
+                owed += 1
+            batches, following, first = reply_batches(reply, lo, hi, key)
+            if fail_on_loss and first > at:
+                raise DataLossError(loss_message(key, at, min(hi, first - 1), first))
+            yield from batches
+            if not more:
+                return
+            at = resume[0] = following
+    finally:
+        if owed:  # a reply still owed (an error, or the reader stopped early): not reusable
+            conn.disconnect()
+        pool.release(conn)

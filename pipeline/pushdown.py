@@ -12,6 +12,10 @@ query's ``where``; the ones this source understands narrow what is read:
 - ``tag = 'x'`` (or ``IN`` of one value): only that tag's entries are read, by
   ``DGET ... NEXT_BY_SUBJ x`` (the server's subject index), when ``x`` is a
   plain subject;
+- ``tag`` starting with a prefix (``startswith``, ``LIKE 'orders.eu.%'``: Spark's
+  ``StringStartsWith``): the tags under the prefix's whole tokens, by
+  ``NEXT_BY_SUBJ orders.eu.>`` (a superset: ``orders.e%`` reads ``orders.>``);
+  a prefix without a ``.`` has no whole token and is not pushed;
 - ``key = 'x'`` or ``key IN (...)``: only those streams.
 
 Every filter is still handed back to Spark, which evaluates it again on the
@@ -40,11 +44,24 @@ class Pushed:
     time_from: int | None = None        # ns: entries written at or after
     time_until: int | None = None       # ns: entries written strictly before
     tag: str | None = None              # only this tag
+    tag_prefix: str | None = None       # only tags starting with this
     keys: frozenset | None = None       # only these streams
     empty: bool = False                 # the filters contradict each other
 
     def narrowed(self) -> bool:
         return self != Pushed()
+
+    @property
+    def subject_filter(self) -> str | None:
+        """What to read through the subject index (``NEXT_BY_SUBJ``): the tag, or
+        ``T.>`` for a prefix whose whole tokens are ``T``; None: every entry."""
+        if self.tag is not None:
+            return self.tag
+        if self.tag_prefix is None:
+            return None
+        cut = self.tag_prefix.rfind(".")
+        tokens = self.tag_prefix[:cut]
+        return f"{tokens}.>" if cut > 0 and _PLAIN_SUBJECT.match(tokens) else None
 
 
 def _ns(value) -> int | None:
@@ -78,6 +95,7 @@ def push(filters, pushed: Pushed) -> Pushed:  # noqa: C901 (one case per filter 
         In,
         LessThan,
         LessThanOrEqual,
+        StringStartsWith,
     )
 
     p = pushed
@@ -128,6 +146,8 @@ def push(filters, pushed: Pushed) -> Pushed:  # noqa: C901 (one case per filter 
                 p = replace(p, time_from=start if p.time_from is None else max(p.time_from, start))
             if until is not None:
                 p = replace(p, time_until=until if p.time_until is None else min(p.time_until, until))
+        elif column == "tag" and isinstance(f, StringStartsWith):
+            p = _push_prefix(p, f.value)
         elif column == "tag":
             values = None
             if isinstance(f, (EqualTo, EqualNullSafe)) and isinstance(f.value, str):
@@ -149,7 +169,22 @@ def push(filters, pushed: Pushed) -> Pushed:  # noqa: C901 (one case per filter 
             else:
                 continue
             p = replace(p, keys=keys if p.keys is None else p.keys & keys)
+    if p.tag is not None and p.tag_prefix is not None and not p.tag.startswith(p.tag_prefix):
+        p = replace(p, empty=True)
     return p
+
+
+def _push_prefix(p: Pushed, prefix) -> Pushed:
+    """``tag`` starts with ``prefix``: keep the longest of the prefixes (two that
+    do not extend each other match nothing)."""
+    if not isinstance(prefix, str) or not prefix:
+        return p
+    old = p.tag_prefix
+    if old is None or prefix.startswith(old):
+        return replace(p, tag_prefix=prefix)
+    if old.startswith(prefix):
+        return p
+    return replace(p, empty=True)
 
 
 def timestamp_options(options) -> Pushed:

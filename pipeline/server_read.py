@@ -36,7 +36,17 @@ import pyarrow as pa
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .common import DataLossError, Options, backoff, connect, decode_tags, loss_message, record_batch, rfc3339_to_times
+from .common import (
+    DataLossError,
+    Options,
+    backoff,
+    connect,
+    decode_tags,
+    loss_message,
+    record_batch,
+    rfc3339_to_times,
+    stream_info,
+)
 from .nodes_read import read_nodes
 
 PREFETCH = 2  # requests in flight per task
@@ -61,6 +71,50 @@ def read_range(options: Options, lo: int, hi: int, fail_on_loss: bool = False,
     finally:
         if own:
             client.close()
+
+
+REPLICA_POLL = 0.05  # s between two looks at a replica that has not caught up yet
+
+
+def read_partition(options: Options, address: str | None, key: str, lo: int, hi: int,
+                   fail_on_loss: bool = False, tag: str | None = None) -> Iterator[pa.RecordBatch]:
+    """``read_range`` of one planned partition: from the replica at ``address``
+    (``readFrom=replica``) once it holds offset ``hi`` (the plan was made on the
+    primary), else from the primary (``url``): a replica that does not catch up
+    within ``timeoutMs``, or cannot be reached, is logged and passed over."""
+    if address is None or hi < lo:
+        yield from read_range(options, lo, hi, fail_on_loss=fail_on_loss, key=key, tag=tag)
+        return
+    import logging
+
+    at = options.at(address)
+    client = connect(at)
+    try:
+        try:
+            ready = _caught_up(client, key, hi, at.timeout_ms / 1000)
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            ready, why = False, f"cannot be reached ({exc})"
+        else:
+            why = f"does not hold offset {hi} of {key!r} after {at.timeout_ms} ms"
+        if ready:
+            yield from read_range(at, lo, hi, fail_on_loss=fail_on_loss, client=client, key=key, tag=tag)
+            return
+    finally:
+        client.close()
+    logging.getLogger("pipeline.read").warning("tstream: replica %s %s: reading offsets %d..%d from the primary",
+                                               address, why, lo, hi)
+    yield from read_range(options, lo, hi, fail_on_loss=fail_on_loss, key=key, tag=tag)
+
+
+def _caught_up(client, key: str, hi: int, timeout: float) -> bool:
+    """Whether the replica holds offset ``hi`` of ``key``, waiting up to ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if stream_info(client, key).last >= hi:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(REPLICA_POLL)
 
 
 def _read(client, key: str, lo: int, hi: int, options: Options, fail_on_loss: bool,
@@ -113,7 +167,8 @@ def _messages(reply) -> list[dict]:
 
 def _read_tag(client, key: str, lo: int, hi: int, tag: str, size: int, max_bytes: int,
               fail_on_loss: bool) -> Iterator[pa.RecordBatch]:
-    """The entries of ``tag`` in ``lo..hi``, through the server's subject index:
+    """The entries of ``tag`` (a subject filter: a tag, or ``T.>``) in ``lo..hi``,
+    through the server's subject index:
     ``DGET key SEQ a BATCH n NEXT_BY_SUBJ tag``, each request from the offset
     after the last one returned (no prefetch: the next start depends on the reply)."""
     from redis.exceptions import ResponseError
@@ -133,7 +188,7 @@ def _read_tag(client, key: str, lo: int, hi: int, tag: str, size: int, max_bytes
             raise
         if not reply:
             return
-        offsets, entries, times = [], [], []
+        offsets, tags, entries, times = [], [], [], []
         pending = 0
         for message in _messages(reply):
             seq = message.get(b"seq")
@@ -144,10 +199,11 @@ def _read_tag(client, key: str, lo: int, hi: int, tag: str, size: int, max_bytes
                 pending = 0
                 break
             offsets.append(seq)
+            tags.append(message[b"subject"])
             entries.append(message[b"data"])
             times.append(message[b"time"])
         if offsets:
-            yield record_batch(pa.array(offsets, pa.int64()), pa.array([tag] * len(offsets), pa.string()),
+            yield record_batch(pa.array(offsets, pa.int64()), decode_tags(tags),
                                pa.array(entries, pa.binary()), rfc3339_to_times(times), key)
         if not pending or not offsets:
             return

@@ -22,23 +22,26 @@ from .common import (
     no_key_matches,
     node_entries,
     node_ranges,
+    replica_addresses,
     resolve_keys,
     spec_for,
     split_to,
     stream_info,
 )
 from .pushdown import Pushed, narrow, push, timestamp_options
-from .server_read import read_range
+from .server_read import read_partition
 
 
 class ServerRange(InputPartition):
-    """Offsets ``lo..hi`` (inclusive) of ``key`` read from the server by one task."""
+    """Offsets ``lo..hi`` (inclusive) of ``key`` read from the server by one
+    task: the primary (``url``), or the replica at ``address`` (``readFrom=replica``)."""
 
-    def __init__(self, key: str, lo: int, hi: int) -> None:
-        super().__init__((key, lo, hi))
+    def __init__(self, key: str, lo: int, hi: int, address: str | None = None) -> None:
+        super().__init__((key, lo, hi, address))
         self.key = key
         self.lo = lo
         self.hi = hi
+        self.address = address
 
 
 class SnapshotPartition(InputPartition):
@@ -86,9 +89,12 @@ class TStreamReader(DataSourceReader):
             ranges = []
             for key in keys:  # one range (or more) per stream, never across two
                 ranges += self._ranges(client, key, n, where)
+            replicas = replica_addresses(client, options)
         finally:
             client.close()
-        return [ServerRange(*r) for r in split_to(ranges, options.min_partitions, n)]
+        ranges = split_to(ranges, options.min_partitions, n)
+        # readFrom=replica: the partitions go to the replicas in turn
+        return [ServerRange(*r, replicas[i % len(replicas)]) for i, r in enumerate(ranges)]
 
     def _ranges(self, client, key: str, n: int, where: str) -> list[tuple[str, int, int]]:
         options = self.options
@@ -112,9 +118,9 @@ class TStreamReader(DataSourceReader):
         if isinstance(partition, SnapshotPartition):
             batches = offline.read(partition.part)
         elif isinstance(partition, ServerRange) and partition.lo <= partition.hi:
-            batches = read_range(self.options, partition.lo, partition.hi,
-                                 fail_on_loss=self.options.fail_on_data_loss, key=partition.key,
-                                 tag=self.pushed.tag)
+            batches = read_partition(self.options, partition.address, partition.key, partition.lo,
+                                     partition.hi, fail_on_loss=self.options.fail_on_data_loss,
+                                     tag=self.pushed.subject_filter)
         else:  # nothing to read (Spark plans one partition even then)
             return iter(())
         if self.options.arrow:
@@ -202,18 +208,22 @@ class TStreamDataSource(DataSource):
             return _RefusedStreamReader(exc)
 
     def writer(self, schema: StructType, overwrite: bool):
-        from .sink import TStreamWriter, check_schema
+        from .sink import TStreamWriter, check_schema, prepare
 
         self._check_write(schema, overwrite)
-        check_schema(schema)
-        return TStreamWriter(Options.parse(self.options, mode="w"))
+        options = Options.parse(self.options, mode="w")
+        check_schema(schema, options)
+        prepare(options)
+        return TStreamWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
-        from .sink import TStreamStreamWriter, check_schema
+        from .sink import TStreamStreamWriter, check_schema, prepare
 
         self._check_write(schema, overwrite)
-        check_schema(schema)
-        return TStreamStreamWriter(Options.parse(self.options, mode="w"))
+        options = Options.parse(self.options, mode="w")
+        check_schema(schema, options)
+        prepare(options)
+        return TStreamStreamWriter(options)
 
     def _check_write(self, schema: StructType, overwrite: bool) -> None:
         if overwrite:

@@ -48,23 +48,26 @@ from .common import (
     no_key_matches,
     node_entries,
     node_ranges,
+    replica_addresses,
     resolve_keys,
     spec_for,
     split_to,
     stream_info,
 )
 from .pushdown import offset_at_time
-from .server_read import read_range
+from .server_read import read_partition
 
 
 class OffsetRange(InputPartition):
-    """Offsets ``lo..hi`` (inclusive) of ``key``: one micro-batch task."""
+    """Offsets ``lo..hi`` (inclusive) of ``key``: one micro-batch task (read from
+    the replica at ``address`` with ``readFrom=replica``)."""
 
-    def __init__(self, key: str, lo: int, hi: int) -> None:
-        super().__init__((key, lo, hi))
+    def __init__(self, key: str, lo: int, hi: int, address: str | None = None) -> None:
+        super().__init__((key, lo, hi, address))
         self.key = key
         self.lo = lo
         self.hi = hi
+        self.address = address
 
 
 def budget(avail: dict[str, int], limit: int) -> dict[str, int]:
@@ -84,6 +87,15 @@ def budget(avail: dict[str, int], limit: int) -> dict[str, int]:
     return share
 
 
+def lag_metrics(latest: dict[str, int], reached: dict[str, int]) -> dict:
+    """Offsets behind latest per stream (``latest`` next offsets against the
+    ``reached`` ones), with Kafka's min/max/avg names."""
+    behind = {key: max(0, latest[key] - reached.get(key, latest[key])) for key in sorted(latest)}
+    values = list(behind.values()) or [0]
+    return {"offsetsBehindLatest": behind, "minOffsetsBehindLatest": min(values),
+            "maxOffsetsBehindLatest": max(values), "avgOffsetsBehindLatest": round(sum(values) / len(values), 1)}
+
+
 class TStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Options) -> None:
         self.options = options
@@ -91,6 +103,7 @@ class TStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[str, int] | None = None  # availableNow: stop at these next-offsets
         self._last_batch = time.monotonic()  # minOffsetsPerTrigger: when the last micro-batch was let through
         self._client = None              # the driver's connection, kept between micro-batches
+        self._reached: dict[str, int] = {}  # the end of the last latestOffset: where the query will be
 
     def __getstate__(self) -> dict:  # tasks get the options, not the driver's connection
         state = dict(self.__dict__)
@@ -199,14 +212,23 @@ class TStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if least and self._target is None and sum(avail.values()) < least and all(k in begin for k in ends):
             # Kafka's minOffsetsPerTrigger: wait for more, at most maxTriggerDelay after the last batch.
             if time.monotonic() - self._last_batch < self.options.max_trigger_delay:
+                self._reached = begin
                 return self._offset(begin)
         end = self._offset({key: max(begin.get(key, end), end) for key, end in ends.items()})
         if end != self._offset(begin):
             self._last_batch = time.monotonic()
+        self._reached = end["offsets"]
         return end
 
     def reportLatestOffset(self) -> dict:
-        return self._offset({key: info.next_offset for key, info in self._infos(self._keys()).items()})
+        """The progress's ``latestOffset``: the next offset of every stream, and
+        the lag (PySpark's Python sources have no metrics hook, Kafka's
+        ``ReportsSourceMetrics``): how many offsets each stream will still hold
+        past the micro-batch being planned, with their min, max and mean."""
+        latest = {key: info.next_offset for key, info in self._infos(self._keys()).items()}
+        report = self._offset(latest)
+        report.update(lag_metrics(latest, self._reached))
+        return report
 
     # -- planning and reading -----------------------------------------------------
     def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
@@ -225,11 +247,13 @@ class TStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ranges += [(key, a, b) for a, b in node_ranges(lo, hi, n, self.options)]
         if not ranges:
             return []
-        return [OffsetRange(*r) for r in split_to(ranges, self.options.min_partitions, n)]
+        replicas = replica_addresses(client, self.options)
+        ranges = split_to(ranges, self.options.min_partitions, n)
+        return [OffsetRange(*r, replicas[i % len(replicas)]) for i, r in enumerate(ranges)]
 
     def read(self, partition: OffsetRange) -> Iterator:
-        batches = read_range(self.options, partition.lo, partition.hi,
-                             fail_on_loss=self.options.fail_on_data_loss, key=partition.key)
+        batches = read_partition(self.options, partition.address, partition.key,
+                                 partition.lo, partition.hi, fail_on_loss=self.options.fail_on_data_loss)
         if self.options.arrow:
             return batches
         return (row for batch in batches for row in batch_rows(batch))

@@ -18,9 +18,9 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pytest
 
-from tstream.pipeline.common import DataLossError, OptionError, Options, as_map, node_ranges
+from tstream.pipeline.common import DataLossError, OptionError, Options, as_map, node_ranges, replica_addresses
 from tstream.pipeline.server_read import PREFETCH, read_range
-from tstream.pipeline.sink import write_rows
+from tstream.pipeline.sink import write_prefix, write_rows
 
 from .conftest import free_port
 
@@ -202,12 +202,17 @@ def test_streaming_available_now_restart_and_data_loss(spark, server, tmp_path):
             query.awaitTermination(120)
         finally:
             query.stop()
+        # (a micro-batch replayed from the checkpoint reports no latestOffset: Spark does not ask)
+        lags.append([(json.loads(p["sources"][0]["latestOffset"] or "null") or {}).get("maxOffsetsBehindLatest")
+                     for p in query.recentProgress if p["numInputRows"]])
         return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
 
     def copied():
         return sorted(int(e[1:]) for _, _, e in held(r, "copy"))
 
+    lags = []
     assert run() == [1000, 1000, 500]
+    assert lags == [[1500, 500, 0]]     # offsets behind latest after each micro-batch, in its progress
     assert copied() == list(range(2500))
     fill(r, "k", 700, start=2500)
     assert run() == [700]                      # restarted from the checkpoint: only what is new
@@ -432,6 +437,62 @@ def test_pushed_tag_reads_only_that_tag(server):
     assert sum(b.num_rows for part in reader.partitions() for b in reader.read(part)) == 3000
 
 
+TAGS = ["orders.eu.created", "orders.eu.paid", "orders.us.created", "orders.europe", "orders..x", "other",
+        "orders.eu.x y"]
+
+
+def test_pushed_tag_prefix_reads_through_the_subject_index(server):
+    """Without Spark: tag startswith 'x.y.' reads NEXT_BY_SUBJ x.y.> (tags that are
+    not valid subjects too), a prefix ending inside a token its whole tokens."""
+    from pyspark.sql.datasource import EqualTo, StringStartsWith
+
+    from tstream.pipeline.pushdown import Pushed, push
+    from tstream.pipeline.source import TStreamReader
+
+    r = server.client()
+    for lo in range(0, 1400, 700):
+        r.execute_command("TWRITE", "k", "ENTRIES", *[x for i in range(lo, lo + 700) for x in (TAGS[i % 7], f"e{i}")])
+
+    def tags_read(*filters) -> list[str]:
+        reader = TStreamReader(opts(server, pageSize=50))
+        list(reader.pushFilters(list(filters)))
+        return [t for part in reader.partitions() for b in reader.read(part) for t in b.column("tag").to_pylist()]
+
+    r.execute_command("CONFIG", "RESETSTAT")
+    got = tags_read(StringStartsWith(("tag",), "orders.eu."))
+    assert got == [TAGS[i % 7] for i in range(1400) if TAGS[i % 7].startswith("orders.eu.")]
+    assert "cmdstat_tnodes" not in r.info("commandstats")            # through DGET NEXT_BY_SUBJ only
+    got = tags_read(StringStartsWith(("tag",), "orders.eu"))        # a superset: orders.>
+    assert got == [TAGS[i % 7] for i in range(1400) if TAGS[i % 7].startswith("orders.")]
+    assert len(tags_read(StringStartsWith(("tag",), "ord"))) == 1400  # no whole token: not pushed
+
+    def pushed(*filters) -> Pushed:
+        return push(list(filters), Pushed())
+
+    assert pushed(StringStartsWith(("tag",), "a.b.c")).subject_filter == "a.b.>"
+    assert pushed(StringStartsWith(("tag",), "a.b"), StringStartsWith(("tag",), "a.b.c.")).subject_filter == "a.b.c.>"
+    assert pushed(StringStartsWith(("tag",), "a.b"), StringStartsWith(("tag",), "a.c")).empty
+    assert pushed(StringStartsWith(("tag",), "a.b"), EqualTo(("tag",), "a.b.c")).subject_filter == "a.b.c"
+    assert pushed(EqualTo(("tag",), "a.c"), StringStartsWith(("tag",), "a.b")).empty
+    assert pushed(StringStartsWith(("tag",), "a..b.")).subject_filter is None      # an empty token
+    assert pushed(StringStartsWith(("tag",), "a.*.b.")).subject_filter is None     # a wildcard
+
+
+def test_tag_prefix_filter_with_spark(spark, server):
+    r = server.client()
+    r.execute_command("TWRITE", "k", "ENTRIES", *[x for i in range(700) for x in (TAGS[i % 7], f"e{i}")])
+    df = read(spark, server)
+    cases = {"tag like 'orders.eu.%'": lambda o, t: t.startswith("orders.eu."),
+             "startswith(tag, 'orders.eu')": lambda o, t: t.startswith("orders.eu"),
+             "tag like 'orders.eu%' and offset > 100": lambda o, t: t.startswith("orders.eu") and o > 100}
+    r.execute_command("CONFIG", "RESETSTAT")
+    for where, keep in cases.items():
+        got = sorted((x.offset, x.tag) for x in df.where(where).select("offset", "tag").collect())
+        want = [(i + 1, TAGS[i % 7]) for i in range(700) if keep(i + 1, TAGS[i % 7])]
+        assert got == want, where
+    assert "cmdstat_tnodes" not in r.info("commandstats")   # every read went through the subject index
+
+
 def test_options_are_validated(spark, server, tmp_path):
     r = server.client()
     fill(r, "k", 1000)
@@ -584,6 +645,8 @@ def test_stream_reader_offsets(server):
     assert s.getDefaultReadLimit() == ReadMaxRows(150)
     start = at(101)
     assert s.latestOffset(start, ReadMaxRows(150)) == at(251)
+    assert s.reportLatestOffset() == {**at(501), "offsetsBehindLatest": {"k": 250}, "minOffsetsBehindLatest": 250,
+                                      "maxOffsetsBehindLatest": 250, "avgOffsetsBehindLatest": 250.0}
     assert s.latestOffset(start, ReadAllAvailable()) == at(501)
     assert s.latestOffset({"key": "k", "offset": 101}, ReadAllAvailable()) == at(501)  # an old checkpoint
     s.prepareForTriggerAvailableNow()
@@ -693,6 +756,215 @@ def test_sink_chunks_without_spark(server):
     with pytest.raises(ValueError, match="row 8 of this task has a null entry"):
         write_rows(opts(server, batchSize=4), iter([batches[0], bad]))
     assert as_map(r.execute_command("TINFO", "k"))["last"] == 29  # a chunk of 4 more, not the bad one
+
+
+def test_sink_retried_task_stores_its_rows_once(server):
+    """A task that failed after two chunks, retried with the same rows (same
+    write id, partition, row indexes): every row is stored once, in order."""
+    r = server.client()
+
+    def batches(fail_after: int | None = None):
+        for n in range(3):
+            if n == fail_after:
+                raise RuntimeError("the executor died")
+            yield pa.record_batch([pa.array([f"t{n}"] * 7), pa.array([b"r%d" % (7 * n + i) for i in range(7)])],
+                                  names=["tag", "entry"])
+
+    options = opts(server, batchSize=5)
+    with pytest.raises(RuntimeError, match="executor died"):
+        write_rows(options, batches(fail_after=2), prefix=write_prefix("q-1", 4), partition=3)
+    assert [e for _, _, e in held(r, "k")] == [b"r%d" % i for i in range(10)]  # chunks [0, 5) [5, 10)
+    message = write_rows(options, batches(), prefix=write_prefix("q-1", 4), partition=3)  # the retry
+    assert message.rows == 21 and message.chunks[:2] == [(1, 5), (6, 5)]  # where they were stored the first time
+    assert held(r, "k") == [(i + 1, f"t{i // 7}", b"r%d" % i) for i in range(21)]
+    write_rows(options, batches(), prefix=write_prefix("q-1", 4), partition=3)  # a replay of the epoch
+    assert len(held(r, "k")) == 21
+    write_rows(options, batches(), prefix=write_prefix("q-1", 5), partition=3)  # the next epoch: new rows
+    write_rows(options, batches(), prefix=write_prefix("q-1", 4), partition=1)  # another partition
+    assert len(held(r, "k")) == 63
+    assert r.execute_command("TWRITE", "k", "MSGIDS", "q1.4.3.20", "ENTRIES", "x", "y") == 21
+
+    # idColumn: the rows' own ids (here a source offset), whatever the task
+    rows = pa.record_batch([pa.array(["a"] * 4), pa.array([b"v"] * 4), pa.array([10, 11, 11, 12])],
+                           names=["tag", "entry", "offset"])
+    id_options = opts(server, key="ids", idColumn="offset", batchSize=3)
+    write_rows(id_options, iter([rows]), prefix=write_prefix("w"))
+    write_rows(id_options, iter([rows]), prefix=write_prefix("other"), partition=9)
+    assert [o for o, _, _ in held(r, "ids")] == [1, 2, 3]  # 10, 11, 12 once each
+    with pytest.raises(ValueError, match="null id"):
+        write_rows(id_options, iter([rows.set_column(2, "offset", pa.array([1, None, 2, 3]))]))
+    assert len(write_prefix("x" * 80, 7)) == 32 + 2 and write_prefix("1b4e-28ba", 0) == "1b4e28ba.0"
+
+
+def test_sink_exactly_once_with_spark(spark, server):
+    r = server.client()
+    df = spark.createDataFrame([(f"t{i % 3}", f"row {i}") for i in range(100)], "tag string, entry string").repartition(3)
+
+    def write(**options):
+        writer = df.write.format("tstream").option("url", url(server)).option("key", "k").mode("append")
+        for name, value in options.items():
+            writer = writer.option(name, str(value))
+        writer.save()
+
+    write(writeId="nightly-2026-11-26", batchSize=7)
+    write(writeId="nightly-2026-11-26", batchSize=7)   # the job run again: nothing new
+    assert sorted(e for _, _, e in held(r, "k")) == sorted(f"row {i}".encode() for i in range(100))
+    write(batchSize=7)                                  # another job (its own id): written again
+    assert len(held(r, "k")) == 200
+    write(exactlyOnce="false")                          # no ids at all
+    assert len(held(r, "k")) == 300
+
+    write(key="w", duplicateWindowMs=3_600_000, writeId="a")
+    assert int(as_map(r.execute_command("TCONFIG", "w", "GET"))["duplicate_window_ms"]) == 3_600_000
+    r.execute_command("TCONFIG", "w", "SET", "duplicate_window_ms", 0)
+    with pytest.raises(Exception, match="duplicate_window_ms 0"):
+        write(key="w", writeId="b")
+    write(key="w", writeId="b", exactlyOnce="false")
+    with pytest.raises(Exception, match="idColumn 'nope' is not a column"):
+        write(key="w", idColumn="nope")
+    assert len(held(r, "w")) == 200
+
+
+SINK_DRIVER = """
+import os, sys
+os.environ["PYSPARK_PYTHON"] = sys.executable
+from pyspark.sql import SparkSession
+from tstream import pipeline
+
+url, checkpoint, exactly_once = sys.argv[1:4]
+spark = (SparkSession.builder.master("local[2]").appName("tstream-sink-kill")
+         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+         .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
+         .getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+pipeline.register(spark)
+query = (spark.readStream.format("tstream").option("url", url).option("key", "src")
+         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 500).load()
+         .writeStream.format("tstream").option("url", url).option("key", "dst").option("batchSize", 10)
+         .option("exactlyOnce", exactly_once).option("checkpointLocation", checkpoint)
+         .trigger(processingTime="100 milliseconds").start())
+print("started", query.id, flush=True)
+query.awaitTermination()
+"""
+
+
+def run_sink_driver(server, tmp_path, kill_at: list[int], total: int, exactly_once: bool = True) -> list[int]:
+    """Stream ``src`` to ``dst`` through a Spark driver in its own process group,
+    SIGKILLed (Python, JVM and workers) once ``dst`` holds ``kill_at[i]`` rows
+    and a micro-batch is half written, then restarted on the same checkpoint;
+    the last run goes on until ``dst`` holds ``total`` rows. Returns the
+    ``dst`` lengths at the kills."""
+    import signal
+
+    script = tmp_path / "sink_driver.py"
+    script.write_text(SINK_DRIVER)
+    checkpoint = str(tmp_path / "sink-checkpoint")
+    r = server.client()
+    killed_at = []
+    for run, threshold in enumerate([*kill_at, None]):
+        with open(tmp_path / f"driver{run}.log", "wb") as out:
+            proc = subprocess.Popen([sys.executable, str(script), url(server), checkpoint, str(exactly_once).lower()],
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline and proc.poll() is None:
+                last = as_map(r.execute_command("TINFO", "dst"))["last"] if r.exists("dst") else 0
+                if threshold is None and last >= total:
+                    time.sleep(2)      # anything more it would write (it must not)
+                    break
+                if threshold is not None and last >= threshold and last % 500:
+                    killed_at.append(last)
+                    break
+                time.sleep(0.005)
+            else:
+                raise AssertionError(f"driver run {run} ended or timed out: "
+                                     f"{(tmp_path / f'driver{run}.log').read_text(errors='replace')[-3000:]}")
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return killed_at
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_sink_exactly_once_across_two_driver_kills(server, tmp_path):
+    """The driver (Python, JVM, workers) SIGKILLed twice while a micro-batch is
+    half written, restarted on the same checkpoint: the replayed micro-batches'
+    rows are dropped as duplicates: the target holds every source row once."""
+    r = server.client()
+    total = 12_000
+    fill(r, "src", total)
+    killed_at = run_sink_driver(server, tmp_path, [2000, 6000], total)
+    print("dst rows at the kills:", killed_at)
+    assert len(killed_at) == 2 and all(n % 500 for n in killed_at)   # both mid-batch
+    rows = [int(e[1:]) for _, _, e in held(r, "dst")]
+    assert len(rows) == total                         # 0 duplicates
+    assert sorted(rows) == list(range(total))         # 0 gaps
+
+
+def test_options_at_a_replica_address(server):
+    base = Options.parse({"url": "rediss://ann:pw@primary:6380/0?ssl_ca_certs=/ca.pem", "key": "k",
+                          "readFrom": "replica", "replicas": "10.0.0.2:6381, [::1]:6382"})
+    assert base.replicas == ("10.0.0.2:6381", "::1:6382")
+    assert base.at("10.0.0.2:6381").url == "rediss://ann:pw@10.0.0.2:6381/0?ssl_ca_certs=/ca.pem"
+    assert base.at("::1:6382").url == "rediss://ann:pw@[::1]:6382/0?ssl_ca_certs=/ca.pem"
+    assert base.at(None) is base
+    for bad in ({"readFrom": "secondary"}, {"replicas": "host"}, {"replicas": "h:99999"}):
+        with pytest.raises(OptionError, match="readFrom|replicas"):
+            Options.parse({"key": "k", **bad})
+    # No replica online: a clear error, not a silent read from the primary
+    with pytest.raises(Exception, match="reports no online replica"):
+        replica_addresses(server.client(), opts(server, readFrom="replica"))
+    assert replica_addresses(server.client(), opts(server)) == [None]
+
+
+def test_read_from_replica(spark, make_server, tmp_path):
+    """readFrom=replica: offsets planned on the primary, every TNODES/DGET/TREAD
+    served by the replica (the primary's counters of those stay at 0)."""
+    for name in ("p", "r"):
+        (tmp_path / name).mkdir()
+    primary = make_server("--save", "", directory=tmp_path / "p")
+    replica = make_server("--save", "", "--replicaof", f"127.0.0.1 {primary.port}", directory=tmp_path / "r")
+    p, rep = primary.client(), replica.client()
+    fill(p, "k", 5000)
+    deadline = time.monotonic() + 30
+    while not (rep.exists("k") and as_map(rep.execute_command("TINFO", "k"))["last"] == 5000):
+        assert time.monotonic() < deadline, "the replica did not catch up"
+        time.sleep(0.05)
+    p.execute_command("CONFIG", "RESETSTAT")
+    rep.execute_command("CONFIG", "RESETSTAT")
+
+    def offsets(**options) -> list[int]:
+        return sorted(x.offset for x in read(spark, primary, readFrom="replica", numPartitions=3, **options)
+                      .select("offset").collect())
+
+    assert offsets(readMode="nodes") == list(range(1, 5001))
+    assert offsets(readMode="pages") == list(range(1, 5001))                      # DGET pages
+    assert offsets(readMode="pages", withTime="false") == list(range(1, 5001))    # TREAD pages
+    assert offsets(replicas=f"127.0.0.1:{replica.port}") == list(range(1, 5001))  # named, not discovered
+    seen = []
+    query = (spark.readStream.format("tstream").option("url", url(primary)).option("key", "k")
+             .option("readFrom", "replica").option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", 2000).load()
+             .writeStream.foreachBatch(lambda batch, _: seen.extend(x.offset for x in batch.select("offset").collect()))
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(120)
+    finally:
+        query.stop()
+    assert sorted(seen) == list(range(1, 5001))
+
+    def calls(client, command: str) -> int:
+        return client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0)
+
+    assert [calls(p, c) for c in ("tnodes", "dget", "tread")] == [0, 0, 0]
+    assert calls(rep, "tnodes") > 0 and calls(rep, "dget") > 0 and calls(rep, "tread") > 0
+    assert calls(p, "tinfo") > 0                      # planned on the primary
+
+    # A replica that cannot be reached: its partitions are read from the primary.
+    assert offsets(replicas=f"127.0.0.1:{free_port()}", retries=0, timeoutMs=2000) == list(range(1, 5001))
+    assert calls(p, "tnodes") > 0
 
 
 @pytest.fixture(scope="module")
