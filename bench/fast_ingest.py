@@ -37,6 +37,7 @@ import multiprocessing as mp
 import statistics
 import time
 
+import jetstream
 from common import (
     OUT_DIR,
     Client,
@@ -175,7 +176,7 @@ def phase(port: int, kind: str, pubs: int, per: int, tag: str, reader: bool = Fa
 
 def run(args) -> dict:
     results: dict = {"ingest": [], "msgid": []}
-    for fsync in ("no", "always"):
+    for fsync in ("no", "always") if args.only in (None, "ingest") else ():
         extra = ["--appendonly", "yes", "--appendfsync", fsync]
         with servers(("tstream", extra)) as (ts,):
             for pubs in (1, 4, 16):
@@ -197,7 +198,7 @@ def run(args) -> dict:
                              f"{got['twrite']['tread_ms']['p99']:.2f} ms (twrite)" if pubs == 16 else ""),
                           flush=True)
     with servers(("tstream", ["--appendonly", "yes", "--appendfsync", "no"])) as (ts,):
-        for rnd in range(args.rounds):
+        for rnd in range(args.rounds if args.only in (None, "msgid") else 0):
             order = ("twrite", "msgid") if rnd % 2 == 0 else ("msgid", "twrite")
             got = {kind: phase(ts.port, kind, 1, args.messages, f"m{rnd}") for kind in order}
             ratio = got["msgid"]["msgs_per_s"] / got["twrite"]["msgs_per_s"]
@@ -208,6 +209,64 @@ def run(args) -> dict:
                   f"(cost {100 * (1 - ratio):.0f}%)", flush=True)
         results["facts"] = machine_facts(ts)
     return results
+
+
+NATS_WINDOWS = (64, 256, 1024)
+
+
+async def _nats_publish(port: int, seconds: float, window: int) -> float:
+    """nats-py acked publish, pipelined: ``publish_async`` a window, then wait for its pub acks."""
+    import nats
+    from nats.js import api
+    nc = await nats.connect(f"nats://127.0.0.1:{port}", max_reconnect_attempts=0)
+    try:
+        js = nc.jetstream()
+        try:
+            await js.add_stream(api.StreamConfig(name="PUB", subjects=["orders.>"],
+                                                 storage=api.StorageType.MEMORY))
+        except Exception:  # noqa: BLE001 (already there from an earlier round)
+            pass
+        return await jetstream.n_publish_async(js, seconds, window)
+    finally:
+        await nc.close()
+
+
+def _nats_phase(port: int, seconds: float, window: int, out) -> None:
+    loop, _ = jetstream.setup_loop()
+    try:
+        out.put(loop.run_until_complete(_nats_publish(port, seconds, window)))
+    finally:
+        loop.close()
+
+
+def run_nats(args) -> list[dict]:
+    """FAST from one process vs nats-py's fastest acked publish from one process (both
+    servers in memory: tstream without AOF, nats-server with memory storage)."""
+    rows = []
+    ctx = mp.get_context("fork")
+    nats_server = jetstream.NatsServer().start()
+    try:
+        with servers(("tstream", [])) as (ts,):
+            for rnd in range(args.rounds):
+                got = {}
+                for window in NATS_WINDOWS:
+                    out = ctx.Queue()
+                    proc = ctx.Process(target=_nats_phase, args=(nats_server.port, args.seconds, window, out))
+                    proc.start()
+                    got[window] = out.get(timeout=120)
+                    proc.join()
+                fast = phase(ts.port, "fast", 1, args.messages, f"nats{rnd}")
+                best = max(got.values())
+                row = {"round": rnd + 1, "nats": got, "nats_best": best, "fast": fast["msgs_per_s"],
+                       "ratio": fast["msgs_per_s"] / best}
+                rows.append(row)
+                print(f"nats round {rnd + 1}: nats publish_async "
+                      + " ".join(f"w{w} {v:,.0f}/s" for w, v in got.items())
+                      + f"  FAST {fast['msgs_per_s']:,.0f}/s  ratio {row['ratio']:.1f}x", flush=True)
+            rows.append({"nats_server": nats_server.version()})
+    finally:
+        nats_server.stop()
+    return rows
 
 
 def report(results: dict, args) -> str:
@@ -237,9 +296,23 @@ def report(results: dict, args) -> str:
     for row in results["msgid"]:
         lines.append(f"| {row['round']} | {row['order']} | {row['twrite']['msgs_per_s']:,.0f} | "
                      f"{row['msgid']['msgs_per_s']:,.0f} | {row['ratio']:.2f} | {100 * (1 - row['ratio']):.0f}% |")
+    if results.get("nats"):
+        rows = [r for r in results["nats"] if "round" in r]
+        version = next((r["nats_server"] for r in results["nats"] if "nats_server" in r), "nats-server")
+        lines += ["", "## FAST vs nats-server's acked publish", "",
+                  f"{version}, JetStream, memory storage; nats-py `js.publish_async` in windows of "
+                  + ", ".join(str(w) for w in NATS_WINDOWS) + " (wait for the window's pub acks, next "
+                  "window), one process; tstream without AOF, one FAST publisher process "
+                  f"({args.messages:,} messages). Ratio: FAST / the best nats window of the round.", "",
+                  "| round | " + " | ".join(f"nats w{w} msg/s" for w in NATS_WINDOWS) + " | FAST msg/s | ratio |",
+                  "|---|" + "---|" * (len(NATS_WINDOWS) + 2)]
+        for r in rows:
+            lines.append(f"| {r['round']} | " + " | ".join(f"{r['nats'][w]:,.0f}" for w in NATS_WINDOWS)
+                         + f" | {r['fast']:,.0f} | {r['ratio']:.1f}x |")
+        lines += ["", f"Median ratio: **{statistics.median(r['ratio'] for r in rows):.1f}x**"]
     facts = results.get("facts", {})
     lines += ["", "Machine: " + ", ".join(f"{k} {v}" for k, v in facts.items() if k in (
-        "cpu", "cpus", "python", "tstream_event_loop", "loadavg", "git_commit")), ""]
+        "cpu", "cpus", "python", "tstream_event_loop", "loadavg_at_start", "loadavg_at_end", "git_commit")), ""]
     return "\n".join(lines)
 
 
@@ -248,8 +321,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--messages", type=int, default=200_000, help="messages per configuration")
+    parser.add_argument("--only", choices=("ingest", "msgid", "none"), help="run only this part")
+    parser.add_argument("--nats", action="store_true", help="also FAST vs nats-server's acked publish")
+    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per nats-server run")
     args = parser.parse_args()
     results = run(args)
+    if args.nats:
+        results["nats"] = run_nats(args)
     save_result("fast_ingest", results)
     text = report(results, args)
     OUT_DIR.mkdir(parents=True, exist_ok=True)

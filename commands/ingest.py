@@ -29,7 +29,7 @@ from time import monotonic, time_ns
 
 from tstream.engine.ingest import MAX_FLOW, MAX_ID_LENGTH, Ingest
 from tstream.engine.subjects import index_of
-from tstream.resp import OK, encode, encode_error
+from tstream.resp import OK, encode, encode_error, encode_flow_ack
 
 from .args import to_int, to_nonnegative
 from .errors import CommandError, SyntaxErr, out_of_memory
@@ -322,8 +322,10 @@ def batch_run(client, argvs: list) -> bytes:
     lo = batch.last + 1
     if (keys.count(key) != count or ids.count(batch_id) != count or fasts.count(fast_word) != count
             or flows.count(flow_arg) != count or gaps.count(gap_arg) != count
-            or b" ".join(seqs) != " ".join(map(str, range(lo, lo + count))).encode()):
+            or b" ".join(seqs) + b" " != b"%d " * count % tuple(range(lo, lo + count))):
         return _each(client, argvs)
+    if subjects.count(subjects[0]) == count:  # one subject: the engine then compares by identity
+        subjects = (subjects[0],) * count
     first = stream.first
     start = stream.next_offset
     try:
@@ -354,7 +356,7 @@ def batch_run(client, argvs: list) -> bytes:
     while next_ack < hi:
         out.append(OK_BYTES * (next_ack - pos))
         batch.adjust(*measures)
-        out.append(encode({"type": "ack", "seq": next_ack, "ack_msgs": batch.ack_msgs}, protocol))
+        out.append(encode_flow_ack(protocol, next_ack, batch.ack_msgs))
         pos = next_ack + 1
         next_ack += batch.ack_msgs
     batch.next_ack = next_ack

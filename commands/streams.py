@@ -211,9 +211,15 @@ def _msgid_run(client, argvs: list) -> bytes:
     key = keys[0]
     stream = server.streams.get(key)
     ingest = stream._ingest if stream is not None else None
-    if (keys.count(key) != count or words.count(words[0]) != count or words[0].lower() != b"msgid"
-            or not KEYWORD_TAGS.isdisjoint(tags) or len(set(ids)) != count or stream is None
-            or ingest is None or not stream.settings.duplicate_window_ms):
+    if (ingest is None or keys.count(key) != count or words.count(words[0]) != count
+            or words[0].lower() != b"msgid" or len(set(ids)) != count or not stream.settings.duplicate_window_ms):
+        return b"".join(_twrite_each(client, argvs))
+    tag = tags[0]
+    if tags.count(tag) == count:  # one tag: one keyword check, and the engine compares by identity
+        if tag in KEYWORD_TAGS:
+            return b"".join(_twrite_each(client, argvs))
+        tags = (tag,) * count
+    elif not KEYWORD_TAGS.isdisjoint(tags):
         return b"".join(_twrite_each(client, argvs))
     now = time_ns()
     table = ingest.ids

@@ -196,6 +196,16 @@ def encode_batched_message(protocol: int, stream: bytes, subject: bytes, seq: in
                + _BATCHED_TAIL % (num_pending, last_seq))
 
 
+_FLOW_ACK = {2: b"*6\r\n$4\r\ntype\r\n$3\r\nack\r\n$3\r\nseq\r\n:%d\r\n$8\r\nack_msgs\r\n:%d\r\n",
+             3: b"%%3\r\n$4\r\ntype\r\n$3\r\nack\r\n$3\r\nseq\r\n:%d\r\n$8\r\nack_msgs\r\n:%d\r\n"}
+
+
+def encode_flow_ack(protocol: int, seq: int, ack_msgs: int) -> bytes:
+    """``encode({"type": "ack", "seq": seq, "ack_msgs": ack_msgs}, protocol)``: a
+    fast-ingest flow ack (the pipelined BATCH ... FAST path)."""
+    return _FLOW_ACK[protocol] % (seq, ack_msgs)
+
+
 def encode(value, protocol: int) -> bytes:
     """Encode ``value`` as a RESP2 (``protocol`` 2) or RESP3 (3) reply."""
     if value.__class__ is Entries:  # TREAD's reply, the most frequent after integers

@@ -146,7 +146,7 @@ class RequestParser:
         self._reader = hiredis.Reader()  # incomplete, or not a plain command: frame it again
         return None
 
-    def read_many(self, data: bytes) -> list | None:
+    def read_many(self, data: bytes) -> list | None:  # noqa: C901 (the shapes unrolled: the hot path)
         """The commands of the read ``data`` when it is made of whole multibulks of
         bulk strings and nothing from earlier reads waits (a pipelining client's
         read, redis-benchmark -P 16): parsed at once.  Else None, with ``data`` fed
@@ -183,6 +183,22 @@ class RequestParser:
                     name, first, second, third, fourth = command
                     if (name.__class__ is bytes and first.__class__ is bytes and second.__class__ is bytes
                             and third.__class__ is bytes and fourth.__class__ is bytes
+                            and command.__class__ is list):
+                        append(command)
+                        continue
+                elif size == 6:  # TWRITE k t v MSGID id
+                    name, first, second, third, fourth, fifth = command
+                    if (name.__class__ is bytes and first.__class__ is bytes and second.__class__ is bytes
+                            and third.__class__ is bytes and fourth.__class__ is bytes
+                            and fifth.__class__ is bytes and command.__class__ is list):
+                        append(command)
+                        continue
+                elif size == 9:  # BATCH k id seq subject data FAST flow gap
+                    name, first, second, third, fourth, fifth, sixth, seventh, eighth = command
+                    if (name.__class__ is bytes and first.__class__ is bytes and second.__class__ is bytes
+                            and third.__class__ is bytes and fourth.__class__ is bytes
+                            and fifth.__class__ is bytes and sixth.__class__ is bytes
+                            and seventh.__class__ is bytes and eighth.__class__ is bytes
                             and command.__class__ is list):
                         append(command)
                         continue

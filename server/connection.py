@@ -15,7 +15,10 @@ Limits, so that a hostile or broken client cannot make the server allocate:
   most ``WINDOW`` commands (which also bounds a pipelined run of TWRITEs); the
   rest of its parsed input stays queued, reading from it pauses, and it resumes
   on the next loop turn (``call_soon``), after the other ready connections had
-  theirs.  Replies keep their order and still leave at the end of each turn
+  theirs.  Once the turn's work (all connections, server.turns) passes
+  ``TURN_TOTAL_NS`` (2 ms), a pipelined read waits for the next turn the same
+  way, so that many pipelining clients do not make one turn long (an
+  unpipelined client's command still runs at once).  Replies keep their order and still leave at the end of each turn
   (server.turns), after the turn's AOF records;
 - replies: when the transport's buffer fills up (a client that does not read its
   replies), ``pause_writing`` stops reading and executing that client's requests
@@ -40,6 +43,7 @@ log = logging.getLogger("tstream.connection")
 
 REPLY_CHUNK = 1 << 20  # reply bytes one run of commands may produce before yielding
 TURN_BUDGET_NS = 1_000_000  # time one connection may execute commands in one loop turn
+TURN_TOTAL_NS = 2_000_000  # a turn's work after which pipelined reads wait for the next turn
 CLOCK_EVERY = 16  # commands between two looks at the clock (the turn budget's granularity)
 WINDOW = 256  # commands handed to the dispatcher at once (a run of TWRITEs is at most this long)
 UNAUTHENTICATED_QUERY_LIMIT = 1 << 20
@@ -343,8 +347,11 @@ class ClientConnection(asyncio.Protocol):
         # read of a few commands (the unpipelined client) never reads it.
         started = 0
         clock_in = CLOCK_EVERY
-        out_of_turn = False
-        while True:
+        # The loop turn's work (all connections) is over its budget: the next turn runs these
+        # commands, so that one turn never holds the others' replies for long (16 pipelining
+        # publishers at 1 ms each would make it 16 ms).
+        out_of_turn = self.server.turn_end.over(TURN_TOTAL_NS) and self._has_backlog()
+        while not out_of_turn:
             if at >= len(queue):
                 if queue:
                     self.last_argv = queue[-1]

@@ -48,6 +48,10 @@ class TurnEnd:
                 self._loop = asyncio.get_running_loop()
             self._loop.call_soon(self.run)
 
+    def over(self, budget_ns: int) -> bool:
+        """Whether this turn's work (from its first held reply or record) passed ``budget_ns``."""
+        return self._scheduled and monotonic_ns() - self._scheduled_at > budget_ns
+
     def hold(self, connection, data: bytes, close: bool) -> None:
         """Keep a reply (and whether to close after it) until the end of the turn."""
         self._held.append((connection, data, close))

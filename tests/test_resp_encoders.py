@@ -20,6 +20,7 @@ from tstream.resp import (
     encode_bulk,
     encode_entries,
     encode_error,
+    encode_flow_ack,
     encode_integer,
     encode_integer_run,
     encode_message,
@@ -78,6 +79,12 @@ def test_entries(entries, protocol):
 def test_message(stream, subject, seq, time, data, protocol):
     fields = {"stream": stream, "subject": subject, "seq": seq, "time": time, "data": data}
     assert encode_message(protocol, stream, subject, seq, time, data) == encode(fields, protocol)
+
+
+@given(offsets, st.integers(min_value=1, max_value=65535), protocols)
+def test_flow_ack(seq, ack_msgs, protocol):
+    general = encode({"type": "ack", "seq": seq, "ack_msgs": ack_msgs}, protocol)
+    assert encode_flow_ack(protocol, seq, ack_msgs) == general
 
 
 @given(blobs, blobs, offsets, blobs, blobs, offsets, offsets, protocols)

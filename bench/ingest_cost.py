@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Server-side cost per message of pipelined ``TWRITE``, ``TWRITE ... MSGID`` and
+``BATCH ... FAST``, in process, with the AOF on (``appendfsync no``): what the
+server's own Python costs per message, without sockets and without the load of
+the machine's other work.
+
+    .venv/bin/python bench/ingest_cost.py                   # CPU ns per message, interleaved
+    .venv/bin/python bench/ingest_cost.py --instructions    # instructions per message (callgrind)
+
+Each shape is a read of 64 commands on one key fed through
+``ClientConnection.data_received`` on the fake transport of bench/hotpath.py,
+then the end of the loop turn (replies released, the turn's AOF records packed
+and written):
+
+- ``twrite``: 64 ``TWRITE key orders.created <100 bytes>``;
+- ``msgid``: the same with ``MSGID id-N`` (every id new);
+- ``fast``: 64 messages of one fast batch, ``BATCH key b N orders.created <100 bytes> FAST 64 ok``.
+
+``--instructions`` runs each shape ``--small`` and ``--large`` times in two
+processes under valgrind's callgrind (hash randomization off) and divides the
+difference of the totals by the messages in between (start-up and warm-up
+cancel out), as bench/instructions.py does.  The CPU figure is the median over
+``--rounds`` interleaved rounds (process time, so other processes mostly drop
+out; the machine's caches do not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SHAPES = ("twrite", "msgid", "fast")
+PER_READ = 64
+PAYLOAD = b"x" * 100
+SUBJECT = b"orders.created"
+
+
+class Shapes:
+    """One embedded server with an AOF and one connection per shape."""
+
+    def __init__(self, directory: str) -> None:
+        sys.path.insert(0, str(HERE))
+        import hotpath
+
+        app, connection, config_module = hotpath.server_modules()
+        config = config_module.Config()
+        config.set("save", "")
+        config.set("dir", directory)
+        config.set("appendonly", "yes")
+        config.set("appendfsync", "no")
+        self.server = app.Server(config)
+        self.server.persistence.load()
+        self.server.persistence.attach()
+        self.request = hotpath.request
+        self.clients = {}
+        for shape in SHAPES:
+            client = connection.ClientConnection(self.server)
+            client.connection_made(hotpath.CountingTransport())
+            self.clients[shape] = client
+        self.next = dict.fromkeys(SHAPES, 0)
+
+    def reads(self, shape: str, count: int) -> list[bytes]:
+        """``count`` reads of ``shape``, continuing its ids and batch-seqs."""
+        request, key = self.request, b"cost:" + shape.encode()
+        out = []
+        for _ in range(count):
+            n = self.next[shape]
+            if shape == "twrite":
+                data = request(b"TWRITE", key, SUBJECT, PAYLOAD) * PER_READ
+            elif shape == "msgid":
+                data = b"".join(request(b"TWRITE", key, SUBJECT, PAYLOAD, b"MSGID", b"id-%d" % (n + i))
+                                for i in range(PER_READ))
+            else:
+                data = b"".join(request(b"BATCH", key, b"b", b"%d" % (n + i + 1), SUBJECT, PAYLOAD, b"FAST",
+                                        b"64", b"ok") for i in range(PER_READ))
+            self.next[shape] = n + PER_READ
+            out.append(data)
+        return out
+
+    def run(self, shape: str, reads: list[bytes]) -> None:
+        feed, turn_end = self.clients[shape].data_received, self.server.turn_end.run
+        for data in reads:
+            feed(data)
+            turn_end()
+
+
+def workload(shape: str, count: int) -> None:
+    async def main() -> None:
+        with tempfile.TemporaryDirectory() as directory:
+            shapes = Shapes(directory)
+            shapes.run(shape, shapes.reads(shape, 100))
+            shapes.run(shape, shapes.reads(shape, count))
+    asyncio.run(main())
+
+
+COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def count_instructions(shape: str, count: int) -> int:
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+                           str(Path(__file__).resolve()), "--run", shape, str(count)],
+                          capture_output=True, text=True, check=True, cwd="/",
+                          env=dict(os.environ, PYTHONHASHSEED="0"))
+    match = COLLECTED.search(done.stderr)
+    if match is None:
+        raise SystemExit(f"no callgrind total for {shape}:\n{done.stderr[-2000:]}")
+    return int(match.group(1))
+
+
+def cpu_ns(rounds: int, reads: int) -> dict[str, list[float]]:
+    figures: dict[str, list[float]] = {shape: [] for shape in SHAPES}
+
+    async def main() -> None:
+        with tempfile.TemporaryDirectory() as directory:
+            shapes = Shapes(directory)
+            for shape in SHAPES:
+                shapes.run(shape, shapes.reads(shape, 100))
+            for rnd in range(rounds):
+                order = SHAPES if rnd % 2 == 0 else SHAPES[::-1]
+                for shape in order:
+                    data = shapes.reads(shape, reads)
+                    started = time.process_time_ns()
+                    shapes.run(shape, data)
+                    figures[shape].append((time.process_time_ns() - started) / (reads * PER_READ))
+    asyncio.run(main())
+    return figures
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--instructions", action="store_true", help="count instructions with callgrind")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--reads", type=int, default=300, help="reads of 64 per shape and round (CPU mode)")
+    ap.add_argument("--small", type=int, default=50)
+    ap.add_argument("--large", type=int, default=250)
+    ap.add_argument("--run", nargs=2, metavar=("SHAPE", "COUNT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.run:
+        workload(args.run[0], int(args.run[1]))
+        return
+    print(f"load average at start: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+    if args.instructions:
+        per = {}
+        for shape in SHAPES:
+            per[shape] = ((count_instructions(shape, args.large) - count_instructions(shape, args.small))
+                          / ((args.large - args.small) * PER_READ))
+        print("| shape | instructions/message | vs twrite |\n| --- | ---: | ---: |")
+        for shape in SHAPES:
+            print(f"| {shape} | {per[shape]:,.0f} | {per[shape] / per['twrite']:.2f} |")
+    else:
+        figures = cpu_ns(args.rounds, args.reads)
+        print("| shape | CPU ns/message (median) | vs twrite | rounds |\n| --- | ---: | ---: | --- |")
+        base = statistics.median(figures["twrite"])
+        for shape in SHAPES:
+            med = statistics.median(figures[shape])
+            print(f"| {shape} | {med:,.0f} | {med / base:.2f} | {', '.join(f'{v:,.0f}' for v in figures[shape])} |")
+    print(f"load average at end: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
