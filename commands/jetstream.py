@@ -77,17 +77,15 @@ class TimeTexts:
             prefix = self.seconds[sec] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)).encode()
         return b"%s.%09dZ" % (prefix, frac)
 
-    def many(self, times: list) -> list[bytes]:
-        """``[format(t) for t in times]``; a page within one second (the usual
-        case) by one format of its fraction per time."""
-        if not times:
-            return []
-        base = times[0] - times[0] % 1_000_000_000
-        if min(times) >= base and max(times) < base + 1_000_000_000:
-            fmt = self.format(base)[:-10] + b"%09dZ"
-            return list(map(fmt.__mod__, map(base.__rsub__, times)))
+    def page(self, times: list) -> tuple[list, bytes | None]:
+        """``times`` as encode_message_page takes them: a page within one
+        second (the usual case) as its prefix and the fractions, else as texts."""
+        if times:
+            base = times[0] - times[0] % 1_000_000_000
+            if min(times) >= base and max(times) < base + 1_000_000_000:
+                return list(map(base.__rsub__, times)), self.format(base)[:-11]
         format = self.format
-        return [format(t) for t in times]
+        return [format(t) for t in times], None
 
 
 def parse_time(text: bytes) -> int:
@@ -444,8 +442,8 @@ def _page(client, key: bytes, cols: tuple, pending: int, tail: dict) -> Raw:
     offs, tags, datas, times = cols
     eob = _eob(pending - len(offs), offs[-1] if offs else 0)
     eob.update(tail)
-    return encode_message_page(client.protocol, key, offs, tags, client.server.time_texts.many(times), datas,
-                               pending, 0, eob)
+    times, prefix = client.server.time_texts.page(times)
+    return encode_message_page(client.protocol, key, offs, tags, times, datas, pending, 0, eob, prefix)
 
 
 # ---------------------------------------------------------------------------

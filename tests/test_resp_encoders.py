@@ -107,6 +107,14 @@ def test_message_page(stream, messages, more, last_seq, protocol):
                 for k, (seq, subject, time, data) in enumerate(messages)]
     assert encode_message_page(protocol, stream, seqs, subjects, times, datas, pending, last_seq, tail) \
         == encode(expected + [tail], protocol)
+    # the times of one second: its prefix, and the fractions
+    prefix = b"2024-11-04T23:45:%02d" % (len(messages) % 60)
+    fractions = [seq % 1_000_000_000 for seq in seqs]
+    expected = [encode_batched_message(protocol, stream, subject, seq, b"%s.%09dZ" % (prefix, frac), data,
+                                       pending - k - 1, seqs[k - 1] if k else last_seq)
+                for k, ((seq, subject, _, data), frac) in enumerate(zip(messages, fractions))]
+    assert encode_message_page(protocol, stream, seqs, subjects, fractions, datas, pending, last_seq, tail,
+                               prefix) == encode(expected + [tail], protocol)
 
 
 @given(st.text(max_size=40), protocols)
