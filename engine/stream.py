@@ -843,7 +843,17 @@ class Stream(TagTable):
             bits = node.deleted
             if bits is not None and bits[p >> 3] >> (p & 7) & 1:
                 continue
-            buf, ends, tags, times, i = node.tables_at(p, cache)
+            if node.sealed:  # (Node.tables_at, inlined)
+                be = node.block_entries
+                b = p // be
+                blk = node.blocks[b]
+                if blk is None:
+                    blk = cache.decode_block(node, b)
+                elif blk.lru:
+                    cache.lru.move_to_end(blk)
+                buf, ends, tags, times, i = blk.buf, blk.ends, blk.tags, blk.times, p - b * be
+            else:
+                buf, ends, tags, times, i = node.tables_at(p, cache)
             offsets.append(offset)
             tags_out.append(tag_list[tags[i]])
             datas.append(bytes(buf[ends[i]:ends[i + 1]]))
