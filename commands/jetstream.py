@@ -18,12 +18,13 @@ import json
 import re
 import time
 from bisect import bisect_left
+from itertools import islice
 from time import monotonic, time_ns
 
 from tstream.engine import batches as B
 from tstream.engine.ingest import Ingest
 from tstream.engine.subjects import InvalidSubject, TooManySubjects, held_from, index_of, parse_filter
-from tstream.resp import NULL_ARRAY, OK, Raw, encode_batched_message, encode_message
+from tstream.resp import NULL_ARRAY, OK, Raw, encode_message, encode_message_page
 
 from .args import to_int
 from .errors import CommandError, SyntaxErr, out_of_memory
@@ -75,6 +76,16 @@ class TimeTexts:
                 self.seconds.clear()
             prefix = self.seconds[sec] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)).encode()
         return b"%s.%09dZ" % (prefix, frac)
+
+    def page(self, times: list) -> tuple[list, bytes | None]:
+        """``times`` as encode_message_page takes them: a page within one
+        second (the usual case) as its prefix and the fractions, else as texts."""
+        if times:
+            base = times[0] - times[0] % 1_000_000_000
+            if min(times) >= base and max(times) < base + 1_000_000_000:
+                return list(map(base.__rsub__, times)), self.format(base)[:-11]
+        format = self.format
+        return [format(t) for t in times], None
 
 
 def parse_time(text: bytes) -> int:
@@ -257,12 +268,6 @@ def _message(client, key: bytes, entry) -> Raw:
                           client.server.time_texts.format(entry.time_ns), entry.data)
 
 
-def _batched(client, key: bytes, entry, num_pending: int, last_seq: int) -> Raw:
-    """A message map of a batched reply: with num_pending and last_seq."""
-    return encode_batched_message(client.protocol, key, entry.tag, entry.offset,
-                                  client.server.time_texts.format(entry.time_ns), entry.data, num_pending, last_seq)
-
-
 def _eob(num_pending: int, last_seq: int) -> dict:
     return {"status": 204, "description": "EOB", "num_pending": num_pending, "last_seq": last_seq}
 
@@ -351,34 +356,94 @@ def _direct_get(client, key: bytes, stream, req: Request):  # noqa: C901 (over t
         flt = None  # every subject: read the log itself
     if flt is None:
         pending = held_from(stream, start)
-        entries = stream.iter_from(start)
+        fetch = _log_reader(stream, start, None)
     else:
         index = index_of(stream)
         subjects = index.entries(flt)
         pending = index.count_from(subjects, start)
         if len(subjects) > MERGE_SUBJECTS:
-            wanted = {subject for subject, _ in subjects}
-            entries = (e for e in stream.iter_from(start) if e.tag in wanted)
+            fetch = _log_reader(stream, start, {subject for subject, _ in subjects})
         else:
-            get = stream.get
-            entries = (get(seq) for seq in index.iter_from(subjects, start))
+            seqs = index.iter_from(subjects, start)
+            fetch = lambda n: stream.entries_at(list(islice(seqs, n)))  # noqa: E731
     if not pending:
         return NULL_ARRAY
-    max_bytes = req.max_bytes or DEFAULT_MAX_BYTES
-    out = []
-    last_seq = 0
-    size = 0
-    for entry in entries:
-        pending -= 1
-        out.append(_batched(client, key, entry, pending, last_seq))
-        last_seq = entry.offset
-        size += len(entry.tag) + len(entry.data)
-        if len(out) >= req.batch or size >= max_bytes:
-            break
-    if not out:
+    cols = _take(fetch, req.batch, req.max_bytes or DEFAULT_MAX_BYTES)
+    if not cols[0]:
         return NULL_ARRAY
-    out.append(_eob(pending, last_seq))
-    return out
+    return _page(client, key, cols, pending, {})
+
+
+# Pages are read and encoded in columns (Stream.read_columns), chunks of at most
+# this many entries at a time: a large BATCH under a small MAX_BYTES reads little more than it sends.
+PAGE_CHUNK = 1024
+
+
+def _log_reader(stream, start: int, wanted: set | None):
+    """``fetch(n)``: the columns of the next (at most ``n``) held entries of
+    the log from ``start`` on, of the tags in ``wanted`` only when given."""
+    pos = start
+
+    def fetch(n: int):
+        nonlocal pos
+        while True:
+            cols = stream.read_columns(pos, n)
+            offs = cols[0]
+            if not offs:
+                return cols
+            pos = offs[-1] + 1
+            if wanted is None:
+                return cols
+            keep = [k for k, tag in enumerate(cols[1]) if tag in wanted]
+            if keep:
+                return tuple([col[k] for k in keep] for col in cols)
+
+    return fetch
+
+
+def _take(fetch, batch: int, max_bytes: int) -> tuple:
+    """Columns of up to ``batch`` entries (0: no limit) taken from ``fetch``,
+    stopping after the entry that brings the size (tags and data) to
+    ``max_bytes``."""
+    offs: list = []
+    tags: list = []
+    datas: list = []
+    times: list = []
+    size = 0
+    while True:
+        n = PAGE_CHUNK if not batch else min(batch - len(offs), PAGE_CHUNK)
+        if n <= 0:
+            break
+        o, t, d, tm = fetch(n)
+        if not o:
+            break
+        more = sum(map(len, t)) + sum(map(len, d))
+        if size + more >= max_bytes:  # the cut is in this chunk
+            k = 0
+            while size < max_bytes:
+                size += len(t[k]) + len(d[k])
+                k += 1
+            offs += o[:k]
+            tags += t[:k]
+            datas += d[:k]
+            times += tm[:k]
+            break
+        size += more
+        offs += o
+        tags += t
+        datas += d
+        times += tm
+    return offs, tags, datas, times
+
+
+def _page(client, key: bytes, cols: tuple, pending: int, tail: dict) -> Raw:
+    """The batched reply of the messages in ``cols`` (``pending`` matching
+    from the first on), then the end-of-batch map with ``tail``'s fields."""
+    offs, tags, datas, times = cols
+    eob = _eob(pending - len(offs), offs[-1] if offs else 0)
+    eob.update(tail)
+    times, prefix = client.server.time_texts.page(times)
+    return encode_message_page(client.protocol, key, offs, tags, times, datas, pending, 0, eob, prefix)
 
 
 # ---------------------------------------------------------------------------
@@ -442,25 +507,18 @@ def _multi_last(client, key: bytes, stream, req: Request):
         raise CommandError(TOO_MANY) from None
     if not seqs:
         return NULL_ARRAY
-    max_bytes = req.max_bytes or DEFAULT_MAX_BYTES
-    total = len(seqs)
-    last_seq = 0
-    pending = 0
-    size = 0
-    out = []
     # paging: results below SEQ were sent by an earlier call
-    for j in range(bisect_left(seqs, req.seq) if req.seq else 0, total):
-        entry = stream.get(seqs[j])
-        pending = total - 1 - j
-        out.append(_batched(client, key, entry, pending, last_seq))
-        last_seq = entry.offset
-        size += len(entry.tag) + len(entry.data)
-        if size >= max_bytes or (req.batch and len(out) >= req.batch):
-            break
-    eob = _eob(pending, last_seq)
-    eob["upto_seq"] = upto
-    out.append(eob)
-    return out
+    first = bisect_left(seqs, req.seq) if req.seq else 0
+    pos = first
+
+    def fetch(n: int):
+        nonlocal pos
+        cols = stream.entries_at(seqs[pos:pos + n])
+        pos += n
+        return cols
+
+    cols = _take(fetch, req.batch, req.max_bytes or DEFAULT_MAX_BYTES)
+    return _page(client, key, cols, len(seqs) - first, {"upto_seq": upto})
 
 
 # ---------------------------------------------------------------------------

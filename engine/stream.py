@@ -769,6 +769,97 @@ class Stream(TagTable):
                 return out, out[-1][0] + 1
         return out, max(offset, self.next_offset)
 
+    def read_columns(self, offset: int, count: int) -> tuple[list, list, list, list]:
+        """Up to ``count`` held entries from ``offset`` on, missing ones
+        skipped, as four columns ``(offsets, tags, datas, times)`` (what
+        :meth:`iter_from` yields, without an object per entry: the pages of
+        DGET and the like are encoded from the columns).  O(count + missing
+        offsets skipped), plus at most one decompression per sealed block
+        touched."""
+        offsets: list = []
+        tags_out: list = []
+        datas: list = []
+        times_out: list = []
+        if count <= 0:
+            return offsets, tags_out, datas, times_out
+        if offset < self.first:
+            offset = self.first
+        nodes = self._nodes
+        tag_list = self._tag_list
+        while offset < self.next_offset:
+            need = count - len(offsets)
+            if need <= 0:
+                break
+            node = nodes[self._node_index(offset)]
+            p = offset - node.start
+            buf, ends, tags, times, i = node.tables_at(p, self._cache)
+            # to the end of these tables (a block, or the active node's), at most ``need`` entries
+            j = min(len(ends) - 1, i + need, i + self.next_offset - offset)
+            stop = offset + j - i
+            bits = node.deleted
+            sealed = node.sealed
+            if bits is None:
+                # C iterators only: no bytecode per entry
+                e = ends[i:j + 1].tolist()
+                offsets += range(offset, stop)
+                tags_out += map(tag_list.__getitem__, tags[i:j].tolist())
+                times_out += times[i:j].tolist()
+                if sealed:
+                    datas += map(buf.__getitem__, map(slice, e, islice(e, 1, None)))
+                else:  # the active node's bytearray: bytes copies
+                    datas += map(bytes, map(buf.__getitem__, map(slice, e, islice(e, 1, None))))
+            else:
+                for k in range(i, j):
+                    q = p + k - i
+                    if bits[q >> 3] >> (q & 7) & 1:
+                        continue
+                    offsets.append(offset + k - i)
+                    tags_out.append(tag_list[tags[k]])
+                    datas.append(bytes(buf[ends[k]:ends[k + 1]]))
+                    times_out.append(times[k])
+            offset = stop
+        return offsets, tags_out, datas, times_out
+
+    def entries_at(self, wanted: Sequence[int]) -> tuple[list, list, list, list]:
+        """The held entries among the offsets ``wanted`` (ascending), as the
+        columns of :meth:`read_columns`.  O(len(wanted)), plus at most one
+        decompression per sealed block touched."""
+        offsets: list = []
+        tags_out: list = []
+        datas: list = []
+        times_out: list = []
+        tag_list = self._tag_list
+        cache = self._cache
+        first, nxt = self.first, self.next_offset
+        node_index = self._node_index
+        nodes = self._nodes
+        node = None
+        for offset in wanted:
+            if offset < first or offset >= nxt:
+                continue
+            if node is None or not node.start <= offset < node.cap_end:
+                node = nodes[node_index(offset)]
+            p = offset - node.start
+            bits = node.deleted
+            if bits is not None and bits[p >> 3] >> (p & 7) & 1:
+                continue
+            if node.sealed:  # (Node.tables_at, inlined)
+                be = node.block_entries
+                b = p // be
+                blk = node.blocks[b]
+                if blk is None:
+                    blk = cache.decode_block(node, b)
+                elif blk.lru:
+                    cache.lru.move_to_end(blk)
+                buf, ends, tags, times, i = blk.buf, blk.ends, blk.tags, blk.times, p - b * be
+            else:
+                buf, ends, tags, times, i = node.tables_at(p, cache)
+            offsets.append(offset)
+            tags_out.append(tag_list[tags[i]])
+            datas.append(bytes(buf[ends[i]:ends[i + 1]]))
+            times_out.append(times[i])
+        return offsets, tags_out, datas, times_out
+
     def _locate(self, offset: int):
         """(node, position) of a held offset, else None. O(1)."""
         if offset < self.first or offset >= self.next_offset:

@@ -843,7 +843,21 @@ def test_reads_spanning_blocks_and_nodes_match_a_model(small_blocks):
     for off in (1, 5, 6, 20, 21, 40, 41, 77, 81, 95):
         want = [(o, *model[o]) for o in range(off, nxt)]
         assert [tuple(e) for e in s.iter_from(off)] == want
+    assert_columns_match_iter_from(s)
     s._check()
+
+
+def assert_columns_match_iter_from(s):
+    """read_columns and entries_at give what iter_from yields, as columns."""
+    for off in range(1, s.next_offset + 2):
+        entries = list(s.iter_from(off))
+        for count in (0, 1, 2, 5, 9, 21, 45, 1000):
+            want = [[e[k] for e in entries[:count]] for k in range(4)]
+            cols = s.read_columns(off, count)
+            assert [list(col) for col in cols] == want, (off, count)
+            assert all(type(data) is bytes for data in cols[2])
+        assert [list(col) for col in s.entries_at(range(off, off + 30, 3))] == \
+            [[e[k] for e in entries if e.offset < off + 30 and (e.offset - off) % 3 == 0] for k in range(4)]
 
 
 def test_read_decompresses_only_the_blocks_it_touches(small_blocks, monkeypatch):
@@ -937,6 +951,7 @@ def test_deletes_inside_blocks(small_blocks):
             assert s.read(off, count) == model_read(model, nxt, off, count)
         assert (s.get(off) is None) == (off not in model)
     assert [e.offset for e in s.iter_from(1)] == sorted(model)
+    assert_columns_match_iter_from(s)
     # evict into the middle of a block, then delete the new first entry
     s.evict_through(23)
     model = {o: v for o, v in model.items() if o > 23}

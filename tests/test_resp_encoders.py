@@ -24,6 +24,7 @@ from tstream.resp import (
     encode_integer,
     encode_integer_run,
     encode_message,
+    encode_message_page,
     encode_stream_entries,
     encode_stream_ids,
 )
@@ -95,6 +96,32 @@ def test_batched_message(stream, subject, seq, time, data, num_pending, last_seq
     assert encoded == encode(fields, protocol)
     # inside a bigger reply (a DGET batch), as a Raw, it is the same as the map
     assert encode([encoded, {"status": 204}], protocol) == encode([fields, {"status": 204}], protocol)
+
+
+# (a stream name with % in it is no format directive)
+@given(st.one_of(st.binary(max_size=16), st.just(b"%d%s%%")),
+       st.lists(st.tuples(offsets, blobs, blobs, blobs), max_size=6),
+       st.integers(min_value=0, max_value=1000), offsets, protocols)
+def test_message_page(stream, messages, more, last_seq, protocol):
+    seqs = [m[0] for m in messages]
+    subjects = [m[1] for m in messages]
+    times = [m[2] for m in messages]
+    datas = [m[3] for m in messages]
+    pending = len(messages) + more
+    tail = {"status": 204, "description": "EOB", "num_pending": more, "last_seq": seqs[-1] if seqs else 0}
+    expected = [encode_batched_message(protocol, stream, subject, seq, time, data, pending - k - 1,
+                                       seqs[k - 1] if k else last_seq)
+                for k, (seq, subject, time, data) in enumerate(messages)]
+    assert encode_message_page(protocol, stream, seqs, subjects, times, datas, pending, last_seq, tail) \
+        == encode(expected + [tail], protocol)
+    # the times of one second: its prefix, and the fractions
+    prefix = b"2024-11-04T23:45:%02d" % (len(messages) % 60)
+    fractions = [seq % 1_000_000_000 for seq in seqs]
+    expected = [encode_batched_message(protocol, stream, subject, seq, b"%s.%09dZ" % (prefix, frac), data,
+                                       pending - k - 1, seqs[k - 1] if k else last_seq)
+                for k, ((seq, subject, _, data), frac) in enumerate(zip(messages, fractions))]
+    assert encode_message_page(protocol, stream, seqs, subjects, fractions, datas, pending, last_seq, tail,
+                               prefix) == encode(expected + [tail], protocol)
 
 
 @given(st.text(max_size=40), protocols)
