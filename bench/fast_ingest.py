@@ -275,13 +275,15 @@ def report(results: dict, args) -> str:
              "Same server, same messages (100-byte `orders.created`), same durability; the ratio is "
              "FAST/TWRITE within one round (phases back to back, alternating order). Every round is listed.",
              "", "| appendfsync | publishers | messages | round | order | TWRITE msg/s | FAST msg/s | ratio | "
-             "TREAD p50/p99/max ms during FAST |", "|---|---|---|---|---|---|---|---|---|"]
+             "TREAD p50/p99/max ms during FAST | during TWRITE |", "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def lat_text(lat) -> str:
+        return f"{lat['p50']:.2f} / {lat['p99']:.2f} / {lat['max']:.1f}" if lat else ""
     for row in results["ingest"]:
-        lat = row["fast"].get("tread_ms")
-        lat_text = f"{lat['p50']:.2f} / {lat['p99']:.2f} / {lat['max']:.1f}" if lat else ""
         lines.append(f"| {row['appendfsync']} | {row['publishers']} | {row['messages']:,} | {row['round']} | "
                      f"{row['order']} | {row['twrite']['msgs_per_s']:,.0f} | {row['fast']['msgs_per_s']:,.0f} | "
-                     f"{row['ratio']:.2f} | {lat_text} |")
+                     f"{row['ratio']:.2f} | {lat_text(row['fast'].get('tread_ms'))} | "
+                     f"{lat_text(row['twrite'].get('tread_ms'))} |")
     lines += ["", "Median ratio per configuration:", ""]
     seen = []
     for row in results["ingest"]:
@@ -291,11 +293,20 @@ def report(results: dict, args) -> str:
     for fsync, pubs in seen:
         ratios = [r["ratio"] for r in results["ingest"] if (r["appendfsync"], r["publishers"]) == (fsync, pubs)]
         lines.append(f"- appendfsync {fsync}, {pubs} publisher(s): **{statistics.median(ratios):.2f}x**")
+    for fsync in ("no", "always"):
+        p99s = [row["fast"]["tread_ms"]["p99"] for row in results["ingest"]
+                if row["fast"].get("tread_ms") and row["appendfsync"] == fsync]
+        if p99s:
+            lines += ["", f"TREAD p99 during FAST with 16 publishers, appendfsync {fsync}, median of the rounds: "
+                      f"**{statistics.median(p99s):.2f} ms** (range {min(p99s):.2f}-{max(p99s):.2f})"]
     lines += ["", "## MSGID", "", "| round | order | TWRITE msg/s | TWRITE MSGID msg/s | ratio | cost |",
               "|---|---|---|---|---|---|"]
     for row in results["msgid"]:
         lines.append(f"| {row['round']} | {row['order']} | {row['twrite']['msgs_per_s']:,.0f} | "
                      f"{row['msgid']['msgs_per_s']:,.0f} | {row['ratio']:.2f} | {100 * (1 - row['ratio']):.0f}% |")
+    if results["msgid"]:
+        cost = 1 - statistics.median(row["ratio"] for row in results["msgid"])
+        lines += ["", f"Median cost: **{100 * cost:.0f}%**"]
     if results.get("nats"):
         rows = [r for r in results["nats"] if "round" in r]
         version = next((r["nats_server"] for r in results["nats"] if "nats_server" in r), "nats-server")
