@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import statistics
 import time
 
@@ -109,7 +110,12 @@ def _fast(c: Client, msgs: list[bytes], key: bytes) -> None:
         raise RuntimeError(f"final pub ack {done!r}")
 
 
+NICE = 0  # --nice: the publishers' niceness (the server and the TREAD client keep theirs)
+
+
 def _publisher(port: int, kind: str, key: bytes, n: int, barrier, out) -> None:
+    if NICE:
+        os.nice(NICE)
     msgs = _messages(kind, key, n)
     c = Client(port)
     barrier.wait()
@@ -179,7 +185,7 @@ def run(args) -> dict:
     for fsync in ("no", "always") if args.only in (None, "ingest") else ():
         extra = ["--appendonly", "yes", "--appendfsync", fsync]
         with servers(("tstream", extra)) as (ts,):
-            for pubs in (1, 4, 16):
+            for pubs in args.pubs:
                 per = max(1000, args.messages // pubs)
                 for rnd in range(args.rounds):
                     order = ("twrite", "fast") if rnd % 2 == 0 else ("fast", "twrite")
@@ -334,8 +340,16 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000, help="messages per configuration")
     parser.add_argument("--only", choices=("ingest", "msgid", "none"), help="run only this part")
     parser.add_argument("--nats", action="store_true", help="also FAST vs nats-server's acked publish")
+    parser.add_argument("--pubs", type=lambda text: [int(x) for x in text.split(",")], default=[1, 4, 16],
+                        help="publisher counts (default 1,4,16)")
+    parser.add_argument("--nice", type=int, default=0,
+                        help="niceness of the publisher processes (the server and the TREAD client keep "
+                             "theirs): on a machine with fewer cores than publishers, the TREAD latency "
+                             "then shows the server's turns rather than the client waiting for a core")
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per nats-server run")
     args = parser.parse_args()
+    global NICE
+    NICE = args.nice
     results = run(args)
     if args.nats:
         results["nats"] = run_nats(args)
