@@ -537,3 +537,73 @@ class TestMessageIds:
         c = proc.client(protocol=3)
         assert [tw(c, "k", "t", "x", "MSGID", m) for m in ("m1", "m2", "m3", "p0", "p4")] == [1, 2, 3, 4, 8]
         assert tw(c, "k", "t", "new", "MSGID", "m4") == 9
+
+
+# ---------------------------------------------------------------------------
+# The turn budget across connections (server.connection TURN_TOTAL_NS)
+# ---------------------------------------------------------------------------
+
+def _raw_pipeline(port: int, commands: list[bytes]):
+    """A socket that has sent ``commands`` (encoded) in one write."""
+    import socket
+    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+    sock.sendall(b"".join(commands))
+    return sock
+
+
+def _read_replies(sock, count: int) -> list:
+    import hiredis
+    reader = hiredis.Reader()
+    replies: list = []
+    while len(replies) < count:
+        reply = reader.gets()
+        if reply is False:
+            chunk = sock.recv(1 << 16)
+            assert chunk, "connection closed"
+            reader.feed(chunk)
+            continue
+        replies.append(reply)
+    return replies
+
+
+def _encode(*words) -> bytes:
+    parts = [b"*%d\r\n" % len(words)]
+    for word in words:
+        word = word if isinstance(word, bytes) else str(word).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(word), word))
+    return b"".join(parts)
+
+
+class TestTurnBudget:
+    def test_many_pipelining_connections_get_every_reply_in_order(self, server, r2):
+        """Eight connections each send thousands of commands at once: turns pass
+        their budget, reads wait for later turns, and every reply still comes
+        back, in order, on its own connection."""
+        n = 3000
+        socks = []
+        for i in range(4):
+            socks.append(_raw_pipeline(server.port, [_encode("TWRITE", f"tb:w{i}", "t", f"v{j}")
+                                                     for j in range(n)]))
+        for i in range(4):
+            socks.append(_raw_pipeline(server.port, [_encode("BATCH", "tb:fast", f"b{i}", j, "s", f"{i}-{j}",
+                                                             "FAST", 64, "ok") for j in range(1, n + 1)]
+                                       + [_encode("BATCH", "tb:fast", f"b{i}", n + 1, "FAST", 64, "ok", "EOB")]))
+        try:
+            for i, sock in enumerate(socks[:4]):
+                assert _read_replies(sock, n) == list(range(1, n + 1)), f"TWRITE connection {i}"
+            for sock in socks[4:]:
+                replies = _read_replies(sock, n + 1)
+                acks = [x for x in replies[:n] if x != b"OK"]
+                assert acks and all(x[:2] == [b"type", b"ack"] for x in acks), acks[:3]
+                seqs = [x[3] for x in acks]
+                assert seqs == sorted(seqs) and seqs[0] == 1
+                final = dict(zip(replies[n][::2], replies[n][1::2]))
+                assert final[b"count"] == n
+        finally:
+            for sock in socks:
+                sock.close()
+        datas = [d for _, d in entries(r2, "tb:fast")]
+        assert len(datas) == 4 * n
+        for i in range(4):  # each batch's messages in its order
+            mine = [d for d in datas if d.startswith(b"%d-" % i)]
+            assert mine == [b"%d-%d" % (i, j) for j in range(1, n + 1)]
