@@ -46,15 +46,29 @@ def workload(shape: str, count: int) -> None:
         out: list[bytes] = []
         bench.transport.write = lambda data: out.append(bytes(data))  # type: ignore[method-assign]
         feed, turn_end, request = bench.feed, bench.turn_end, hotpath.request
-        if shape == "group_loop":
+        if shape in ("group_loop", "xgroup_loop"):
             import hiredis
-            feed(request(b"TREAD", b"g:k", b"-", b"0", b"GROUP", b"g"))
+            if shape == "group_loop":  # TREAD GROUP 10, then TACK of the ten offsets
+                feed(request(b"TREAD", b"g:k", b"-", b"0", b"GROUP", b"g"))
+                write = request(b"TWRITE", b"g:k", b"tag", b"x" * 100) * 16
+                read = request(b"TREAD", b"g:k", b"-", b"10", b"GROUP", b"g", b"RETRY", b"30000", b"600000",
+                               b"BLOCK", b"1000")
+
+                def ack_of(reply) -> bytes:
+                    return request(b"TACK", b"g:k", b"g", *(b"%d" % entry[0] for entry in reply))
+            else:  # XREADGROUP COUNT 10, then XACK of the ten ids
+                write = request(b"XADD", b"g:k", b"*", b"field", b"x" * 100) * 16
+                read = request(b"XREADGROUP", b"GROUP", b"g", b"c1", b"COUNT", b"10", b"STREAMS", b"g:k", b">")
+
+                def ack_of(reply) -> bytes:
+                    return request(b"XACK", b"g:k", b"g", *(entry[0] for entry in reply[0][1]))
             for _ in range(0, (count + 300) * 10, 16):
-                feed(request(b"TWRITE", b"g:k", b"tag", b"x" * 100) * 16)
+                feed(write)
+                turn_end()
+            if shape == "xgroup_loop":
+                feed(request(b"XGROUP", b"CREATE", b"g:k", b"g", b"0"))
                 turn_end()
             out.clear()
-            read = request(b"TREAD", b"g:k", b"-", b"10", b"GROUP", b"g", b"RETRY", b"30000", b"600000",
-                           b"BLOCK", b"1000")
             reader = hiredis.Reader()
 
             def step() -> None:
@@ -62,26 +76,7 @@ def workload(shape: str, count: int) -> None:
                 turn_end()
                 reader.feed(b"".join(out))
                 out.clear()
-                feed(request(b"TACK", b"g:k", b"g", *(b"%d" % entry[0] for entry in reader.gets())))
-                turn_end()
-                out.clear()
-        elif shape == "xgroup_loop":
-            import hiredis
-            for _ in range(0, (count + 300) * 10, 16):
-                feed(request(b"XADD", b"x:k", b"*", b"field", b"x" * 100) * 16)
-                turn_end()
-            feed(request(b"XGROUP", b"CREATE", b"x:k", b"g", b"0"))
-            turn_end()
-            out.clear()
-            read = request(b"XREADGROUP", b"GROUP", b"g", b"c1", b"COUNT", b"10", b"STREAMS", b"x:k", b">")
-            reader = hiredis.Reader()
-
-            def step() -> None:
-                feed(read)
-                turn_end()
-                reader.feed(b"".join(out))
-                out.clear()
-                feed(request(b"XACK", b"x:k", b"g", *(entry[0] for entry in reader.gets()[0][1])))
+                feed(ack_of(reader.gets()))
                 turn_end()
                 out.clear()
         else:
