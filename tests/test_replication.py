@@ -40,6 +40,15 @@ def linked(replica) -> bool:
     return fields.get("master_link_status") == "up"
 
 
+def follower(pair, primary):
+    """A replica of ``primary`` started with ``--replicaof``, once its link is up:
+    (the process, a client of it)."""
+    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
+    r = replica.client()
+    wait_for(lambda: linked(r), what="the link")
+    return replica, r
+
+
 def caught_up(primary, replica) -> bool:
     return linked(replica) and info(replica)["slave_repl_offset"] == info(primary)["master_repl_offset"]
 
@@ -141,9 +150,7 @@ def test_replica_serves_reads_and_refuses_writes(pair):
     primary = pair()
     p = primary.client()
     fill(p, 20)
-    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
-    r = replica.client()
-    wait_for(lambda: linked(r), what="the link")
+    replica, r = follower(pair, primary)
     sync(p, r)
     assert r.execute_command("TREAD", "log", 0, 3) == p.execute_command("TREAD", "log", 0, 3)
     assert r.xrange("xs", count=2) == p.xrange("xs", count=2)
@@ -176,9 +183,7 @@ def test_partial_resync_after_a_short_cut(pair):
     primary = pair()
     p = primary.client()
     fill(p, 50)
-    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
-    r = replica.client()
-    wait_for(lambda: linked(r), what="the link")
+    replica, r = follower(pair, primary)
     sync(p, r)
     _cut(p)
     for i in range(100):  # while the replica is away (it reconnects after a second)
@@ -193,9 +198,7 @@ def test_partial_resync_after_a_short_cut(pair):
 def test_full_resync_when_the_cut_outlasts_the_backlog(pair):
     primary = pair("--repl-backlog-size", "16kb")
     p = primary.client()
-    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
-    r = replica.client()
-    wait_for(lambda: linked(r), what="the link")
+    replica, r = follower(pair, primary)
     fill(p, 10)
     sync(p, r)
     _cut(p)
@@ -216,9 +219,7 @@ def test_wait(pair):
     started = time.monotonic()
     assert p.execute_command("WAIT", 1, 200) == 0  # no replica: the timeout
     assert time.monotonic() - started >= 0.19
-    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
-    r = replica.client()
-    wait_for(lambda: linked(r), what="the link")
+    replica, r = follower(pair, primary)
     for i in range(20):
         p.execute_command("TWRITE", "k", "t", f"x{i}")
         assert p.execute_command("WAIT", 1, 2000) == 1
@@ -344,9 +345,7 @@ def test_a_replica_with_an_aof_keeps_what_it_replicated(pair):
 def test_blocked_readers_on_a_replica_are_served_by_replicated_writes(pair):
     primary = pair()
     p = primary.client()
-    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
-    r = replica.client()
-    wait_for(lambda: linked(r), what="the link")
+    replica, r = follower(pair, primary)
     p.execute_command("TWRITE", "k", "t", "first")
     sync(p, r)
     reader = replica.client()
@@ -418,9 +417,7 @@ def test_a_primary_with_an_aof_packs_once_for_both(pair):
     same bytes go to the AOF and the stream: both replay to the same state."""
     primary = pair("--appendonly", "yes", "--appendfsync", "always")
     p = primary.client()
-    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
-    r = replica.client()
-    wait_for(lambda: linked(r), what="the link")
+    replica, r = follower(pair, primary)
     fill(p, 200)
     with p.pipeline(transaction=True) as pipe:
         pipe.execute_command("TWRITE", "log", "t", "in-a-txn")
@@ -438,9 +435,7 @@ def test_big_records_cross_many_reads(pair):
     """A record of several MB arrives in many reads: the replica waits for it whole."""
     primary = pair()
     p = primary.client()
-    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
-    r = replica.client()
-    wait_for(lambda: linked(r), what="the link")
+    replica, r = follower(pair, primary)
     big = b"x" * (6 << 20)
     p.execute_command("TWRITE", "big", "t", big)
     p.execute_command("TWRITE", "big", "t", b"small")
@@ -474,9 +469,7 @@ def test_the_typed_client_reads_from_replicas(pair):
     from tstream.client import TStream
 
     primary = pair()
-    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
-    r = replica.client()
-    wait_for(lambda: linked(r), what="the link")
+    replica, r = follower(pair, primary)
     ts = TStream(primary.client(), replicas=[replica.client()])
     first = ts.twrite("orders", "orders.eu", b'{"n": 1}')
     ts.twrite("orders", "orders.us", b'{"n": 2}')
@@ -527,9 +520,7 @@ def test_a_primary_restarted_on_its_snapshot_keeps_its_replicas(pair):
     primary = pair("--save", "3600 1")
     p = primary.client()
     fill(p, 80)
-    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
-    r = replica.client()
-    wait_for(lambda: linked(r), what="the link")
+    replica, r = follower(pair, primary)
     sync(p, r)
     old = info(p)
     assert primary.stop() == 0
@@ -601,9 +592,7 @@ def test_a_stalled_replica_is_let_go_then_resyncs(pair):
     primary = pair("--client-output-buffer-limit", "normal 0 0 0 replica 0 1mb 1")
     p = primary.client()
     fill(p, 20)
-    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
-    r = replica.client()
-    wait_for(lambda: linked(r), what="the link")
+    replica, r = follower(pair, primary)
     sync(p, r)
     replica.proc.send_signal(signal.SIGSTOP)
     try:
@@ -670,9 +659,7 @@ def test_diskless_sync_sends_a_snapshot_made_in_memory(pair):
     primary = pair("--repl-diskless-sync", "yes")
     p = primary.client()
     fill(p, 200)
-    replica = pair("--replicaof", f"127.0.0.1 {primary.port}")
-    r = replica.client()
-    wait_for(lambda: linked(r), what="the link")
+    replica, r = follower(pair, primary)
     fill(p, 20, groups=False)
     sync(p, r)
     assert state(r) == state(p)
