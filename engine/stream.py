@@ -660,6 +660,26 @@ class Stream(TagTable):
         (evicted or deleted).  Stops early at the end of the log.  ``offset``
         must be >= 1 (callers resolve ``-``/``$``).  O(count) plus at most one
         decompression per sealed block touched."""
+        if count == 1 and self.first <= offset < self.next_offset:
+            # One held offset (TREAD key o 1, pipelined by the thousand): no range loop.
+            node = self._nodes[self._node_index(offset)]
+            p = offset - node.start
+            bits = node.deleted
+            if bits is not None and bits[p >> 3] >> (p & 7) & 1:
+                return [None]
+            if node.sealed:  # (Node.tables_at, inlined)
+                be = node.block_entries
+                b = p // be
+                blk = node.blocks[b]
+                if blk is None:
+                    blk = self._cache.decode_block(node, b)
+                elif blk.lru:
+                    self._cache.lru.move_to_end(blk)
+                i = p - b * be
+                ends = blk.ends
+                return [[offset, self._tag_list[blk.tags[i]], blk.buf[ends[i]:ends[i + 1]]]]
+            buf, ends, tags, _, i = node.tables_at(p)
+            return [[offset, self._tag_list[tags[i]], bytes(buf[ends[i]:ends[i + 1]])]]
         if offset < 1:
             raise ValueError("offset must be >= 1")
         if count < 0:

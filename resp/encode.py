@@ -248,6 +248,9 @@ def encode(value, protocol: int) -> bytes:
 def encode_entries(entries: Entries, resp3: bool) -> bytes:
     """The TREAD reply: ``encode(entries, protocol)``, without the per-item type
     dispatch (this is the reply the server sends most after integers)."""
+    if len(entries) == 1 and entries[0] is not None:  # TREAD key o 1: one format
+        offset, tag, data = entries[0]
+        return b"*1\r\n*3\r\n:%d\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (offset, len(tag), tag, len(data), data)
     out = [b"*%d\r\n" % len(entries)]
     append = out.append
     for entry in entries:

@@ -76,6 +76,11 @@ def test_entries(entries, protocol):
     assert encode(Entries(entries), protocol) == general
 
 
+@given(entry, protocols)
+def test_one_entry(one, protocol):  # TREAD key o 1's reply has a short cut
+    assert encode_entries(Entries([one]), protocol == 3) == encode([one], protocol)
+
+
 @given(blobs, blobs, offsets, blobs, blobs, protocols)
 def test_message(stream, subject, seq, time, data, protocol):
     fields = {"stream": stream, "subject": subject, "seq": seq, "time": time, "data": data}
