@@ -197,15 +197,20 @@ def spark_count(spark, options: dict) -> int:
     return reader.load().count()
 
 
+def sink_frame(spark, rows: int, partitions: int):
+    """The rows the sink benchmarks write: a tag and a JSON entry (as the log's)."""
+    return spark.range(0, rows, numPartitions=partitions).selectExpr(
+        f"concat('tag', id % {TAGS}) as tag",
+        "cast(concat('{\"id\": ', id, ', \"user\": \"u', id % 977, '\", \"amount\": ', id % 1000, "
+        f"', \"note\": \"{NOTE.decode()}\"}}') as binary) as entry")
+
+
 def spark_write(spark, port: int, key: str, rows: int, partitions: int, batch: int = 500) -> float:
     import redis
 
     r = redis.Redis(port=port)
     r.delete(key)
-    df = spark.range(0, rows, numPartitions=partitions).selectExpr(
-        f"concat('tag', id % {TAGS}) as tag",
-        "cast(concat('{\"id\": ', id, ', \"user\": \"u', id % 977, '\", \"amount\": ', id % 1000, "
-        f"', \"note\": \"{NOTE.decode()}\"}}') as binary) as entry")
+    df = sink_frame(spark, rows, partitions)
     t0 = time.perf_counter()
     df.write.format("tstream").option("url", f"redis://127.0.0.1:{port}").option("key", key) \
         .option("batchSize", batch).mode("append").save()
@@ -216,6 +221,21 @@ def spark_write(spark, port: int, key: str, rows: int, partitions: int, batch: i
     assert written == rows, (written, rows)
     r.close()
     return elapsed
+
+
+def parquet_read(spark, path: str) -> float:
+    """The same rows as a Parquet file (written once from the snapshot read): Spark's own columnar format."""
+    t0 = time.perf_counter()
+    spark.read.parquet(path).write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - t0
+
+
+def parquet_write(spark, path: str, rows: int, partitions: int) -> float:
+    """The sink's rows written to Parquet instead of tstream (the same generated DataFrame)."""
+    df = sink_frame(spark, rows, partitions)
+    t0 = time.perf_counter()
+    df.write.mode("overwrite").parquet(path)
+    return time.perf_counter() - t0
 
 
 def measure(label: str, fn, rows: int, repeat: int, results: list, **facts) -> dict:
@@ -395,6 +415,11 @@ def main() -> int:
                                  lambda k=k: spark_read(spark, {**offline, "numPartitions": k}),
                                  n, args.repeat, results, kind="spark-offline", partitions=k)
                          for k in parts if k <= 4]
+        parquet = os.path.join(server.dir, "rows.parquet")
+        spark.read.format("tstream").option("path", snapshot).option("key", key).load() \
+            .write.mode("overwrite").parquet(parquet)
+        measure("spark Parquet read (the same rows)", lambda: parquet_read(spark, parquet), n, args.repeat,
+                results, kind="parquet-read")
 
         print("sink", flush=True)
         s = args.sink_rows
@@ -404,6 +429,9 @@ def main() -> int:
         [measure(f"spark sink, {k} partition(s), batchSize=500",
                         lambda k=k: spark_write(spark, port, "sink", s, k), s, args.repeat, results,
                         kind="spark-sink", partitions=k) for k in parts if k <= 4]
+        measure("spark Parquet write of the same rows, 1 partition",
+                lambda: parquet_write(spark, os.path.join(server.dir, "sink.parquet"), s, 1), s, args.repeat,
+                results, kind="parquet-write", partitions=1)
         spark.stop()
     finally:
         server.stop()
@@ -509,6 +537,26 @@ def report(out: str, facts: dict, results: list[dict]) -> None:
     for r in (write_base, *sink):
         L.append(f"| {r['label']} | {r['rows']:,} | {fmt(r['median_rows_per_s'])} "
                  f"({fmt(r['best_rows_per_s'])}) |")
+    L.append("")
+    L.append("## Against Parquet (same run)")
+    L.append("")
+    pq_read, pq_write = kind("parquet-read"), kind("parquet-write")
+    if pq_read and pq_write:
+        L.append("| comparison | rows/s | ratio |")
+        L.append("| --- | ---: | ---: |")
+        L.append(f"| Spark read from the server (best partition count) vs Spark Parquet read | "
+                 f"{fmt(best_tread['median_rows_per_s'])} vs {fmt(pq_read[0]['median_rows_per_s'])} | "
+                 f"{best_tread['median_rows_per_s'] / pq_read[0]['median_rows_per_s']:.2f}x |")
+        L.append(f"| Spark sink (best partition count) vs Spark Parquet write | "
+                 f"{fmt(best_sink['median_rows_per_s'])} vs {fmt(pq_write[0]['median_rows_per_s'])} | "
+                 f"{best_sink['median_rows_per_s'] / pq_write[0]['median_rows_per_s']:.2f}x |")
+        L.append("")
+    L.append("## Every run")
+    L.append("")
+    L.append("| measure | rows | seconds, every run |")
+    L.append("| --- | ---: | --- |")
+    for r in results:
+        L.append(f"| {r['label']} | {r['rows']:,} | {', '.join(f'{t:.3f}' for t in r['seconds'])} |")
     L.append("")
     L.append("## Reading the figures")
     L.append("")
