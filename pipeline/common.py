@@ -158,23 +158,24 @@ def _int(options, name: str, default: int | None, minimum: int = 1, *aliases: st
 READ_MODES = ("auto", "nodes", "pages")
 
 
+def _one_of(options, name: str, choices: tuple[str, ...]) -> str:
+    """Option ``name``, one of ``choices`` (any case; the first when not given)."""
+    raw = _get(options, name)
+    value = choices[0] if raw is None else str(raw).strip().lower()
+    if value not in choices:
+        raise OptionError(f"tstream option {name} must be one of {', '.join(choices)}, got {raw!r}")
+    return value
+
+
 def _read_mode(options) -> str:
-    raw = _get(options, "readMode")
-    mode = "auto" if raw is None else str(raw).strip().lower()
-    if mode not in READ_MODES:
-        raise OptionError(f"tstream option readMode must be one of {', '.join(READ_MODES)}, got {raw!r}")
-    return mode
+    return _one_of(options, "readMode", READ_MODES)
 
 
 READ_FROM = ("primary", "replica")
 
 
 def _read_from(options) -> str:
-    raw = _get(options, "readFrom")
-    where = "primary" if raw is None else str(raw).strip().lower()
-    if where not in READ_FROM:
-        raise OptionError(f"tstream option readFrom must be primary or replica, got {raw!r}")
-    return where
+    return _one_of(options, "readFrom", READ_FROM)
 
 
 def _replicas(options) -> tuple[str, ...] | None:
