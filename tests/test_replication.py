@@ -487,6 +487,17 @@ def test_the_typed_client_reads_from_replicas(pair):
     assert primary.client().info("commandstats")["cmdstat_tread"]["calls"] == 1
 
 
+def continues_after_restart(p, replica) -> None:
+    """Start the stopped ``replica`` again on its files: it resyncs partially (its one
+    full resync was the first), catches up and holds what the primary holds."""
+    replica.start()
+    r = replica.client()
+    wait_for(lambda: info(p, "stats")["sync_partial_ok"] == 1, what="a partial resync")
+    sync(p, r)
+    assert info(p, "stats")["sync_full"] == 1
+    assert state(r) == state(p)
+
+
 def test_a_replica_restarted_on_its_snapshot_continues(pair):
     """A clean shutdown saves a snapshot holding the replication id and offset
     (aux fields, as Redis 7's RDB): restarted on it, the replica resumes with
@@ -505,12 +516,7 @@ def test_a_replica_restarted_on_its_snapshot_continues(pair):
     snapshot.load_file(str(replica.dir / "dump.tsr"), aux=fields)
     assert fields["repl-id"] == replid and fields["repl-offset"] == info(p)["master_repl_offset"]
     fill(p, 30, groups=False)  # while it is down: within the backlog
-    replica.start()
-    r = replica.client()
-    wait_for(lambda: info(p, "stats")["sync_partial_ok"] == 1, what="a partial resync")
-    sync(p, r)
-    assert info(p, "stats")["sync_full"] == 1
-    assert state(r) == state(p)
+    continues_after_restart(p, replica)
     assert "restored from disk" in replica.output()
 
 
@@ -549,12 +555,7 @@ def test_a_replica_with_an_aof_continues_after_a_clean_restart(pair):
     fill(p, 30, groups=False)  # records in the replica's AOF after its base
     sync(p, r)
     assert replica.stop() == 0
-    replica.start()
-    r = replica.client()
-    wait_for(lambda: info(p, "stats")["sync_partial_ok"] == 1, what="a partial resync")
-    sync(p, r)
-    assert info(p, "stats")["sync_full"] == 1
-    assert state(r) == state(p)
+    continues_after_restart(p, replica)
 
 
 def _write_mb(p: redis.Redis, mb: int, key: str = "big") -> None:
