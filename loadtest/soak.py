@@ -164,9 +164,8 @@ def proc_status(pid: int) -> dict[str, int]:
     return values
 
 
-def server_figures(r: redis.Redis, load: Workload) -> dict:
-    info = r.info()
-    held = 0
+def stream_infos(r: redis.Redis, load: Workload):
+    """(key, TINFO as a dict) of each of the workload's streams that exists."""
     for key in [*load.orders, load.events, load.kv]:
         try:
             tinfo = r.execute_command("TINFO", key)
@@ -174,7 +173,12 @@ def server_figures(r: redis.Redis, load: Workload) -> dict:
             continue
         if isinstance(tinfo, list):
             tinfo = dict(zip(tinfo[::2], tinfo[1::2]))
-        held += int(tinfo[b"length"])
+        yield key, tinfo
+
+
+def server_figures(r: redis.Redis, load: Workload) -> dict:
+    info = r.info()
+    held = sum(int(tinfo[b"length"]) for _, tinfo in stream_infos(r, load))
     pending = 0
     for key in load.orders:
         try:
@@ -204,13 +208,7 @@ def replica_lag(primary_offset: int, replicas: list[redis.Redis]) -> int:
 def replica_state(r: redis.Redis, load: Workload) -> dict:
     """What must be equal on the primary and a replica once it caught up."""
     state = {}
-    for key in [*load.orders, load.events, load.kv]:
-        try:
-            tinfo = r.execute_command("TINFO", key)
-        except redis.ResponseError:
-            continue
-        if isinstance(tinfo, list):
-            tinfo = dict(zip(tinfo[::2], tinfo[1::2]))
+    for key, tinfo in stream_infos(r, load):
         state[key] = {k: v for k, v in tinfo.items() if k != b"bytes"}  # (bytes: memory, not data)
         if key in load.orders:
             state[key, "groups"] = r.execute_command("TINFO", key, "GROUPS")
