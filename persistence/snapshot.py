@@ -40,11 +40,16 @@ record's offset.  Version-1 files (no ``tag_refs``, version-2 node blobs
 without summary) still load: their nodes are decompressed and their refcounts
 recounted, O(entries).
 
-Saving happens in two steps so that BGSAVE never stalls clients: ``capture``
+Saving happens in steps so that BGSAVE never stalls clients: ``capture``
 runs on the event loop and takes references to the sealed nodes (immutable) and
 copies of what may still change (the active node, deleted bitmaps, tag tables,
-refcounts, groups); ``write`` then runs in a worker thread.  The file is written
-to a temp name, fsynced, renamed over the target and the directory fsynced, so a
+refcounts, groups); a :class:`Framer` turns captures into framed records on the
+event loop too, a slice at a time (``pieces``: ready bytes, and large node
+bodies by reference, framed without a copy), and ``write_pieces`` writes them
+in a worker thread that runs almost no Python: checksums, writes and fsyncs,
+calls that release the GIL (a writer thread framing records in Python held the
+GIL in the loop's way: bench/RESULTS-capture.md).  The file is written to a
+temp name, fsynced, renamed over the target and the directory fsynced, so a
 crash leaves either the old snapshot or the new one.
 """
 
@@ -56,16 +61,17 @@ import sys
 import time
 import zlib
 from array import array
-from dataclasses import asdict
+from collections import deque
+from dataclasses import asdict, fields
 from itertools import chain
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Union
 
 import msgpack
 
 from tstream.engine import Keyspace, Stream
 from tstream.engine.groups import Group
 from tstream.engine.keyspace import SCAN_CHUNK as _SCAN_CHUNK
-from tstream.engine.stream import BLOB_PREFIX, Node
+from tstream.engine.stream import BLOB_PREFIX, DEFAULT_CONFIG, Node, StreamConfig
 
 from .fileops import FileOps
 from .framing import HEADER, MAGIC, MAX_RECORD, CorruptFile, PersistenceError, frame, unpack
@@ -92,6 +98,18 @@ _BAD_RECORD = (ValueError, TypeError, KeyError, AttributeError, IndexError, Over
                struct.error, msgpack.UnpackException)
 
 
+# A stream's config as its S record stores it (``asdict``, whose deep copies cost
+# more than the rest of a one-entry key's capture): the fields are plain values.
+_CONFIG_FIELDS = tuple(f.name for f in fields(StreamConfig))
+_DEFAULT_CONFIG = asdict(DEFAULT_CONFIG)
+
+
+def _config_dict(config: StreamConfig) -> dict:
+    if config is DEFAULT_CONFIG:
+        return dict(_DEFAULT_CONFIG)
+    return {name: getattr(config, name) for name in _CONFIG_FIELDS}
+
+
 def _refs_bytes(refs: array) -> bytes:
     if sys.byteorder != "little":  # pragma: no cover - big-endian hosts
         refs = array(refs.typecode, refs)
@@ -114,7 +132,7 @@ class StreamCapture:
         self.key = key
         self.meta = {
             "node_entries": stream.node_entries,
-            "config": asdict(stream.settings),
+            "config": _config_dict(stream.settings),
             "first": stream.first,
             "next_offset": stream.next_offset,
             "last_time": stream.last_time,
@@ -149,19 +167,112 @@ def capture(keyspace: Keyspace) -> list[StreamCapture]:
     return [StreamCapture(key, stream, pinned=False) for key, stream in keyspace.items()]
 
 
-def records(captured: Iterable[StreamCapture]) -> Iterator[bytes]:
-    """The framed records of a snapshot body, in file order."""
+# A piece of a snapshot's body: framed records, or a record whose payload is
+# ``head + body`` framed by the writer (a large node body, not copied on the loop).
+Piece = Union[bytes, tuple[bytes, bytes]]
+_BIG_BODY = 16 << 10  # node bodies from this size go to the writer by reference
+
+
+def pieces(item: StreamCapture) -> Iterator[Piece]:
+    """The records of one captured stream, in file order: framed bytes, or
+    ``(head, body)`` for a node whose body is large (see ``write_pieces``)."""
+    yield frame(KIND_STREAM + _packb([item.key, item.meta]))
+    prefix = _NODE_PREFIX.pack
+    for deleted, parts in item.node_parts():
+        header, body = Node.parts_of(parts)
+        bitmap = deleted or b""
+        head = b"".join((KIND_NODE, prefix(len(bitmap)), bitmap, header))
+        if len(body) >= _BIG_BODY:
+            yield head, body
+        else:
+            yield frame(head + body)
+    for group in item.groups:
+        yield frame(KIND_GROUP + _packb([item.key, group]))
+
+
+def end_record(count: int) -> bytes:
+    return frame(KIND_END + _packb(count))
+
+
+def body_pieces(captured: Iterable[StreamCapture]) -> Iterator[Piece]:
+    """The pieces of a snapshot body (every stream's, then the end record)."""
     count = 0
     for item in captured:
         count += 1
-        yield frame(KIND_STREAM + _packb([item.key, item.meta]))
-        for deleted, parts in item.node_parts():
-            header, body = Node.parts_of(parts)
-            bitmap = deleted or b""
-            yield frame(b"".join((KIND_NODE, _NODE_PREFIX.pack(len(bitmap)), bitmap, header, body)))
-        for group in item.groups:
-            yield frame(KIND_GROUP + _packb([item.key, group]))
-    yield frame(KIND_END + _packb(count))
+        yield from pieces(item)
+    yield end_record(count)
+
+
+def records(captured: Iterable[StreamCapture]) -> Iterator[bytes]:
+    """The framed records of a snapshot body, in file order."""
+    for piece in body_pieces(captured):
+        yield piece if type(piece) is bytes else frame(piece[0] + piece[1])
+
+
+class Framer:
+    """Frames captured streams on the event loop a slice at a time and hands
+    the writer thread ready pieces: framed records joined into chunks of about
+    ``chunk`` bytes, large node bodies on their own (by reference).
+
+    ``add`` queues a capture (``IncrementalCapture``'s ``emit``); ``run``
+    frames until a deadline; ``finish`` adds the end record.  ``sent`` counts
+    the bytes handed to ``out`` (a writer compares it with what it wrote)."""
+
+    def __init__(self, out: Callable[[Piece], None], chunk: int = 256 << 10) -> None:
+        self.out = out
+        self.chunk = chunk
+        self.items: deque[StreamCapture] = deque()
+        self.current: Iterator[Piece] | None = None
+        self.buffer: list[bytes] = []
+        self.buffered = 0
+        self.count = 0  # streams added
+        self.sent = 0
+
+    def add(self, item: StreamCapture) -> None:
+        self.items.append(item)
+        self.count += 1
+
+    def idle(self) -> bool:
+        return self.current is None and not self.items
+
+    def run(self, deadline_ns: int) -> bool:
+        """Frame until ``time.perf_counter_ns()`` passes ``deadline_ns``
+        (checked after each record); True once every capture added is framed."""
+        clock = time.perf_counter_ns
+        buffer = self.buffer
+        while True:
+            current = self.current
+            if current is None:
+                if not self.items:
+                    return True
+                current = self.current = pieces(self.items.popleft())
+            for piece in current:
+                if type(piece) is bytes:
+                    buffer.append(piece)
+                    self.buffered += len(piece)
+                    if self.buffered >= self.chunk:
+                        self.flush()
+                else:
+                    self.flush()
+                    self.sent += len(piece[0]) + len(piece[1])
+                    self.out(piece)
+                if clock() > deadline_ns:
+                    return False
+            self.current = None
+
+    def flush(self) -> None:
+        if self.buffer:
+            data = b"".join(self.buffer)
+            self.buffer.clear()
+            self.buffered = 0
+            self.sent += len(data)
+            self.out(data)
+
+    def finish(self) -> None:
+        """Every capture is framed: the end record, and the last chunk."""
+        assert self.idle()
+        self.buffer.append(end_record(self.count))
+        self.flush()
 
 
 class IncrementalCapture:
@@ -310,6 +421,16 @@ def write(captured: Iterable[StreamCapture], path: str, ops: FileOps | None = No
     Written to a temp file (removed on any failure), fsynced, renamed over
     ``path``, the directory fsynced.  Every step goes through ``ops`` (the
     fault-injection seam, see persistence.fileops)."""
+    return write_pieces(body_pieces(captured), path, ops, aux)
+
+
+def write_pieces(body: Iterable[Piece], path: str, ops: FileOps | None = None,
+                 aux: dict | None = None, written: Callable[[int], None] | None = None) -> int:
+    """``write`` of a body already framed (``body_pieces``, or a ``Framer``'s
+    output, which ends with the end record): header, pieces, aux, footer.
+    Little Python per byte: the checksums (zlib releases the GIL on large
+    buffers), joins of ~1 MiB, writes and fsyncs.  ``written(n)`` is told
+    the bytes of pieces written so far, after each write."""
     ops = ops or FileOps()
     directory = os.path.dirname(os.path.abspath(path))
     temp = os.path.join(directory, f"{_TEMP_PREFIX}{os.getpid()}-{time.monotonic_ns()}{_TEMP_SUFFIX}")
@@ -330,13 +451,25 @@ def write(captured: Iterable[StreamCapture], path: str, ops: FileOps | None = No
 
             header = FILE_HEADER.pack(FILE_MAGIC, VERSION, 0, int(time.time() * 1000))
             tail = (frame(KIND_AUX + _packb(aux)),) if aux else ()
-            for chunk in chain((header,), records(captured), tail):  # lazily: frames are written as made
-                crc = zlib.crc32(chunk, crc)
-                size += len(chunk)
-                pending.append(chunk)
-                pending_size += len(chunk)
+            crc32 = zlib.crc32
+            for chunk in chain((header,), body, tail):  # lazily: frames are written as made
+                if type(chunk) is not bytes:  # (head, body): frame it here, no copy of body
+                    head, blob = chunk
+                    length = len(head) + len(blob)
+                    record = HEADER.pack(MAGIC, length, crc32(blob, crc32(head)), length ^ 0xFFFFFFFF) + head
+                    crc = crc32(blob, crc32(record, crc))
+                    pending += (record, blob)
+                    size += len(record) + len(blob)
+                    pending_size += len(record) + len(blob)
+                else:
+                    crc = crc32(chunk, crc)
+                    size += len(chunk)
+                    pending.append(chunk)
+                    pending_size += len(chunk)
                 if pending_size >= _WRITE_CHUNK:
                     flush()
+                    if written is not None:
+                        written(size)
                     unsynced += pending_size
                     pending_size = 0
                     if unsynced >= _SYNC_EVERY:
@@ -348,6 +481,8 @@ def write(captured: Iterable[StreamCapture], path: str, ops: FileOps | None = No
             pending.append(FOOTER.pack(FOOTER_MAGIC, crc))
             size += FOOTER.size
             flush()
+            if written is not None:
+                written(size)
             ops.fsync(fd, step="snapshot-fsync")
         finally:
             ops.close(fd)
@@ -693,4 +828,4 @@ def _packb(value) -> bytes:
     return msgpack.packb(value, use_bin_type=True)
 
 
-__all__ = ["capture", "write", "load", "load_file", "verify", "records", "read_file"]
+__all__ = ["capture", "write", "write_pieces", "Framer", "load", "load_file", "verify", "records", "read_file"]

@@ -1,22 +1,27 @@
 """A background snapshot (BGSAVE, the base of an AOF rewrite) that never holds the loop.
 
-    event loop                                   worker thread
-    ----------                                   -------------
+    event loop                                     worker thread
+    ----------                                     -------------
     SnapshotJob.start()  -- picture's moment --
-    step(): capture keys for 1 ms  --queue-->    snapshot.write(items from the queue)
-    (call_soon) step() ...         --queue-->      frames each stream, writes, fsyncs,
-    commands: capture.before_change(key)           renames
-    last step: end of the queue    --None--->    returns the size
-                                                 done callback (on the loop): release
+    step(), about 1 ms each:                       snapshot.write_pieces(queue):
+      capture keys (copy-on-write per key)           checksums, writes, fsyncs
+      frame them (snapshot.Framer) --chunks-->         (calls that release the GIL)
+    (call_soon) step() ...                           rename
+    commands: capture.before_change(key)           returns the size
+    last step: end record          --None--->      done callback (on the loop): release
 
 The loop captures a slice at a time (persistence.snapshot.IncrementalCapture:
 copy-on-write per key, the dispatcher and group reads hand over the keys they
-are about to change) and the writer writes as the captures come.  Until the
-writer is done the garbage collector is off (the capture makes a few objects
-per key, freed by reference counting as they are written; a collection meeting
-a million of them waiting in the queue would hold the loop for tens of ms), and while a writer runs Python hands the GIL over
-every 0.5 ms instead of every 5 ms (the writer is Python code too: the loop
-would otherwise wait for it up to 5 ms between two clients' commands).
+are about to change) and frames what it captured in the same slices; the
+writer thread only checksums and writes the chunks.  All the Python work is on
+the loop: a writer thread framing records in Python held the GIL in the loop's
+way, and the loop waited for it in the middle of its own slices (tens of ms on
+a loaded machine: bench/RESULTS-capture.md).  When the writer falls behind by
+``MAX_QUEUED`` bytes the walk pauses (the keys it has not reached are still
+captured before they change).  Until the writer is done the garbage collector
+is off (the capture makes a few objects per key, freed by reference counting
+once framed), and while a writer runs Python hands the GIL over every 0.5 ms
+instead of every 5 ms (the writer takes it back between two writes).
 """
 
 from __future__ import annotations
@@ -25,11 +30,16 @@ import asyncio
 import gc
 import queue
 import sys
+import time
 
 from tstream.persistence import snapshot
+from tstream.persistence.framing import PersistenceError
 
-CAPTURE_SLICE_NS = 1_000_000  # loop time the capture takes per turn
+CAPTURE_SLICE_NS = 1_000_000  # loop time the capture and framing take per turn
+WALK_SHARE = 3  # the walk takes at most 1/WALK_SHARE of what is left of a slice (framing the rest)
 WRITER_SWITCH_INTERVAL = 0.0005  # sys.setswitchinterval while a writer thread runs
+MAX_QUEUED = 64 << 20  # framed bytes the writer may be behind before the walk waits for it
+_FAILED = object()  # put on the queue when the walk failed: the writer gives up
 
 
 class SnapshotJob:
@@ -45,10 +55,12 @@ class SnapshotJob:
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         # (the replication id and offset of the picture: its moment is now)
         self.aux = server.replication.snapshot_aux()
-        self.capture = snapshot.IncrementalCapture(server.keyspace, self.queue.put)
+        self.framer = snapshot.Framer(self.queue.put)
+        self.capture = snapshot.IncrementalCapture(server.keyspace, self.framer.add)
         self.gc_was_enabled = gc.isenabled()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.ended = False  # the writer took the end of the queue
+        self.written = 0  # bytes the writer has written (set by the writer thread)
 
     def start(self) -> asyncio.Future:
         """Start capturing and writing; the future gives the file's size."""
@@ -69,22 +81,39 @@ class SnapshotJob:
     # --- the loop's side ------------------------------------------------------------
 
     def _step(self) -> None:
-        capture = self.capture
+        capture, framer = self.capture, self.framer
         if capture.abandoned:  # the writer gave up: stop capturing
-            self._end_walk()
+            self._walk_done()
+            self.queue.put(None)
             return
+        clock = time.perf_counter_ns
+        deadline = clock() + CAPTURE_SLICE_NS
+        waiting = False
         try:
-            done = capture.step(CAPTURE_SLICE_NS)
+            while framer.run(deadline):
+                if capture.done:
+                    framer.finish()
+                    self.queue.put(None)
+                    return
+                now = clock()
+                if now >= deadline:
+                    break
+                if framer.sent - self.written > MAX_QUEUED:
+                    waiting = True  # the writer is behind: let it catch up
+                    break
+                if capture.step((deadline - now) // WALK_SHARE):
+                    self._walk_done()
         except BaseException:
-            self._end_walk()  # the writer ends with a short file, removed on its error
+            self._walk_done()
+            self.queue.put(_FAILED)  # the writer removes its temp file
             raise
-        if done:
-            self._end_walk()
+        if waiting:
+            self.loop.call_later(0.001, self._step)
         else:
             self.loop.call_soon(self._step)
 
-    def _end_walk(self) -> None:
-        self.queue.put(None)
+    def _walk_done(self) -> None:
+        """The walk is over: commands no longer hand their keys over."""
         if self.server.capture is self.capture:
             self.server.capture = None
             self.server.update_refusing()
@@ -102,15 +131,22 @@ class SnapshotJob:
 
     def _items(self):
         while (item := self.queue.get()) is not None:
+            if item is _FAILED:
+                self.ended = True
+                raise PersistenceError("the snapshot's capture failed (see the log)", self.path)
             yield item
         self.ended = True
 
+    def _wrote(self, size: int) -> None:
+        self.written = size
+
     def _write(self) -> int:
         try:
-            return snapshot.write(self._items(), self.path, self.file_ops, aux=self.aux)
+            return snapshot.write_pieces(self._items(), self.path, self.file_ops, aux=self.aux,
+                                         written=self._wrote)
         except BaseException:
             if not self.ended:  # the walk goes on: stop it, and wait for its end
                 self.capture.abandoned = True
-                while self.queue.get() is not None:
+                while (item := self.queue.get()) is not None and item is not _FAILED:
                     pass
             raise

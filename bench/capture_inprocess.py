@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Where a BGSAVE's loop stalls come from, in process: the server on a thread's
+event loop, a probe task on that same loop measuring its own lateness (it asks
+to wake every millisecond), then BGSAVE of ``--keys`` one-entry keys.
+
+Instrumented: every capture step on the loop (its duration), the writer
+thread's calls that may hold the GIL (framing of each batch, joins, writes,
+fsyncs: duration and size), the garbage collector's runs (gc.callbacks), and
+the probe's late wakes, all on one clock, so that each long wait can be put
+next to what ran then.  Options try the suspects one at a time:
+
+    --switch S      sys.setswitchinterval while the writer runs (default: the server's)
+    --slice-us N    loop time per capture step
+
+    .venv/bin/python bench/capture_inprocess.py [--keys 1000000] [--entries 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import sys
+import tempfile
+import threading
+import time
+from array import array
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import Client, encode, loadavg  # noqa: E402
+
+from tstream.server import snapshotjob  # noqa: E402
+from tstream.server.embed import ServerThread  # noqa: E402
+
+
+class Events:
+    """(start s, what, duration ms, size) of each instrumented call, in arrays:
+    no tracked objects made while the collector is off (a list of tuples made
+    the first collection after the save a long one of its own)."""
+
+    def __init__(self) -> None:
+        self.kinds: list[str] = []
+        self.clear()
+
+    def clear(self) -> None:
+        self.start, self.kind, self.ms, self.size = array("d"), array("b"), array("d"), array("q")
+
+    def append(self, event: tuple) -> None:
+        start, kind, ms, size = event
+        if kind not in self.kinds:
+            self.kinds.append(kind)
+        self.start.append(start)
+        self.kind.append(self.kinds.index(kind))
+        self.ms.append(ms)
+        self.size.append(size)
+
+    def __iter__(self):
+        for i in range(len(self.start)):
+            yield self.start[i], self.kinds[self.kind[i]], self.ms[i], self.size[i]
+
+
+EVENTS = Events()
+
+
+def now() -> float:
+    return time.perf_counter()
+
+
+def instrument() -> None:
+    """Wrap the capture step, the writer's file calls and the collector."""
+    step = snapshotjob.SnapshotJob._step
+
+    def timed_step(self):
+        started = now()
+        step(self)
+        EVENTS.append((started, "capture-step", (now() - started) * 1000, 0))
+
+    snapshotjob.SnapshotJob._step = timed_step  # type: ignore[method-assign]
+
+    from tstream.persistence.fileops import FileOps
+
+    write, fsync = FileOps.write, FileOps.fsync
+
+    def timed_write(self, fd, data, step=""):
+        started = now()
+        n = write(self, fd, data, step=step)
+        EVENTS.append((started, "writer-write", (now() - started) * 1000, n))
+        return n
+
+    def timed_fsync(self, fd, step=""):
+        started = now()
+        fsync(self, fd, step=step)
+        EVENTS.append((started, "writer-fsync", (now() - started) * 1000, 0))
+
+    FileOps.write, FileOps.fsync = timed_write, timed_fsync  # type: ignore[method-assign]
+
+    gc_started = [0.0]
+
+    def gc_callback(phase, info):
+        if phase == "start":
+            gc_started[0] = now()
+        else:
+            EVENTS.append((gc_started[0], f"gc-gen{info['generation']}", (now() - gc_started[0]) * 1000,
+                           info.get("collected", 0)))
+
+    gc.callbacks.append(gc_callback)
+
+
+def load(port: int, keys: int, entries: int) -> None:
+    client = Client(port)
+    chunk = 1000
+    for start in range(0, keys, chunk):
+        client.send(b"".join(encode("TWRITE", "k%d" % k, "t", "v") for k in range(start, min(keys, start + chunk))))
+        client.read_replies(min(chunk, keys - start))
+    if entries:
+        pairs: list[str] = []
+        for i in range(1000):
+            pairs += ["t%d" % (i % 100), "x" * 16]
+        one = encode("TWRITE", "big", "ENTRIES", *pairs)
+        for _ in range(entries // 1000):
+            client.send(one)
+            client.read_replies(1)
+    client.close()
+
+
+async def probe(stop: asyncio.Event, out: array) -> None:
+    """Sleep 1 ms at a time; record when and how late (ms), in pairs."""
+    while not stop.is_set():
+        asked = now()
+        await asyncio.sleep(0.001)
+        out.append(asked)
+        out.append((now() - asked) * 1000 - 1.0)
+
+
+def pairs(values: array) -> list[tuple[float, float]]:
+    return list(zip(values[::2], values[1::2]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--entries", type=int, default=0)
+    parser.add_argument("--switch", type=float, default=None, help="writer switch interval (s)")
+    parser.add_argument("--slice-us", type=int, default=None)
+    parser.add_argument("--show", type=float, default=5.0, help="list waits longer than this (ms)")
+    args = parser.parse_args()
+    if args.switch is not None:
+        snapshotjob.WRITER_SWITCH_INTERVAL = args.switch
+    if args.slice_us is not None:
+        snapshotjob.CAPTURE_SLICE_NS = args.slice_us * 1000
+    instrument()
+    print(f"load average {loadavg()}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp, ServerThread(port=0, dir=tmp, save="") as srv:
+        started = now()
+        load(srv.port, args.keys, args.entries)
+        print(f"loaded {args.keys} keys + {args.entries} entries in {now() - started:.1f} s", flush=True)
+        loop = srv._loop
+        stop = asyncio.Event()
+        late_values, idle_values = array("d"), array("d")
+        task = asyncio.run_coroutine_threadsafe(probe(stop, idle_values), loop)
+        time.sleep(1.0)
+        loop.call_soon_threadsafe(stop.set)
+        task.result()
+        stop = asyncio.Event()
+        EVENTS.clear()
+        task = asyncio.run_coroutine_threadsafe(probe(stop, late_values), loop)
+        time.sleep(0.1)
+        t0 = now()
+        srv.call(srv.server.persistence.start_bgsave)
+        while srv.call(lambda: srv.server.persistence.bgsave_started) is not None:
+            time.sleep(0.01)
+        t1 = now()
+        loop.call_soon_threadsafe(stop.set)
+        task.result()
+        size = os.path.getsize(os.path.join(tmp, srv.config["dbfilename"]))
+    lateness, idle = pairs(late_values), pairs(idle_values)
+    during = sorted(x for t, x in lateness if t0 <= t <= t1)
+    idle_sorted = sorted(x for _, x in idle)
+    steps = sorted(e[2] for e in EVENTS if e[1] == "capture-step")
+    print(f"BGSAVE {t1 - t0:.2f} s, file {size / 1e6:.1f} MB; load average {loadavg()}")
+    print(f"probe lateness during: max {during[-1]:.2f} ms p99 {during[int(len(during) * 0.99)]:.2f} ms "
+          f"({len(during)} wakes, {sum(x > 5 for x in during)} over 5 ms); idle max {idle_sorted[-1]:.2f} ms")
+    if steps:
+        print(f"capture steps: {len(steps)}, max {steps[-1]:.2f} ms, p99 {steps[int(len(steps) * 0.99)]:.2f} ms, "
+              f"total {sum(steps):.0f} ms")
+    for kind in sorted({e[1] for e in EVENTS} - {"capture-step"}):
+        durations = sorted(e[2] for e in EVENTS if e[1] == kind)
+        sizes = sum(e[3] for e in EVENTS if e[1] == kind)
+        print(f"{kind}: {len(durations)} calls, max {durations[-1]:.2f} ms, total {sum(durations):.0f} ms, "
+              f"sum of sizes {sizes:,}")
+    print(f"\nwaits over {args.show} ms (t from BGSAVE start) and what overlapped them:")
+    for t, x in sorted(lateness):
+        if x > args.show and t0 <= t <= t1:
+            start, end = t, t + (x + 1) / 1000
+            near = [f"{e[1]} {e[2]:.1f}ms@{(e[0] - t0) * 1000:.0f}"
+                    for e in EVENTS if e[0] < end and e[0] + e[2] / 1000 > start and e[2] > 1.0]
+            print(f"  t={(t - t0) * 1000:8.0f} ms late {x:6.2f} ms  {'; '.join(near[:6])}")
+    print(f"threads: {threading.active_count()}")
+
+
+if __name__ == "__main__":
+    main()
