@@ -73,11 +73,21 @@ def instrument() -> None:
     step = snapshotjob.SnapshotJob._step
 
     def timed_step(self):
-        started = now()
+        started, cpu = now(), time.thread_time_ns()
         step(self)
-        EVENTS.append((started, "capture-step", (now() - started) * 1000, 0))
+        EVENTS.append((started, "capture-step", (now() - started) * 1000, time.thread_time_ns() - cpu))
 
     snapshotjob.SnapshotJob._step = timed_step  # type: ignore[method-assign]
+    write_job = snapshotjob.SnapshotJob._write
+
+    def timed_write_job(self):
+        started, cpu = now(), time.thread_time_ns()
+        try:
+            return write_job(self)
+        finally:
+            EVENTS.append((started, "writer-thread", (now() - started) * 1000, time.thread_time_ns() - cpu))
+
+    snapshotjob.SnapshotJob._write = timed_write_job  # type: ignore[method-assign]
 
     from tstream.persistence.fileops import FileOps
 
@@ -183,19 +193,25 @@ def main() -> None:
     print(f"probe lateness during: max {during[-1]:.2f} ms p99 {during[int(len(during) * 0.99)]:.2f} ms "
           f"({len(during)} wakes, {sum(x > 5 for x in during)} over 5 ms); idle max {idle_sorted[-1]:.2f} ms")
     if steps:
+        cpu = sum(e[3] for e in EVENTS if e[1] == "capture-step") / 1e6
         print(f"capture steps: {len(steps)}, max {steps[-1]:.2f} ms, p99 {steps[int(len(steps) * 0.99)]:.2f} ms, "
-              f"total {sum(steps):.0f} ms")
-    for kind in sorted({e[1] for e in EVENTS} - {"capture-step"}):
+              f"total {sum(steps):.0f} ms wall, {cpu:.0f} ms CPU of the loop thread")
+    for _, _, ms, cpu_ns in (e for e in EVENTS if e[1] == "writer-thread"):
+        print(f"writer thread: {ms:.0f} ms wall, {cpu_ns / 1e6:.0f} ms CPU")
+    for kind in sorted({e[1] for e in EVENTS} - {"capture-step", "writer-thread"}):
         durations = sorted(e[2] for e in EVENTS if e[1] == kind)
         sizes = sum(e[3] for e in EVENTS if e[1] == kind)
         print(f"{kind}: {len(durations)} calls, max {durations[-1]:.2f} ms, total {sum(durations):.0f} ms, "
               f"sum of sizes {sizes:,}")
+    print(f"switch interval while writing {snapshotjob.WRITER_SWITCH_INTERVAL * 1000:g} ms, "
+          f"slice {snapshotjob.CAPTURE_SLICE_NS / 1e6:g} ms")
     print(f"\nwaits over {args.show} ms (t from BGSAVE start) and what overlapped them:")
     for t, x in sorted(lateness):
         if x > args.show and t0 <= t <= t1:
             start, end = t, t + (x + 1) / 1000
             near = [f"{e[1]} {e[2]:.1f}ms@{(e[0] - t0) * 1000:.0f}"
-                    for e in EVENTS if e[0] < end and e[0] + e[2] / 1000 > start and e[2] > 1.0]
+                    + (f" (CPU {e[3] / 1e6:.1f})" if e[1] == "capture-step" else "")
+                    for e in EVENTS if e[0] < end and e[0] + e[2] / 1000 > start and 1.0 < e[2] < 1000]
             print(f"  t={(t - t0) * 1000:8.0f} ms late {x:6.2f} ms  {'; '.join(near[:6])}")
     print(f"threads: {threading.active_count()}")
 
