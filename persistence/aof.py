@@ -175,13 +175,24 @@ def load(directory: str, truncate_torn_tail: bool = True) -> LoadResult:
             continue
         data = snapshot.read_file(path)
         last_file = i == len(entries) - 1
+        # Runs of appends to one key go to the engine in one call (effects.Replay);
+        # whatever stops the reading applies the run held first, so that the
+        # first bad record is the one reported, as record by record.
+        replay = effects.Replay(keyspace)
         try:
-            for offset, payload in iter_frames(data, 0, path):
-                try:
-                    effects.apply(keyspace, unpack(payload))
-                except (effects.ReplayError, ValueError) as exc:
-                    raise CorruptFile(f"record does not replay: {exc}", path, offset) from None
-                count += 1
+            try:
+                for offset, payload in iter_frames(data, 0, path):
+                    try:
+                        record = unpack(payload)
+                    except ValueError as exc:
+                        replay.flush()
+                        raise CorruptFile(f"record does not replay: {exc}", path, offset) from None
+                    replay.apply(record, offset)
+                    count += 1
+            finally:
+                replay.flush()
+        except effects.ReplayError as exc:
+            raise CorruptFile(f"record does not replay: {exc}", path, exc.where) from None
         except TornTail as torn:
             if not last_file:
                 raise CorruptFile(f"torn record in the middle of the history: {torn}", path, torn.offset) from None

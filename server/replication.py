@@ -774,32 +774,36 @@ class Replication:
             del pending[:used]
 
     def _apply(self, data: bytes) -> int:
-        """Apply every whole frame of ``data``; the number of bytes used."""
+        """Apply every whole frame of ``data``; the number of bytes used.  A run
+        of appends to one key goes to the engine in one call (effects.Replay),
+        each record then logged and counted as if applied alone."""
         server = self.server
         writes = server.writes
         capture = server.capture
         used = 0
         getack = False
+        replay = effects.Replay(server.keyspace, writes.replicated)
         try:
-            for position, payload in iter_frames(data):
-                end = position + HEADER.size + len(payload)
-                record = unpack(payload)
-                kind = record[0]
-                if kind == GETACK:
-                    getack = True
-                elif kind != PING:
-                    if capture is not None:
-                        _before_change(capture, record)
-                    try:
-                        effects.apply(server.keyspace, record)
-                    except effects.ReplayError as exc:
-                        self.replid = new_replid()  # our data no longer follows: full resync next
-                        raise ValueError(f"a record from the primary does not apply ({exc}): "
-                                         "resynchronizing in full") from None
-                    writes.replicated(record)
-                used = end
-        except TornTail:
-            pass
+            try:
+                for position, payload in iter_frames(data):
+                    end = position + HEADER.size + len(payload)
+                    record = unpack(payload)
+                    kind = record[0]
+                    if kind == GETACK:
+                        getack = True
+                    elif kind != PING:
+                        if capture is not None:
+                            _before_change(capture, record)
+                        replay.apply(record)
+                    used = end
+            except TornTail:
+                pass
+            finally:
+                replay.flush()  # (before anything else: the records before a bad frame stay applied)
+        except effects.ReplayError as exc:
+            self.replid = new_replid()  # our data no longer follows: full resync next
+            raise ValueError(f"a record from the primary does not apply ({exc}): "
+                             "resynchronizing in full") from None
         if used:
             self.feed(data[:used])  # (the same bytes, in our own backlog: offsets stay the primary's)
             writes.commit()
