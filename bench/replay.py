@@ -10,7 +10,14 @@ callgrind (a figure the machine's load does not move; see bench/instructions.py)
   records per read, on an in-process server: apply, log to the sinks, count);
 - ``aof_batches``: the records bench/persistence.py's AOF part logs (per key in
   turn: a ``TWRITE key ENTRIES`` of 100 entries, then a pipelined run of 20
-  TWRITEs, one record of 20), per *entry*.
+  TWRITEs, one record of 20), per *entry*;
+- ``primary`` / ``primary_replica``: the primary's side, per write: an
+  unpipelined ``TWRITE bench t <100 bytes>`` fed through
+  ``ClientConnection.data_received`` (bench/hotpath.py's fake transport), its
+  loop turn ended, on a lone primary / on a primary with one online replica
+  (a connection on a fake transport; the stream sent to it every 16 writes,
+  about what ``SEND_DELAY`` batches at 20,000 writes/s): the cost of feeding
+  a replica is the difference.
 
 Each shape runs ``--small`` and ``--large`` records in two processes under
 callgrind; the difference of the totals over the difference of the counts is
@@ -37,7 +44,7 @@ import types
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SHAPES = ("aof", "replica", "aof_batches")
+SHAPES = ("aof", "replica", "aof_batches", "primary", "primary_replica")
 T0 = 1_700_000_000_000_000_000
 PAYLOAD = bytes(range(100))
 
@@ -104,6 +111,10 @@ def workload(shape: str, count: int, chunk: int) -> None:
     sys.path.insert(0, str(HERE))
     import hotpath
 
+    if shape.startswith("primary"):
+        asyncio.run(primary(hotpath, count, shape == "primary_replica"))
+        return
+
     from tstream.persistence import effects
     from tstream.persistence.framing import pack
 
@@ -121,6 +132,35 @@ def workload(shape: str, count: int, chunk: int) -> None:
         assert effects.APPEND == 1
 
     asyncio.run(main())
+
+
+async def primary(hotpath, count: int, with_replica: bool) -> None:
+    """``count`` unpipelined TWRITEs on a primary, with or without an online replica."""
+    from tstream.server.connection import ClientConnection
+    from tstream.server.replication import Replica
+
+    bench = hotpath.Bench()
+    server = bench.server
+    replication = server.replication
+    send = replication.send
+    if with_replica:
+        link = ClientConnection(server)
+        link.connection_made(hotpath.CountingTransport())
+        replica = Replica(link, 6381)
+        replica.waiting, replica.state = None, "online"
+        replication._ensure_backlog()
+        replication.replicas.append(replica)
+    feed, turn_end = bench.feed, bench.turn_end
+    data = hotpath.request(b"TWRITE", b"bench", b"t", PAYLOAD)
+    for i in range(count + 300):
+        feed(data)
+        turn_end()
+        if not i & 15:
+            send()
+    send()
+    assert server.keyspace.get(b"bench").next_offset == count + 301
+    if with_replica:
+        assert replica.written == replication.offset > 0
 
 
 COLLECTED = re.compile(r"Collected : (\d+)")
@@ -163,7 +203,8 @@ def main() -> None:
     builds: dict[str, str | None] = {"this": None}
     if args.base_tree:
         builds = {"base": os.path.abspath(args.base_tree), "this": None}
-    unit = {"aof": "record", "replica": "record", "aof_batches": "entry"}
+    unit = {"aof": "record", "replica": "record", "aof_batches": "entry", "primary": "write",
+            "primary_replica": "write"}
     lines = ["| shape | " + " | ".join(f"{name} (instructions)" for name in builds)
              + (" | this/base |" if args.base_tree else " |"),
              "| --- |" + " ---: |" * (len(builds) + (1 if args.base_tree else 0))]

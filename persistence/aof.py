@@ -46,7 +46,7 @@ from tstream.engine import Keyspace
 
 from . import effects, snapshot
 from .fileops import FileOps
-from .framing import CorruptFile, PersistenceError, TornTail, iter_frames, pack, unpack
+from .framing import CorruptFile, Packer, PersistenceError, TornTail, iter_frames, unpack
 
 log = logging.getLogger("tstream.aof")
 
@@ -243,6 +243,7 @@ class AppendOnlyFile:
         self.current: ManifestEntry | None = None  # the incr file records go to
         self.fd = -1
         self.records: list[list] = []  # logged this turn, packed when written
+        self.pack = Packer()  # (framing.pack, reusing its msgpack packer)
         self.unwritten = b""  # packed records a failed write left behind (whole records)
         self.offset = 0        # bytes of whole records in the current incr file
         self.size = 0          # bytes in the incr files since the base (for automatic rewrites)
@@ -339,7 +340,7 @@ class AppendOnlyFile:
         whole record (or, if that fails too, its written part is counted so
         the next write completes the record)."""
         if self.records:
-            packed = b"".join(map(pack, self.records))
+            packed = b"".join(map(self.pack, self.records))
             self.records.clear()
             self.unwritten = self.unwritten + packed if self.unwritten else packed
         data = self.unwritten

@@ -33,7 +33,7 @@ import time
 
 from tstream.persistence import effects, snapshot
 from tstream.persistence.fileops import FileOps
-from tstream.persistence.framing import HEADER, PersistenceError, TornTail, iter_frames, pack, unpack
+from tstream.persistence.framing import HEADER, Packer, PersistenceError, TornTail, iter_frames, pack, unpack
 from tstream.resp import encode, encode_integer
 
 from .snapshotjob import SnapshotJob
@@ -153,6 +153,7 @@ class Replication:
         self.offset = 0  # master_repl_offset: bytes of the stream so far
         self.backlog: Backlog | None = None
         self.records: list[list] = []  # this turn's records, packed by flush()
+        self.pack = Packer()  # (framing.pack, reusing its msgpack packer)
         self.replicas: list[Replica] = []
         self.waiters: list[Waiter] = []
         self.syncs: list[Replica] = []  # replicas waiting for a snapshot job
@@ -181,6 +182,16 @@ class Replication:
     # --- the effect sink (commands.writes) ------------------------------------------
 
     def log(self, record: list) -> None:
+        if self.server.aof is None and not self.records:
+            # No AOF to share the packing with: onto the stream now (a lone write
+            # then costs no end of turn, which the primary alone does not run).
+            try:
+                data = self.pack(record)
+            except MemoryError:
+                self._stream_lost()
+                return
+            self.feed(data)
+            return
         self.records.append(record)
         self.server.turn_end.schedule()
 
@@ -191,7 +202,7 @@ class Replication:
         if not records:
             return
         try:
-            data = b"".join(map(pack, records))
+            data = b"".join(map(self.pack, records))
         except MemoryError:
             records.clear()
             self._stream_lost()

@@ -201,3 +201,15 @@ def test_aof_load_applies_a_run_before_a_bad_frame_and_a_torn_tail(tmp_path):
     with pytest.raises(CorruptFile, match="record does not replay") as failed:
         aof.load(str(tmp_path / "two"))
     assert failed.value.offset == offsets[bad]
+
+
+def test_a_kept_packer_packs_as_pack():
+    from tstream.persistence.framing import Packer
+    packer = Packer()
+    records = [[effects.APPEND, b"k", 1, T0, b"t", b"v" * 300], [effects.FLUSH], [effects.TXN, [[effects.DELKEY, b"k"]]],
+               [effects.INGEST, b"k", 2, T0, None, 0, 0, [], b"t", b""]]
+    for record in records:
+        assert packer(record) == pack(record)
+    with pytest.raises(TypeError):
+        packer([effects.APPEND, b"k", 1, T0, b"t", object()])
+    assert packer(records[0]) == pack(records[0])  # a failed record leaves nothing behind
