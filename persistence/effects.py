@@ -271,8 +271,8 @@ class Replay:
     def apply(self, record: list, where: int = 0) -> None:
         """Apply ``record`` (now, or with the run it joins); raises ReplayError
         (``where``: the failing record's) as :func:`apply` does."""
-        size = len(record)
-        if record[0] == APPEND and 6 <= size <= _RUN_RECORD_SIZE and not size & 1:
+        size = len(record) if type(record) is list else 0  # (anything else: apply() says what is wrong)
+        if 6 <= size <= _RUN_RECORD_SIZE and record[0] == APPEND and not size & 1 and type(record[1]) is bytes:
             if record[1] == self.key and record[2] == self.next:
                 self._join(record, where, size)
                 return

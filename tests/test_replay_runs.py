@@ -163,6 +163,25 @@ def test_a_bad_record_in_a_run_fails_as_alone(name):
     assert state(runs) == state(one)
 
 
+@pytest.mark.parametrize("record", [5, b"x", [], [effects.APPEND, [1], 11, T0, b"t", b"v"],
+                                    [effects.APPEND, {b"k": 1}, 11, T0, b"t", b"v"]])
+def test_a_malformed_record_after_a_run_fails_as_alone(record):
+    log, _ = log_with_bad_record("offset gap")
+    log = log[:11] + [record]
+    one = Keyspace()
+    for good in log[:11]:
+        effects.apply(one, good)
+    with pytest.raises(effects.ReplayError) as alone:
+        effects.apply(one, record)
+    runs = Keyspace()
+    replay = effects.Replay(runs)
+    with pytest.raises(effects.ReplayError) as failed:
+        for i, each in enumerate(log):
+            replay.apply(each, i)
+    assert (failed.value.where, str(failed.value)) == (11, str(alone.value))
+    assert state(runs) == state(one)
+
+
 def write_aof(directory, records: list, tail: bytes = b"") -> list[int]:
     """An AOF of ``records`` (one incr file); the offset of each record in it."""
     os.makedirs(directory, exist_ok=True)
