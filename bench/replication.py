@@ -7,7 +7,14 @@ one entry on the primary every 20 ms and a client on the replica waits for it
 
     flock /tmp/tstream-bench.lock .venv/bin/python bench/replication.py [--requests 100000] [--rounds 3]
         [--replica-nice -10]    # the replica given a core's worth of CPU, as on a host of its own
+    flock /tmp/tstream-bench.lock .venv/bin/python bench/replication.py --redis --rounds 5   # redis-server: XADD
     flock /tmp/tstream-bench.lock .venv/bin/python bench/replication.py --reads [--write-rate 2000]
+
+``--redis``: the same measurement on redis-server (a lone redis-server vs
+redis-server with one redis-server replica, ``XADD bench * t <100 bytes>``
+from the same redis-benchmark clients; the probe's XADD waited for on the
+replica with ``XREAD BLOCK``), so that redis's own ratio on this machine stands
+beside tstream's: both run 3 processes on the same cores.
 
 ``--reads``: the read scale-out, DGET (redis-benchmark, unpipelined) served by a
 lone primary vs by a replica, while the primary takes ``--write-rate`` TWRITEs
@@ -41,7 +48,9 @@ from common import (
 )
 
 
-def twrite_rate(port: int, requests: int, clients: int) -> float:
+def twrite_rate(port: int, requests: int, clients: int, kind: str = "tstream") -> float:
+    if kind == "redis":
+        return benchmark_rate(port, requests, clients, "XADD", "bench", "*", "t", "x" * 100)
     return benchmark_rate(port, requests, clients, "TWRITE", "bench", "t", "x" * 100)
 
 
@@ -57,17 +66,25 @@ def benchmark_rate(port: int, requests: int, clients: int, *command: str) -> flo
 
 
 def probe(primary: int, replica: int, stop: threading.Event, lags: list[float],
-          after_reply: list[float] | None = None) -> None:
+          after_reply: list[float] | None = None, kind: str = "tstream") -> None:
     """``lags``: from sending the write to the primary to the entry visible on the
     replica; ``after_reply``: from the primary's reply to visible on the replica
-    (the replication delay alone, the primary's queueing under load left out)."""
+    (the replication delay alone, the primary's queueing under load left out).
+    redis-server (``kind``): XADD, then XREAD BLOCK after the previous probe's id."""
     p, r = Client(primary), Client(replica)
+    last_id: bytes = b"0-0"
     try:
         while not stop.is_set():
             started = time.perf_counter()
-            offset = p.execute("TWRITE", "probe", "t", "x")
-            replied = time.perf_counter()
-            got = r.execute("TREAD", "probe", offset, 1, "BLOCK", 2000)
+            if kind == "redis":
+                xid = p.execute("XADD", "probe", "*", "t", "x")
+                replied = time.perf_counter()
+                got = r.execute("XREAD", "BLOCK", 2000, "STREAMS", "probe", last_id)
+                last_id = xid
+            else:
+                offset = p.execute("TWRITE", "probe", "t", "x")
+                replied = time.perf_counter()
+                got = r.execute("TREAD", "probe", offset, 1, "BLOCK", 2000)
             if got:
                 now = time.perf_counter()
                 lags.append((now - started) * 1000)
@@ -80,14 +97,17 @@ def probe(primary: int, replica: int, stop: threading.Event, lags: list[float],
 
 
 def start_replica(primary: ServerProcess, nice: int = 0) -> ServerProcess:
-    replica = ServerProcess("tstream", ["--replicaof", f"127.0.0.1 {primary.port}"]).start()
+    if primary.kind == "redis":
+        replica = ServerProcess("redis", ["--replicaof", "127.0.0.1", str(primary.port)]).start()
+    else:
+        replica = ServerProcess("tstream", ["--replicaof", f"127.0.0.1 {primary.port}"]).start()
     if nice:  # (a replica given a core's worth of CPU, as on a host of its own)
         os.setpriority(os.PRIO_PROCESS, replica.pid, nice)
     return replica
 
 
-def run_round(with_replica: bool, requests: int, clients: int, nice: int = 0) -> dict:
-    primary = ServerProcess("tstream").start()
+def run_round(with_replica: bool, requests: int, clients: int, nice: int = 0, kind: str = "tstream") -> dict:
+    primary = ServerProcess(kind).start()
     replica = None
     try:
         if with_replica:
@@ -104,15 +124,15 @@ def run_round(with_replica: bool, requests: int, clients: int, nice: int = 0) ->
         stop = threading.Event()
         thread = None
         if replica is not None:
-            thread = threading.Thread(target=probe, args=(primary.port, replica.port, stop, lags, after_reply))
+            thread = threading.Thread(target=probe, args=(primary.port, replica.port, stop, lags, after_reply, kind))
             thread.start()
         try:
-            rate = twrite_rate(primary.port, requests, clients)
+            rate = twrite_rate(primary.port, requests, clients, kind)
         finally:
             stop.set()
             if thread is not None:
                 thread.join(10)
-        result = {"with_replica": with_replica, "twrite_per_sec": rate}
+        result = {"server": kind, "with_replica": with_replica, "twrite_per_sec": rate}
         if replica is not None:
             p, r = primary.client(), replica.client()
             p.execute("WAIT", 1, 5000)
@@ -256,6 +276,8 @@ def main() -> None:
     parser.add_argument("--reads", action="store_true",
                         help="only: DGET rate on a replica vs on a lone primary, while the primary takes writes")
     parser.add_argument("--write-rate", type=int, default=2000, help="--reads: TWRITEs per second on the primary")
+    parser.add_argument("--redis", action="store_true",
+                        help="the write measurement on redis-server (XADD; redis-server replica) instead of tstream")
     args = parser.parse_args()
     load_before = os.getloadavg()
     if args.reads:
@@ -286,16 +308,18 @@ def main() -> None:
         save_result("replication-resync", {"command": script_command(), "facts": machine_facts(),
                                            "args": vars(args), "result": result})
         return
+    kind = "redis" if args.redis else "tstream"
+    command = "XADD" if args.redis else "TWRITE"
     rounds = []
     for i in range(args.rounds):
         for with_replica in (False, True):
-            result = run_round(with_replica, args.requests, args.clients, args.replica_nice)
+            result = run_round(with_replica, args.requests, args.clients, args.replica_nice, kind)
             rounds.append(result)
             extra = (f"  replica lag p50 {result['lag_p50_ms']:.2f} ms p99 {result['lag_p99_ms']:.2f} ms "
                      f"(after the primary's reply: p50 {result['after_reply_p50_ms']:.2f} p99 "
                      f"{result['after_reply_p99_ms']:.2f}; {result['lag_samples']} samples)" if with_replica else "")
             print(f"round {i + 1} {'primary + 1 replica' if with_replica else 'lone primary       '}: "
-                  f"{result['twrite_per_sec']:>10,.0f} TWRITE/s{extra}", flush=True)
+                  f"{result['twrite_per_sec']:>10,.0f} {command}/s{extra}", flush=True)
     alone = [r["twrite_per_sec"] for r in rounds if not r["with_replica"]]
     paired = [r["twrite_per_sec"] for r in rounds if r["with_replica"]]
     ratios = [b / a for a, b in zip(alone, paired)]
@@ -307,7 +331,7 @@ def main() -> None:
           f"(median {summary['median_ratio']:.2f}x); replica lag p99 per round: "
           f"{', '.join(f'{x:.2f}' for x in p99s)} ms; load average before {load_before[0]:.2f}, "
           f"after {summary['load_after'][0]:.2f}")
-    save_result("replication", {"command": script_command(), "facts": machine_facts(), "args": vars(args),
+    save_result("replication-redis" if args.redis else "replication", {"command": script_command(), "facts": machine_facts(), "args": vars(args),
                                 "rounds": rounds, "summary": summary})
 
 

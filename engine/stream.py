@@ -93,7 +93,7 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import asdict, astuple, dataclass
-from itertools import accumulate, islice
+from itertools import accumulate, groupby, islice
 from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, Iterator, Mapping, NamedTuple, Sequence
@@ -519,9 +519,14 @@ class Stream(TagTable):
             raise ValueError("append_many needs tag/data pairs")
         return self.append_columns(flat[start::2], flat[start + 1::2], now_ns)
 
-    def append_columns(self, tags: Sequence, datas: Sequence, now_ns: int) -> int:
+    def append_columns(self, tags: Sequence, datas: Sequence, now_ns: int, times: Sequence[int] | None = None) -> int:
         """:meth:`append_many` of the pairs ``zip(tags, datas)`` (two sequences of
         the same length), for callers that hold the columns already.
+        ``times`` (as many as pairs; ``now_ns`` is then ignored): each entry's
+        own time, as a run of logged appends replayed in one call carries them
+        (persistence/effects.py); times never go backwards, as for single
+        appends: an entry's time is ``max(its time, the time before it)``, so
+        the run stores what appending its entries one by one would.
         O(pairs)."""
         npairs = len(tags)
         if len(datas) != npairs:
@@ -530,6 +535,37 @@ class Stream(TagTable):
         if npairs <= 0:
             return first_offset
         joined = b"".join(datas)  # validates every payload before any change
+        if times is not None:  # checked before any change too (a bad time: TypeError, OverflowError)
+            times, now_ns = self._run_times(times, npairs)
+        tids = self._column_tids(tags, npairs)
+        last_time = self.last_time
+        if now_ns > last_time:
+            self.last_time = now_ns
+        else:
+            now_ns = last_time
+        first_node = self._active
+        jview = memoryview(joined)
+        try:
+            self._append_chunks(tags, datas, tids, jview, now_ns, times)
+        except MemoryError:
+            self._undo_append_columns(first_node, first_offset, last_time, tags, tids, times)
+            raise
+        finally:
+            jview.release()
+        if self._x is not None:  # --- Redis ids (engine/xids.py): once it has stored ones ---
+            self._note_times(first_offset, npairs, now_ns, times)
+        # --- JetStream subject index hook (engine/subjects.py): once built only ---
+        if self._subjects is not None:
+            self._subjects.appended_many(tags, first_offset)
+        cfg = self._config  # None: the defaults, no limits
+        if cfg is not None and (cfg.max_len or cfg.max_age_ms or cfg.max_msgs_per_subject):
+            self.enforce_limits(now_ns)
+        return first_offset
+
+    def _column_tids(self, tags: Sequence, npairs: int) -> list:
+        """The tag ids of ``tags`` (:meth:`append_columns`), new tags
+        interned; all or nothing (TypeError, MemoryError: new tags
+        forgotten). O(pairs)."""
         tids: list
         try:
             if tags.count(tags[0]) == npairs:  # one tag for all (a pipelined run): one lookup
@@ -546,33 +582,36 @@ class Stream(TagTable):
         except (TypeError, MemoryError):
             self._free_unused(self._live_tag_ids())  # forget new tags
             raise
-        last_time = self.last_time
-        if now_ns > last_time:
-            self.last_time = now_ns
-        else:
-            now_ns = last_time
-        first_node = self._active
-        jview = memoryview(joined)
-        try:
-            self._append_chunks(tags, datas, tids, jview, now_ns)
-        except MemoryError:
-            self._undo_append_columns(first_node, first_offset, last_time, tags, tids)
-            raise
-        finally:
-            jview.release()
-        if self._x is not None:  # --- Redis ids (engine/xids.py): once it has stored ones ---
-            note_append(self, first_offset, npairs, now_ns)
-        # --- JetStream subject index hook (engine/subjects.py): once built only ---
-        if self._subjects is not None:
-            self._subjects.appended_many(tags, first_offset)
-        cfg = self._config  # None: the defaults, no limits
-        if cfg is not None and (cfg.max_len or cfg.max_age_ms or cfg.max_msgs_per_subject):
-            self.enforce_limits(now_ns)
-        return first_offset
+        return tids
 
-    def _append_chunks(self, tags: Sequence, datas: Sequence, tids: list, jview: memoryview, now_ns: int) -> None:
+    def _run_times(self, times: Sequence[int], npairs: int) -> tuple[array, int]:
+        """The times of a run (:meth:`append_columns`), never going backwards
+        from ``last_time`` on (a running maximum, in C), and the last.  Raises
+        before any change (ValueError, TypeError, OverflowError). O(pairs)."""
+        if len(times) != npairs:
+            raise ValueError("append_columns needs as many times as entries")
+        run = array("q", accumulate(times, max, initial=self.last_time))
+        del run[0]  # (the stream's last time, the running maximum's start)
+        return run, run[-1]
+
+    def _note_times(self, offset: int, count: int, now_ns: int, times: array | None) -> None:
+        """Redis ids (engine/xids.py) of ``count`` entries appended from
+        ``offset`` on, all at ``now_ns`` or each at its own time (``times``):
+        then one note_append per run of equal times, as the appends one by
+        one made. O(1), or O(distinct times)."""
+        if times is None:
+            note_append(self, offset, count, now_ns)
+            return
+        for time_ns, same in groupby(times):
+            count = sum(1 for _ in same)
+            note_append(self, offset, count, time_ns)
+            offset += count
+
+    def _append_chunks(self, tags: Sequence, datas: Sequence, tids: list, jview: memoryview, now_ns: int,
+                       times: array | None = None) -> None:
         """The storing part of :meth:`append_columns`: each node's share of
-        the pairs, one chunk per node.  ``next_offset`` moves once a chunk is
+        the pairs, one chunk per node, all at ``now_ns`` or (``times``) each at
+        its own time.  ``next_offset`` moves once a chunk is
         stored whole.  A seal that fails (MemoryError) with pairs left to
         store raises; the one after the last chunk is only owed."""
         npairs = len(tags)
@@ -608,7 +647,7 @@ class Stream(TagTable):
             ends.extend(accumulate(lens))
             buf += jview[jpos:jpos + chunk_len]
             node.tags.fromlist(tids if whole else tids[i:i + k])
-            node.times.extend(array("q", (now_ns,)) * k)
+            node.times.extend(array("q", (now_ns,)) * k if times is None else times[i:i + k])
             jpos += chunk_len
             i += k
             self.next_offset += k
@@ -624,7 +663,7 @@ class Stream(TagTable):
                 self._seal_active(short=True)
 
     def _undo_append_columns(self, first_node: ActiveNode | None, first_offset: int,
-                             last_time: int, tags: Sequence, tids: list) -> None:
+                             last_time: int, tags: Sequence, tids: list, times: array | None = None) -> None:
         """A MemoryError midway through :meth:`append_columns`.  While the
         node active before the batch (``first_node``) is still active,
         nothing of the batch is kept: all or nothing.  Once this batch
@@ -649,6 +688,8 @@ class Stream(TagTable):
             # --- JetStream subject index hook (engine/subjects.py): once built only ---
             if self._subjects is not None:
                 self._subjects.appended_many(tags[:stored], first_offset)
+            if times is not None:  # the last stored entry's time
+                self.last_time = times[stored - 1]
         else:
             self.last_time = last_time
         self._free_unused(set(tids))

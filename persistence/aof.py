@@ -46,7 +46,7 @@ from tstream.engine import Keyspace
 
 from . import effects, snapshot
 from .fileops import FileOps
-from .framing import CorruptFile, PersistenceError, TornTail, iter_frames, pack, unpack
+from .framing import CorruptFile, Packer, PersistenceError, TornTail, iter_frames, unpack
 
 log = logging.getLogger("tstream.aof")
 
@@ -175,13 +175,24 @@ def load(directory: str, truncate_torn_tail: bool = True) -> LoadResult:
             continue
         data = snapshot.read_file(path)
         last_file = i == len(entries) - 1
+        # Runs of appends to one key go to the engine in one call (effects.Replay);
+        # whatever stops the reading applies the run held first, so that the
+        # first bad record is the one reported, as record by record.
+        replay = effects.Replay(keyspace)
         try:
-            for offset, payload in iter_frames(data, 0, path):
-                try:
-                    effects.apply(keyspace, unpack(payload))
-                except (effects.ReplayError, ValueError) as exc:
-                    raise CorruptFile(f"record does not replay: {exc}", path, offset) from None
-                count += 1
+            try:
+                for offset, payload in iter_frames(data, 0, path):
+                    try:
+                        record = unpack(payload)
+                    except ValueError as exc:
+                        replay.flush()
+                        raise CorruptFile(f"record does not replay: {exc}", path, offset) from None
+                    replay.apply(record, offset)
+                    count += 1
+            finally:
+                replay.flush()
+        except effects.ReplayError as exc:
+            raise CorruptFile(f"record does not replay: {exc}", path, exc.where) from None
         except TornTail as torn:
             if not last_file:
                 raise CorruptFile(f"torn record in the middle of the history: {torn}", path, torn.offset) from None
@@ -232,6 +243,7 @@ class AppendOnlyFile:
         self.current: ManifestEntry | None = None  # the incr file records go to
         self.fd = -1
         self.records: list[list] = []  # logged this turn, packed when written
+        self.pack = Packer()  # (framing.pack, reusing its msgpack packer)
         self.unwritten = b""  # packed records a failed write left behind (whole records)
         self.offset = 0        # bytes of whole records in the current incr file
         self.size = 0          # bytes in the incr files since the base (for automatic rewrites)
@@ -328,7 +340,7 @@ class AppendOnlyFile:
         whole record (or, if that fails too, its written part is counted so
         the next write completes the record)."""
         if self.records:
-            packed = b"".join(map(pack, self.records))
+            packed = b"".join(map(self.pack, self.records))
             self.records.clear()
             self.unwritten = self.unwritten + packed if self.unwritten else packed
         data = self.unwritten

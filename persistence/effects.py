@@ -55,7 +55,11 @@ NAMES = ["CREATE", "APPEND", "EVICT", "CONFIG", "DELKEY", "FLUSH", "GROUP", "ACK
 
 
 class ReplayError(ValueError):
-    """A record does not fit the state built so far (the file is corrupt)."""
+    """A record does not fit the state built so far (the file is corrupt).
+    ``where``: what the caller of :meth:`Replay.apply` said of that record
+    (its offset in the file), 0 when raised by :func:`apply`."""
+
+    where: int = 0
 
 
 # --- building records (on the server's hot paths: keep them plain) -------------------
@@ -211,3 +215,125 @@ def apply(keyspace, record: list) -> None:  # noqa: C901 (over the limit when it
         raise
     except (IndexError, TypeError, ValueError, KeyError, AttributeError) as exc:
         raise ReplayError(f"malformed record {str(record)[:120]}: {exc}") from None
+
+
+# --- replaying many records: runs of appends in one engine call -------------------------
+
+RUN_ENTRIES = 4096  # a run held is applied once it has this many entries
+RUN_RECORD_ENTRIES = 16  # an append of more entries goes alone: its call's cost is spread over them already
+_RUN_RECORD_SIZE = 4 + 2 * RUN_RECORD_ENTRIES
+
+
+def _has_limits(stream) -> bool:
+    config = stream.settings
+    return bool(config.max_len or config.max_age_ms or config.max_msgs_per_subject)
+
+
+class Replay:
+    """Applies records in order as :func:`apply` does, but a *run* of
+    consecutive plain APPEND records of one key, each starting where the one
+    before ended (an unpipelined writer's TWRITEs), as one engine call
+    (``Stream.append_columns`` with each entry's time): the engine's
+    per-call work (payload join, tag lookup, node bookkeeping) is paid once
+    per run instead of once per record (an append of more than
+    ``RUN_RECORD_ENTRIES`` entries, a batch, goes alone: per entry, the times
+    a run carries would cost it more than the call it saves).  Any other record, or an append to
+    another key, applies the run first, then itself.  A stream with limits
+    (max_len, max_age_ms, max_msgs_per_subject) takes its appends one at a
+    time: a limit enforced once per run would free and reuse tag ids in
+    another order, and the state must be byte for byte the one the records
+    one by one build.
+
+    The run is held until then: call :meth:`flush` after the last record (and
+    before acting on the keyspace in between).  The outcome is :func:`apply`'s
+    one record at a time, failures included: a run the engine refuses (bad
+    input changes nothing) is applied again record by record, so the records
+    before a bad one stay applied and the bad one raises its own
+    ReplayError, with ``where`` the value given with it.  ``applied(record)``,
+    when given, is called for every record once it is applied, in order.
+    A MemoryError in the engine propagates (what the engine kept of the run
+    stays, as a MemoryError in a single append leaves it)."""
+
+    __slots__ = ("keyspace", "applied", "key", "stream", "next", "records", "wheres", "tags", "datas", "times")
+
+    def __init__(self, keyspace, applied=None) -> None:
+        self.keyspace = keyspace
+        self.applied = applied
+        self.key: bytes | None = None  # the run's key (None: no run held)
+        self.stream = None
+        self.next = 0  # the offset the run's next record must start at
+        self.records: list = []
+        self.wheres: list = []
+        self.tags: list = []
+        self.datas: list = []
+        self.times: list = []
+
+    def apply(self, record: list, where: int = 0) -> None:
+        """Apply ``record`` (now, or with the run it joins); raises ReplayError
+        (``where``: the failing record's) as :func:`apply` does."""
+        size = len(record) if type(record) is list else 0  # (anything else: apply() says what is wrong)
+        if 6 <= size <= _RUN_RECORD_SIZE and record[0] == APPEND and not size & 1 and type(record[1]) is bytes:
+            if record[1] == self.key and record[2] == self.next:
+                self._join(record, where, size)
+                return
+            if self.key is not None:
+                self.flush()
+            stream = self.keyspace.get(record[1])
+            if stream is not None and record[2] == stream.next_offset and not _has_limits(stream):
+                self.key, self.stream = record[1], stream
+                self._join(record, where, size)
+                return
+        elif self.key is not None:
+            self.flush()
+        self._one(record, where)
+
+    def _join(self, record: list, where: int, size: int) -> None:
+        self.records.append(record)
+        self.wheres.append(where)
+        if size == 6:  # one entry (a TWRITE)
+            self.tags.append(record[4])
+            self.datas.append(record[5])
+            self.times.append(record[3])
+            self.next = record[2] + 1
+        else:
+            count = (size - 4) >> 1
+            self.tags += record[4::2]
+            self.datas += record[5::2]
+            self.times += [record[3]] * count
+            self.next = record[2] + count
+        if len(self.tags) >= RUN_ENTRIES:
+            self.flush()
+
+    def _one(self, record: list, where: int) -> None:
+        try:
+            apply(self.keyspace, record)
+        except ReplayError as exc:
+            exc.where = where
+            raise
+        if self.applied is not None:
+            self.applied(record)
+
+    def flush(self) -> None:
+        """Apply the run held, if any."""
+        if self.key is None:
+            return
+        stream, records, wheres = self.stream, self.records, self.wheres
+        start = records[0][2]
+        tags, datas, times = self.tags, self.datas, self.times
+        self.key = self.stream = None
+        self.records, self.wheres, self.tags, self.datas, self.times = [], [], [], [], []
+        try:
+            stream.append_columns(tags, datas, 0, times)
+        except MemoryError:
+            raise
+        except Exception:
+            if stream.next_offset != start:  # (not bad input: the engine stored part of it)
+                raise
+            # Bad input changed nothing: one record at a time, to stop at the bad one.
+            for record, where in zip(records, wheres):
+                self._one(record, where)
+            return
+        applied = self.applied
+        if applied is not None:
+            for record in records:
+                applied(record)

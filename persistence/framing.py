@@ -71,6 +71,22 @@ def pack(record) -> bytes:
     return HEADER.pack(MAGIC, len(payload), zlib.crc32(payload), len(payload) ^ _INVERT) + payload
 
 
+class Packer:
+    """:func:`pack` with one msgpack packer kept (``packb`` makes one per call:
+    this is about twice as fast per record).  One per owner (the AOF, the
+    replication stream), used by one thread; a record that cannot be packed
+    raises and leaves it as it was."""
+
+    __slots__ = ("_packb",)
+
+    def __init__(self) -> None:
+        self._packb = msgpack.Packer(use_bin_type=True).pack
+
+    def __call__(self, record) -> bytes:
+        payload = self._packb(record)
+        return HEADER.pack(MAGIC, len(payload), zlib.crc32(payload), len(payload) ^ _INVERT) + payload
+
+
 def unpack(payload) -> Any:
     return msgpack.unpackb(payload, raw=True, use_list=True, strict_map_key=False)
 

@@ -33,7 +33,7 @@ import time
 
 from tstream.persistence import effects, snapshot
 from tstream.persistence.fileops import FileOps
-from tstream.persistence.framing import HEADER, PersistenceError, TornTail, iter_frames, pack, unpack
+from tstream.persistence.framing import HEADER, Packer, PersistenceError, TornTail, iter_frames, pack, unpack
 from tstream.resp import encode, encode_integer
 
 from .snapshotjob import SnapshotJob
@@ -153,6 +153,7 @@ class Replication:
         self.offset = 0  # master_repl_offset: bytes of the stream so far
         self.backlog: Backlog | None = None
         self.records: list[list] = []  # this turn's records, packed by flush()
+        self.pack = Packer()  # (framing.pack, reusing its msgpack packer)
         self.replicas: list[Replica] = []
         self.waiters: list[Waiter] = []
         self.syncs: list[Replica] = []  # replicas waiting for a snapshot job
@@ -181,6 +182,16 @@ class Replication:
     # --- the effect sink (commands.writes) ------------------------------------------
 
     def log(self, record: list) -> None:
+        if self.server.aof is None and not self.records:
+            # No AOF to share the packing with: onto the stream now (a lone write
+            # then costs no end of turn, which the primary alone does not run).
+            try:
+                data = self.pack(record)
+            except MemoryError:
+                self._stream_lost()
+                return
+            self.feed(data)
+            return
         self.records.append(record)
         self.server.turn_end.schedule()
 
@@ -191,7 +202,7 @@ class Replication:
         if not records:
             return
         try:
-            data = b"".join(map(pack, records))
+            data = b"".join(map(self.pack, records))
         except MemoryError:
             records.clear()
             self._stream_lost()
@@ -774,32 +785,36 @@ class Replication:
             del pending[:used]
 
     def _apply(self, data: bytes) -> int:
-        """Apply every whole frame of ``data``; the number of bytes used."""
+        """Apply every whole frame of ``data``; the number of bytes used.  A run
+        of appends to one key goes to the engine in one call (effects.Replay),
+        each record then logged and counted as if applied alone."""
         server = self.server
         writes = server.writes
         capture = server.capture
         used = 0
         getack = False
+        replay = effects.Replay(server.keyspace, writes.replicated)
         try:
-            for position, payload in iter_frames(data):
-                end = position + HEADER.size + len(payload)
-                record = unpack(payload)
-                kind = record[0]
-                if kind == GETACK:
-                    getack = True
-                elif kind != PING:
-                    if capture is not None:
-                        _before_change(capture, record)
-                    try:
-                        effects.apply(server.keyspace, record)
-                    except effects.ReplayError as exc:
-                        self.replid = new_replid()  # our data no longer follows: full resync next
-                        raise ValueError(f"a record from the primary does not apply ({exc}): "
-                                         "resynchronizing in full") from None
-                    writes.replicated(record)
-                used = end
-        except TornTail:
-            pass
+            try:
+                for position, payload in iter_frames(data):
+                    end = position + HEADER.size + len(payload)
+                    record = unpack(payload)
+                    kind = record[0]
+                    if kind == GETACK:
+                        getack = True
+                    elif kind != PING:
+                        if capture is not None:
+                            _before_change(capture, record)
+                        replay.apply(record)
+                    used = end
+            except TornTail:
+                pass
+            finally:
+                replay.flush()  # (before anything else: the records before a bad frame stay applied)
+        except effects.ReplayError as exc:
+            self.replid = new_replid()  # our data no longer follows: full resync next
+            raise ValueError(f"a record from the primary does not apply ({exc}): "
+                             "resynchronizing in full") from None
         if used:
             self.feed(data[:used])  # (the same bytes, in our own backlog: offsets stay the primary's)
             writes.commit()

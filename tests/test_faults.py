@@ -130,7 +130,7 @@ def _inject_memory_error(spec: str) -> None:
     nth packing of an AOF record, raises MemoryError once (in this launcher
     process only: it replaces the function where it is called from)."""
     _, where, nth = spec.split(":")
-    owner, name = {"seal": (ActiveNode, "seal"), "pack": (aof, "pack")}[where]
+    owner, name = {"seal": (ActiveNode, "seal"), "pack": (aof.Packer, "__call__")}[where]
     real = getattr(owner, name)
     calls = [0]
 

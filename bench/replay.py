@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Instructions per record of applying logged writes, counted by valgrind's
+callgrind (a figure the machine's load does not move; see bench/instructions.py):
+
+- ``aof``: an offline replay of TWRITE records, as a restart from the AOF does
+  (``persistence.aof.load`` of one incr file of APPEND records of one entry,
+  ``TWRITE bench t <100 bytes>`` each: frame check, msgpack, apply);
+- ``replica``: a replica's apply of the same records as they arrive from its
+  primary (``Replication._apply`` of the replication stream, ``--chunk``
+  records per read, on an in-process server: apply, log to the sinks, count);
+- ``aof_batches``: the records bench/persistence.py's AOF part logs (per key in
+  turn: a ``TWRITE key ENTRIES`` of 100 entries, then a pipelined run of 20
+  TWRITEs, one record of 20), per *entry*;
+- ``primary`` / ``primary_replica``: the primary's side, per write: an
+  unpipelined ``TWRITE bench t <100 bytes>`` fed through
+  ``ClientConnection.data_received`` (bench/hotpath.py's fake transport), its
+  loop turn ended, on a lone primary / on a primary with one online replica
+  (a connection on a fake transport; the stream sent to it every 16 writes,
+  about what ``SEND_DELAY`` batches at 20,000 writes/s): the cost of feeding
+  a replica is the difference.
+
+Each shape runs ``--small`` and ``--large`` records in two processes under
+callgrind; the difference of the totals over the difference of the counts is
+the cost of one record (start-up, file writing and warm-up cancel out).
+
+    .venv/bin/python bench/replay.py [--base-tree DIR] [--shapes aof,replica,aof_batches]
+
+``--base-tree DIR``: also count another source tree (a ``git archive`` of
+another commit unpacked in DIR), imported as ``tstream`` by this venv's
+interpreter (its packages are the tree's folders), and print this/base.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SHAPES = ("aof", "replica", "aof_batches", "primary", "primary_replica")
+T0 = 1_700_000_000_000_000_000
+PAYLOAD = bytes(range(100))
+
+
+def use_tree(tree: str) -> None:
+    """Import ``tstream`` from the source tree ``tree`` instead of the installed one."""
+    sys.meta_path[:] = [finder for finder in sys.meta_path if "editable" not in repr(finder).lower()]
+    module = types.ModuleType("tstream")
+    module.__path__ = [tree]
+    sys.modules["tstream"] = module
+
+
+def twrite_records(count: int, key: bytes = b"bench") -> list:
+    from tstream.persistence import effects
+    return [[effects.APPEND, key, offset, T0 + 1000 * offset, b"t", PAYLOAD] for offset in range(1, count + 1)]
+
+
+def batch_records(entries: int) -> tuple[list, int]:
+    """bench/persistence.py's AOF records, for at least ``entries`` entries."""
+    from tstream.persistence import effects
+    records = []
+    nexts = dict.fromkeys((b"bench:aof:%d" % i for i in range(4)), 1)
+    keys = list(nexts)
+    done = 0
+    chunk = 0
+    while done < entries:
+        key = keys[chunk % len(keys)]
+        for size in (100, 20):
+            pairs = [x for i in range(size) for x in (b"tag%05d" % ((done + i) % 1000), PAYLOAD)]
+            records.append([effects.APPEND, key, nexts[key], T0 + 1000 * chunk, *pairs])
+            nexts[key] += size
+            done += size
+        chunk += 1
+    return records, done
+
+
+def write_aof(directory: str, records: list, keys) -> None:
+    from tstream.persistence import aof, effects
+    from tstream.persistence.framing import pack
+    with open(os.path.join(directory, aof.incr_name(1)), "wb") as handle:
+        handle.write(b"".join(pack([effects.CREATE, key, 1000]) for key in keys))
+        handle.write(b"".join(map(pack, records)))
+    aof.write_manifest(directory, [aof.ManifestEntry(aof.incr_name(1), 1, "i")])
+
+
+def workload(shape: str, count: int, chunk: int) -> None:
+    """Apply ``count`` records (entries for aof_batches) of ``shape``, in this process."""
+    if shape in ("aof", "aof_batches"):
+        from tstream.persistence import aof
+        if shape == "aof":
+            records, keys = twrite_records(count), [b"bench"]
+        else:
+            records, _ = batch_records(count)
+            keys = sorted({record[1] for record in records})
+        directory = tempfile.mkdtemp(prefix="bench-replay-")
+        try:
+            write_aof(directory, records, keys)
+            del records
+            loaded = aof.load(directory)
+            assert loaded.keyspace.get(keys[0]).next_offset > 1
+        finally:
+            shutil.rmtree(directory)
+        return
+    sys.path.insert(0, str(HERE))
+    import hotpath
+
+    if shape.startswith("primary"):
+        asyncio.run(primary(hotpath, count, shape == "primary_replica"))
+        return
+
+    from tstream.persistence import effects
+    from tstream.persistence.framing import pack
+
+    async def main() -> None:
+        bench = hotpath.Bench()
+        server = bench.server
+        server.keyspace.get_or_create(b"bench", 1000)
+        frames = [pack(record) for record in twrite_records(count)]
+        reads = [b"".join(frames[i:i + chunk]) for i in range(0, len(frames), chunk)]
+        del frames
+        apply = server.replication._apply
+        for data in reads:
+            assert apply(data) == len(data)
+        assert server.keyspace.get(b"bench").next_offset == count + 1
+        assert effects.APPEND == 1
+
+    asyncio.run(main())
+
+
+async def primary(hotpath, count: int, with_replica: bool) -> None:
+    """``count`` unpipelined TWRITEs on a primary, with or without an online replica."""
+    from tstream.server.connection import ClientConnection
+    from tstream.server.replication import Replica
+
+    bench = hotpath.Bench()
+    server = bench.server
+    replication = server.replication
+    send = replication.send
+    if with_replica:
+        link = ClientConnection(server)
+        link.connection_made(hotpath.CountingTransport())
+        replica = Replica(link, 6381)
+        replica.waiting, replica.state = None, "online"
+        replication._ensure_backlog()
+        replication.replicas.append(replica)
+    feed, turn_end = bench.feed, bench.turn_end
+    data = hotpath.request(b"TWRITE", b"bench", b"t", PAYLOAD)
+    for i in range(count + 300):
+        feed(data)
+        turn_end()
+        if not i & 15:
+            send()
+    send()
+    assert server.keyspace.get(b"bench").next_offset == count + 301
+    if with_replica:
+        assert replica.written == replication.offset > 0
+
+
+COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def count_instructions(tree: str | None, shape: str, count: int, chunk: int) -> int:
+    argv = [sys.executable, str(Path(__file__).resolve()), "--run", shape, str(count), "--chunk", str(chunk)]
+    if tree:
+        argv += ["--tree", tree]
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+                          capture_output=True, text=True, check=True, cwd="/",
+                          env=dict(os.environ, PYTHONHASHSEED="0"))  # the same dict layouts in every run
+    match = COLLECTED.search(done.stderr)
+    if match is None:
+        raise SystemExit(f"no callgrind total for {shape}:\n{done.stderr[-2000:]}")
+    return int(match.group(1))
+
+
+def per_record(tree: str | None, shape: str, small: int, large: int, chunk: int) -> float:
+    return (count_instructions(tree, shape, large, chunk)
+            - count_instructions(tree, shape, small, chunk)) / (large - small)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base-tree", help="another source tree, counted too (compared shape by shape)")
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--small", type=int, default=10_000)
+    ap.add_argument("--large", type=int, default=50_000)
+    ap.add_argument("--chunk", type=int, default=32, help="records per read of the replica (replica shape)")
+    ap.add_argument("--out", default="-", help="markdown file to write ('-': print only)")
+    ap.add_argument("--run", nargs=2, metavar=("SHAPE", "COUNT"), help=argparse.SUPPRESS)
+    ap.add_argument("--tree", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.run:
+        if args.tree:
+            use_tree(args.tree)
+        workload(args.run[0], int(args.run[1]), args.chunk)
+        return
+    builds: dict[str, str | None] = {"this": None}
+    if args.base_tree:
+        builds = {"base": os.path.abspath(args.base_tree), "this": None}
+    unit = {"aof": "record", "replica": "record", "aof_batches": "entry", "primary": "write",
+            "primary_replica": "write"}
+    lines = ["| shape | " + " | ".join(f"{name} (instructions)" for name in builds)
+             + (" | this/base |" if args.base_tree else " |"),
+             "| --- |" + " ---: |" * (len(builds) + (1 if args.base_tree else 0))]
+    for shape in args.shapes.split(","):
+        figures = {name: per_record(tree, shape, args.small, args.large, args.chunk) for name, tree in builds.items()}
+        row = f"| {shape} (per {unit[shape]}) | " + " | ".join(f"{value:,.0f}" for value in figures.values())
+        row += f" | {figures['this'] / figures['base']:.2f} |" if args.base_tree else " |"
+        lines.append(row)
+        print(row, flush=True)
+    text = "\n".join(lines) + "\n"
+    if args.out != "-":
+        Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
