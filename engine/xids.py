@@ -456,8 +456,8 @@ def packed_flags(stream, start: int, end: int) -> list[bool] | None:
     any_packed = False
     while j < len(runs) and runs[j] < end:
         a, b = max(runs[j], start), min(runs[j + 1], end)
-        for o in range(a, b):
-            flags[o - start] = True
+        if a < b:
+            flags[a - start:b - start] = [True] * (b - a)
             any_packed = True
         j += 2
     return flags if any_packed else None
