@@ -202,13 +202,13 @@ class XReadGroupRequest:
             group = stream.groups.get(self.group_name) if stream is not None else None
             if group is None:
                 return ErrorReply(no_group(key, self.group_name).message + " in XREADGROUP with GROUP option")
-            x = xgroups.state(stream, group)
+            x = group.x or xgroups.state(stream, group)
             # Served now: a history read, or new entries past the group's last id
             # (the consumer is created only then, as Redis 7.0 does).
             if after is None and not (stream.length and xids.top_id(stream) > x.last_id
                                       and group.next < stream.next_offset):
                 continue
-            owner = xgroups.consumer(group, self.consumer, now)
+            owner = x.consumers.get(self.consumer) or xgroups.consumer(group, self.consumer, now)
             owner.seen_ms = now
             logged = bool(server.writes.sinks)  # effect records are built only for the AOF
             records = [[XCONSUMER, key, group.name, owner.name, now]] if logged else []
@@ -351,7 +351,8 @@ def xack(client, argv):
         offsets = _ack_offsets(stream, group, args, offsets)
     acked = group.ack(offsets)
     if acked:
-        server.writes.xgroup_changed(argv[1], stream, [[ACK, argv[1], argv[2], *offsets]])
+        writes = server.writes
+        writes.xgroup_changed(argv[1], stream, [[ACK, argv[1], argv[2], *offsets]] if writes.sinks else [])
     return acked
 
 

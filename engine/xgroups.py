@@ -126,7 +126,7 @@ def deliver(stream, group: Group, owner: Consumer, count: int, now_ms: int, noac
     ``owner`` (pending, owned, unless ``noack``), and their ids as the reply
     spells them (``b"ms-seq"``); the group's last id and entries-read move as
     Redis's do. O(count + missing offsets skipped)."""
-    x = state(stream, group)
+    x = group.x or state(stream, group)
     start = max(group.next, stream.first)
     last = x.last_entry
     following = last is not None and last[1] == x.last_id and last[0] == start - 1  # right after the last read
