@@ -146,10 +146,11 @@ def entry_replies(stream, rows: list, row_ids: list | None = None, texts: list |
         texts = [b"%d-%d" % xid for xid in row_ids]
     if packed is None:  # one field-value pair each (the usual case)
         return StreamEntries([[text, [tag, bytes(data)]] for (_, tag, data), text in zip(rows, texts)])
-    out = StreamEntries()
-    for (offset, tag, data), text in zip(rows, texts):
-        out.append([text, xids.unpack_pairs(tag, data) if packed[offset - low] else [tag, bytes(data)]])
-    return out
+    if len(packed) != len(rows) or rows[0][0] != low:  # offsets of the span skipped (deleted), or newest first
+        packed = [packed[row[0] - low] for row in rows]
+    unpack = xids.unpack_pairs
+    return StreamEntries([[text, unpack(tag, data) if flag else [tag, bytes(data)]]
+                          for (_, tag, data), text, flag in zip(rows, texts, packed)])
 
 
 def range_offsets(stream, start_id, end_id) -> tuple[int, int]:
@@ -321,7 +322,8 @@ def xadd_run(client, argvs: list) -> bytes:
         return b"".join(_xadd_each(client, argvs))
     if stream is None:
         stream = server.create_stream(key)
-    xids.state_of(stream)
+    if stream._x is None:
+        xids.state_of(stream)
     first = stream.first
     offset = stream.append_columns(fields, values, time_ns())  # auto ids (engine/xids.note_append)
     server.writes.appended_columns(key, stream, first, offset, fields, values)
