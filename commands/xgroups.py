@@ -10,6 +10,7 @@ records (persistence/effects.py), so the append-only file replays it exactly.
 
 from __future__ import annotations
 
+from itertools import repeat
 from time import time_ns
 
 from tstream.engine import xgroups, xids
@@ -201,22 +202,22 @@ class XReadGroupRequest:
             group = stream.groups.get(self.group_name) if stream is not None else None
             if group is None:
                 return ErrorReply(no_group(key, self.group_name).message + " in XREADGROUP with GROUP option")
-            x = xgroups.state(stream, group)
+            x = group.x or xgroups.state(stream, group)
             # Served now: a history read, or new entries past the group's last id
             # (the consumer is created only then, as Redis 7.0 does).
             if after is None and not (stream.length and xids.top_id(stream) > x.last_id
                                       and group.next < stream.next_offset):
                 continue
-            owner = xgroups.consumer(group, self.consumer, now)
+            owner = x.consumers.get(self.consumer) or xgroups.consumer(group, self.consumer, now)
             owner.seen_ms = now
             logged = bool(server.writes.sinks)  # effect records are built only for the AOF
             records = [[XCONSUMER, key, group.name, owner.name, now]] if logged else []
             if after is not None:
                 found[key] = _history(stream, group, owner, after, self.count, now, key, records)
             else:
-                rows, ids = xgroups.deliver(stream, group, owner, self.count or stream.next_offset, now,
-                                            self.noack)
-                found[key] = entry_replies(stream, rows, ids)
+                rows, texts = xgroups.deliver(stream, group, owner, self.count or stream.next_offset, now,
+                                              self.noack)
+                found[key] = entry_replies(stream, rows, texts=texts)
                 if logged:
                     records.append(_group_record(key, group))
                     if rows and not self.noack:
@@ -251,6 +252,9 @@ def _history(stream, group, owner, after, count: int, now: int, key: bytes, reco
 
 
 def parse_xreadgroup(argv: list) -> XReadGroupRequest:
+    if (len(argv) == 9 and argv[6].lower() == b"streams" and argv[1].lower() == b"group"
+            and argv[4].lower() == b"count"):  # GROUP g c COUNT n STREAMS key id: a consumer's loop, kept short
+        return XReadGroupRequest(argv[2], argv[3], [argv[7]], [argv[8]], max(to_int(argv[5]), 0), None, False)
     count, block_ms, noack = 0, None, False
     group_name = consumer = None
     i = 1
@@ -337,20 +341,38 @@ def xack(client, argv):
     group = stream.groups.get(argv[2]) if stream is not None else None
     if group is None:
         return 0  # (Redis looks the group up before it parses the ids)
-    wanted = [parse_id(arg, 0) for arg in argv[3:]]
-    xgroups.state(stream, group)
-    offsets = []
-    for xid in wanted:
-        offset = xgroups.pending_offset(group, xid)
-        if offset is None:  # not handed out by X* (a TREAD group's entry): by its id
-            found = _offsets_of(stream, [xid])
-            offset = found[0] if found and group.pending_get(found[0]) is not None else None
-        if offset is not None and offset not in offsets:
-            offsets.append(offset)
+    x = group.x if group.x is not None else xgroups.state(stream, group)
+    args = argv[3:]
+    # The ids as XREADGROUP spelt them: their offsets in one lookup each, taken out
+    # of the map (an id's offset never changes, so nothing is lost if this
+    # XACK fails below: those ids are then found by the search).
+    offsets = list(map(x.by_id.pop, args, repeat(None, len(args))))
+    if None in offsets:  # (else no id repeats: the map holds one spelling of each)
+        offsets = _ack_offsets(stream, group, args, offsets)
     acked = group.ack(offsets)
     if acked:
-        server.writes.xgroup_changed(argv[1], stream, [[ACK, argv[1], argv[2], *offsets]])
+        writes = server.writes
+        writes.xgroup_changed(argv[1], stream, [[ACK, argv[1], argv[2], *offsets]] if writes.sinks else [])
     return acked
+
+
+def _ack_offsets(stream, group, args: list, found: list) -> list[int]:
+    """XACK's offsets when some of its ids were not in the group's map: every id
+    parsed (Redis's error for a bad one, before any change), then looked up by
+    its id (another spelling: ``1-01``, ``1``), or searched (an entry a TREAD
+    group read handed out); those not pending are left out.  O(log N) per id
+    searched."""
+    wanted = [parse_id(arg, 0) for arg in args]
+    offsets = []
+    for xid, offset in zip(wanted, found):
+        if offset is None:
+            offset = xgroups.pending_offset(group, xid)
+        if offset is None:  # not handed out by X* (a TREAD group's entry): by its id
+            offsets_found = _offsets_of(stream, [xid])
+            offset = offsets_found[0] if offsets_found and group.pending_get(offsets_found[0]) is not None else None
+        if offset is not None and offset not in offsets:
+            offsets.append(offset)
+    return offsets
 
 
 def _parse_xpending(argv: list):

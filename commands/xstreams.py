@@ -129,22 +129,28 @@ def held_rows_reversed(stream, start: int, end: int, count: int) -> list:
     return out
 
 
-def entry_replies(stream, rows: list, row_ids: list | None = None) -> list:
+def entry_replies(stream, rows: list, row_ids: list | None = None, texts: list | None = None) -> list:
     """``[id, [field, value, ...]]`` of each row (any order); ``row_ids``: their
-    ids when the caller has them. O(span of the rows)."""
+    ids when the caller has them, ``texts``: the same spelt ``b"ms-seq"``.
+    O(span of the rows)."""
     if not rows:
         return StreamEntries()
     low = min(rows[0][0], rows[-1][0])
     high = max(rows[0][0], rows[-1][0]) + 1
-    packed = xids.packed_flags(stream, low, high)
-    if row_ids is None:
-        ids = xids.ids_between(stream, low, high)
-        row_ids = [ids[row[0] - low] for row in rows]
-    out = StreamEntries()
-    for (offset, tag, data), xid in zip(rows, row_ids):
-        packed_here = packed is not None and packed[offset - low]
-        out.append([b"%d-%d" % xid, xids.unpack_pairs(tag, data) if packed_here else [tag, bytes(data)]])
-    return out
+    x = stream._x
+    packed = xids.packed_flags(stream, low, high) if x is not None and x.runs else None
+    if texts is None:
+        if row_ids is None:
+            ids = xids.ids_between(stream, low, high)
+            row_ids = [ids[row[0] - low] for row in rows]
+        texts = [b"%d-%d" % xid for xid in row_ids]
+    if packed is None:  # one field-value pair each (the usual case)
+        return StreamEntries([[text, [tag, bytes(data)]] for (_, tag, data), text in zip(rows, texts)])
+    if len(packed) != len(rows) or rows[0][0] != low:  # offsets of the span skipped (deleted), or newest first
+        packed = [packed[row[0] - low] for row in rows]
+    unpack = xids.unpack_pairs
+    return StreamEntries([[text, unpack(tag, data) if flag else [tag, bytes(data)]]
+                          for (_, tag, data), text, flag in zip(rows, texts, packed)])
 
 
 def range_offsets(stream, start_id, end_id) -> tuple[int, int]:
@@ -316,7 +322,8 @@ def xadd_run(client, argvs: list) -> bytes:
         return b"".join(_xadd_each(client, argvs))
     if stream is None:
         stream = server.create_stream(key)
-    xids.state_of(stream)
+    if stream._x is None:
+        xids.state_of(stream)
     first = stream.first
     offset = stream.append_columns(fields, values, time_ns())  # auto ids (engine/xids.note_append)
     server.writes.appended_columns(key, stream, first, offset, fields, values)
@@ -373,10 +380,15 @@ def xadd(client, argv):
         if stream is None:
             stream = server.create_stream(argv[1])
         first = stream.first
-        try:
-            offset, own = xids.add_auto(stream, argv[3], argv[4], time_ns())
-        except xids.IdError as exc:
-            raise CommandError(str(exc)) from None
+        x = stream._x
+        if x is None or x.top == xids.MAX_ID:  # (xids.add_auto, inlined but for these cases)
+            try:
+                offset, own = xids.add_auto(stream, argv[3], argv[4], time_ns())
+            except xids.IdError as exc:
+                raise CommandError(str(exc)) from None
+        else:
+            offset = stream.append(argv[3], argv[4], time_ns())  # xids.note_append gives it the auto id
+            own = x.last
         # Logged as a TWRITE's append: replayed, it takes the same auto id.
         server.writes.appended(argv[1], stream, first, offset, argv, 3)
         return b"%d-%d" % own

@@ -27,6 +27,8 @@ list, heapq); removals are lazy, so TACK is a dict deletion and nothing else:
   empties the list; the next ordered query rebuilds it from the dict.
 - ``_by_due``:    heap of (retry_at_ms, offset) (due retries, in due order),
 - ``_by_expiry``: heap of (expire_at_ms, offset) (expiry purge).
+  An X* delivery's entry (engine/xgroups.py: never due, never expires) is in
+  neither heap: its items are None (``_unheaped`` counts them).
   A heap item is *live* only while it is the very tuple its Pending holds
   (``Pending.due_item`` / ``exp_item``, identity, not equality): a redelivery
   replaces its due item at the top of the heap; ``restore_pending`` pushes new
@@ -51,12 +53,14 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from heapq import heapify, heappop, heappush, heapreplace
+from itertools import repeat
 
 __all__ = ["Group", "Pending", "Consumer", "XGroupState", "NEVER", "INVALID"]
 
 SLACK = 64  # an index is compacted when its stale items exceed live ones + SLACK
 NEVER = 1 << 62  # retry/expiry time of an X* pending entry (engine/xgroups.py): never due
 INVALID = -1     # an unknown entries-read counter (Redis's SCG_INVALID_ENTRIES_READ)
+_new = object.__new__
 
 
 class Pending:
@@ -81,10 +85,28 @@ class Pending:
         self.retry_at = retry_at
         self.expire_at = expire_at
         self.retry_ms = retry_ms
-        self.due_item = item = (retry_at, offset)
-        # One tuple serves both heaps when the times are equal (X* entries: never,
-        # never): an item is live by identity with *its heap's* attribute.
+        item: tuple[int, int] | None = (retry_at, offset)
+        self.due_item = item
+        # One tuple serves both heaps when the times are equal: an item is live
+        # by identity with *its heap's* attribute.  (None, both: in no heap.)
         self.exp_item = item if expire_at == retry_at else (expire_at, offset)
+
+    @classmethod
+    def unheaped(cls, offset: int, deliveries: int, owner: bytes | None, delivered_ms: int,
+                 xid: tuple[int, int] | None) -> "Pending":
+        """A pending entry that is never due and never expires (an X* delivery,
+        engine/xgroups.py): retry and expiry times :data:`NEVER`, in no heap
+        (its items are None)."""
+        pending = _new(cls)
+        pending.offset = offset
+        pending.deliveries = deliveries
+        pending.retry_at = pending.expire_at = NEVER
+        pending.retry_ms = 0
+        pending.due_item = pending.exp_item = None
+        pending.owner = owner
+        pending.delivered_ms = delivered_ms
+        pending.xid = xid
+        return pending
 
     def __repr__(self) -> str:
         return (f"Pending({self.offset}, deliveries={self.deliveries}, retry_at={self.retry_at}, "
@@ -93,7 +115,7 @@ class Pending:
 
 class Group:
     __slots__ = ("name", "next", "_by_offset", "_order", "_head", "_unsorted", "_by_due", "_due_stale",
-                 "_by_expiry", "_exp_stale", "delivered", "acked", "x")
+                 "_by_expiry", "_exp_stale", "delivered", "acked", "x", "_unheaped")
 
     def __init__(self, name: bytes, next_offset: int) -> None:
         self.name = name
@@ -106,6 +128,7 @@ class Group:
         self._due_stale = 0
         self._by_expiry: list = []    # heap of Pending.exp_item, plus stale items
         self._exp_stale = 0
+        self._unheaped = 0  # pending entries in no heap (Pending.unheaped)
         self.delivered = 0  # entries handed out, counting redeliveries
         self.acked = 0
         self.x: XGroupState | None = None  # what the Redis Streams commands keep (engine/xgroups.XGroupState), once used
@@ -238,13 +261,26 @@ class Group:
         by_offset = self._by_offset
         pop = by_offset.pop
         acked = 0
-        for offset in offsets:
-            if pop(offset, None) is not None:
-                acked += 1
+        heaped = 0
+        if self._unheaped:  # some have no heap items (X* deliveries): nothing of theirs goes stale
+            unheaped = 0
+            for offset in offsets:
+                pending = pop(offset, None)
+                if pending is not None:
+                    acked += 1
+                    if pending.due_item is None:
+                        unheaped += 1
+            self._unheaped -= unheaped
+            heaped = acked - unheaped
+        else:
+            for offset in offsets:
+                if pop(offset, None) is not None:
+                    acked += 1
+            heaped = acked
         if acked:
             self.acked += acked
-            self._due_stale = due_stale = self._due_stale + acked
-            self._exp_stale = exp_stale = self._exp_stale + acked
+            self._due_stale = due_stale = self._due_stale + heaped
+            self._exp_stale = exp_stale = self._exp_stale + heaped
             limit = len(by_offset) + SLACK
             if due_stale > limit or exp_stale > limit or len(self._order) - len(by_offset) > limit:
                 self._tidy()
@@ -260,11 +296,12 @@ class Group:
         expiry = self._by_expiry
         while expiry and expiry[0][0] <= now_ms:
             item = heappop(expiry)
-            pending = by_offset.get(item[1])
+            offset = item[1]
+            pending = by_offset.get(offset)
             if pending is None or pending.exp_item is not item:
                 self._exp_stale -= 1
                 continue
-            del by_offset[item[1]]
+            del by_offset[offset]
             self._due_stale += 1
             dropped += 1
         order = self._sorted_order() if self._unsorted else self._order
@@ -276,9 +313,11 @@ class Group:
             if offset in by_offset:
                 if offset >= first:
                     break
-                del by_offset[offset]
-                self._due_stale += 1
-                self._exp_stale += 1
+                if by_offset.pop(offset).due_item is None:
+                    self._unheaped -= 1
+                else:
+                    self._due_stale += 1
+                    self._exp_stale += 1
                 dropped += 1
             head += 1
         self._head = head
@@ -313,23 +352,22 @@ class Group:
         """Make ``pending`` the pending entry of its offset (replacing any). O(log P)."""
         self._insert(pending)
 
-    def add_pending_owned(self, offsets: list, xids: list, owner: bytes, now_ms: int, never: int):
-        """Make ``offsets`` (ascending, above every pending offset) pending, owned
-        by ``owner``, delivered once at ``now_ms``, never due (X* deliveries,
-        engine/xgroups.py): the batch form of :meth:`insert_pending`.  Returns
-        None, or the (offset, id) pairs that were pending already (left for the
-        caller to own anew). O(k log P)."""
+    def add_pending_owned(self, offsets: list, xids: list, owner: bytes, now_ms: int):
+        """Make ``offsets`` (ascending, above every listed offset, none pending)
+        pending, owned by ``owner``, delivered once at ``now_ms``, never due
+        (X* deliveries, engine/xgroups.py; :meth:`Pending.unheaped`, in no
+        heap): the batch form of :meth:`insert_pending`.  Returns None, or the
+        (offset, id) pairs when the offsets do not follow the list (left for the
+        caller to own one by one). O(k)."""
         by_offset = self._by_offset
         order = self._order
-        if self._unsorted or (order and offsets[0] <= order[-1]) or any(o in by_offset for o in offsets):
-            return [(o, x) for o, x in zip(offsets, xids)]  # out of order: one by one
-        due, expiry = self._by_due, self._by_expiry
-        for offset, xid in zip(offsets, xids):
-            pending = by_offset[offset] = Pending(offset, 1, never, never, 0, owner, now_ms, xid)
-            item = pending.due_item
-            heappush(due, item)
-            heappush(expiry, item)  # (the same tuple: exp_item is due_item when the times are equal)
+        if self._unsorted or (order and offsets[0] <= order[-1]) or not by_offset.keys().isdisjoint(offsets):
+            return list(zip(offsets, xids))  # out of order: one by one
+        count = len(offsets)
+        by_offset.update(zip(offsets, map(Pending.unheaped, offsets, repeat(1, count), repeat(owner, count),
+                                          repeat(now_ms, count), xids)))
         order += offsets
+        self._unheaped += count
         return None
 
     def pending_entries(self) -> list[Pending]:
@@ -369,7 +407,11 @@ class Group:
         group = cls(state["name"], state["next"])
         by_offset = group._by_offset
         for offset, deliveries, retry_at, expire_at, retry_ms in state["pending"]:
-            by_offset[offset] = Pending(offset, deliveries, retry_at, expire_at, retry_ms)
+            if retry_at == expire_at == NEVER:  # (an X* delivery's: in no heap)
+                by_offset[offset] = Pending.unheaped(offset, deliveries, None, 0, None)
+                group._unheaped += 1
+            else:
+                by_offset[offset] = Pending(offset, deliveries, retry_at, expire_at, retry_ms)
         group._order = sorted(by_offset)  # linear when already by offset
         group._rebuild_heaps()
         if state.get("x") is not None:
@@ -377,13 +419,24 @@ class Group:
             for offset, owner, delivered_ms, xid in state.get("owners", ()):
                 pending = by_offset[offset]
                 pending.owner, pending.delivered_ms, pending.xid = owner, delivered_ms, (xid[0], xid[1])
-                x.by_id[pending.xid] = offset
+                x.by_id[b"%d-%d" % pending.xid] = offset
         return group
 
     def restore_pending(self, offset: int, deliveries: int, retry_at: int, expire_at: int,
                         retry_ms: int) -> None:
         """Set one pending entry exactly (replaying a logged group move). O(log P) amortised."""
         pending = self._by_offset.get(offset)
+        if pending is not None and pending.due_item is None:  # in no heap (an X* delivery's)
+            pending.deliveries = deliveries
+            pending.retry_ms = retry_ms
+            if retry_at != NEVER or expire_at != NEVER:  # due or expiring now: in the heaps
+                pending.retry_at, pending.expire_at = retry_at, expire_at
+                pending.due_item = item = (retry_at, offset)
+                pending.exp_item = item if expire_at == retry_at else (expire_at, offset)
+                heappush(self._by_due, pending.due_item)
+                heappush(self._by_expiry, pending.exp_item)
+                self._unheaped -= 1
+            return
         if pending is not None:
             pending.deliveries = deliveries
             pending.retry_ms = retry_ms
@@ -408,11 +461,17 @@ class Group:
         offset = pending.offset
         old = self._by_offset.get(offset)
         self._by_offset[offset] = pending
-        heappush(self._by_due, pending.due_item)
-        heappush(self._by_expiry, pending.exp_item)
+        if pending.due_item is not None:
+            heappush(self._by_due, pending.due_item)
+            heappush(self._by_expiry, pending.exp_item)
+        else:
+            self._unheaped += 1
         if old is not None:  # its heap items go stale; _order lists the offset already
-            self._due_stale += 1
-            self._exp_stale += 1
+            if old.due_item is None:
+                self._unheaped -= 1
+            else:
+                self._due_stale += 1
+                self._exp_stale += 1
             self._tidy()
         elif not self._unsorted:
             order = self._order
@@ -455,7 +514,7 @@ class Group:
         return order[self._head:] if self._head else order
 
     def _rebuild_heaps(self) -> None:
-        values = self._by_offset.values()
+        values = [p for p in self._by_offset.values() if p.due_item is not None]
         due = self._by_due
         due[:] = [p.due_item for p in values]
         heapify(due)
@@ -472,12 +531,12 @@ class Group:
         limit = len(by_offset) + SLACK
         if self._due_stale > limit:
             due = self._by_due
-            due[:] = [p.due_item for p in by_offset.values()]
+            due[:] = [p.due_item for p in by_offset.values() if p.due_item is not None]
             heapify(due)
             self._due_stale = 0
         if self._exp_stale > limit:
             expiry = self._by_expiry
-            expiry[:] = [p.exp_item for p in by_offset.values()]
+            expiry[:] = [p.exp_item for p in by_offset.values() if p.exp_item is not None]
             heapify(expiry)
             self._exp_stale = 0
         order = self._order
@@ -488,11 +547,18 @@ class Group:
     def _check(self, stream=None) -> None:
         """Assert the indexes agree (live items, stale counters, order), see the module docstring."""
         by_offset = self._by_offset
+        unheaped = 0
         for offset, pending in by_offset.items():
             assert pending.offset == offset
-            assert pending.due_item == (pending.retry_at, offset)
-            assert pending.exp_item == (pending.expire_at, offset)
+            if pending.due_item is None:
+                assert pending.exp_item is None and pending.retry_at == pending.expire_at == NEVER, \
+                    "only an entry never due and never expiring is in no heap"
+                unheaped += 1
+            else:
+                assert pending.due_item == (pending.retry_at, offset)
+                assert pending.exp_item == (pending.expire_at, offset)
             assert offset < self.next, "a pending entry was handed out, so it is below next"
+        assert unheaped == self._unheaped, f"unheaped counter {self._unheaped}, {unheaped} entries"
         for heap, attr, stale in ((self._by_due, "due_item", self._due_stale),
                                   (self._by_expiry, "exp_item", self._exp_stale)):
             for i in range(1, len(heap)):
@@ -503,7 +569,7 @@ class Group:
                 if held is not None and getattr(held, attr) is item:
                     assert id(item) not in live, f"{attr} {item} twice in its heap"
                     live.add(id(item))
-            assert len(live) == len(by_offset), f"every pending entry has its {attr} in the heap"
+            assert len(live) == len(by_offset) - unheaped, f"every heaped pending entry has its {attr} in the heap"
             assert len(heap) - len(live) == stale, f"{attr} stale counter {stale}, heap {len(heap)}"
             assert stale <= len(by_offset) + SLACK, "compacted when stale items exceed live + SLACK"
         order, head = self._order, self._head
@@ -523,7 +589,7 @@ class Group:
         for offset, pending in by_offset.items():
             if pending.owner is not None:  # an X* pending entry (engine/xgroups.py)
                 assert x is not None and pending.owner in x.consumers, "its owner is a consumer of the group"
-                assert pending.xid is not None and x.by_id.get(pending.xid) == offset, "found by its id"
+                assert pending.xid is not None and x.by_id.get(b"%d-%d" % pending.xid) == offset, "found by its id"
                 assert pending.retry_at == NEVER and pending.expire_at == NEVER, "never due by itself"
 
 
@@ -546,10 +612,13 @@ class XGroupState:
         self.last_id = last_id
         self.entries_read = entries_read
         self.consumers: dict[bytes, Consumer] = {}
-        # id -> offset of the entries handed out as X* pending (XACK and XCLAIM look
-        # ids up here, also once the entry is gone); may hold acknowledged ones,
-        # checked against the pending list and dropped when met.
-        self.by_id: dict[tuple[int, int], int] = {}
+        # id -> offset of the entries handed out as X* pending, the id as the
+        # reply spelt it (b"ms-seq": XACK looks its arguments up as they come,
+        # XCLAIM the ids it parsed, also once the entry is gone).  An entry's id
+        # never changes, so a mapping is never wrong, only maybe no longer
+        # pending: XACK takes out what it finds, other acks leave theirs until
+        # engine/xgroups.deliver compacts the map (over pending + SLACK).
+        self.by_id: dict[bytes, int] = {}
         # (offset, id) of the last entry handed out by XREADGROUP, while ``last_id``
         # is its id: the next read derives its ids from it (engine/xids.ids_between).
         self.last_entry: tuple[int, tuple[int, int]] | None = None

@@ -15,14 +15,17 @@ scan of the pending list when asked: XPENDING, XINFO, DELCONSUMER), so TACK,
 eviction and XACK keep them right with nothing else to update.
 
 An X* pending entry is owned by a consumer and never falls due by itself: its
-retry and expiry times are :data:`NEVER`; only XCLAIM/XAUTOCLAIM move it (and
-TREAD's RETRY reads never hand it out again).  Times are milliseconds on the
+retry and expiry times are :data:`NEVER` and it is in none of the group's
+heaps (``Pending.unheaped``); only XCLAIM/XAUTOCLAIM move it (and TREAD's
+RETRY reads never hand it out again).  ``group.x.by_id`` maps the ids handed
+out, as the replies spell them (``b"ms-seq"``), to their offsets, so that XACK
+finds its arguments' offsets with one dict lookup each, no parsing.  Times are milliseconds on the
 caller's clock, passed in, so that replaying a log is deterministic.
 """
 
 from __future__ import annotations
 
-from .groups import INVALID, NEVER, Consumer, Group, Pending, XGroupState
+from .groups import INVALID, NEVER, SLACK, Consumer, Group, Pending, XGroupState
 from .xids import MAX_ID, entries_added, id_of, ids_between, offset_at_or_after, top_id
 
 __all__ = ["NEVER", "INVALID", "Consumer", "XGroupState", "state", "create", "consumer",
@@ -84,7 +87,7 @@ def _own(group: Group, offset: int, xid: tuple[int, int], owner: Consumer, now_m
     previous owner). O(1) amortised."""
     pending = group.pending_get(offset)
     if pending is None or pending.retry_at != NEVER:
-        pending = Pending(offset, deliveries, NEVER, NEVER, 0)
+        pending = Pending.unheaped(offset, deliveries, owner.name, now_ms, xid)
         group.insert_pending(pending)
     else:
         pending.deliveries = deliveries
@@ -92,7 +95,7 @@ def _own(group: Group, offset: int, xid: tuple[int, int], owner: Consumer, now_m
     pending.delivered_ms = now_ms
     pending.xid = xid
     assert group.x is not None
-    group.x.by_id[xid] = offset
+    group.x.by_id[b"%d-%d" % xid] = offset
     return pending
 
 
@@ -100,22 +103,30 @@ def pending_offset(group: Group, xid: tuple[int, int]) -> int | None:
     """The offset of the X* pending entry with id ``xid``, or None. O(1)."""
     assert group.x is not None
     by_id = group.x.by_id
-    offset = by_id.get(xid)
+    text = b"%d-%d" % (xid[0], xid[1])
+    offset = by_id.get(text)
     if offset is None:
         return None
     pending = group.pending_get(offset)
     if pending is None or pending.xid != xid:
-        del by_id[xid]  # acknowledged since (or handed out again as another id)
+        del by_id[text]  # acknowledged since (or handed out again by TREAD)
         return None
     return offset
 
 
+def compact_ids(group: Group) -> None:
+    """Rebuild ``group.x.by_id`` from the owned pending entries (acks other than
+    XACK's leave their ids in it). O(P)."""
+    assert group.x is not None
+    group.x.by_id = {b"%d-%d" % (p.xid or (0, 0)): p.offset for p in group.pending_entries() if p.owner is not None}
+
+
 def deliver(stream, group: Group, owner: Consumer, count: int, now_ms: int, noack: bool) -> tuple[list, list]:
     """XREADGROUP ``>``: up to ``count`` new entries ``[offset, tag, data]`` for
-    ``owner`` (pending, owned, unless ``noack``), and their ids; the group's
-    last id and entries-read move as Redis's do. O(count + missing offsets
-    skipped)."""
-    x = state(stream, group)
+    ``owner`` (pending, owned, unless ``noack``), and their ids as the reply
+    spells them (``b"ms-seq"``); the group's last id and entries-read move as
+    Redis's do. O(count + missing offsets skipped)."""
+    x = group.x or state(stream, group)
     start = max(group.next, stream.first)
     last = x.last_entry
     following = last is not None and last[1] == x.last_id and last[0] == start - 1  # right after the last read
@@ -134,15 +145,20 @@ def deliver(stream, group: Group, owner: Consumer, count: int, now_ms: int, noac
     row_ids = [ids[row[0] - low] for row in rows] if len(ids) != len(rows) else ids
     _count_reads(stream, x, row_ids)
     x.last_id = row_ids[-1]
+    texts = [b"%d-%d" % xid for xid in row_ids]
     if not noack:
-        fresh = group.add_pending_owned([row[0] for row in rows], row_ids, owner.name, now_ms, NEVER)
-        x.by_id.update(zip(row_ids, [row[0] for row in rows]))
-        if fresh is not None:  # some were pending already (the group moved back): owned anew
+        offsets = [row[0] for row in rows]
+        fresh = group.add_pending_owned(offsets, row_ids, owner.name, now_ms)
+        by_id = x.by_id
+        by_id.update(zip(texts, offsets))
+        if fresh is not None:  # not after every listed offset (the group moved back): one by one
             for offset, xid in fresh:
                 _own(group, offset, xid, owner, now_ms, 1)
+        if len(by_id) > 2 * group.pending_count + SLACK:
+            compact_ids(group)
     x.last_entry = (rows[-1][0], x.last_id)
     group.delivered += len(rows)
-    return rows, row_ids
+    return rows, texts
 
 
 def _count_reads(stream, x: XGroupState, row_ids: list) -> None:

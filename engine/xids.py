@@ -44,6 +44,7 @@ whose tag is the first field and whose payload packs the rest (msgpack list
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from itertools import repeat
 
 import msgpack
 
@@ -194,6 +195,21 @@ def ids_between(stream, start: int, end: int, before: tuple[int, int] | None = N
     if start >= end:
         return []
     x = stream._x
+    if before is not None and (x is None or bisect_right(x.offs, end - 1) == bisect_right(x.offs, start - 1)):
+        # No stored id in the range: when its first and last times share their
+        # millisecond t (so do all between), the ids are t-s, t-(s+1), ... with
+        # s the one after ``before``'s (or 0 in a later millisecond). O(1) lookups.
+        nodes, cache = stream._nodes, stream._cache
+        node = nodes[stream._node_index(start)]
+        t = node.time_at(start - node.start, cache) // 1_000_000
+        if end - start > 1:
+            node = nodes[stream._node_index(end - 1)]
+            same = node.time_at(end - 1 - node.start, cache) // 1_000_000 == t
+        else:
+            same = True
+        if same and t >= before[0]:
+            seq = before[1] + 1 if t == before[0] else 0
+            return list(zip(repeat(t, end - start), range(seq, seq + end - start)))
     if before is not None and (x is None or bisect_right(x.offs, start) == bisect_right(x.offs, start - 1)):
         node = stream._nodes[stream._node_index(start)]
         t = node.time_at(start - node.start, stream._cache) // 1_000_000
@@ -456,8 +472,8 @@ def packed_flags(stream, start: int, end: int) -> list[bool] | None:
     any_packed = False
     while j < len(runs) and runs[j] < end:
         a, b = max(runs[j], start), min(runs[j + 1], end)
-        for o in range(a, b):
-            flags[o - start] = True
+        if a < b:
+            flags[a - start:b - start] = [True] * (b - a)
             any_packed = True
         j += 2
     return flags if any_packed else None

@@ -454,3 +454,26 @@ def test_redis_streams_deliveries_keep_the_indexes_right(seed, monkeypatch):
             again = Group.from_state(state)
             assert again.export_state()["pending"] == state["pending"]
         group._check(stream)
+
+
+def test_redis_streams_id_map_stays_within_the_pending_entries():
+    """The ids X* deliveries hand out are mapped to their offsets for XACK; acks
+    that do not take them out (TACK, XGROUP DELCONSUMER) leave them, and the
+    map is rebuilt before it holds over twice the pending entries (plus SLACK),
+    so it does not grow with every entry ever read.  X* entries are in no heap."""
+    from tstream.engine import xgroups
+
+    stream = Stream()
+    group = xgroups.create(stream, b"g", (0, 0))
+    owner = xgroups.consumer(group, b"c", 0)
+    most = 0
+    for i in range(400):
+        stream.append_many([b"t", b"x"] * 10, T0 + i * 1_000_000)
+        rows, ids = xgroups.deliver(stream, group, owner, 10, i, False)
+        assert ids == [b"%d-%d" % xgroups.id_of(stream, row[0]) for row in rows]
+        assert group.x is not None and len(group.x.by_id) <= 2 * group.pending_count + SLACK
+        most = max(most, len(group.x.by_id))
+        group.ack([row[0] for row in rows][:9])  # one of each ten stays pending
+        group._check(stream)
+    assert group.pending_count == 400 and most <= 2 * 400 + SLACK
+    assert not group._by_due and not group._by_expiry  # never due, never expiring: in no heap

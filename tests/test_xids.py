@@ -131,6 +131,25 @@ def test_ids_follow_the_model(seed):
             check(rng, stream, model)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_ids_between_from_the_id_before_follow_the_model(seed):
+    """``ids_between`` given the id before the range (XREADGROUP's reads, right
+    after the last one handed out): the same ids as the model's, whether the
+    range shares one millisecond (derived at once) or not, across stored ids."""
+    rng = random.Random(1000 + seed)
+    stream = Stream(node_entries=rng.choice([1, 3, 7, 50]), node_max_bytes=rng.choice([0, 40]))
+    model = Model()
+    for _ in range(600):
+        step(rng, stream, model)
+        nodes = stream.node_list()
+        physical = nodes[0].start if nodes else stream.next_offset
+        held = sorted(o for o in model.ids if o > physical)
+        for _ in range(3 if held else 0):
+            a = rng.choice(held)
+            b = min(a + rng.randrange(1, 12), stream.next_offset)
+            assert xids.ids_between(stream, a, b, model.ids[a - 1]) == [model.ids[o] for o in range(a, b)]
+
+
 def test_twrite_only_streams_store_nothing():
     stream = Stream(node_entries=4)
     for i in range(100):
