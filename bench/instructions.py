@@ -19,7 +19,10 @@ Shapes: ``TWRITE k t v`` (one read per command), 16 ``TWRITE`` on one key and on
 in a read, and the consumer-group loop (``TREAD k - 10 GROUP g RETRY ...`` then
 ``TACK`` of the ten offsets, per iteration; the client's parsing of the reply,
 the same in both builds, is counted too), and its Redis Streams form
-(``XREADGROUP GROUP g c COUNT 10 STREAMS k >`` then ``XACK`` of the ten ids).
+(``XREADGROUP GROUP g c COUNT 10 STREAMS k >`` then ``XACK`` of the ten ids);
+16 ``TWRITE k t v MSGID id`` on one key in one read (every id new: MSGID's
+cost against ``twrite16_one_key``), and 16 messages of one fast batch in one
+read (``BATCH k b seq t v FAST 64 ok``).
 The group loops' entries are written first, as many in both runs (enough for
 the larger), so that their figure is the loop's alone (before 2026-11-27 it
 also counted the writing of the iteration's ten entries: 16 per read, with
@@ -37,16 +40,20 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SHAPES = ("twrite", "twrite16_one_key", "twrite16_keys", "xadd", "xadd16", "group_loop", "xgroup_loop")
+SHAPES = ("twrite", "twrite16_one_key", "twrite16_keys", "xadd", "xadd16", "group_loop", "xgroup_loop",
+          "msgid16_one_key", "fast16_one_key")
+# Shapes whose reads differ (new ids, batch-seqs): the same number of reads is built
+# in every run, so that building them cancels out of the difference of two runs.
+BUILT_READS = 2600
 
 
-def workload(shape: str, count: int, fill: int = 0) -> None:
+def workload(shape: str, count: int, fill: int = 0) -> None:  # noqa: C901 (one branch per kind of shape)
     """Run ``count`` reads of ``shape`` (after a warm-up), in this process; a
     group loop first writes the entries of ``max(count, fill)`` iterations."""
     sys.path.insert(0, str(HERE))
     import hotpath
 
-    async def main() -> None:
+    async def main() -> None:  # noqa: C901
         bench = hotpath.Bench()
         out: list[bytes] = []
         bench.transport.write = lambda data: out.append(bytes(data))  # type: ignore[method-assign]
@@ -84,6 +91,12 @@ def workload(shape: str, count: int, fill: int = 0) -> None:
                 feed(ack_of(reader.gets()))
                 turn_end()
                 out.clear()
+        elif shape in ("msgid16_one_key", "fast16_one_key"):
+            reads = iter(_varied_reads(shape, count, feed, request))
+            def step() -> None:
+                feed(next(reads))
+                turn_end()
+                out.clear()
         else:
             data = {
                 "twrite": request(b"TWRITE", b"hp:w", b"tag", b"value"),
@@ -103,6 +116,19 @@ def workload(shape: str, count: int, fill: int = 0) -> None:
             step()
 
     asyncio.run(main())
+
+
+def _varied_reads(shape: str, count: int, feed, request) -> list[bytes]:
+    """BUILT_READS reads of a shape whose reads differ (whatever ``count``)."""
+    if count + 300 > BUILT_READS:
+        raise SystemExit(f"at most {BUILT_READS - 300} reads of {shape}")
+    if shape == "msgid16_one_key":  # 16 TWRITE k t v MSGID id, every id new
+        return [b"".join(request(b"TWRITE", b"hp:m", b"tag", b"value", b"MSGID", b"id-%d" % i)
+                         for i in range(r * 16, r * 16 + 16)) for r in range(BUILT_READS)]
+    # 16 messages of one fast batch (flow 64, gap ok), consecutive batch-seqs
+    feed(request(b"TCONFIG", b"hp:f", b"SET", b"allow_batched", b"yes"))
+    return [b"".join(request(b"BATCH", b"hp:f", b"b", b"%d" % i, b"tag", b"value", b"FAST", b"64", b"ok")
+                     for i in range(r * 16 + 1, r * 16 + 17)) for r in range(BUILT_READS)]
 
 
 COLLECTED = re.compile(r"Collected : (\d+)")

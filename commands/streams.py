@@ -204,15 +204,18 @@ def twrite_run(client, argvs: list) -> bytes:
 def _msgid_run(client, argvs: list) -> bytes:
     """A run of ``TWRITE key tag entry MSGID id``: on one key with new ids (none
     stored within the window, none repeated), one append and one record; else
-    command by command."""
+    command by command.  The ids are checked against the window with one C pass
+    (``isdisjoint``) and entered with another, which also finds an id repeated
+    within the run (``Ingest.claim_ids``)."""
     server = client.server
     _, keys, tags, datas, words, ids = zip(*argvs)
     count = len(argvs)
     key = keys[0]
     stream = server.streams.get(key)
     ingest = stream._ingest if stream is not None else None
-    if (ingest is None or keys.count(key) != count or words.count(words[0]) != count
-            or words[0].lower() != b"msgid" or len(set(ids)) != count or not stream.settings.duplicate_window_ms):
+    word = words[0]
+    if (ingest is None or keys.count(key) != count or words.count(word) != count
+            or word.lower() != b"msgid" or not stream.settings.duplicate_window_ms):
         return b"".join(_twrite_each(client, argvs))
     tag = tags[0]
     if tags.count(tag) == count:  # one tag: one keyword check, and the engine compares by identity
@@ -227,20 +230,23 @@ def _msgid_run(client, argvs: list) -> bytes:
         ingest.seen(ids[0], now, stream.settings.duplicate_window_ms * 1_000_000)  # drops the aged ids
         if not table.keys().isdisjoint(ids):
             return b"".join(_twrite_each(client, argvs))
-    first = stream.first
     start = stream.next_offset
+    if not ingest.claim_ids(ids, start):  # an id repeated within the run
+        return b"".join(_twrite_each(client, argvs))
+    first = stream.first
     try:
         offset = stream.append_columns(tags, datas, now)
     except MemoryError:
         stored = stream.next_offset - start
+        ingest.unclaim_ids(ids[stored:])
         if stored:
-            ingest.add_ids(ids[:stored], start, stream.last_time)
+            ingest.note_run(stream.last_time, stored)
             server.writes.ingested(key, stream, first, start, tags[:stored], datas[:stored], None, 0, False,
-                                   list(ids[:stored]))
+                                   ids[:stored])
         error = encode_error(out_of_memory(0, 1, 0).message)
         return encode_integer_run(start, stored) + error * (count - stored)
-    ingest.add_new_ids(ids, offset, stream.last_time)
-    server.writes.ingested(key, stream, first, offset, tags, datas, None, 0, False, list(ids))
+    ingest.note_run(stream.last_time, count)
+    server.writes.ingested(key, stream, first, offset, tags, datas, None, 0, False, ids)
     return encode_integer_run(offset, count)
 
 

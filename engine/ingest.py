@@ -151,10 +151,28 @@ class Ingest:
                 table[mid] = offset + i
         self._note_run(time_ns, len(table) - before)
 
-    def add_new_ids(self, ids, offset: int, time_ns: int) -> None:
-        """``ids`` (all new, all different) were stored from ``offset`` on. O(ids) in C."""
-        self.ids.update(zip(ids, range(offset, offset + len(ids))))
-        self._note_run(time_ns, len(ids))
+    def claim_ids(self, ids, offset: int) -> bool:
+        """Enter ``ids`` (none of them in the table: the caller checked) as about to be
+        stored from ``offset`` on, before the append; ``note_run`` once stored.  False,
+        with the table as it was, if an id repeats within ``ids``: one pass in C
+        instead of a set of them first (the repeat is rare).  O(ids)."""
+        table = self.ids
+        before = len(table)
+        table.update(zip(ids, range(offset, offset + len(ids))))
+        if len(table) - before == len(ids):
+            return True
+        self.unclaim_ids(ids)
+        return False
+
+    def unclaim_ids(self, ids) -> None:
+        """Take back claimed ``ids`` that were not stored. O(ids)."""
+        pop = self.ids.pop
+        for mid in ids:
+            pop(mid, None)
+
+    def note_run(self, time_ns: int, count: int) -> None:
+        """``count`` ids claimed were stored at ``time_ns`` (their expiry)."""
+        self._note_run(time_ns, count)
 
     def _note_run(self, time_ns: int, count: int) -> None:
         if count <= 0:

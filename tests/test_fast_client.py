@@ -29,6 +29,22 @@ def test_add_and_end(r):
     assert datas(r, "s") == [b"m%d" % i for i in range(1, 101)]
 
 
+def test_add_many_writes_each_window_at_once(r):
+    with FastPublisher(r, "s", flow=16, max_outstanding_acks=2) as pub:
+        writes = []
+        send = pub.conn.send_packed_command
+        pub.conn.send_packed_command = lambda packed, *a, **k: (writes.append(packed), send(packed, *a, **k))[1]
+        first = pub.add_many([("t", b"m1")])
+        assert first == (1, 1)
+        last = pub.add_many(("t", b"m%d" % i) for i in range(2, 1001))
+        assert last.batch_seq == 1000 and 1000 - last.ack_seq <= 2 * pub.ack_msgs
+        assert pub.add("t", b"m1001").batch_seq == 1001
+        ack = pub.end()
+    assert ack.count == 1001
+    assert datas(r, "s") == [b"m%d" % i for i in range(1, 1002)]
+    assert len(writes) < 100  # about an ack interval (16) per write; a write per message would be 1,001
+
+
 def test_adopts_the_servers_ack_msgs_and_commits(r):
     r.execute_command("BATCH", "s", "other", 1, "t", "x", "FAST", 10, "ok")  # another publisher: start at 1
     pub = FastPublisher(r, "s", flow=32, max_outstanding_acks=1)
@@ -93,7 +109,8 @@ def test_async_publisher(server):
         for protocol in (2, 3):
             client = redis.asyncio.Redis(port=server.port, protocol=protocol)
             async with AsyncFastPublisher(client, f"a{protocol}", flow=8) as pub:
-                acks = [await pub.add("t", b"%d" % i) for i in range(1, 51)]
+                acks = [await pub.add("t", b"%d" % i) for i in range(1, 31)]
+                acks.append(await pub.add_many(("t", b"%d" % i) for i in range(31, 51)))
                 assert acks[-1].batch_seq == 50 and acks[-1].ack_seq >= 50 - 16
                 flow = await pub.ping()
                 assert int(flow["seq"]) == 50

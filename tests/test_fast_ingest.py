@@ -493,6 +493,18 @@ class TestMessageIds:
         assert pipe.execute() == [197, 198, 199, 200, 201, 202, 203, 204, 205, 206]
         assert len(entries(r, "k")) == 206
 
+    def test_pipelined_ids_repeated_within_a_run(self, r):
+        tw(r, "k", "t", "first", "MSGID", "first")
+        pipe = r.pipeline(transaction=False)
+        for i in (1, 2, 1, 3, 2, 4):
+            pipe.execute_command("TWRITE", "k", "t", f"d{i}", "MSGID", f"id{i}")
+        assert pipe.execute() == [2, 3, 2, 4, 3, 5]
+        pipe = r.pipeline(transaction=False)  # the ids of the run that fell back are in the window
+        for i in (4, 5, 3, 6):
+            pipe.execute_command("TWRITE", "k", "t", f"d{i}", "MSGID", f"id{i}")
+        assert pipe.execute() == [5, 6, 4, 7]
+        assert [d for _, d in entries(r, "k")] == [b"first", b"d1", b"d2", b"d3", b"d4", b"d5", b"d6"]
+
     def test_window_ages_out_and_zero_disables(self, r):
         r.execute_command("TCONFIG", "k", "SET", "duplicate_window_ms", 150)
         assert tw(r, "k", "t", "a", "MSGID", "m") == 1
