@@ -43,6 +43,8 @@ the file, see ``persistence.framing``):
 
 from __future__ import annotations
 
+from typing import Any
+
 from tstream.engine import xgroups, xids
 from tstream.engine.groups import Group
 from tstream.engine.ingest import Ingest
@@ -260,7 +262,7 @@ class Replay:
         self.keyspace = keyspace
         self.applied = applied
         self.key: bytes | None = None  # the run's key (None: no run held)
-        self.stream = None
+        self.stream: Any = None  # the run's Stream
         self.next = 0  # the offset the run's next record must start at
         self.records: list = []
         self.wheres: list = []

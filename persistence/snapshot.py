@@ -206,7 +206,7 @@ def body_pieces(captured: Iterable[StreamCapture]) -> Iterator[Piece]:
 def records(captured: Iterable[StreamCapture]) -> Iterator[bytes]:
     """The framed records of a snapshot body, in file order."""
     for piece in body_pieces(captured):
-        yield piece if type(piece) is bytes else frame(piece[0] + piece[1])
+        yield piece if isinstance(piece, bytes) else frame(piece[0] + piece[1])
 
 
 class Framer:
@@ -247,7 +247,7 @@ class Framer:
                     return True
                 current = self.current = pieces(self.items.popleft())
             for piece in current:
-                if type(piece) is bytes:
+                if isinstance(piece, bytes):
                     buffer.append(piece)
                     self.buffered += len(piece)
                     if self.buffered >= self.chunk:
@@ -453,7 +453,7 @@ def write_pieces(body: Iterable[Piece], path: str, ops: FileOps | None = None,
             tail = (frame(KIND_AUX + _packb(aux)),) if aux else ()
             crc32 = zlib.crc32
             for chunk in chain((header,), body, tail):  # lazily: frames are written as made
-                if type(chunk) is not bytes:  # (head, body): frame it here, no copy of body
+                if not isinstance(chunk, bytes):  # (head, body): frame it here, no copy of body
                     head, blob = chunk
                     length = len(head) + len(blob)
                     record = HEADER.pack(MAGIC, length, crc32(blob, crc32(head)), length ^ 0xFFFFFFFF) + head
