@@ -170,7 +170,7 @@ def capture(keyspace: Keyspace) -> list[StreamCapture]:
 # A piece of a snapshot's body: framed records, or a record whose payload is
 # ``head + body`` framed by the writer (a large node body, not copied on the loop).
 Piece = Union[bytes, tuple[bytes, bytes]]
-_BIG_BODY = 16 << 10  # node bodies from this size go to the writer by reference
+_BIG_BODY = 1 << 10  # node bodies from this size go to the writer by reference (a sealed node's, usually)
 
 
 def pieces(item: StreamCapture) -> Iterator[Piece]:
