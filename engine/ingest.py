@@ -21,11 +21,15 @@ are active, which are idle): one per server (``server.fast``), no I/O.
 
 Flow control (``FastBatch.adjust``) is plain arithmetic on what the server
 measures (unsynced AOF bytes, loop turn time, active fast publishers): double
-while it keeps up, halve (not below 1) when the unsynced bytes or the turn time
-pass their marks or more publishers are active than at the last decision;
-never above the client's flow and never above ``BUDGET // active`` (so all
-publishers together keep at most about ``BUDGET`` messages per ack round in
-flight, which bounds the work of a loop turn).
+while it keeps up, halve when the unsynced bytes or the turn time pass their
+marks or more publishers are active than at the last decision; never above the
+client's flow and never above ``BUDGET // active`` (so all publishers together
+keep at most about ``BUDGET`` messages per ack round in flight, which bounds the
+work of a loop turn).  Unsynced bytes halve it down to 1; a slow turn or a new
+publisher not below ``BUDGET // (SLOW_SHARE * active)`` (the publishers together
+keep at least a quarter of the budget in flight): on a loaded machine the turns
+are long in wall time whatever the publishers do, and at 1 a publisher has 2
+messages in flight and runs at the round-trip rate.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ FIRST_ACK_ALONE = 16    # ack_msgs of the first ack when no other fast batch is 
 BUDGET = 1024           # messages per ack round, shared by the active publishers
 TURN_HIGH_NS = 5_000_000    # a loop turn longer than this: slow down
 UNSYNCED_HIGH = 8 << 20     # unsynced AOF bytes above this: slow down
+SLOW_SHARE = 4              # a slow turn or a new publisher: not below BUDGET // (SLOW_SHARE * active)
 
 
 class FastBatch:
@@ -78,9 +83,13 @@ class FastBatch:
     def adjust(self, active: int, unsynced: int, turn_ns: int) -> int:
         """At an ack point: the new ack interval from the server's measures. O(1)."""
         k = self.ack_msgs
-        ceiling = min(self.flow, max(1, BUDGET // max(active, 1)))
-        if active > self.seen_active or unsynced > UNSYNCED_HIGH or turn_ns > TURN_HIGH_NS:
+        share = max(active, 1)
+        ceiling = min(self.flow, max(1, BUDGET // share))
+        if unsynced > UNSYNCED_HIGH:
             k = max(1, k >> 1)
+        elif active > self.seen_active or turn_ns > TURN_HIGH_NS:
+            floor = min(ceiling, max(1, BUDGET // (SLOW_SHARE * share)))
+            k = max(min(k, floor), k >> 1)  # halved, not below the floor (never raised by it)
         else:  # it keeps up
             k <<= 1
         if k > ceiling:

@@ -210,11 +210,13 @@ class TestFlow:
         acks = [as_map(x) for x in pipe.execute() if not is_ok(x)]
         assert acks and all(1 <= a["ack_msgs"] <= 5 for a in acks)
 
-    def test_halves_when_fast_publishers_grow(self, r):
-        assert as_map(fast(r, "s", "b", 1, "a", "1", 16))["ack_msgs"] == 16
-        as_map(fast(r, "s", "other", 1, "a", "1", 16))
-        replies = [fast(r, "s", "b", i, "a", "x", 16) for i in range(2, 18)]
-        assert as_map(replies[-1]) == {"type": "ack", "seq": 17, "ack_msgs": 8}
+    def test_slows_down_when_fast_publishers_grow(self, r):
+        assert as_map(fast(r, "s", "b", 1, "a", "1", 64))["ack_msgs"] == 16
+        for n in range(16):
+            as_map(fast(r, "s", f"other{n}", 1, "a", "1", 64))
+        replies = [fast(r, "s", "b", i, "a", "x", 64) for i in range(2, 18)]
+        # 17 active: halving stops at the floor, BUDGET // (4 * 17) = 15
+        assert as_map(replies[-1]) == {"type": "ack", "seq": 17, "ack_msgs": 15}
 
     def test_ramp_up_and_down_by_doubling_and_halving(self):
         batch = FastBatch(b"k", b"b", Ingest())
@@ -223,11 +225,18 @@ class TestFlow:
         assert batch.ack_msgs == 1
         assert [batch.adjust(2, 0, 0) for _ in range(8)] == [2, 4, 8, 16, 32, 64, 100, 100]
         assert batch.adjust(2, 9 << 20, 0) == 50           # unsynced AOF bytes grew
-        assert batch.adjust(2, 0, 6_000_000) == 25         # a slow loop turn
-        assert batch.adjust(3, 0, 0) == 12                 # one more publisher
-        assert batch.adjust(3, 0, 3_000_000) == 24         # it keeps up: doubled
+        assert batch.adjust(2, 9 << 20, 0) == 25
+        assert batch.adjust(2, 0, 6_000_000) == 25         # a slow loop turn: below its floor (100), kept
+        assert batch.adjust(3, 0, 0) == 25                 # one more publisher: the same
+        assert batch.adjust(3, 0, 3_000_000) == 50         # it keeps up: doubled
         many = BUDGET // 64
         assert batch.adjust(64, 0, 0) <= many              # a share of the budget
+        crowded = FastBatch(b"k", b"c", Ingest())  # 16 publishers: a slow turn halves down to 1024 // 64
+        crowded.set_mode(64, False, b"64", b"ok")
+        crowded.start_flow(16)
+        assert [crowded.adjust(16, 0, 0) for _ in range(7)] == [2, 4, 8, 16, 32, 64, 64]
+        assert [crowded.adjust(16, 0, 6_000_000) for _ in range(3)] == [32, 16, 16]
+        assert [crowded.adjust(16, 9 << 20, 0) for _ in range(5)] == [8, 4, 2, 1, 1]  # unsynced bytes: to 1
 
     def test_pipelined_run_replies_and_data(self, r):
         r.config_resetstat()
