@@ -21,7 +21,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .common import DataLossError, loss_message
-from .offline import node_batch
+from .offline import grouped_batches, node_slice
 
 
 def tag_table(flat: list) -> pa.Array:
@@ -35,18 +35,15 @@ def tag_table(flat: list) -> pa.Array:
 
 def reply_batches(reply: list, lo: int, hi: int, key: str) -> tuple[list[pa.RecordBatch], int, int]:
     """The record batches of one TNODES reply, keeping offsets ``lo..hi`` (and
-    none below the stream's first); with the reply's ``next`` and ``first``."""
+    none below the stream's first): its nodes gathered into batches of about
+    ``offline.BATCH_BYTES`` of entries; with the reply's ``next`` and ``first``."""
     from tstream.engine.node import Node
 
     first, following, node_entries, flat = reply[0], reply[1], reply[2], reply[3]
     tags = tag_table(flat)
-    batches = []
-    for header, body, deleted in reply[4:]:
-        node = Node.from_parts(header, body, node_entries, check=False)
-        batch = node_batch(node, deleted, max(lo, first), hi, tags, key)
-        if batch is not None and batch.num_rows:
-            batches.append(batch)
-    return batches, following, first
+    slices = (node_slice(Node.from_parts(header, body, node_entries, check=False), deleted, max(lo, first), hi)
+              for header, body, deleted in reply[4:])
+    return list(grouped_batches(slices, tags, key)), following, first
 
 
 def read_nodes(client, key: str, lo: int, hi: int, nodes_per_call: int = 16,

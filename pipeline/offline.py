@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -186,7 +187,8 @@ def _plan_key(data, path: str, crc: int, item, options: Options) -> list[Snapsho
 
 
 def read(part: SnapshotRange) -> Iterator[pa.RecordBatch]:
-    """Record batches (one per node) of the entries of ``part``."""
+    """Record batches of the entries of ``part`` (consecutive nodes gathered
+    into batches of about ``BATCH_BYTES`` of entries)."""
     from tstream.engine.stream import Node
 
     data = open_snapshot(part.path)
@@ -202,24 +204,33 @@ def read(part: SnapshotRange) -> Iterator[pa.RecordBatch]:
         tag_table = pa.array([None if t is None else bytes(t).decode("utf-8", "replace")
                               for t in meta["tags"]], pa.string())
         blobs = iter_node_blobs(data, part.first_pos, part.count, part.path)
-        for blob, deleted in blobs:
-            # each record's CRC was checked: no need to decompress the node twice
-            node = Node.from_blob(blob, n, check=False)
-            batch = node_batch(node, deleted, first, part.hi, tag_table, part.key)
-            del node
-            if batch is not None and batch.num_rows:
-                yield batch
+        # each record's CRC was checked: no need to decompress the node twice
+        slices = (node_slice(Node.from_blob(blob, n, check=False), deleted, first, part.hi)
+                  for blob, deleted in blobs)
+        yield from grouped_batches(slices, tag_table, part.key)
     finally:
         if blobs is not None:
             blobs.close()
         _close(data)
 
 
+BATCH_BYTES = 8 << 20  # decoded entry bytes gathered into one record batch (several nodes' rows)
+
+
 def node_batch(node, deleted, lo: int, hi: int, tag_table: pa.Array, key: str) -> pa.RecordBatch | None:
     """The rows of offsets ``lo..hi`` of a decoded ``node`` (its ``deleted``
     bitmap left out), as one record batch of the source's schema; None when the
-    node holds none of them.  Shared by the snapshot reader and TNODES reads
-    (pipeline.nodes_read)."""
+    node holds none of them."""
+    part = node_slice(node, deleted, lo, hi)
+    return None if part is None else slices_batch([part], tag_table, key)
+
+
+def node_slice(node, deleted, lo: int, hi: int) -> tuple | None:
+    """The arrays of offsets ``lo..hi`` of a decoded ``node``, without a Python
+    object per entry: ``(first offset, entries, tag ids, times in ns, deleted
+    mask or None)``, views of the node's decoded body; None when the node holds
+    none of them.  Shared by the snapshot reader and TNODES reads
+    (pipeline.nodes_read): ``slices_batch`` makes record batches of them."""
     start = node.start
     count = node.count
     p = max(lo - start, 0)
@@ -235,17 +246,64 @@ def node_batch(node, deleted, lo: int, hi: int, tag_table: pa.Array, key: str) -
         entries = pa.Array.from_buffers(pa.large_binary(), count,
                                         [None, wide, pa.py_buffer(buf)]).cast(pa.binary())
     tag_ids = pa.Array.from_buffers(pa.uint32(), count, [None, pa.py_buffer(tags)])
-    nanos = pa.Array.from_buffers(pa.timestamp("ns", tz="UTC"), count, [None, pa.py_buffer(times)])
-    offsets = pa.array(range(start + p, start + q), pa.int64())
-    batch = pa.RecordBatch.from_arrays(
-        [offsets, tag_table.take(tag_ids.slice(p, q - p)), entries.slice(p, q - p),
-         nanos.slice(p, q - p).cast(TIME_TYPE, safe=False), pa.repeat(pa.scalar(key, pa.string()), q - p)],
-        schema=ARROW_SCHEMA)
+    nanos = pa.Array.from_buffers(_NANOS, count, [None, pa.py_buffer(times)])
+    gone = None
     if deleted is not None:
         gone = pa.Array.from_buffers(pa.bool_(), count, [None, pa.py_buffer(deleted)]).slice(p, q - p)
-        batch = batch.filter(pc.invert(gone))
     # The arrays are views of the node's decoded body; the Arrow buffers keep it alive.
+    return start + p, entries.slice(p, q - p), tag_ids.slice(p, q - p), nanos.slice(p, q - p), gone
+
+
+_NANOS = pa.timestamp("ns", tz="UTC")
+
+
+def slices_batch(parts: list[tuple], tag_table: pa.Array, key: str) -> pa.RecordBatch:
+    """One record batch of the source's schema from the ``node_slice`` of
+    consecutive nodes: the columns of several nodes joined (one copy, in Arrow),
+    then the tag names, the time cast and the key column built once for all
+    (their cost is per call as much as per row)."""
+    if len(parts) == 1:
+        first, entries, tag_ids, nanos, gone = parts[0]
+        offsets = np.arange(first, first + len(entries), dtype=np.int64)
+        mask = gone
+    else:
+        offsets = np.concatenate([np.arange(p[0], p[0] + len(p[1]), dtype=np.int64) for p in parts])
+        entries = pa.concat_arrays([p[1] for p in parts])
+        tag_ids = pa.concat_arrays([p[2] for p in parts])
+        nanos = pa.concat_arrays([p[3] for p in parts])
+        mask = None
+        if any(p[4] is not None for p in parts):
+            mask = pa.concat_arrays([p[4] if p[4] is not None else pa.repeat(pa.scalar(False), len(p[1]))
+                                     for p in parts])
+    n = len(entries)
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(offsets), tag_table.take(tag_ids), entries, nanos.cast(TIME_TYPE, safe=False),
+         pa.repeat(pa.scalar(key, pa.string()), n)], schema=ARROW_SCHEMA)
+    if mask is not None:
+        batch = batch.filter(pc.invert(mask))
     return batch
+
+
+def grouped_batches(slices, tag_table: pa.Array, key: str, max_bytes: int = BATCH_BYTES) -> Iterator[pa.RecordBatch]:
+    """Record batches of consecutive ``node_slice`` results (None skipped), each
+    gathering nodes up to about ``max_bytes`` of entries (a node bigger than that
+    alone): fewer, bigger batches cost Spark less per row than one per node."""
+    group: list = []
+    size = 0
+    for part in slices:
+        if part is None:
+            continue
+        group.append(part)
+        size += part[1].nbytes
+        if size >= max_bytes:
+            batch = slices_batch(group, tag_table, key)
+            group, size = [], 0
+            if batch.num_rows:
+                yield batch
+    if group:
+        batch = slices_batch(group, tag_table, key)
+        if batch.num_rows:
+            yield batch
 
 
 def _close(data) -> None:
