@@ -39,6 +39,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import tables
+
 HERE = Path(__file__).resolve().parent
 SHAPES = ("twrite", "twrite16_one_key", "twrite16_keys", "xadd", "xadd16", "group_loop", "xgroup_loop",
           "msgid16_one_key", "fast16_one_key")
@@ -164,21 +166,10 @@ def main() -> None:
         workload(args.run[0], int(args.run[1]), int(args.run[2]))
         return
     builds = {"this": args.this} if not args.base else {"base": args.base, "this": args.this}
-    lines = ["| shape | " + " | ".join(f"{name} (instructions/read)" for name in builds)
-             + (" | this/base |" if args.base else " |"),
-             "| --- |" + " ---: |" * (len(builds) + (1 if args.base else 0))]
-    for shape in args.shapes.split(","):
-        if shape in ("xadd", "xadd16") and args.base and not _has_xadd(args.base):
-            continue
-        figures = {name: per_read(python, shape, args.small, args.large) for name, python in builds.items()}
-        row = f"| {shape} | " + " | ".join(f"{value:,.0f}" for value in figures.values())
-        row += f" | {figures['this'] / figures['base']:.2f} |" if args.base else " |"
-        lines.append(row)
-        print(row, flush=True)
-    text = "\n".join(lines) + "\n"
-    if args.out != "-":
-        Path(args.out).write_text(text)
-    print(text)
+    shapes = [shape for shape in args.shapes.split(",")
+              if not (shape in ("xadd", "xadd16") and args.base and not _has_xadd(args.base))]
+    tables.compare(builds, shapes, lambda python, shape: per_read(python, shape, args.small, args.large),
+                   "instructions/read", out=args.out)
 
 
 def _has_xadd(python: str) -> bool:

@@ -43,6 +43,8 @@ import tempfile
 import types
 from pathlib import Path
 
+import tables
+
 HERE = Path(__file__).resolve().parent
 SHAPES = ("aof", "replica", "aof_batches", "primary", "primary_replica")
 T0 = 1_700_000_000_000_000_000
@@ -205,19 +207,9 @@ def main() -> None:
         builds = {"base": os.path.abspath(args.base_tree), "this": None}
     unit = {"aof": "record", "replica": "record", "aof_batches": "entry", "primary": "write",
             "primary_replica": "write"}
-    lines = ["| shape | " + " | ".join(f"{name} (instructions)" for name in builds)
-             + (" | this/base |" if args.base_tree else " |"),
-             "| --- |" + " ---: |" * (len(builds) + (1 if args.base_tree else 0))]
-    for shape in args.shapes.split(","):
-        figures = {name: per_record(tree, shape, args.small, args.large, args.chunk) for name, tree in builds.items()}
-        row = f"| {shape} (per {unit[shape]}) | " + " | ".join(f"{value:,.0f}" for value in figures.values())
-        row += f" | {figures['this'] / figures['base']:.2f} |" if args.base_tree else " |"
-        lines.append(row)
-        print(row, flush=True)
-    text = "\n".join(lines) + "\n"
-    if args.out != "-":
-        Path(args.out).write_text(text)
-    print(text)
+    tables.compare(builds, args.shapes.split(","),
+                   lambda tree, shape: per_record(tree, shape, args.small, args.large, args.chunk),
+                   "instructions", label=lambda shape: f"{shape} (per {unit[shape]})", out=args.out)
 
 
 if __name__ == "__main__":
