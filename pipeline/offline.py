@@ -286,20 +286,21 @@ def slices_batch(parts: list[tuple], tag_table: pa.Array, key: str) -> pa.Record
 
 def grouped_batches(slices, tag_table: pa.Array, key: str, max_bytes: int = BATCH_BYTES) -> Iterator[pa.RecordBatch]:
     """Record batches of consecutive ``node_slice`` results (None skipped), each
-    gathering nodes up to about ``max_bytes`` of entries (a node bigger than that
+    gathering nodes up to ``max_bytes`` of entries (a node bigger than that
     alone): fewer, bigger batches cost Spark less per row than one per node."""
     group: list = []
     size = 0
     for part in slices:
         if part is None:
             continue
-        group.append(part)
-        size += part[1].nbytes
-        if size >= max_bytes:
+        nbytes = part[1].nbytes
+        if group and size + nbytes > max_bytes:  # a batch stays under max_bytes unless one node is bigger
             batch = slices_batch(group, tag_table, key)
             group, size = [], 0
             if batch.num_rows:
                 yield batch
+        group.append(part)
+        size += nbytes
     if group:
         batch = slices_batch(group, tag_table, key)
         if batch.num_rows:
