@@ -30,13 +30,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import callgrind
 
 HERE = Path(__file__).resolve().parent
 SHAPES = ("twrite", "msgid", "fast")
@@ -107,18 +107,8 @@ def workload(shape: str, count: int) -> None:
     asyncio.run(main())
 
 
-COLLECTED = re.compile(r"Collected : (\d+)")
-
-
 def count_instructions(shape: str, count: int) -> int:
-    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-                           str(Path(__file__).resolve()), "--run", shape, str(count)],
-                          capture_output=True, text=True, check=True, cwd="/",
-                          env=dict(os.environ, PYTHONHASHSEED="0"))
-    match = COLLECTED.search(done.stderr)
-    if match is None:
-        raise SystemExit(f"no callgrind total for {shape}:\n{done.stderr[-2000:]}")
-    return int(match.group(1))
+    return callgrind.total([sys.executable, str(Path(__file__).resolve()), "--run", shape, str(count)], shape)
 
 
 def cpu_ns(rounds: int, reads: int) -> dict[str, list[float]]:

@@ -34,12 +34,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
-import tables
+import callgrind
 
 HERE = Path(__file__).resolve().parent
 SHAPES = ("twrite", "twrite16_one_key", "twrite16_keys", "xadd", "xadd16", "group_loop", "xgroup_loop",
@@ -133,18 +132,8 @@ def _varied_reads(shape: str, count: int, feed, request) -> list[bytes]:
                      for i in range(r * 16 + 1, r * 16 + 17)) for r in range(BUILT_READS)]
 
 
-COLLECTED = re.compile(r"Collected : (\d+)")
-
-
 def count_instructions(python: str, shape: str, count: int, fill: int) -> int:
-    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", python,
-                           str(Path(__file__).resolve()), "--run", shape, str(count), str(fill)],
-                          capture_output=True, text=True, check=True, cwd="/",
-                          env=dict(os.environ, PYTHONHASHSEED="0"))  # the same dict layouts in every run
-    match = COLLECTED.search(done.stderr)
-    if match is None:
-        raise SystemExit(f"no callgrind total for {shape}:\n{done.stderr[-2000:]}")
-    return int(match.group(1))
+    return callgrind.total([python, str(Path(__file__).resolve()), "--run", shape, str(count), str(fill)], shape)
 
 
 def per_read(python: str, shape: str, small: int, large: int) -> float:
@@ -168,7 +157,7 @@ def main() -> None:
     builds = {"this": args.this} if not args.base else {"base": args.base, "this": args.this}
     shapes = [shape for shape in args.shapes.split(",")
               if not (shape in ("xadd", "xadd16") and args.base and not _has_xadd(args.base))]
-    tables.compare(builds, shapes, lambda python, shape: per_read(python, shape, args.small, args.large),
+    callgrind.compare(builds, shapes, lambda python, shape: per_read(python, shape, args.small, args.large),
                    "instructions/read", out=args.out)
 
 

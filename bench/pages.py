@@ -34,12 +34,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+import callgrind
 
 HERE = Path(__file__).resolve().parent
 SHAPES = ("tread", "dget", "mlast")
@@ -92,20 +92,10 @@ def workload(shape: str, count: int, entries: int, page: int, protocol: int) -> 
     asyncio.run(main())
 
 
-COLLECTED = re.compile(r"Collected : (\d+)")
-
-
 def count_instructions(python: str, shape: str, count: int, args) -> int:
-    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", python,
-                           str(Path(__file__).resolve()), "--run", shape, str(count),
-                           "--entries", str(args.entries), "--page", str(args.page),
-                           "--protocol", str(args.protocol)],
-                          capture_output=True, text=True, check=True, cwd="/",
-                          env=dict(os.environ, PYTHONHASHSEED="0"))
-    match = COLLECTED.search(done.stderr)
-    if match is None:
-        raise SystemExit(f"no callgrind total for {shape}:\n{done.stderr[-2000:]}")
-    return int(match.group(1))
+    return callgrind.total([python, str(Path(__file__).resolve()), "--run", shape, str(count),
+                            "--entries", str(args.entries), "--page", str(args.page),
+                            "--protocol", str(args.protocol)], shape)
 
 
 def instructions(args) -> None:

@@ -35,15 +35,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import types
 from pathlib import Path
 
-import tables
+import callgrind
 
 HERE = Path(__file__).resolve().parent
 SHAPES = ("aof", "replica", "aof_batches", "primary", "primary_replica")
@@ -165,20 +163,11 @@ async def primary(hotpath, count: int, with_replica: bool) -> None:
         assert replica.written == replication.offset > 0
 
 
-COLLECTED = re.compile(r"Collected : (\d+)")
-
-
 def count_instructions(tree: str | None, shape: str, count: int, chunk: int) -> int:
     argv = [sys.executable, str(Path(__file__).resolve()), "--run", shape, str(count), "--chunk", str(chunk)]
     if tree:
         argv += ["--tree", tree]
-    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
-                          capture_output=True, text=True, check=True, cwd="/",
-                          env=dict(os.environ, PYTHONHASHSEED="0"))  # the same dict layouts in every run
-    match = COLLECTED.search(done.stderr)
-    if match is None:
-        raise SystemExit(f"no callgrind total for {shape}:\n{done.stderr[-2000:]}")
-    return int(match.group(1))
+    return callgrind.total(argv, shape)
 
 
 def per_record(tree: str | None, shape: str, small: int, large: int, chunk: int) -> float:
@@ -207,7 +196,7 @@ def main() -> None:
         builds = {"base": os.path.abspath(args.base_tree), "this": None}
     unit = {"aof": "record", "replica": "record", "aof_batches": "entry", "primary": "write",
             "primary_replica": "write"}
-    tables.compare(builds, args.shapes.split(","),
+    callgrind.compare(builds, args.shapes.split(","),
                    lambda tree, shape: per_record(tree, shape, args.small, args.large, args.chunk),
                    "instructions", label=lambda shape: f"{shape} (per {unit[shape]})", out=args.out)
 

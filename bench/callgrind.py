@@ -1,12 +1,30 @@
-"""The comparison table of the instruction-count scripts (bench/instructions.py,
-bench/replay.py): a figure per build and shape, and this/base when a base
-build is counted too.  A module of its own, without imports of tstream, so that
-a script counting another source tree can use it."""
+"""What the instruction-count scripts share (bench/instructions.py,
+bench/replay.py, bench/pages.py, bench/ingest_cost.py): running a workload
+under valgrind's callgrind for its total, and the comparison table (a figure
+per build and shape, and this/base when a base build is counted too).  No
+imports of tstream, so that a script counting another source tree can use it."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 from pathlib import Path
 from typing import Callable, Iterable
+
+_COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def total(argv: list[str], label: str) -> int:
+    """The instructions callgrind counts for the command ``argv`` (run from /,
+    hash randomization off, so that two runs lay their dicts out alike)."""
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+                          capture_output=True, text=True, check=True, cwd="/",
+                          env=dict(os.environ, PYTHONHASHSEED="0"))
+    match = _COLLECTED.search(done.stderr)
+    if match is None:
+        raise SystemExit(f"no callgrind total for {label}:\n{done.stderr[-2000:]}")
+    return int(match.group(1))
 
 
 def compare(builds: dict, shapes: Iterable[str], figure: Callable[[object, str], float], column: str,
