@@ -231,3 +231,51 @@ def test_bgsave_during_transactions_is_a_consistent_cut(tmp_path):
                 assert [e[2] for e in a.read(1, 1_000_000)] == [e[2] for e in b.read(1, 1_000_000)]
     finally:
         proc.stop()
+
+
+def test_a_failed_capture_fails_the_save_and_leaves_no_file(tmp_path, monkeypatch):
+    """A capture step that raises (MemoryError on the walk's third slice) fails
+    the save: the job's future raises, no snapshot is written, its temp file is
+    removed, and the keyspace is as it was (a half-walked snapshot would look
+    whole: it must never be renamed into place)."""
+    import asyncio
+    import gc
+    import os
+
+    from tstream.persistence.fileops import FileOps
+    from tstream.persistence.framing import PersistenceError
+    from tstream.server.app import Server
+    from tstream.server.config import Config
+    from tstream.server.snapshotjob import SnapshotJob
+
+    config = Config()
+    config.set("save", "")
+    server = Server(config)
+    for i in range(3000):
+        server.keyspace.get_or_create(b"k%d" % i, 1000).append(b"t", b"v%d" % i, i + 1)
+    steps = []
+    real_step = snapshot.IncrementalCapture.step
+
+    def third_step_fails(self, *args, **kwargs):
+        steps.append(1)
+        if len(steps) == 3:
+            raise MemoryError
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(snapshot.IncrementalCapture, "step", third_step_fails)
+    path = str(tmp_path / "dump.tsr")
+
+    async def save() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda loop, context: None)  # the step's own error, logged by the loop
+        with pytest.raises(PersistenceError, match="capture failed"):
+            await SnapshotJob(server, path, FileOps()).start()
+        await asyncio.sleep(0)  # the job's done callback: the collector back on, the switch interval back
+
+    was_enabled = gc.isenabled()
+    asyncio.run(save())
+    assert gc.isenabled() == was_enabled and SnapshotJob.running == 0
+    assert len(steps) >= 3
+    assert os.listdir(tmp_path) == []  # neither the snapshot nor its temp file
+    assert server.capture is None  # writes no longer hand their keys over
+    assert server.keyspace.get(b"k2999").read(1, 1) == [[1, b"t", b"v2999"]]
