@@ -21,8 +21,9 @@ in a read, and the consumer-group loop (``TREAD k - 10 GROUP g RETRY ...`` then
 the same in both builds, is counted too), and its Redis Streams form
 (``XREADGROUP GROUP g c COUNT 10 STREAMS k >`` then ``XACK`` of the ten ids);
 16 ``TWRITE k t v MSGID id`` on one key in one read (every id new: MSGID's
-cost against ``twrite16_one_key``), and 16 messages of one fast batch in one
-read (``BATCH k b seq t v FAST 64 ok``).
+cost against ``twrite16_one_key``), 16 messages of one fast batch in one
+read (``BATCH k b seq t v FAST 64 ok``), and 16 one-entry reads ``TREAD k o 1``
+in one read (offsets 61 apart in a key of 2,000 entries).
 The group loops' entries are written first, as many in both runs (enough for
 the larger), so that their figure is the loop's alone (before 2026-11-27 it
 also counted the writing of the iteration's ten entries: 16 per read, with
@@ -42,7 +43,7 @@ import callgrind
 
 HERE = Path(__file__).resolve().parent
 SHAPES = ("twrite", "twrite16_one_key", "twrite16_keys", "xadd", "xadd16", "group_loop", "xgroup_loop",
-          "msgid16_one_key", "fast16_one_key")
+          "msgid16_one_key", "fast16_one_key", "tread16")
 # Shapes whose reads differ (new ids, batch-seqs): the same number of reads is built
 # in every run, so that building them cancels out of the difference of two runs.
 BUILT_READS = 2600
@@ -99,12 +100,18 @@ def workload(shape: str, count: int, fill: int = 0) -> None:  # noqa: C901 (one 
                 turn_end()
                 out.clear()
         else:
+            if shape == "tread16":  # the key read: 2,000 entries of 99 bytes
+                for _ in range(125):
+                    feed(request(b"TWRITE", b"hp:r", b"tag", b"x" * 99) * 16)
+                    turn_end()
+                out.clear()
             data = {
                 "twrite": request(b"TWRITE", b"hp:w", b"tag", b"value"),
                 "twrite16_one_key": request(b"TWRITE", b"hp:one", b"tag", b"value") * 16,
                 "twrite16_keys": b"".join(request(b"TWRITE", b"hp:k%d" % k, b"tag", b"value") for k in range(16)),
                 "xadd": request(b"XADD", b"hp:x", b"*", b"field", b"value"),
                 "xadd16": request(b"XADD", b"hp:x16", b"*", b"field", b"value") * 16,
+                "tread16": b"".join(request(b"TREAD", b"hp:r", b"%d" % (1000 + o * 61), b"1") for o in range(16)),
             }[shape]
 
             def step() -> None:

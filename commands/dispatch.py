@@ -7,7 +7,7 @@ changed something first), ``server.writes.commit()`` logs the effects the
 handler described, counts its changes and wakes blocked readers (see
 commands/writes.py).
 
-Pipelined runs: a command whose table entry has a ``run`` handler (TWRITE) and
+Pipelined runs: a command whose table entry has a ``run`` handler (TWRITE, TREAD) and
 that arrives several times in a row in one read, each time with as many words
 (its entry's ``run_words``; by default its simplest form, exactly |arity|
 words), on one key or several, is executed as one run:

@@ -287,3 +287,54 @@ def test_a_short_pipelined_read_waits_behind_a_command_that_blocks(served):
             assert chunk
             got += chunk
         assert got == expected
+
+
+def _read_replies(sock, count: int) -> bytes:
+    """The bytes of ``count`` whole replies from ``sock`` (parsed with hiredis to find their ends)."""
+    import hiredis
+    reader, got, seen = hiredis.Reader(), b"", 0
+    while seen < count:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed early"
+        got += chunk
+        reader.feed(chunk)
+        while reader.gets() is not False:
+            seen += 1
+    return got
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_a_run_of_reads_replies_as_each_read_alone(served, protocol):
+    """Pipelined ``TREAD k o n`` are answered as one run: every reply is byte for
+    byte the one the same read gets alone, whatever its spelling (``-``, ``$``,
+    zero, a bad number, a deleted entry, a missing key, past the end), in
+    RESP2 and RESP3, and INFO commandstats counts every read."""
+    srv, c, _ = served
+    c.execute_command("TWRITE", "r", "ENTRIES", *[w for i in range(300) for w in ("t%d" % (i % 3), "v%d" % i)])
+    c.execute_command("TEVICT", "r", 5)
+    reads = [("r", 7, 1), ("r", 1, 1), ("r", 3, 4), ("r", 6, 3), ("r", 299, 5), ("r", 301, 1), ("r", "-", 2),
+             ("r", "$", 1), ("r", 0, 1), ("r", "x", 1), ("r", 7, "-1"), ("r", "07", 1), ("nokey", 1, 1),
+             ("r", 150, 20), ("r", 2**70, 1)]
+    hello = multibulk("HELLO", 3) if protocol == 3 else b""
+
+    def alone(read) -> bytes:
+        with socket.create_connection(("127.0.0.1", srv.port)) as sock:
+            if hello:
+                sock.sendall(hello)
+                _read_replies(sock, 1)
+            sock.sendall(multibulk("TREAD", *read))
+            return _read_replies(sock, 1)
+
+    before = c.info("commandstats").get("cmdstat_tread", {"calls": 0, "failed_calls": 0})
+    expected = b"".join(alone(read) for read in reads)
+    with socket.create_connection(("127.0.0.1", srv.port)) as sock:
+        if hello:
+            sock.sendall(hello)
+            _read_replies(sock, 1)
+        sock.sendall(b"".join(multibulk("TREAD", *read) for read in reads))
+        assert _read_replies(sock, len(reads)) == expected
+    after = c.info("commandstats")["cmdstat_tread"]
+    errors = expected.count(b"-ERR")
+    assert errors >= 3  # (the bad spellings were refused, each in its place)
+    assert (after["calls"], after["failed_calls"]) == (before["calls"] + 2 * len(reads),
+                                                       before["failed_calls"] + 2 * errors)

@@ -20,6 +20,7 @@ COMMANDS = [
     ),
     command(
         "tread", streams.tread, arity=-4, flags=READONLY | BLOCKING, acl="@stream", keys=ONE_KEY, group=GROUP,
+        run=streams.tread_run,
         syntax="TREAD key offset count [BLOCK ms] [GROUP name] [RETRY retry-ms expire-ms] [WITHINFO]",
         summary="Reads up to count entries from offset on, or a consumer group's next entries; "
                 "BLOCK waits for something to read.",
