@@ -16,7 +16,9 @@ callgrind (a figure the machine's load does not move; see bench/instructions.py)
   ``ClientConnection.data_received`` (bench/hotpath.py's fake transport), its
   loop turn ended when something scheduled its end (as the event loop does: an
   unpipelined TWRITE without AOF schedules none; before 2026-11-27 06:00 the
-  script ended every write's turn), on a lone primary / on a primary with one online replica
+  script ended every write's turn), on the server's event loop (uvloop when
+  installed; asyncio's before 2026-11-27 06:20, whose Python timers the feed's
+  one timer per send paid for), on a lone primary / on a primary with one online replica
   (a connection on a fake transport; the stream sent to it every 16 writes,
   about what ``SEND_DELAY`` batches at 20,000 writes/s): the cost of feeding
   a replica is the difference.
@@ -114,7 +116,8 @@ def workload(shape: str, count: int, chunk: int) -> None:
     import hotpath
 
     if shape.startswith("primary"):
-        asyncio.run(primary(hotpath, count, shape == "primary_replica"))
+        with asyncio.Runner(loop_factory=event_loop()) as runner:  # (the server's loop: its timers)
+            runner.run(primary(hotpath, count, shape == "primary_replica"))
         return
 
     from tstream.persistence import effects
@@ -164,6 +167,15 @@ async def primary(hotpath, count: int, with_replica: bool) -> None:
     assert server.keyspace.get(b"bench").next_offset == count + 301
     if with_replica:
         assert replica.written == replication.offset > 0
+
+
+def event_loop():
+    """The event loop the server runs on (server/main.py): uvloop's when installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
 
 
 def count_instructions(tree: str | None, shape: str, count: int, chunk: int) -> int:

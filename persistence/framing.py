@@ -92,7 +92,7 @@ class Packer:
         payloads = list(map(self._packb, records))
         header, crc32 = HEADER.pack, zlib.crc32
         parts: list = [None] * (2 * len(payloads))
-        parts[0::2] = [header(MAGIC, len(payload), crc32(payload), len(payload) ^ _INVERT) for payload in payloads]
+        parts[0::2] = [header(MAGIC, size := len(payload), crc32(payload), size ^ _INVERT) for payload in payloads]
         parts[1::2] = payloads
         return b"".join(parts)
 
