@@ -14,7 +14,11 @@ callgrind (a figure the machine's load does not move; see bench/instructions.py)
 - ``primary`` / ``primary_replica``: the primary's side, per write: an
   unpipelined ``TWRITE bench t <100 bytes>`` fed through
   ``ClientConnection.data_received`` (bench/hotpath.py's fake transport), its
-  loop turn ended, on a lone primary / on a primary with one online replica
+  loop turn ended when something scheduled its end (as the event loop does: an
+  unpipelined TWRITE without AOF schedules none; before 2026-11-27 06:00 the
+  script ended every write's turn), on the server's event loop (uvloop when
+  installed; asyncio's before 2026-11-27 06:20, whose Python timers the feed's
+  one timer per send paid for), on a lone primary / on a primary with one online replica
   (a connection on a fake transport; the stream sent to it every 16 writes,
   about what ``SEND_DELAY`` batches at 20,000 writes/s): the cost of feeding
   a replica is the difference.
@@ -112,7 +116,8 @@ def workload(shape: str, count: int, chunk: int) -> None:
     import hotpath
 
     if shape.startswith("primary"):
-        asyncio.run(primary(hotpath, count, shape == "primary_replica"))
+        with asyncio.Runner(loop_factory=event_loop()) as runner:  # (the server's loop: its timers)
+            runner.run(primary(hotpath, count, shape == "primary_replica"))
         return
 
     from tstream.persistence import effects
@@ -150,17 +155,27 @@ async def primary(hotpath, count: int, with_replica: bool) -> None:
         replica.waiting, replica.state = None, "online"
         replication._ensure_backlog()
         replication.replicas.append(replica)
-    feed, turn_end = bench.feed, bench.turn_end
+    feed, turn_end, ends = bench.feed, bench.turn_end, server.turn_end
     data = hotpath.request(b"TWRITE", b"bench", b"t", PAYLOAD)
     for i in range(count + 300):
         feed(data)
-        turn_end()
+        if ends._scheduled:  # (as the event loop: the end of the turn runs when something scheduled it)
+            turn_end()
         if not i & 15:
             send()
     send()
     assert server.keyspace.get(b"bench").next_offset == count + 301
     if with_replica:
         assert replica.written == replication.offset > 0
+
+
+def event_loop():
+    """The event loop the server runs on (server/main.py): uvloop's when installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
 
 
 def count_instructions(tree: str | None, shape: str, count: int, chunk: int) -> int:

@@ -138,11 +138,27 @@ class Writes:
                  dirty: int = 1) -> None:
         """Entries ``items[start:]`` (tag, data, tag, data, ...) were appended to
         ``stream`` from ``offset`` on, with the stream's last time."""
-        if self.sinks:
+        sinks = self.sinks
+        if sinks:
             try:
-                self.records.append([APPEND, key, offset, stream.last_time, *items[start:]])
+                record = [APPEND, key, offset, stream.last_time, *items[start:]]
             except MemoryError:
                 self.record_lost()
+            else:
+                if not (self.waiting or self.watched or stream._subjects is not None or self.pending
+                        or self.transaction is not None) and stream.first == first:
+                    # As below, with a record and nothing else: it goes to the sinks now,
+                    # which is all commit() would do with it (no EVICT: ``first`` did not move).
+                    try:
+                        for sink in sinks:
+                            sink.log(record)
+                    except MemoryError:
+                        self.record_lost()
+                        self.pending = True  # (the dispatcher then sees ``lost``)
+                        return
+                    self.server.dirty += dirty
+                    return
+                self.records.append(record)
         elif not (self.waiting or self.watched or stream._subjects is not None or self.pending):
             # Nothing to log, no reader to wake, no WATCH to break, no per-subject limit,
             # nothing else described: counting the change is all there is to commit.

@@ -3,11 +3,12 @@ partial resync, and WAIT.
 
     primary                                         replica
     -------                                         -------
-    Writes.commit -> sinks: AOF, Replication.log    REPLICAOF host port
-    end of turn: flush() packs the turn's records    handshake: PING, AUTH, REPLCONF
-      (persistence.framing frames), appends them     listening-port, REPLCONF capa,
-      to the backlog (a bounded byte ring) and       REPLCONF tstream <run_id>, PSYNC
-      writes them to every online replica            replid offset+1
+    Writes -> sinks: AOF, Replication.log (kept)    REPLICAOF host port
+    within SEND_DELAY (or at the end of the turn     handshake: PING, AUTH, REPLCONF
+      with an AOF): flush() packs the records        listening-port, REPLCONF capa,
+      kept (persistence.framing frames), appends     REPLCONF tstream <run_id>, PSYNC
+      them to the backlog (a bounded byte ring),     replid offset+1
+      send() writes them to every online replica
     PSYNC: +CONTINUE from the backlog, else          +FULLRESYNC: $<len> snapshot (loaded,
       +FULLRESYNC replid offset, a snapshot          replaces the keyspace), then frames:
       (server.snapshotjob: captured a slice at a     each one applied with the AOF's replay
@@ -16,8 +17,12 @@ partial resync, and WAIT.
     REPLCONF ACK offset: WAIT, lag, min-replicas     REPLCONF ACK every second (and on GETACK)
 
 The stream is the effect records the AOF logs, framed as in the AOF
-(``persistence.framing.pack``), so offsets count bytes of that stream.  Control
-records, never applied, have a type >= 100: PING (every
+(``persistence.framing.pack``), so offsets count bytes of that stream.  A
+record is kept as it is until the next flush, which packs every record kept
+in one call: whatever reads the stream's offset or bytes (WAIT, INFO, ROLE,
+PSYNC, a snapshot's aux fields, PING and GETACK, REPLICAOF, SHUTDOWN) flushes
+first, so every client sees the offset of every write made before it asked.
+Control records, never applied, have a type >= 100: PING (every
 ``repl-ping-replica-period``) and GETACK (WAIT asks for acks).  A replica keeps
 the bytes it received in its own backlog, so that once promoted (REPLICAOF NO
 ONE: a new replid, the old one kept as replid2) the other replicas continue
@@ -152,7 +157,7 @@ class Replication:
         self.second_offset = -1
         self.offset = 0  # master_repl_offset: bytes of the stream so far
         self.backlog: Backlog | None = None
-        self.records: list[list] = []  # this turn's records, packed by flush()
+        self.records: list[list] = []  # records not packed yet (flush() packs them onto the stream)
         self.pack = Packer()  # (framing.pack, reusing its msgpack packer)
         self.replicas: list[Replica] = []
         self.waiters: list[Waiter] = []
@@ -182,27 +187,27 @@ class Replication:
     # --- the effect sink (commands.writes) ------------------------------------------
 
     def log(self, record: list) -> None:
-        if self.server.aof is None and not self.records:
-            # No AOF to share the packing with: onto the stream now (a lone write
-            # then costs no end of turn, which the primary alone does not run).
-            try:
-                data = self.pack(record)
-            except MemoryError:
-                self._stream_lost()
-                return
-            self.feed(data)
-            return
+        """A record for the stream: kept as it is until the next flush, which packs
+        every record waiting at once (within SEND_DELAY, at the end of the loop
+        turn, or first thing when something reads the stream's offset)."""
         self.records.append(record)
-        self.server.turn_end.schedule()
+        if self._send_handle is None:
+            self._send_handle = asyncio.get_running_loop().call_later(SEND_DELAY, self.send, True)
+        # Until that send, a record only needs appending: ``log`` is the list's own
+        # append (no Python call per write); send() puts this method back.
+        self.log = self.records.append  # type: ignore[method-assign]
 
     def flush(self) -> None:
-        """Pack this turn's records onto the stream: backlog and online replicas, and
-        the same bytes to the AOF (serialized once: AppendOnlyFile.take_packed)."""
+        """Pack the records waiting onto the stream: backlog and online replicas, and
+        the same bytes to the AOF (serialized once: AppendOnlyFile.take_packed).
+        Whatever reads the stream's offset or bytes (WAIT, INFO, ROLE, PSYNC, a
+        snapshot's aux fields, PINGs and GETACKs, REPLICAOF, SHUTDOWN) calls this
+        first, so that it sees every write made so far."""
         records = self.records
         if not records:
             return
         try:
-            data = b"".join(map(self.pack, records))
+            data = self.pack.many(records)
         except MemoryError:
             records.clear()
             self._stream_lost()
@@ -249,13 +254,18 @@ class Replication:
             # write per turn cost a quarter of an unpipelined writer's throughput).
             self.unsent.append(data)
             if self._send_handle is None:
-                self._send_handle = asyncio.get_running_loop().call_later(SEND_DELAY, self.send)
+                self._send_handle = asyncio.get_running_loop().call_later(SEND_DELAY, self.send, True)
 
-    def send(self) -> None:
-        """Write what the stream got since the last send to the online replicas."""
+    def send(self, timer: bool = False) -> None:
+        """Pack the records waiting, and write what the stream got since the last
+        send to the online replicas (``timer``: called by the send's own timer)."""
+        if self.records:
+            self.flush()
         if self._send_handle is not None:
-            self._send_handle.cancel()
+            if not timer:
+                self._send_handle.cancel()
             self._send_handle = None
+            self.__dict__.pop("log", None)  # (the next record schedules the next send)
         if not self.unsent:
             return
         data = b"".join(self.unsent)
@@ -831,6 +841,7 @@ class Replication:
     # --- INFO replication, ROLE -----------------------------------------------------
 
     def info(self) -> dict:
+        self.flush()  # (master_repl_offset and the backlog's counts include every write)
         config = self.server.config
         now = time.monotonic()
         fields: dict = {}
@@ -883,6 +894,7 @@ class Replication:
         return fields
 
     def role(self) -> list:
+        self.flush()
         if self.is_replica:
             host, port = self.master
             state = {"connected": "connected", "sync": "sync", "handshake": "handshake",
