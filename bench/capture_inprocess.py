@@ -213,6 +213,7 @@ def main() -> None:
     during = sorted(x for t, x in lateness if t0 <= t <= t1)
     idle_sorted = sorted(x for _, x in idle)
     steps = sorted(e[2] for e in EVENTS if e[1] == "capture-step")
+    steps_at = [e[0] for e in EVENTS if e[1] == "capture-step"]
     print(f"BGSAVE {t1 - t0:.2f} s, file {size / 1e6:.1f} MB; load average {loadavg()}")
     print(f"probe lateness during: max {during[-1]:.2f} ms p99 {during[int(len(during) * 0.99)]:.2f} ms "
           f"({len(during)} wakes, {sum(x > 5 for x in during)} over 5 ms); idle max {idle_sorted[-1]:.2f} ms")
@@ -222,6 +223,10 @@ def main() -> None:
         print(f"capture steps: {len(steps)}, max {steps[-1]:.2f} ms, p99 {steps[int(len(steps) * 0.99)]:.2f} ms, "
               f"total {sum(steps):.0f} ms wall, {cpu:.0f} ms CPU of the loop thread; "
               f"step CPU max {cpus[-1]:.2f} ms, p99 {cpus[int(len(cpus) * 0.99)]:.2f} ms")
+        top = sorted((e for e in EVENTS if e[1] == "capture-step"), key=lambda e: -e[3])[:3]
+        print("longest steps by CPU: " + "; ".join(
+            f"{e[3] / 1e6:.2f} ms CPU ({e[2]:.2f} wall) at {(e[0] - t0) * 1000:.0f} ms (step {steps_at.index(e[0]) + 1})"
+            for e in top))
         start = THREADS["loop-start"]
         print(f"loop thread context switches during the save: {loop_after[0] - start[0]} voluntary "
               f"({THREADS.get('pauses', 0)} of them pauses for the writer, at most), {loop_after[1] - start[1]} involuntary; "
