@@ -351,21 +351,30 @@ class Framer:
         parts_of = Node.parts_of
         pack = HEADER.pack
         put = self._put
-        self._add(frame(KIND_STREAM + _packb([item.key, item.meta])))
+        record = frame(KIND_STREAM + _packb([item.key, item.meta]))
+        self.crc = crc32(record, self.crc)
+        put(record)
         yield
         for deleted, parts in item.node_parts():
             header, body = parts_of(parts)
             bitmap = deleted or b""
             head = b"".join((KIND_NODE, prefix(len(bitmap)), bitmap, header))
-            length = len(head) + len(body)
-            record = pack(MAGIC, length, crc32(body, crc32(head)), length ^ 0xFFFFFFFF)
-            self.crc = crc32(body, crc32(head, crc32(record, self.crc)))
-            put(record)
-            put(head)
-            put(body)
+            if len(body) < _BIG_BODY:  # (an active node's, usually) one piece: fewer calls
+                record = frame(head + body)
+                self.crc = crc32(record, self.crc)
+                put(record)
+            else:  # no concatenation: the body is copied once, into the buffer
+                length = len(head) + len(body)
+                record = pack(MAGIC, length, crc32(body, crc32(head)), length ^ 0xFFFFFFFF)
+                self.crc = crc32(body, crc32(head, crc32(record, self.crc)))
+                put(record)
+                put(head)
+                put(body)
             yield
         for group in item.groups:
-            self._add(frame(KIND_GROUP + _packb([item.key, group])))
+            record = frame(KIND_GROUP + _packb([item.key, group]))
+            self.crc = crc32(record, self.crc)
+            put(record)
             yield
 
     def flush(self) -> None:
