@@ -3,11 +3,15 @@
 event loop, a probe task on that same loop measuring its own lateness (it asks
 to wake every millisecond), then BGSAVE of ``--keys`` one-entry keys.
 
-Instrumented: every capture step on the loop (its duration), the writer
-thread's calls that may hold the GIL (framing of each batch, joins, writes,
-fsyncs: duration and size), the garbage collector's runs (gc.callbacks), and
-the probe's late wakes, all on one clock, so that each long wait can be put
-next to what ran then.  Options try the suspects one at a time:
+Instrumented: every capture step on the loop (its duration, wall and the loop
+thread's CPU), the writer thread's writes and fsyncs (duration and size), the
+garbage collector's runs (gc.callbacks), and the probe's late wakes, all on one
+clock, so that each long wait can be put next to what ran then; and the
+context switches of the loop and writer threads during the save (Linux's
+/proc/self/task/<tid>/status): a *voluntary* switch of the loop thread while it
+steps is a wait (for the GIL, mostly: it never sleeps otherwise, except when the
+job pauses for the writer, counted apart), an involuntary one a preemption by
+the OS (the machine's load).  Options try the suspects one at a time:
 
     --switch S      sys.setswitchinterval while the writer runs (default: the server's)
     --slice-us N    loop time per capture step
@@ -62,6 +66,17 @@ class Events:
 
 
 EVENTS = Events()
+THREADS: dict = {}  # native thread ids, context switches
+
+
+def switches(tid: int) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of thread ``tid`` so far."""
+    try:
+        with open(f"/proc/self/task/{tid}/status") as handle:
+            fields = dict(line.split(":", 1) for line in handle if "ctxt_switches" in line)
+        return int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"])
+    except OSError:
+        return 0, 0
 
 
 def now() -> float:
@@ -73,19 +88,27 @@ def instrument() -> None:
     step = snapshotjob.SnapshotJob._step
 
     def timed_step(self):
+        if not THREADS.get("loop"):
+            THREADS["loop"] = threading.get_native_id()
+            THREADS["loop-start"] = switches(THREADS["loop"])
         started, cpu = now(), time.thread_time_ns()
         step(self)
+        THREADS["pauses"] = getattr(self, "pauses", 0)
         EVENTS.append((started, "capture-step", (now() - started) * 1000, time.thread_time_ns() - cpu))
 
     snapshotjob.SnapshotJob._step = timed_step  # type: ignore[method-assign]
     write_job = snapshotjob.SnapshotJob._write
 
     def timed_write_job(self):
+        tid = threading.get_native_id()
+        before = switches(tid)
         started, cpu = now(), time.thread_time_ns()
         try:
             return write_job(self)
         finally:
             EVENTS.append((started, "writer-thread", (now() - started) * 1000, time.thread_time_ns() - cpu))
+            after = switches(tid)
+            THREADS["writer"] = (after[0] - before[0], after[1] - before[1])
 
     snapshotjob.SnapshotJob._write = timed_write_job  # type: ignore[method-assign]
 
@@ -182,6 +205,7 @@ def main() -> None:
         while srv.call(lambda: srv.server.persistence.bgsave_started) is not None:
             time.sleep(0.01)
         t1 = now()
+        loop_after = switches(THREADS["loop"])
         loop.call_soon_threadsafe(stop.set)
         task.result()
         size = os.path.getsize(os.path.join(tmp, srv.config["dbfilename"]))
@@ -189,13 +213,25 @@ def main() -> None:
     during = sorted(x for t, x in lateness if t0 <= t <= t1)
     idle_sorted = sorted(x for _, x in idle)
     steps = sorted(e[2] for e in EVENTS if e[1] == "capture-step")
+    steps_at = [e[0] for e in EVENTS if e[1] == "capture-step"]
     print(f"BGSAVE {t1 - t0:.2f} s, file {size / 1e6:.1f} MB; load average {loadavg()}")
     print(f"probe lateness during: max {during[-1]:.2f} ms p99 {during[int(len(during) * 0.99)]:.2f} ms "
           f"({len(during)} wakes, {sum(x > 5 for x in during)} over 5 ms); idle max {idle_sorted[-1]:.2f} ms")
     if steps:
         cpu = sum(e[3] for e in EVENTS if e[1] == "capture-step") / 1e6
+        cpus = sorted(e[3] / 1e6 for e in EVENTS if e[1] == "capture-step")
         print(f"capture steps: {len(steps)}, max {steps[-1]:.2f} ms, p99 {steps[int(len(steps) * 0.99)]:.2f} ms, "
-              f"total {sum(steps):.0f} ms wall, {cpu:.0f} ms CPU of the loop thread")
+              f"total {sum(steps):.0f} ms wall, {cpu:.0f} ms CPU of the loop thread; "
+              f"step CPU max {cpus[-1]:.2f} ms, p99 {cpus[int(len(cpus) * 0.99)]:.2f} ms")
+        top = sorted((e for e in EVENTS if e[1] == "capture-step"), key=lambda e: -e[3])[:3]
+        print("longest steps by CPU: " + "; ".join(
+            f"{e[3] / 1e6:.2f} ms CPU ({e[2]:.2f} wall) at {(e[0] - t0) * 1000:.0f} ms (step {steps_at.index(e[0]) + 1})"
+            for e in top))
+        start = THREADS["loop-start"]
+        print(f"loop thread context switches during the save: {loop_after[0] - start[0]} voluntary "
+              f"({THREADS.get('pauses', 0)} of them pauses for the writer, at most), {loop_after[1] - start[1]} involuntary; "
+              f"writer thread: {THREADS.get('writer', ('?', '?'))[0]} voluntary, "
+              f"{THREADS.get('writer', ('?', '?'))[1]} involuntary")
     for _, _, ms, cpu_ns in (e for e in EVENTS if e[1] == "writer-thread"):
         print(f"writer thread: {ms:.0f} ms wall, {cpu_ns / 1e6:.0f} ms CPU")
     for kind in sorted({e[1] for e in EVENTS} - {"capture-step", "writer-thread"}):

@@ -43,14 +43,15 @@ recounted, O(entries).
 Saving happens in steps so that BGSAVE never stalls clients: ``capture``
 runs on the event loop and takes references to the sealed nodes (immutable) and
 copies of what may still change (the active node, deleted bitmaps, tag tables,
-refcounts, groups); a :class:`Framer` turns captures into framed records on the
-event loop too, a slice at a time (``pieces``: ready bytes, and large node
-bodies by reference, framed without a copy), and ``write_pieces`` writes them
-in a worker thread that runs almost no Python: checksums, writes and fsyncs,
-calls that release the GIL (a writer thread framing records in Python held the
-GIL in the loop's way: bench/RESULTS-capture.md).  The file is written to a
-temp name, fsynced, renamed over the target and the directory fsynced, so a
-crash leaves either the old snapshot or the new one.
+refcounts, groups; a big stream's bitmaps are read as its nodes are framed,
+see :class:`StreamCapture`); a :class:`Framer` turns captures into the file's
+bytes on the event loop too, a slice at a time, checksums included, and
+``write_chunks`` writes them in a worker thread that runs no Python between
+its writes and fsyncs, calls that release the GIL (a writer thread framing
+records or checksumming small pieces in Python held the GIL in the loop's way:
+bench/RESULTS-capture.md).  The file is written to a temp name, fsynced,
+renamed over the target and the directory fsynced, so a crash leaves either
+the old snapshot or the new one.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from array import array
 from collections import deque
 from dataclasses import asdict, fields
 from itertools import chain
+from operator import attrgetter
 from typing import Callable, Iterable, Iterator, Union
 
 import msgpack
@@ -117,6 +119,12 @@ def _refs_bytes(refs: array) -> bytes:
     return refs.tobytes()
 
 
+# A stream with more sealed nodes than this is captured lazily (``StreamCapture``):
+# its deleted bitmaps are read as its nodes are framed, not all at its capture.
+_LAZY_NODES = 64
+_deleted_of = attrgetter("deleted")
+
+
 class StreamCapture:
     """What ``write`` needs of one stream, safe to read from another thread.
 
@@ -124,11 +132,20 @@ class StreamCapture:
     the sealed nodes themselves (immutable; the keyspace's block cache stays
     pinned until the snapshot is written, so a node dropped meanwhile keeps its
     data), copies of what may still change (deleted bitmaps, the active node,
-    tag table and counts, groups).  The writer thread builds the node records."""
+    tag table and counts, groups).
 
-    __slots__ = ("key", "meta", "sealed", "deleted", "active", "groups", "pinned")
+    ``lazy`` (a pinned capture of more than ``_LAZY_NODES`` sealed nodes, what
+    ``IncrementalCapture`` takes): the deleted bitmaps, which change in place,
+    are not copied at the capture (a Python walk of every node, about 10 ms per
+    100,000 nodes) but read as each node is framed (``node_parts``, on the
+    loop, a slice at a time); ``settle`` copies those of the nodes not framed
+    yet, and must be called before anything changes the stream (the
+    ``IncrementalCapture`` does, from ``before_change``).  ``deleted`` is None
+    until then."""
 
-    def __init__(self, key: bytes, stream: Stream, pinned: bool = True) -> None:
+    __slots__ = ("key", "meta", "sealed", "deleted", "active", "groups", "pinned", "framed")
+
+    def __init__(self, key: bytes, stream: Stream, pinned: bool = True, lazy: bool = False) -> None:
         self.key = key
         self.meta = {
             "node_entries": stream.node_entries,
@@ -143,18 +160,47 @@ class StreamCapture:
             self.meta["x"] = stream._x.export()
         if stream._ingest:  # fast batches and message ids (engine/ingest.py)
             self.meta["ingest"] = stream._ingest.export()
-        self.sealed, self.deleted, self.active = stream.capture_nodes()
+        self.framed = 0  # sealed nodes framed so far (a lazy capture's bitmaps are read from there on)
+        nodes: list = stream.node_list()
+        self.sealed: list  # the nodes (pinned), or their capture parts
+        if lazy and pinned and len(nodes) > _LAZY_NODES:
+            # Stream.capture_nodes without its walk of the bitmaps: O(nodes) in C.
+            active = stream._active
+            self.sealed = nodes[:-1] if active is not None and nodes[-1] is active else nodes[:]
+            self.deleted: dict[int, bytes] | None = None
+            self.active = None if active is None else (
+                None if active.deleted is None else bytes(active.deleted), active.capture_parts())
+        else:
+            self.sealed, self.deleted, self.active = stream.capture_nodes()
         self.pinned = pinned
         if not pinned:  # nothing keeps dropped nodes whole: take their parts now, O(nodes)
             self.sealed = [node.capture_parts() for node in self.sealed]
         self.groups = [group.export_state() for group in stream.groups.values()]
 
+    def settle(self) -> None:
+        """The stream is about to change: copy the deleted bitmaps of the
+        sealed nodes not framed yet (a lazy capture; nothing to do otherwise).
+        O(nodes left) in C, plus O(nodes with a bitmap)."""
+        if self.deleted is None:
+            start = self.framed
+            bitmaps = list(map(_deleted_of, self.sealed[start:]))
+            self.deleted = {} if bitmaps.count(None) == len(bitmaps) else {
+                i: bytes(bits) for i, bits in enumerate(bitmaps, start) if bits is not None}
+
     def node_parts(self) -> Iterator[tuple[bytes | None, tuple]]:
-        """(deleted bitmap or None, capture parts) of every node, oldest first
-        (run by the writer thread)."""
-        deleted, pinned = self.deleted, self.pinned
+        """(deleted bitmap or None, capture parts) of every node, oldest first,
+        for a lazy capture read when asked for (see ``settle``)."""
+        pinned = self.pinned
         for i, node in enumerate(self.sealed):
-            yield deleted.get(i), node.capture_parts() if pinned else node
+            deleted = self.deleted
+            if deleted is None:
+                bits = node.deleted
+                bitmap = None if bits is None else bytes(bits)
+            else:
+                bitmap = deleted.get(i)
+            self.framed = i + 1
+            yield bitmap, node.capture_parts() if pinned else node
+        self.deleted = self.deleted or {}  # settled: nothing left to copy
         if self.active is not None:
             yield self.active
 
@@ -209,24 +255,48 @@ def records(captured: Iterable[StreamCapture]) -> Iterator[bytes]:
         yield piece if isinstance(piece, bytes) else frame(piece[0] + piece[1])
 
 
+def file_header(created_ms: int | None = None) -> bytes:
+    """A snapshot file's header (``created_ms``: now when None)."""
+    if created_ms is None:
+        created_ms = int(time.time() * 1000)
+    return FILE_HEADER.pack(FILE_MAGIC, VERSION, 0, created_ms)
+
+
 class Framer:
-    """Frames captured streams on the event loop a slice at a time and hands
-    the writer thread ready pieces: framed records joined into chunks of about
-    ``chunk`` bytes, large node bodies on their own (by reference).
+    """Frames captured streams on the event loop a slice at a time into the
+    whole file's bytes, ready to write: the writer thread (``write_chunks``)
+    runs no Python between its writes, so it needs the GIL only a few times
+    per chunk (a writer that checksummed or framed pieces held it in the
+    loop's way: bench/RESULTS-capture.md).
 
-    ``add`` queues a capture (``IncrementalCapture``'s ``emit``); ``run``
-    frames until a deadline; ``finish`` adds the end record.  ``sent`` counts
-    the bytes handed to ``out`` (a writer compares it with what it wrote)."""
+    ``out`` receives chunks of about ``chunk`` bytes: memoryviews of buffers
+    of ``chunk`` bytes (the framer does not touch one again unless it is
+    handed back by ``recycle``, once written: the pages of a buffer reused
+    are already mapped, a fresh one faults on each of them), or a record
+    bigger than a chunk as ``bytes``.  They hold the file header, the records
+    (node bodies copied in: a memcpy; no checksum left for the writer), and
+    from ``finish`` the end record, the aux record (``aux``, see ``write``)
+    and the footer with the checksum of every byte before it, computed here
+    as the records are framed.  ``add`` queues a capture
+    (``IncrementalCapture``'s ``emit``); ``run`` frames until a deadline, one
+    record at a time; ``sent`` counts the bytes handed to ``out`` (a writer
+    compares it with what it wrote).  The file is byte for byte what
+    ``write`` writes (given the same ``created_ms``)."""
 
-    def __init__(self, out: Callable[[Piece], None], chunk: int = 256 << 10) -> None:
+    def __init__(self, out: Callable[[memoryview | bytes], None], chunk: int = 1 << 20,
+                 aux: dict | None = None, created_ms: int | None = None) -> None:
         self.out = out
         self.chunk = chunk
+        self.aux = aux
+        self.free: deque[bytearray] = deque()  # written buffers (appended by the writer thread)
+        self.view = memoryview(bytearray(chunk))
+        self.pos = 0
+        self.crc = 0
         self.items: deque[StreamCapture] = deque()
-        self.current: Iterator[Piece] | None = None
-        self.buffer: list[bytes] = []
-        self.buffered = 0
+        self.current: Iterator[None] | None = None
         self.count = 0  # streams added
         self.sent = 0
+        self._add(file_header(created_ms))
 
     def add(self, item: StreamCapture) -> None:
         self.items.append(item)
@@ -235,43 +305,95 @@ class Framer:
     def idle(self) -> bool:
         return self.current is None and not self.items
 
+    def recycle(self, piece: memoryview | bytes) -> None:
+        """``piece`` (from ``out``) is written: its buffer may be reused (any thread)."""
+        if type(piece) is memoryview:
+            self.free.append(piece.obj)  # type: ignore[arg-type]
+
     def run(self, deadline_ns: int) -> bool:
         """Frame until ``time.perf_counter_ns()`` passes ``deadline_ns``
         (checked after each record); True once every capture added is framed."""
         clock = time.perf_counter_ns
-        buffer = self.buffer
         while True:
             current = self.current
             if current is None:
                 if not self.items:
                     return True
-                current = self.current = pieces(self.items.popleft())
-            for piece in current:
-                if isinstance(piece, bytes):
-                    buffer.append(piece)
-                    self.buffered += len(piece)
-                    if self.buffered >= self.chunk:
-                        self.flush()
-                else:
-                    self.flush()
-                    self.sent += len(piece[0]) + len(piece[1])
-                    self.out(piece)
+                current = self.current = self._frame(self.items.popleft())
+            for _ in current:
                 if clock() > deadline_ns:
                     return False
             self.current = None
 
+    def _put(self, data: bytes) -> None:
+        """Copy ``data`` into the current buffer (checksummed by the caller)."""
+        pos = self.pos
+        end = pos + len(data)
+        if end > self.chunk:
+            self.flush()
+            if len(data) > self.chunk:  # bigger than a buffer: by itself
+                self.sent += len(data)
+                self.out(data)
+                return
+            pos, end = 0, len(data)
+        self.view[pos:end] = data
+        self.pos = end
+
+    def _add(self, record: bytes) -> None:
+        self.crc = zlib.crc32(record, self.crc)
+        self._put(record)
+
+    def _frame(self, item: StreamCapture) -> Iterator[None]:
+        """Frame ``item``'s records into the buffer, yielding after each one
+        (the same bytes as ``pieces``)."""
+        crc32 = zlib.crc32
+        prefix = _NODE_PREFIX.pack
+        parts_of = Node.parts_of
+        pack = HEADER.pack
+        put = self._put
+        record = frame(KIND_STREAM + _packb([item.key, item.meta]))
+        self.crc = crc32(record, self.crc)
+        put(record)
+        yield
+        for deleted, parts in item.node_parts():
+            header, body = parts_of(parts)
+            bitmap = deleted or b""
+            head = b"".join((KIND_NODE, prefix(len(bitmap)), bitmap, header))
+            if len(body) < _BIG_BODY:  # (an active node's, usually) one piece: fewer calls
+                record = frame(head + body)
+                self.crc = crc32(record, self.crc)
+                put(record)
+            else:  # no concatenation: the body is copied once, into the buffer
+                length = len(head) + len(body)
+                record = pack(MAGIC, length, crc32(body, crc32(head)), length ^ 0xFFFFFFFF)
+                self.crc = crc32(body, crc32(head, crc32(record, self.crc)))
+                put(record)
+                put(head)
+                put(body)
+            yield
+        for group in item.groups:
+            record = frame(KIND_GROUP + _packb([item.key, group]))
+            self.crc = crc32(record, self.crc)
+            put(record)
+            yield
+
     def flush(self) -> None:
-        if self.buffer:
-            data = b"".join(self.buffer)
-            self.buffer.clear()
-            self.buffered = 0
-            self.sent += len(data)
-            self.out(data)
+        """Hand the current buffer's bytes over, and take another buffer."""
+        if self.pos:
+            view, n = self.view, self.pos
+            self.view = memoryview(self.free.popleft() if self.free else bytearray(self.chunk))
+            self.pos = 0
+            self.sent += n
+            self.out(view[:n])
 
     def finish(self) -> None:
-        """Every capture is framed: the end record, and the last chunk."""
+        """Every capture is framed: the end record, the aux record, the footer,
+        and the last chunk."""
         assert self.idle()
-        self.buffer.append(end_record(self.count))
+        self._add(end_record(self.count))
+        if self.aux:
+            self._add(frame(KIND_AUX + _packb(self.aux)))
+        self._put(FOOTER.pack(FOOTER_MAGIC, self.crc))
         self.flush()
 
 
@@ -285,9 +407,17 @@ class IncrementalCapture:
         step()  captures keys in SCAN order for about ``budget_ns`` (call it
                 again until it returns True); each goes to ``emit``
         before_change(key)   called before anything changes a key: a key the
-                walk has not reached yet is captured first, as it still is
+                walk has not reached yet is captured first, as it still is; a
+                big key's lazy capture still being framed is settled
         before_flush()       FLUSHALL: the keys not captured yet are kept aside
                 (a dict copy, O(keys) in C) and the walk goes on over them
+        owes()  a lazy capture is still being framed: keep handing keys over
+                after the walk is done, until it returns False
+
+    A stream of more than ``_LAZY_NODES`` sealed nodes is captured lazily
+    (``StreamCapture``, in O(nodes) C-level work: its node list): its deleted
+    bitmaps, which change in place, are read as the Framer frames each node,
+    and ``before_change`` copies those not read yet before the stream changes.
 
     A key created after the start has an id >= ``limit`` and is left out; a key
     deleted after the start was captured by ``before_change`` first; a key
@@ -303,6 +433,9 @@ class IncrementalCapture:
         self.chunks = list(keyspace._chunks)
         self.limit = keyspace._next_id
         self.early: set[bytes] = set()
+        # Lazy captures (big streams, see StreamCapture) whose nodes are not all
+        # framed yet: settled by before_change, before their key changes.
+        self.owing: dict[bytes, StreamCapture] = {}
         self.count = 0
         self._chunk = 0  # walk position: chunk index, and the next slot in it
         self._slot = _SCAN_HEAD
@@ -318,8 +451,19 @@ class IncrementalCapture:
         return self.chunks[self._chunk][0] * _SCAN_CHUNK + self._slot - _SCAN_HEAD + 1
 
     def _take(self, key: bytes, stream: Stream) -> None:
-        self.emit(StreamCapture(key, stream))
+        item = StreamCapture(key, stream, lazy=True)
+        if item.deleted is None:
+            self.owing[key] = item
+        self.emit(item)
         self.count += 1
+
+    def owes(self) -> bool:
+        """Is a lazy capture still reading its stream's nodes (so that its key
+        must be handed over before it changes, ``before_change``)?"""
+        owing = self.owing
+        for key in [key for key, item in owing.items() if item.deleted is not None]:
+            del owing[key]  # framed: settled
+        return bool(owing)
 
     def step(self, budget_ns: int = 1_000_000) -> bool:
         """Capture keys for about ``budget_ns``; True once every key is captured."""
@@ -343,7 +487,7 @@ class IncrementalCapture:
                 if stream is not None:
                     self._take(key, stream)
                 taken += 1
-                if not taken & 31 and time.perf_counter_ns() > deadline:
+                if not taken & 3 and time.perf_counter_ns() > deadline:
                     self._slot = slot
                     return False
             else:
@@ -355,7 +499,13 @@ class IncrementalCapture:
         return True
 
     def before_change(self, key: bytes) -> None:
-        """``key`` is about to change: capture it first if the walk still owes it. O(SCAN_CHUNK)."""
+        """``key`` is about to change: capture it first if the walk still owes it,
+        settle its lazy capture if its nodes are still being framed.  O(SCAN_CHUNK)
+        (O(nodes not framed yet) in C when settling)."""
+        if self.owing:
+            item = self.owing.pop(key, None)
+            if item is not None:
+                item.settle()
         if self.done or key in self.early:
             return
         stream = self.keyspace.streams.get(key)
@@ -370,6 +520,9 @@ class IncrementalCapture:
 
     def before_flush(self) -> None:
         """Every key is about to go: the walk goes on over a copy of the map."""
+        for item in self.owing.values():
+            item.settle()
+        self.owing.clear()
         if not self.done and self.source is self.keyspace.streams:
             self.source = dict(self.source)
 
@@ -412,7 +565,7 @@ def remove_temp_files(directory: str, ops: FileOps | None = None) -> list[str]:
 
 
 def write(captured: Iterable[StreamCapture], path: str, ops: FileOps | None = None,
-          aux: dict | None = None) -> int:
+          aux: dict | None = None, created_ms: int | None = None) -> int:
     """Write a snapshot to ``path`` atomically; returns its size. Safe in a worker thread.
 
     ``aux``: fields written after the end record (``KIND_AUX``), read back by
@@ -421,68 +574,79 @@ def write(captured: Iterable[StreamCapture], path: str, ops: FileOps | None = No
     Written to a temp file (removed on any failure), fsynced, renamed over
     ``path``, the directory fsynced.  Every step goes through ``ops`` (the
     fault-injection seam, see persistence.fileops)."""
-    return write_pieces(body_pieces(captured), path, ops, aux)
+    return write_pieces(body_pieces(captured), path, ops, aux, created_ms=created_ms)
 
 
 def write_pieces(body: Iterable[Piece], path: str, ops: FileOps | None = None,
-                 aux: dict | None = None, written: Callable[[int], None] | None = None) -> int:
-    """``write`` of a body already framed (``body_pieces``, or a ``Framer``'s
-    output, which ends with the end record): header, pieces, aux, footer.
-    Little Python per byte: the checksums (zlib releases the GIL on large
-    buffers), joins of ~1 MiB, writes and fsyncs.  ``written(n)`` is told
-    the bytes of pieces written so far, after each write."""
+                 aux: dict | None = None, written: Callable[[int], None] | None = None,
+                 created_ms: int | None = None) -> int:
+    """``write`` of a body already framed (``body_pieces``, which ends with
+    the end record): header, pieces, aux, footer, checksummed and joined
+    into chunks of about 1 MiB here.  ``written(n)`` is told the bytes
+    written so far, after each write."""
+    return write_chunks(_checksummed(body, aux, created_ms), path, ops, written)
+
+
+def _checksummed(body: Iterable[Piece], aux: dict | None, created_ms: int | None) -> Iterator[bytes]:
+    """The file's bytes for ``write_pieces``, in chunks of about ``_WRITE_CHUNK``."""
+    header = file_header(created_ms)
+    tail = (frame(KIND_AUX + _packb(aux)),) if aux else ()
+    crc32 = zlib.crc32
+    crc = 0
+    pending: list[bytes] = []
+    pending_size = 0
+    for chunk in chain((header,), body, tail):  # lazily: frames are written as made
+        if not isinstance(chunk, bytes):  # (head, body): frame it here, no copy of body
+            head, blob = chunk
+            length = len(head) + len(blob)
+            record = HEADER.pack(MAGIC, length, crc32(blob, crc32(head)), length ^ 0xFFFFFFFF) + head
+            crc = crc32(blob, crc32(record, crc))
+            pending += (record, blob)
+            pending_size += len(record) + len(blob)
+        else:
+            crc = crc32(chunk, crc)
+            pending.append(chunk)
+            pending_size += len(chunk)
+        if pending_size >= _WRITE_CHUNK:
+            yield b"".join(pending)
+            pending.clear()
+            pending_size = 0
+    pending.append(FOOTER.pack(FOOTER_MAGIC, crc))
+    yield b"".join(pending)
+
+
+def write_chunks(chunks: Iterable[bytes | bytearray | memoryview], path: str, ops: FileOps | None = None,
+                 written: Callable[[int], None] | None = None) -> int:
+    """Write a whole snapshot file given as chunks (a ``Framer``'s output:
+    header to footer, checksummed) to ``path`` atomically; returns its size.
+    No Python per byte: each chunk is written as it comes (``os.write``
+    releases the GIL), ``written(n)`` told the bytes written so far after
+    each one.  Written to a temp file (removed on any failure), fsynced every
+    ``_SYNC_EVERY`` bytes and at the end, renamed over ``path``, the
+    directory fsynced; every step goes through ``ops`` (the fault-injection
+    seam, see persistence.fileops)."""
     ops = ops or FileOps()
     directory = os.path.dirname(os.path.abspath(path))
     temp = os.path.join(directory, f"{_TEMP_PREFIX}{os.getpid()}-{time.monotonic_ns()}{_TEMP_SUFFIX}")
-    crc = 0
     size = 0
     try:
         fd = ops.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, step="snapshot-open")
         try:
-            pending: list[bytes] = []
-            pending_size = 0
             unsynced = 0
-
-            def flush() -> None:
-                view = memoryview(b"".join(pending))
+            for chunk in chunks:  # lazily: chunks are written as made
+                view = memoryview(chunk)
                 while view:
                     view = view[ops.write(fd, view, step="snapshot-write"):]
-                pending.clear()
-
-            header = FILE_HEADER.pack(FILE_MAGIC, VERSION, 0, int(time.time() * 1000))
-            tail = (frame(KIND_AUX + _packb(aux)),) if aux else ()
-            crc32 = zlib.crc32
-            for chunk in chain((header,), body, tail):  # lazily: frames are written as made
-                if not isinstance(chunk, bytes):  # (head, body): frame it here, no copy of body
-                    head, blob = chunk
-                    length = len(head) + len(blob)
-                    record = HEADER.pack(MAGIC, length, crc32(blob, crc32(head)), length ^ 0xFFFFFFFF) + head
-                    crc = crc32(blob, crc32(record, crc))
-                    pending += (record, blob)
-                    size += len(record) + len(blob)
-                    pending_size += len(record) + len(blob)
-                else:
-                    crc = crc32(chunk, crc)
-                    size += len(chunk)
-                    pending.append(chunk)
-                    pending_size += len(chunk)
-                if pending_size >= _WRITE_CHUNK:
-                    flush()
-                    if written is not None:
-                        written(size)
-                    unsynced += pending_size
-                    pending_size = 0
-                    if unsynced >= _SYNC_EVERY:
-                        # As Redis's rdb-save-incremental-fsync: the final fsync then
-                        # has little left to flush (one burst of a whole file's
-                        # writeback slows the machine, the server's loop included).
-                        ops.fsync(fd, step="snapshot-fsync")
-                        unsynced = 0
-            pending.append(FOOTER.pack(FOOTER_MAGIC, crc))
-            size += FOOTER.size
-            flush()
-            if written is not None:
-                written(size)
+                size += len(chunk)
+                unsynced += len(chunk)
+                if written is not None:
+                    written(size)
+                if unsynced >= _SYNC_EVERY:
+                    # As Redis's rdb-save-incremental-fsync: the final fsync then
+                    # has little left to flush (one burst of a whole file's
+                    # writeback slows the machine, the server's loop included).
+                    ops.fsync(fd, step="snapshot-fsync")
+                    unsynced = 0
             ops.fsync(fd, step="snapshot-fsync")
         finally:
             ops.close(fd)
@@ -828,4 +992,4 @@ def _packb(value) -> bytes:
     return msgpack.packb(value, use_bin_type=True)
 
 
-__all__ = ["capture", "write", "write_pieces", "Framer", "load", "load_file", "verify", "records", "read_file"]
+__all__ = ["capture", "write", "write_pieces", "write_chunks", "Framer", "load", "load_file", "verify", "records", "read_file"]

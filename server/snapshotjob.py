@@ -3,21 +3,24 @@
     event loop                                     worker thread
     ----------                                     -------------
     SnapshotJob.start()  -- picture's moment --
-    step(), about 1 ms each:                       snapshot.write_pieces(queue):
-      capture keys (copy-on-write per key)           checksums, writes, fsyncs
+    step(), about 1 ms each:                       snapshot.write_chunks(queue):
+      capture keys (copy-on-write per key)           writes, fsyncs
       frame them (snapshot.Framer) --chunks-->         (calls that release the GIL)
     (call_soon) step() ...                           rename
     commands: capture.before_change(key)           returns the size
-    last step: end record          --None--->      done callback (on the loop): release
+    last step: end, aux, footer    --None--->      done callback (on the loop): release
 
 The loop captures a slice at a time (persistence.snapshot.IncrementalCapture:
 copy-on-write per key, the dispatcher and group reads hand over the keys they
-are about to change) and frames what it captured in the same slices; the
-writer thread only checksums and writes the chunks.  All the Python work is on
-the loop: a writer thread framing records in Python held the GIL in the loop's
-way, and the loop waited for it in the middle of its own slices (tens of ms on
-a loaded machine: bench/RESULTS-capture.md).  When the writer falls behind by
-``MAX_QUEUED`` bytes the walk pauses (the keys it has not reached are still
+are about to change; a big key's nodes are read as they are framed, a slice at
+a time too) and frames what it captured in the same slices into the file's
+bytes, checksums included, in chunks of 1 MiB; the writer thread only writes
+them and fsyncs, so it needs the GIL a few times per MiB, for microseconds.
+All the Python work is on the loop: a writer thread framing records, or
+checksumming small pieces, in Python held the GIL in the loop's way, and the
+loop waited for it in the middle of its own slices (bench/RESULTS-capture.md).
+When the writer falls behind by ``MAX_QUEUED`` bytes the walk pauses for 1 ms
+(the loop idles: the writer runs; the keys the walk has not reached are still
 captured before they change).  Until the writer is done the garbage collector
 is off (the capture makes a few objects per key, freed by reference counting
 once framed), and while a writer runs Python hands the GIL over every 0.5 ms
@@ -38,7 +41,7 @@ from tstream.persistence.framing import PersistenceError
 CAPTURE_SLICE_NS = 1_000_000  # loop time the capture and framing take per turn
 WALK_SHARE = 3  # the walk takes at most 1/WALK_SHARE of what is left of a slice (framing the rest)
 WRITER_SWITCH_INTERVAL = 0.0005  # sys.setswitchinterval while a writer thread runs
-MAX_QUEUED = 64 << 20  # framed bytes the writer may be behind before the walk waits for it
+MAX_QUEUED = 16 << 20  # framed bytes the writer may be behind before the walk waits for it
 _FAILED = object()  # put on the queue when the walk failed: the writer gives up
 
 
@@ -55,12 +58,13 @@ class SnapshotJob:
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         # (the replication id and offset of the picture: its moment is now)
         self.aux = server.replication.snapshot_aux()
-        self.framer = snapshot.Framer(self.queue.put)
+        self.framer = snapshot.Framer(self.queue.put, aux=self.aux)
         self.capture = snapshot.IncrementalCapture(server.keyspace, self.framer.add)
         self.gc_was_enabled = gc.isenabled()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.ended = False  # the writer took the end of the queue
         self.written = 0  # bytes the writer has written (set by the writer thread)
+        self.pauses = 0  # times the walk waited for the writer
 
     def start(self) -> asyncio.Future:
         """Start capturing and writing; the future gives the file's size."""
@@ -75,7 +79,7 @@ class SnapshotJob:
             sys.setswitchinterval(WRITER_SWITCH_INTERVAL)
         future = self.loop.run_in_executor(None, self._write)
         future.add_done_callback(self._written)
-        self._step()
+        self.loop.call_soon(self._step)  # (a step that fails fails the future, not the caller)
         return future
 
     # --- the loop's side ------------------------------------------------------------
@@ -91,8 +95,9 @@ class SnapshotJob:
         waiting = False
         try:
             while framer.run(deadline):
-                if capture.done:
+                if capture.done:  # (every capture framed: no lazy one owes its bitmaps)
                     framer.finish()
+                    self._walk_done()
                     self.queue.put(None)
                     return
                 now = clock()
@@ -101,13 +106,13 @@ class SnapshotJob:
                 if framer.sent - self.written > MAX_QUEUED:
                     waiting = True  # the writer is behind: let it catch up
                     break
-                if capture.step((deadline - now) // WALK_SHARE):
-                    self._walk_done()
+                capture.step((deadline - now) // WALK_SHARE)
         except BaseException:
             self._walk_done()
             self.queue.put(_FAILED)  # the writer removes its temp file
             raise
         if waiting:
+            self.pauses += 1
             self.loop.call_later(0.001, self._step)
         else:
             self.loop.call_soon(self._step)
@@ -130,11 +135,13 @@ class SnapshotJob:
     # --- the worker thread's side ---------------------------------------------------
 
     def _items(self):
+        recycle = self.framer.recycle
         while (item := self.queue.get()) is not None:
             if item is _FAILED:
                 self.ended = True
                 raise PersistenceError("the snapshot's capture failed (see the log)", self.path)
             yield item
+            recycle(item)  # written (write_chunks asks for the next one after): reuse its buffer
         self.ended = True
 
     def _wrote(self, size: int) -> None:
@@ -142,8 +149,7 @@ class SnapshotJob:
 
     def _write(self) -> int:
         try:
-            return snapshot.write_pieces(self._items(), self.path, self.file_ops, aux=self.aux,
-                                         written=self._wrote)
+            return snapshot.write_chunks(self._items(), self.path, self.file_ops, written=self._wrote)
         except BaseException:
             if not self.ended:  # the walk goes on: stop it, and wait for its end
                 self.capture.abandoned = True

@@ -9,6 +9,7 @@ acks, config changes, DEL, FLUSHALL, keys created and re-created.
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -97,7 +98,7 @@ def test_an_incremental_capture_is_the_keyspace_at_its_start(tmp_path, seed):
     taken: list = []
     capture = snapshot.IncrementalCapture(keyspace, taken.append)
     serial = [0]
-    while not capture.step(budget_ns=0):  # the smallest slices: 32 keys each
+    while not capture.step(budget_ns=0):  # the smallest slices: 4 keys each
         for _ in range(rng.randrange(0, 12)):
             mutate(rng, keyspace, capture, serial)
     for _ in range(50):  # after the walk: changes no longer matter to it
@@ -134,35 +135,84 @@ def test_an_abandoned_walk_stops():
     assert keyspace.cache.pins == 0
 
 
-def test_a_framer_writes_the_records_write_writes(tmp_path):
-    """The Framer (BGSAVE's framing on the loop, a slice at a time, large node
-    bodies handed over by reference) gives the same file body as ``records``."""
+def test_a_framer_writes_the_file_write_writes(tmp_path):
+    """The Framer (BGSAVE's framing on the loop, a slice at a time, into the
+    whole file's bytes: header, records, end, aux, footer with the checksum)
+    gives byte for byte the file ``snapshot.write`` writes, and
+    ``write_chunks`` writes it as given."""
     rng = random.Random(7)
     keyspace = build(rng, 60)
-    big = keyspace.get_or_create(b"big", 1000)  # nodes whose bodies go by reference
-    for i in range(5000):
+    big = keyspace.get_or_create(b"big", 100)  # 80 sealed nodes: captured lazily
+    for i in range(8050):
         big.append(b"t%d" % (i % 3), rng.randbytes(40), 2_000 + i)
+    big.delete(big.first + 150)
     expected = state(keyspace.streams)
     out: list = []
-    framer = snapshot.Framer(out.append, chunk=4096)
+    framer = snapshot.Framer(out.append, chunk=4096, aux={"repl-id": "x"}, created_ms=1234)
     capture = snapshot.IncrementalCapture(keyspace, framer.add)
-    while not (framer.run(0) and capture.step(budget_ns=0)):  # one record, 32 keys a turn
+    while not (framer.run(0) and capture.step(budget_ns=0)):  # one record, 4 keys a turn
         pass
+    assert capture.done and capture.owes()  # the big key's nodes are still being framed
     while not framer.run(0):
         pass
+    assert not capture.owes()
     framer.finish()
-    assert any(type(piece) is tuple for piece in out)
-    assert framer.sent == sum(len(p) if type(p) is bytes else len(p[0]) + len(p[1]) for p in out)
-    framed = b"".join(p if type(p) is bytes else snapshot.frame(p[0] + p[1]) for p in out)
-    assert framed == b"".join(snapshot.records(snapshot.capture(keyspace)))
+    # buffers of 4096 bytes, and records bigger than that on their own (the big key's nodes)
+    assert {type(piece) for piece in out} == {memoryview, bytes} and len(out) > 10
+    assert framer.sent == sum(map(len, out))
+    framed = b"".join(out)
     path = str(tmp_path / "dump.tsr")
+    size = snapshot.write(snapshot.capture(keyspace), path, aux={"repl-id": "x"}, created_ms=1234)
+    with open(path, "rb") as handle:
+        assert framed == handle.read()
+    path = str(tmp_path / "chunks.tsr")
     sizes: list = []
-    size = snapshot.write_pieces(out, path, aux={"repl-id": "x"}, written=sizes.append)
+    assert snapshot.write_chunks(out, path, written=sizes.append) == size
     capture.release()
-    assert sizes and sizes[-1] <= size
+    assert sizes == list(itertools.accumulate(map(len, out)))
     fields: dict = {}
     assert state(snapshot.load_file(path, check=True, aux=fields)) == expected
     assert fields == {"repl-id": "x"}
+
+
+def test_a_lazy_capture_keeps_the_bitmaps_of_its_start(tmp_path):
+    """A big stream's capture reads its deleted bitmaps as its nodes are framed;
+    a change to the stream (deletions, evictions that drop nodes, appends)
+    settles it first: the file holds the stream as it was at its capture."""
+    keyspace = Keyspace()
+    big = keyspace.get_or_create(b"big", 10)
+    for i in range(2000):  # 200 nodes
+        big.append(b"t%d" % (i % 5), b"v%d" % i, 1_000 + i)
+    for offset in (5, 500, 1500):
+        big.delete(offset)
+    expected = state(keyspace.streams)
+    out: list = []
+
+    def written(piece) -> None:  # as the writer thread: write it, then hand its buffer back
+        out.append(bytes(piece))
+        framer.recycle(piece)
+
+    framer = snapshot.Framer(written, chunk=4096)
+    capture = snapshot.IncrementalCapture(keyspace, framer.add)
+    assert capture.step()
+    for _ in range(60):  # the S record and some nodes
+        framer.run(0)
+    assert capture.owes()
+    capture.before_change(b"big")
+    assert not capture.owes()
+    for offset in (10, 800, 1900):  # in nodes framed already and not yet
+        big.delete(offset)
+    big.evict_through(1200)
+    for i in range(30):
+        big.append(b"t", b"late%d" % i, 9_000 + i)
+    while not framer.run(0):
+        pass
+    framer.finish()
+    assert len(framer.free) == 1  # the buffers were reused
+    path = str(tmp_path / "dump.tsr")
+    snapshot.write_chunks(out, path)
+    capture.release()
+    assert state(snapshot.load_file(path, check=True)) == expected
 
 
 # --- through the server ------------------------------------------------------------------
