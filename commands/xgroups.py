@@ -16,6 +16,7 @@ from time import time_ns
 from tstream.engine import xgroups, xids
 from tstream.persistence.effects import ACK, XCDEL, XCONSUMER, XGDESTROY, XGROUP, XOWN
 from tstream.resp import NO_REPLY, NULL_ARRAY, OK, ErrorReply, KeyedReplies
+from tstream.resp.xentries import encode_stream_columns
 
 from .args import to_int
 from .errors import CommandError, SubcommandSyntax, SyntaxErr
@@ -215,14 +216,19 @@ class XReadGroupRequest:
             if after is not None:
                 found[key] = _history(stream, group, owner, after, self.count, now, key, records)
             else:
-                rows, texts = xgroups.deliver(stream, group, owner, self.count or stream.next_offset, now,
-                                              self.noack)
-                found[key] = entry_replies(stream, rows, texts=texts)
+                offsets, tags, datas, texts = xgroups.deliver_columns(
+                    stream, group, owner, self.count or stream.next_offset, now, self.noack)
+                sx = stream._x
+                if offsets and (sx is None or not sx.runs
+                                or xids.packed_flags(stream, offsets[0], offsets[-1] + 1) is None):
+                    found[key] = encode_stream_columns(texts, tags, datas)  # one field-value pair each
+                else:  # (none, or some entries hold several pairs)
+                    found[key] = entry_replies(stream, [list(row) for row in zip(offsets, tags, datas)],
+                                               texts=texts)
                 if logged:
                     records.append(_group_record(key, group))
-                    if rows and not self.noack:
-                        records.append(_owned_record(key, group, owner.name,
-                                                     [group.pending_get(row[0]) for row in rows]))
+                    if offsets and not self.noack:
+                        records.append(_owned_record(key, group, owner.name, map(group.pending_get, offsets)))
             server.writes.xgroup_changed(key, stream, records)
         if found:
             return found
