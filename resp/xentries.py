@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .encode import Raw
 
-__all__ = ["encode_stream_columns"]
+__all__ = ["encode_keyed", "encode_stream_columns"]
 
 
 def encode_stream_columns(ids: list, fields: list, values: list) -> Raw:
@@ -17,3 +17,10 @@ def encode_stream_columns(ids: list, fields: list, values: list) -> Raw:
     return Raw(b"*%d\r\n%s" % (len(ids), b"".join([
         b"*2\r\n$%d\r\n%s\r\n*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(i), i, len(f), f, len(v), v)
         for i, f, v in zip(ids, fields, values)])))
+
+
+def encode_keyed(protocol: int, key: bytes, reply: bytes) -> Raw:
+    """``encode(KeyedReplies({key: Raw(reply)}), protocol)``: one key's reply of
+    XREAD/XREADGROUP (RESP2 an array of one ``[key, reply]`` pair, RESP3 a map)."""
+    head = b"%%1\r\n$%d\r\n%s\r\n" if protocol == 3 else b"*1\r\n*2\r\n$%d\r\n%s\r\n"
+    return Raw(head % (len(key), key) + reply)
