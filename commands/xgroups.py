@@ -15,7 +15,8 @@ from time import time_ns
 
 from tstream.engine import xgroups, xids
 from tstream.persistence.effects import ACK, XCDEL, XCONSUMER, XGDESTROY, XGROUP, XOWN
-from tstream.resp import NO_REPLY, NULL_ARRAY, OK, ErrorReply, KeyedReplies
+from tstream.resp import NO_REPLY, NULL_ARRAY, OK, ErrorReply, KeyedReplies, Raw
+from tstream.resp.xentries import encode_keyed, encode_stream_columns
 
 from .args import to_int
 from .errors import CommandError, SubcommandSyntax, SyntaxErr
@@ -208,25 +209,39 @@ class XReadGroupRequest:
             if after is None and not (stream.length and xids.top_id(stream) > x.last_id
                                       and group.next < stream.next_offset):
                 continue
-            owner = x.consumers.get(self.consumer) or xgroups.consumer(group, self.consumer, now)
-            owner.seen_ms = now
-            logged = bool(server.writes.sinks)  # effect records are built only for the AOF
-            records = [[XCONSUMER, key, group.name, owner.name, now]] if logged else []
             if after is not None:
+                owner = x.consumers.get(self.consumer) or xgroups.consumer(group, self.consumer, now)
+                owner.seen_ms = now
+                records = [[XCONSUMER, key, group.name, owner.name, now]] if server.writes.sinks else []
                 found[key] = _history(stream, group, owner, after, self.count, now, key, records)
+                server.writes.xgroup_changed(key, stream, records)
             else:
-                rows, texts = xgroups.deliver(stream, group, owner, self.count or stream.next_offset, now,
-                                              self.noack)
-                found[key] = entry_replies(stream, rows, texts=texts)
-                if logged:
-                    records.append(_group_record(key, group))
-                    if rows and not self.noack:
-                        records.append(_owned_record(key, group, owner.name,
-                                                     [group.pending_get(row[0]) for row in rows]))
-            server.writes.xgroup_changed(key, stream, records)
+                found[key] = _deliver_new(server, key, stream, group, x, self.consumer, self.count, now, self.noack)
         if found:
             return found
         return None if blocking else NULL_ARRAY
+
+
+def _deliver_new(server, key: bytes, stream, group, x, consumer: bytes, count: int, now: int, noack: bool):
+    """XREADGROUP ``>`` on one key with new entries to hand out: the entries'
+    reply (the consumer made or seen now, the group moved, the change described)."""
+    owner = x.consumers.get(consumer) or xgroups.consumer(group, consumer, now)
+    owner.seen_ms = now
+    offsets, tags, datas, texts = xgroups.deliver_columns(stream, group, owner, count or stream.next_offset, now,
+                                                          noack)
+    sx = stream._x
+    if offsets and (sx is None or not sx.runs or xids.packed_flags(stream, offsets[0], offsets[-1] + 1) is None):
+        reply = encode_stream_columns(texts, tags, datas)  # one field-value pair each (the usual case)
+    else:  # (none, or some entries hold several pairs)
+        reply = entry_replies(stream, [list(row) for row in zip(offsets, tags, datas)], texts=texts)
+    if server.writes.sinks:  # effect records are built only for the AOF
+        records = [[XCONSUMER, key, group.name, owner.name, now], _group_record(key, group)]
+        if offsets and not noack:
+            records.append(_owned_record(key, group, owner.name, map(group.pending_get, offsets)))
+        server.writes.xgroup_changed(key, stream, records)
+    else:
+        server.writes.xgroup_changed(key, stream, [])
+    return reply
 
 
 def _history(stream, group, owner, after, count: int, now: int, key: bytes, records: list) -> list:
@@ -299,6 +314,9 @@ def xreadgroup(client, argv):
     New entries for the consumer (">": they become its pending entries unless
     NOACK), or its own pending entries after an id; BLOCK waits for new ones.
     O(M) for M entries returned (plus O(P) for a history read)."""
+    if (len(argv) == 9 and argv[8] == b">" and argv[6].lower() == b"streams" and argv[1].lower() == b"group"
+            and argv[4].lower() == b"count"):  # GROUP g c COUNT n STREAMS key >: a consumer's loop, served here
+        return _read_new(client, argv[7], argv[2], argv[3], max(to_int(argv[5]), 0))
     request = parse_xreadgroup(argv)
     server = client.server
     ids = []
@@ -318,6 +336,26 @@ def xreadgroup(client, argv):
         server.blocking.block(client, request)
         return NO_REPLY
     return reply
+
+
+def _read_new(client, key: bytes, group_name: bytes, consumer: bytes, count: int):
+    """``XREADGROUP GROUP group consumer COUNT count STREAMS key >`` (no BLOCK,
+    no NOACK): what ``XReadGroupRequest.perform`` replies, without the request
+    object, the per-key loop and the keyed reply's type dispatch."""
+    server = client.server
+    stream = server.streams.get(key)
+    group = stream.groups.get(group_name) if stream is not None else None
+    if group is None:
+        raise CommandError(no_group(key, group_name).message + " in XREADGROUP with GROUP option")
+    x = group.x or xgroups.state(stream, group)
+    if not (stream.length and group.next < stream.next_offset and xids.top_id(stream) > x.last_id):
+        return NULL_ARRAY
+    reply = _deliver_new(server, key, stream, group, x, consumer, count, _now_ms(), False)
+    if reply.__class__ is Raw:
+        return encode_keyed(client.protocol, key, reply)
+    found = KeyedReplies()
+    found[key] = reply
+    return found
 
 
 # --- XACK, XPENDING --------------------------------------------------------------------------------

@@ -25,8 +25,8 @@ from tstream.resp import (
     StreamEntries,
     encode,
     encode_error,
-    encode_stream_ids,
 )
+from tstream.resp.xentries import encode_stream_id_run
 
 from .args import to_int
 from .errors import CommandError, SyntaxErr, WrongArity
@@ -328,7 +328,7 @@ def xadd_run(client, argvs: list) -> bytes:
     offset = stream.append_columns(fields, values, time_ns())  # auto ids (engine/xids.note_append)
     server.writes.appended_columns(key, stream, first, offset, fields, values)
     ms, last_seq = stream._x.last
-    return encode_stream_ids(ms, last_seq - len(argvs) + 1, len(argvs))
+    return encode_stream_id_run(ms, last_seq - len(argvs) + 1, len(argvs))
 
 
 def _xadd_each(client, argvs: list):

@@ -186,3 +186,33 @@ def test_explicit_id_errors_are_redis_texts():
     xids.add(full, [b"f", b"v"], 0, xid=xids.MAX_ID)
     with pytest.raises(xids.IdError, match="exhausted the last possible ID"):
         xids.add(full, [b"f", b"v"], 0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_group_deliveries_spell_the_model_ids(seed):
+    """XREADGROUP's deliveries (``xgroups.deliver_columns``: ids derived from the
+    times of the entries read, a millisecond at a time, when they follow the last
+    delivery with no deleted entry nor stored id among them, else through
+    ``ids_between``) spell every entry's id as the model's, across stored ids,
+    XSETID, deletions, evictions and reads of one or many milliseconds."""
+    from tstream.engine import xgroups
+
+    rng = random.Random(2000 + seed)
+    stream = Stream(node_entries=rng.choice([1, 3, 7, 50]), node_max_bytes=rng.choice([0, 40]))
+    model = Model()
+    group = xgroups.create(stream, b"g", (0, 0))
+    owner = xgroups.consumer(group, b"c", 0)
+    last = 0
+    for i in range(800):
+        step(rng, stream, model)
+        if rng.random() < 0.5:
+            before = list(stream.read_held(max(group.next, stream.first), 1 << 30)[0])
+            offsets, tags, datas, texts = xgroups.deliver_columns(stream, group, owner, rng.randrange(1, 12), i,
+                                                                  rng.random() < 0.2)
+            assert texts == [b"%d-%d" % model.ids[o] for o in offsets]
+            assert [[o, t, bytes(d)] for o, t, d in zip(offsets, tags, datas)] == \
+                [[o, t, bytes(d)] for o, t, d in before[:len(offsets)]]
+            assert all(o > last for o in offsets)
+            last = offsets[-1] if offsets else last
+            group.purge(stream, i)
+            group._check(stream)

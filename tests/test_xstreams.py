@@ -234,3 +234,26 @@ def test_a_pipelined_run_of_xadd_answers_as_one_by_one(server):
     assert [e[0] for e in entries] == run + [mixed[0], mixed[2]]
     assert [e[1][b"f"] for e in entries] == [str(i).encode() for i in range(16)] + [b"a", b"c"]
     sock.close()
+
+
+def test_id_runs_encode_as_each_id_formatted():
+    """A pipelined XADD run's replies (resp.xentries.encode_stream_id_run: the
+    last two digits joined when the ids share the rest) are the bytes of
+    formatting every id, across widths, hundreds and the largest sequences;
+    and an XREADGROUP reply encoded from columns is that of its nested lists."""
+    from tstream.resp import KeyedReplies, StreamEntries, encode, encode_stream_ids
+    from tstream.resp.xentries import encode_keyed, encode_stream_columns, encode_stream_id_run
+
+    for ms in (0, 7, 1764222222222):
+        for first in [*range(0, 230), 999, 1000, 12345, (1 << 63) - 5, (1 << 64) - 20]:
+            for count in (1, 2, 9, 16, 64, 100, 101):
+                assert encode_stream_id_run(ms, first, count) == encode_stream_ids(ms, first, count)
+                assert encode_stream_ids(ms, first, count) == b"".join(
+                    b"$%d\r\n%d-%d\r\n" % (len(b"%d-%d" % (ms, s)), ms, s) for s in range(first, first + count))
+    ids, fields, values = [b"1-0", b"1-1", b"22-10"], [b"f", b"field", b""], [b"v" * 100, b"", b"x"]
+    nested = StreamEntries([[i, [f, v]] for i, f, v in zip(ids, fields, values)])
+    for protocol in (2, 3):
+        assert encode_stream_columns(ids, fields, values) == encode(nested, protocol)
+        keyed = KeyedReplies()
+        keyed[b"k"] = nested
+        assert encode_keyed(protocol, b"k", encode_stream_columns(ids, fields, values)) == encode(keyed, protocol)

@@ -1,0 +1,58 @@
+"""Redis stream entries encoded from columns (XREADGROUP's reply of new
+entries): the same bytes as ``encode`` of the ``StreamEntries``
+``[[id, [field, value]], ...]`` under both protocols, without the nested lists."""
+
+from __future__ import annotations
+
+from .encode import Raw, encode_stream_ids
+
+__all__ = ["encode_keyed", "encode_stream_columns", "encode_stream_id_run"]
+
+
+def encode_stream_columns(ids: list, fields: list, values: list) -> Raw:
+    """``encode(StreamEntries([[ids[k], [fields[k], values[k]]] ...]), protocol)``
+    (any protocol: no entry is null), as Raw: one format per entry, no nested
+    lists (one format of the whole reply measured slower: 6.2 against 4.7 us
+    for ten entries of 100 bytes)."""
+    return Raw(b"*%d\r\n%s" % (len(ids), b"".join([
+        b"*2\r\n$%d\r\n%s\r\n*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(i), i, len(f), f, len(v), v)
+        for i, f, v in zip(ids, fields, values)])))
+
+
+def encode_keyed(protocol: int, key: bytes, reply: bytes) -> Raw:
+    """``encode(KeyedReplies({key: Raw(reply)}), protocol)``: one key's reply of
+    XREAD/XREADGROUP (RESP2 an array of one ``[key, reply]`` pair, RESP3 a map)."""
+    head = b"%%1\r\n$%d\r\n%s\r\n" if protocol == 3 else b"*1\r\n*2\r\n$%d\r\n%s\r\n"
+    return Raw(head % (len(key), key) + reply)
+
+
+# "0".."99" and "00".."99": the last digits of the sequence numbers of a run of ids.
+_DIGITS = [b"%d" % n for n in range(100)]
+_TWO_DIGITS = [b"%02d" % n for n in range(100)]
+
+
+def encode_stream_id_run(ms: int, first_seq: int, count: int) -> bytes:
+    """``encode_stream_ids(ms, first_seq, count)`` (the replies of a pipelined run
+    of ``XADD key * field value``), cut where the sequence numbers change width
+    or hundred: within a piece the ids differ in their last one or two digits
+    only, so they are those digits joined by the common part, no integer
+    formatted per id."""
+    last = first_seq + count - 1
+    if count <= 0 or last >= 1 << 63:
+        return encode_stream_ids(ms, first_seq, count)
+    pieces = []
+    seq = first_seq
+    prefix = b"%d-" % ms
+    while seq <= last:
+        if seq < 100:  # "0".."9", then "10".."99": one width each
+            end = min(last, 9 if seq < 10 else 99)
+            head = prefix
+            digits = _DIGITS[seq:end + 1]
+        else:  # within one hundred: the common part, then two digits
+            end = min(last, seq - seq % 100 + 99)
+            head = b"%s%d" % (prefix, seq // 100)
+            digits = _TWO_DIGITS[seq % 100:end % 100 + 1]
+        lead = b"$%d\r\n%s" % (len(head) + len(digits[0]), head)
+        pieces.append(lead + (b"\r\n" + lead).join(digits) + b"\r\n")
+        seq = end + 1
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
