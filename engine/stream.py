@@ -402,18 +402,43 @@ class Stream(TagTable):
         node = self._active
         assert node is not None
         refs = self._ref_counts()
+        sealer = self._cache.sealer
+        if sealer is not None:
+            # A load's background sealer (persistence/sealer.py): this
+            # stream's earlier seals completed first (the level of this one
+            # follows them), then the compression goes to its thread and the
+            # node is completed later, in order (seal_done).  Not for a
+            # stream with limits: they read the sealed nodes.
+            sealer.settle(self)
+            cfg = self._config
+            if cfg is None or not (cfg.max_len or cfg.max_age_ms or cfg.max_msgs_per_subject):
+                job = node.seal_begin(self._fast_seal, short)
+                self._active = None
+                self._nodes[-1] = job[0]
+                if self._node_bytes < 0:  # the owed seal is done
+                    self._node_bytes = ~self._node_bytes
+                for tid in job[1]:
+                    refs[tid] += 1
+                sealer.submit(self, node, job)
+                return
+            sealer.settle_all()
         sealed, ids = node.seal(self._cache, self._fast_seal, short=short)
         self._active = None
         self._nodes[-1] = sealed
         if self._node_bytes < 0:  # the owed seal is done
             self._node_bytes = ~self._node_bytes
+        self.seal_done(sealed)
+        for tid in ids:
+            refs[tid] += 1
+
+    def seal_done(self, sealed: SealedNode) -> None:
+        """A node's seal is complete (now, or later when a background sealer
+        compressed it: see _seal_active). O(1)."""
         # Payloads that barely compress: seal the next node with the fast
         # level (the tables alone usually save ~10%, so "kept compressed" is
         # not the signal); a node that compresses well switches back.
         self._fast_seal = len(sealed.data) > 0.8 * sealed.raw_len
         self._sealed_mem += sealed.mem
-        for tid in ids:
-            refs[tid] += 1
 
     def _owe_seal(self) -> None:
         """Sealing the full active node failed (MemoryError) after its last
