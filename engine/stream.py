@@ -404,12 +404,12 @@ class Stream(TagTable):
         refs = self._ref_counts()
         sealer = self._cache.sealer
         if sealer is not None:
-            # A load's background sealer (persistence/sealer.py): this
-            # stream's earlier seals completed first (the level of this one
-            # follows them), then the compression goes to its thread and the
-            # node is completed later, in order (seal_done).  Not for a
-            # stream with limits: they read the sealed nodes.
-            sealer.settle(self)
+            # A load's background sealer (persistence/sealer.py): the
+            # compression goes to its thread and the node is completed later,
+            # in seal order (seal_done), with the level of the seals before
+            # it (this one's _fast_seal may not know them yet: the sealer
+            # compresses again where it guessed wrong).  Not for a stream
+            # with limits: they read the sealed nodes.
             cfg = self._config
             if cfg is None or not (cfg.max_len or cfg.max_age_ms or cfg.max_msgs_per_subject):
                 job = node.seal_begin(self._fast_seal, short)

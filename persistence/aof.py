@@ -39,7 +39,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import struct
 import threading
+import zlib
 from dataclasses import dataclass
 
 from tstream.engine import Keyspace
@@ -153,6 +155,22 @@ class LoadResult:
     truncated_at: tuple[str, int] | None  # (file, offset) of a torn tail that was cut
 
 
+_STORED_CRC = struct.Struct("<I").unpack_from  # a frame's crc, 6 bytes into its header (framing.HEADER)
+_CRC_PIECE = 5120  # zlib.crc32 lets the GIL go above this
+
+
+def _crc(payload) -> int:
+    """zlib.crc32 of a record's payload, in pieces that keep the GIL: the
+    load's sealer thread (persistence/sealer.py) would take it at every
+    record, and the loading thread wait for it to come back."""
+    if len(payload) <= _CRC_PIECE:
+        return zlib.crc32(payload)
+    crc = 0
+    for i in range(0, len(payload), _CRC_PIECE):
+        crc = zlib.crc32(payload[i:i + _CRC_PIECE], crc)
+    return crc
+
+
 def load(directory: str, truncate_torn_tail: bool = True, background_seal: bool = True) -> LoadResult:
     """Rebuild the keyspace from the manifest's files.
 
@@ -203,7 +221,10 @@ def _load_files(directory: str, entries: list[ManifestEntry], keyspace: Keyspace
         replay = effects.Replay(keyspace, before_other=None if sealer is None else sealer.settle_all)
         try:
             try:
-                for offset, payload in iter_frames(data, 0, path):
+                for offset, payload in iter_frames(data, 0, path, check_crc=False):
+                    if _crc(payload) != _STORED_CRC(data, offset + 6)[0]:
+                        replay.flush()
+                        raise CorruptFile("record checksum mismatch", path, offset)
                     try:
                         record = unpack(payload)
                     except ValueError as exc:

@@ -14,14 +14,20 @@ order of the decoded-block cache's entries).
 
 Until a node is completed nothing may read it: the replay settles (completes)
 every seal before any record but an append (``Replay``'s ``before_other``), a
-stream settles its own before its next seal (its level follows the last one),
-a stream with limits seals at once after settling all, and :meth:`close`
-settles all before the load returns.  A failure in the thread (MemoryError)
-is raised on the loading thread when it settles.
+stream with limits seals at once after settling all, and :meth:`close`
+settles all before the load returns.  A seal's level depends on the seals
+before it of its stream (``Stream._fast_seal``: a node that barely compressed
+makes the next one use the fast level), which may not be completed when it
+is made: it is compressed with the level its stream knows then, and again,
+on the loading thread, when its completion finds that the seals before it
+chose the other one (rare: the stream's payloads changed kind).  A failure in
+the thread (MemoryError) is raised on the loading thread when it settles.
 
 The thread takes every seal queued when it wakes and compresses them in one
 call (``multi_compress_to_buffer``), so that it takes the GIL back once per
-batch, not once per block.
+batch, not once per block; the loading thread checks the records' CRCs in
+pieces that keep the GIL (persistence/aof.py), so that it does not hand the
+GIL over on every record (and wait for it to come back).
 """
 
 from __future__ import annotations
@@ -45,12 +51,12 @@ class BackgroundSealer:
     def __init__(self, cache) -> None:
         self.cache = cache
         self._jobs: deque = deque()  # [stream, active node, job, frames] not completed, in seal order
-        self._pending: dict = {}  # stream -> its last job not completed
         self._queue: list = []  # jobs for the thread (under _lock)
         self._lock = threading.Condition()
         self._error: BaseException | None = None
         self._closing = False
         self._thread: threading.Thread | None = None
+        self.redone = 0  # seals compressed again at the other level (see _complete)
 
     def open(self) -> "BackgroundSealer":
         self.cache.sealer = self
@@ -62,7 +68,6 @@ class BackgroundSealer:
         ``stream``; completes the seals done meanwhile. O(1) amortised."""
         entry = [stream, active, job, None]
         self._jobs.append(entry)
-        self._pending[stream] = entry
         with self._lock:
             self._queue.append(entry)
             if self._thread is None:
@@ -70,13 +75,6 @@ class BackgroundSealer:
                 self._thread.start()
             self._lock.notify()
         self._complete_ready()
-
-    def settle(self, stream) -> None:
-        """Complete every seal up to ``stream``'s last one (waiting for the
-        thread if needed)."""
-        entry = self._pending.get(stream)
-        if entry is not None:
-            self._complete_through(entry)
 
     def settle_all(self) -> None:
         """Complete every seal queued."""
@@ -118,19 +116,29 @@ class BackgroundSealer:
             self._complete(jobs.popleft())
 
     def _complete(self, entry: list) -> None:
-        stream, active, job, frames = entry
+        stream, active, job, (out, first, n) = entry
         entry[1] = entry[2] = entry[3] = None
-        if self._pending.get(stream) is entry:
-            del self._pending[stream]
+        fast = stream._fast_seal  # the level the seals before it chose (all completed now)
+        if job[3] == fast:
+            frames = [out[k].tobytes() for k in range(first, first + n)]
+        else:  # guessed wrong (the stream's payloads changed kind): the right level, here
+            self.redone += 1
+            ctx = self.cache.compressor(fast)
+            frames = [ctx.compress(body) for body in job[2]]
         stream.seal_done(active.seal_end(job, frames, self.cache))
 
     # -- the thread -----------------------------------------------------------------
     def _run(self) -> None:
+        """Compress what is queued, as long as anything is; the GIL is held
+        for as little as can be between two compressions (each holding it
+        stalls the loading thread when it comes back from a call that let it
+        go): the frames are taken out of the buffer by the loading thread."""
         contexts = {False: zstandard.ZstdCompressor(level=COMPRESSION_LEVEL, write_content_size=True),
                     True: zstandard.ZstdCompressor(level=FAST_COMPRESSION_LEVEL, write_content_size=True)}
         lock = self._lock
         while True:
             with lock:
+                lock.notify_all()  # (the batch before is done)
                 while not self._queue and not self._closing:
                     lock.wait()
                 if not self._queue:
@@ -148,15 +156,12 @@ class BackgroundSealer:
                         continue
                     bodies: list[Any] = [body for _, many in items for body in many]
                     out = contexts[fast].multi_compress_to_buffer(bodies, threads=1)
-                    frames = [out[k].tobytes() for k in range(len(out))]
                     i = 0
                     for entry, many in items:
-                        entry[3] = frames[i:i + len(many)]
+                        entry[3] = (out, i, len(many))
                         i += len(many)
             except BaseException as exc:  # noqa: BLE001 (handed to the loading thread)
                 with lock:
                     self._error = exc
                     lock.notify_all()
                 return
-            with lock:
-                lock.notify_all()

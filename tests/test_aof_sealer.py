@@ -155,3 +155,41 @@ def test_a_failure_in_the_thread_is_raised_by_the_load(tmp_path, monkeypatch):
     monkeypatch.setattr(zstandard.ZstdCompressor, "multi_compress_to_buffer", broken, raising=False)
     with pytest.raises(MemoryError):
         aof.load(str(tmp_path))
+
+
+def test_a_seal_made_before_the_ones_before_it_completed_gets_their_level(monkeypatch):
+    """The thread held until the end: every seal is made before any completes
+    (the level each stream knows is the first one); nodes of random payloads
+    (kept raw: the next seals with the fast level) and of text alternate, so
+    that completions find wrong guesses and compress again."""
+    import threading
+    gate = threading.Event()
+    real_run = BackgroundSealer._run
+
+    def held(self):
+        gate.wait()
+        real_run(self)
+
+    monkeypatch.setattr(BackgroundSealer, "_run", held)
+    rng = random.Random(2)
+    log = [[effects.CREATE, b"k", 50]]
+    for node in range(12):
+        random_kind = node % 3 != 2
+        pairs = [x for i in range(50) for x in (b"t%d" % (i % 5), rng.randbytes(1000) if random_kind
+                                                 else (b"entry %08d: " % i + TEXT)[:100])]
+        log.append([effects.APPEND, b"k", 1 + 50 * node, T0 + node, *pairs])
+    sync = Keyspace()
+    for record in log:
+        effects.apply(sync, record)
+    background = Keyspace()
+    sealer = BackgroundSealer(background.cache).open()
+    replay = effects.Replay(background, before_other=sealer.settle_all)
+    for record in log:
+        replay.apply(record)
+    replay.flush()
+    assert len(sealer._jobs) == 12  # none completed yet
+    gate.set()
+    sealer.close()
+    assert sealer.redone >= 2 and background.cache.sealer is None
+    assert full_state(background) == full_state(sync)
+    assert {node.compressed for node in background.get(b"k").node_list()} == {True, False}
