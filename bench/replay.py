@@ -25,7 +25,10 @@ callgrind (a figure the machine's load does not move; see bench/instructions.py)
 
 Each shape runs ``--small`` and ``--large`` records in two processes under
 callgrind; the difference of the totals over the difference of the counts is
-the cost of one record (start-up, file writing and warm-up cancel out).
+the cost of one record (start-up and warm-up cancel out; for the ``aof*``
+shapes, making the records and writing the file, counted in two more
+processes that do not load it, are taken off: before 2026-11-27 they were
+counted too).
 
 The ``aof*`` shapes count the loading thread only (the load's critical path:
 since persistence/sealer.py an AOF load compresses the nodes it seals in a
@@ -133,8 +136,9 @@ def write_aof(directory: str, records: list, keys) -> None:
     aof.write_manifest(directory, [aof.ManifestEntry(aof.incr_name(1), 1, "i")])
 
 
-def workload(shape: str, count: int, chunk: int) -> None:
-    """Apply ``count`` records (entries for aof_batches) of ``shape``, in this process."""
+def workload(shape: str, count: int, chunk: int, load: bool = True) -> None:
+    """Apply ``count`` records (entries for aof_batches) of ``shape``, in this
+    process (``load`` False: an ``aof*`` shape's AOF written, not loaded)."""
     if shape in ("aof", "aof_batches", "aof_mixed"):
         from tstream.persistence import aof
         if shape == "aof":
@@ -146,8 +150,9 @@ def workload(shape: str, count: int, chunk: int) -> None:
         try:
             write_aof(directory, records, keys)
             del records
-            loaded = aof.load(directory)
-            assert loaded.keyspace.get(keys[0]).next_offset > 1
+            if load:
+                loaded = aof.load(directory)
+                assert loaded.keyspace.get(keys[0]).next_offset > 1
         finally:
             shutil.rmtree(directory)
         return
@@ -206,11 +211,13 @@ async def primary(hotpath, count: int, with_replica: bool) -> None:
         assert replica.written == replication.offset > 0
 
 
-def count_instructions(tree: str | None, shape: str, count: int, chunk: int) -> int:
+def count_instructions(tree: str | None, shape: str, count: int, chunk: int, load: bool = True) -> int:
     workload_shape, _, which = shape.partition("@")
     argv = [sys.executable, str(Path(__file__).resolve()), "--run", workload_shape, str(count), "--chunk", str(chunk)]
     if tree:
         argv += ["--tree", tree]
+    if not load:
+        argv.append("--no-load")
     if not shape.startswith("aof") or which == "all":
         return callgrind.total(argv, shape)
     return loading_thread_total(argv, shape)
@@ -235,9 +242,21 @@ def loading_thread_total(argv: list[str], label: str) -> int:
         shutil.rmtree(out)
 
 
+_UNLOADED: dict = {}  # (shape without @, count) -> instructions of making and writing its AOF
+
+
 def per_record(tree: str | None, shape: str, small: int, large: int, chunk: int) -> float:
-    return (count_instructions(tree, shape, large, chunk)
-            - count_instructions(tree, shape, small, chunk)) / (large - small)
+    """Instructions per record of ``shape``; for the ``aof*`` shapes, those
+    of making the records and writing the AOF (counted without the load, the
+    same code for every tree) taken off."""
+    cost = count_instructions(tree, shape, large, chunk) - count_instructions(tree, shape, small, chunk)
+    if shape.startswith("aof"):
+        base = shape.partition("@")[0]
+        for count, sign in ((large, 1), (small, -1)):
+            if (base, count) not in _UNLOADED:
+                _UNLOADED[base, count] = count_instructions(None, base, count, chunk, load=False)
+            cost -= sign * _UNLOADED[base, count]
+    return cost / (large - small)
 
 
 def main() -> None:
@@ -250,11 +269,12 @@ def main() -> None:
     ap.add_argument("--out", default="-", help="markdown file to write ('-': print only)")
     ap.add_argument("--run", nargs=2, metavar=("SHAPE", "COUNT"), help=argparse.SUPPRESS)
     ap.add_argument("--tree", help=argparse.SUPPRESS)
+    ap.add_argument("--no-load", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run:
         if args.tree:
             use_tree(args.tree)
-        workload(args.run[0], int(args.run[1]), args.chunk)
+        workload(args.run[0], int(args.run[1]), args.chunk, load=not args.no_load)
         return
     builds: dict[str, str | None] = {"this": None}
     if args.base_tree:

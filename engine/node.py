@@ -445,7 +445,7 @@ class ActiveNode(Node):
             # block's ends are rebased (minus its first payload offset) with
             # one big-int subtraction: every lane is >= the subtrahend, so no
             # borrow crosses lanes (3x faster than a per-entry loop).
-            el = ends.tolist()
+            el = ends  # (read at block starts only: no list of every end)
             esize = ends.itemsize
             mv = memoryview(buf)
             eb = memoryview(ends).cast("B")

@@ -593,7 +593,10 @@ class Stream(TagTable):
         forgotten). O(pairs)."""
         tids: list
         try:
-            if tags.count(tags[0]) == npairs:  # one tag for all (a pipelined run): one lookup
+            first = tags[0]
+            # one tag for all (a pipelined run): one lookup (the last one
+            # tested first: a batch of mixed tags skips counting them)
+            if tags[-1] == first and tags.count(first) == npairs:
                 tids = [self._tag_lookup(tags[0]) or self._intern(tags[0])] * npairs
             else:
                 try:
