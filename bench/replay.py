@@ -23,9 +23,21 @@ callgrind (a figure the machine's load does not move; see bench/instructions.py)
   about what ``SEND_DELAY`` batches at 20,000 writes/s): the cost of feeding
   a replica is the difference.
 
+- ``aof_mixed``: ``aof_batches`` with bench/persistence.py's data (tags drawn
+  from 1000, payloads half English-like text with a counter, half random
+  bytes: what zstd sees in that benchmark), per *entry*.
+
 Each shape runs ``--small`` and ``--large`` records in two processes under
 callgrind; the difference of the totals over the difference of the counts is
-the cost of one record (start-up, file writing and warm-up cancel out).
+the cost of one record (start-up and warm-up cancel out; for the ``aof*``
+shapes, making the records and writing the file, counted in two more
+processes that do not load it, are taken off: before 2026-11-27 they were
+counted too).
+
+The ``aof*`` shapes count the loading thread only (the load's critical path:
+since persistence/sealer.py an AOF load compresses the nodes it seals in a
+second thread, on a second core); ``SHAPE@all`` (``aof_mixed@all``) counts
+every thread (the load's whole CPU work).
 
     .venv/bin/python bench/replay.py [--base-tree DIR] [--shapes aof,replica,aof_batches]
 
@@ -40,6 +52,7 @@ import argparse
 import asyncio
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import types
@@ -48,7 +61,7 @@ from pathlib import Path
 import callgrind
 
 HERE = Path(__file__).resolve().parent
-SHAPES = ("aof", "replica", "aof_batches", "primary", "primary_replica")
+SHAPES = ("aof", "replica", "aof_batches", "aof_mixed", "aof_mixed@all", "primary", "primary_replica")
 T0 = 1_700_000_000_000_000_000
 PAYLOAD = bytes(range(100))
 
@@ -85,6 +98,39 @@ def batch_records(entries: int) -> tuple[list, int]:
     return records, done
 
 
+def mixed_records(entries: int) -> tuple[list, int]:
+    """:func:`batch_records` with bench/persistence.py's data (its EntryMaker's
+    mix, seeded)."""
+    import random
+
+    from tstream.persistence import effects
+    sentence = b"The quick brown fox jumps over the lazy dog while the log keeps on growing. "
+    tags = [b"tag%05d" % t for t in range(1000)]
+    rng = random.Random(12)
+    records = []
+    nexts = dict.fromkeys((b"bench:aof:%d" % i for i in range(4)), 1)
+    keys = list(nexts)
+    done = 0
+    chunk = 0
+    while done < entries:
+        key = keys[chunk % len(keys)]
+        drawn = rng.choices(tags, k=120)
+        kinds = rng.getrandbits(120)
+        noise = rng.randbytes(100 * 120)
+        pairs = []
+        for i in range(120):
+            if (kinds >> i) & 1:
+                pairs += [drawn[i], (b"entry %08d: " % (done + i) + sentence * 2)[:100]]
+            else:
+                pairs += [drawn[i], noise[i * 100:(i + 1) * 100]]
+        for part in (pairs[:200], pairs[200:]):
+            records.append([effects.APPEND, key, nexts[key], T0 + 1000 * chunk, *part])
+            nexts[key] += len(part) // 2
+        done += 120
+        chunk += 1
+    return records, done
+
+
 def write_aof(directory: str, records: list, keys) -> None:
     from tstream.persistence import aof, effects
     from tstream.persistence.framing import pack
@@ -94,21 +140,23 @@ def write_aof(directory: str, records: list, keys) -> None:
     aof.write_manifest(directory, [aof.ManifestEntry(aof.incr_name(1), 1, "i")])
 
 
-def workload(shape: str, count: int, chunk: int) -> None:
-    """Apply ``count`` records (entries for aof_batches) of ``shape``, in this process."""
-    if shape in ("aof", "aof_batches"):
+def workload(shape: str, count: int, chunk: int, load: bool = True) -> None:
+    """Apply ``count`` records (entries for aof_batches) of ``shape``, in this
+    process (``load`` False: an ``aof*`` shape's AOF written, not loaded)."""
+    if shape in ("aof", "aof_batches", "aof_mixed"):
         from tstream.persistence import aof
         if shape == "aof":
             records, keys = twrite_records(count), [b"bench"]
         else:
-            records, _ = batch_records(count)
+            records, _ = (batch_records if shape == "aof_batches" else mixed_records)(count)
             keys = sorted({record[1] for record in records})
         directory = tempfile.mkdtemp(prefix="bench-replay-")
         try:
             write_aof(directory, records, keys)
             del records
-            loaded = aof.load(directory)
-            assert loaded.keyspace.get(keys[0]).next_offset > 1
+            if load:
+                loaded = aof.load(directory)
+                assert loaded.keyspace.get(keys[0]).next_offset > 1
         finally:
             shutil.rmtree(directory)
         return
@@ -178,16 +226,52 @@ def event_loop():
     return uvloop.new_event_loop
 
 
-def count_instructions(tree: str | None, shape: str, count: int, chunk: int) -> int:
-    argv = [sys.executable, str(Path(__file__).resolve()), "--run", shape, str(count), "--chunk", str(chunk)]
+def count_instructions(tree: str | None, shape: str, count: int, chunk: int, load: bool = True) -> int:
+    workload_shape, _, which = shape.partition("@")
+    argv = [sys.executable, str(Path(__file__).resolve()), "--run", workload_shape, str(count), "--chunk", str(chunk)]
     if tree:
         argv += ["--tree", tree]
-    return callgrind.total(argv, shape)
+    if not load:
+        argv.append("--no-load")
+    if not shape.startswith("aof") or which == "all":
+        return callgrind.total(argv, shape)
+    return loading_thread_total(argv, shape)
+
+
+def loading_thread_total(argv: list[str], label: str) -> int:
+    """The instructions callgrind counts in the process's first thread (the
+    one that loads), as callgrind.total counts them for all threads."""
+    out = tempfile.mkdtemp(prefix="bench-replay-cg-")
+    try:
+        subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes",
+                        f"--callgrind-out-file={out}/cg", *argv],
+                       capture_output=True, text=True, check=True, cwd="/",
+                       env=dict(os.environ, PYTHONHASHSEED="0"))
+        main = os.path.join(out, "cg-01")
+        with open(main if os.path.exists(main) else os.path.join(out, "cg")) as handle:
+            for line in handle:
+                if line.startswith("summary:"):
+                    return int(line.split()[1])
+        raise SystemExit(f"no callgrind summary for {label}")
+    finally:
+        shutil.rmtree(out)
+
+
+_UNLOADED: dict = {}  # (shape without @, count) -> instructions of making and writing its AOF
 
 
 def per_record(tree: str | None, shape: str, small: int, large: int, chunk: int) -> float:
-    return (count_instructions(tree, shape, large, chunk)
-            - count_instructions(tree, shape, small, chunk)) / (large - small)
+    """Instructions per record of ``shape``; for the ``aof*`` shapes, those
+    of making the records and writing the AOF (counted without the load, the
+    same code for every tree) taken off."""
+    cost = count_instructions(tree, shape, large, chunk) - count_instructions(tree, shape, small, chunk)
+    if shape.startswith("aof"):
+        base = shape.partition("@")[0]
+        for count, sign in ((large, 1), (small, -1)):
+            if (base, count) not in _UNLOADED:
+                _UNLOADED[base, count] = count_instructions(None, base, count, chunk, load=False)
+            cost -= sign * _UNLOADED[base, count]
+    return cost / (large - small)
 
 
 def main() -> None:
@@ -200,17 +284,18 @@ def main() -> None:
     ap.add_argument("--out", default="-", help="markdown file to write ('-': print only)")
     ap.add_argument("--run", nargs=2, metavar=("SHAPE", "COUNT"), help=argparse.SUPPRESS)
     ap.add_argument("--tree", help=argparse.SUPPRESS)
+    ap.add_argument("--no-load", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run:
         if args.tree:
             use_tree(args.tree)
-        workload(args.run[0], int(args.run[1]), args.chunk)
+        workload(args.run[0], int(args.run[1]), args.chunk, load=not args.no_load)
         return
     builds: dict[str, str | None] = {"this": None}
     if args.base_tree:
         builds = {"base": os.path.abspath(args.base_tree), "this": None}
-    unit = {"aof": "record", "replica": "record", "aof_batches": "entry", "primary": "write",
-            "primary_replica": "write"}
+    unit = {"aof": "record", "replica": "record", "aof_batches": "entry", "aof_mixed": "entry",
+            "aof_mixed@all": "entry, all threads", "primary": "write", "primary_replica": "write"}
     callgrind.compare(builds, args.shapes.split(","),
                    lambda tree, shape: per_record(tree, shape, args.small, args.large, args.chunk),
                    "instructions", label=lambda shape: f"{shape} (per {unit[shape]})", out=args.out)

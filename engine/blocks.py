@@ -190,7 +190,7 @@ class BlockCache:
     far more than compressing one node.  Not thread-safe (one event loop)."""
 
     __slots__ = ("lru", "nbytes", "max_blocks", "max_bytes", "_cctx", "_cctx_fast", "_dctx", "_interned",
-                 "pins")
+                 "pins", "sealer")
 
     def __init__(self, max_blocks: int = DECODED_CACHE_BLOCKS,
                  max_bytes: int = DECODED_CACHE_BYTES) -> None:
@@ -205,6 +205,9 @@ class BlockCache:
         # Snapshot captures under way that hold references to sealed nodes
         # (Stream.capture_nodes): while any does, a dropped node keeps its data.
         self.pins = 0
+        # While an AOF loads: the streams' seals compress in another thread
+        # (persistence/sealer.py; see Stream._seal_active).  None otherwise.
+        self.sealer: Any = None
 
     def __len__(self) -> int:
         """Blocks held. O(1)."""

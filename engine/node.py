@@ -398,7 +398,23 @@ class ActiveNode(Node):
         range is full (the node ends after its last entry).  ``fresh``: put
         the newest decoded blocks in ``cache``'s LRU.  This object is spent
         (its tables dropped) only once the sealed node is complete: a
-        MemoryError leaves it whole and active.  O(node)."""
+        MemoryError leaves it whole and active.  O(node).
+
+        In two halves, which a caller may run apart (an AOF load compresses
+        in another thread, persistence/sealer.py): :meth:`seal_begin` (the
+        sealed node's geometry and summary, the block bodies), the bodies
+        compressed with ``cache.compressor(fast)``, :meth:`seal_end`."""
+        job = self.seal_begin(fast, short)
+        ctx = cache.compressor(fast)
+        return self.seal_end(job, [ctx.compress(body) for body in job[2]], cache, fresh), job[1]
+
+    def seal_begin(self, fast: bool = False, short: bool = False) -> tuple:
+        """The first half of :meth:`seal`: ``(node, ids, bodies, ...)``, the
+        sealed node without its stored data (not to be read before
+        :meth:`seal_end`), its distinct tag ids and the block bodies to
+        compress (with the fast level when ``fast``), and what seal_end needs.
+        Changes nothing here (a MemoryError leaves this node as it was).
+        O(node)."""
         buf, ends, tags, times = self.decoded()
         count = len(times)
         code = ends.typecode
@@ -429,7 +445,7 @@ class ActiveNode(Node):
             # block's ends are rebased (minus its first payload offset) with
             # one big-int subtraction: every lane is >= the subtrahend, so no
             # borrow crosses lanes (3x faster than a per-entry loop).
-            el = ends.tolist()
+            el = ends  # (read at block starts only: no list of every end)
             esize = ends.itemsize
             mv = memoryview(buf)
             eb = memoryview(ends).cast("B")
@@ -457,8 +473,13 @@ class ActiveNode(Node):
             bodies = [_block_body(buf[el[a]:el[min(a + be, count)]],
                                   array(code, [e - el[a] for e in el[a:min(a + be, count) + 1]]),
                                   tags[a:a + be], times[a:a + be]) for a in range(0, count, be)]
-        ctx = cache.compressor(fast)
-        frames = [ctx.compress(body) for body in bodies]
+        return node, ids, bodies, fast, count, be, nb, code
+
+    def seal_end(self, job: tuple, frames: list, cache: BlockCache, fresh: bool = True) -> "SealedNode":
+        """The second half of :meth:`seal`: the sealed node of ``job`` (what
+        :meth:`seal_begin` gave) completed with ``frames`` (its bodies
+        compressed), and this object spent.  O(node)."""
+        node, _ids, bodies, _fast, count, be, nb, code = job
         raw_len = sum(map(len, bodies))
         node.raw_len = raw_len
         spent_buf = bytearray()
@@ -473,7 +494,7 @@ class ActiveNode(Node):
                                     [0, *accumulate(map(len, frames))])
             node.blocks = blocks = [None] * nb
         else:
-            node.data = data = bodies[0] if nb == 1 else _block_body(buf, ends, tags, times)
+            node.data = data = bodies[0] if nb == 1 else _block_body(*self.decoded())
             node.raw_len = len(data)
             node.compressed = False
             node.block_entries = count
@@ -501,7 +522,7 @@ class ActiveNode(Node):
                 for k, cached in enumerate(blocks):
                     if cached is not None and cached not in lru:
                         blocks[k] = None
-        return node, ids
+        return node
 
     def active_mem(self) -> int:
         """Bytes held by an active node (buffers include over-allocation). O(1)."""

@@ -402,18 +402,43 @@ class Stream(TagTable):
         node = self._active
         assert node is not None
         refs = self._ref_counts()
+        sealer = self._cache.sealer
+        if sealer is not None:
+            # A load's background sealer (persistence/sealer.py): the
+            # compression goes to its thread and the node is completed later,
+            # in seal order (seal_done), with the level of the seals before
+            # it (this one's _fast_seal may not know them yet: the sealer
+            # compresses again where it guessed wrong).  Not for a stream
+            # with limits: they read the sealed nodes.
+            cfg = self._config
+            if cfg is None or not (cfg.max_len or cfg.max_age_ms or cfg.max_msgs_per_subject):
+                job = node.seal_begin(self._fast_seal, short)
+                self._active = None
+                self._nodes[-1] = job[0]
+                if self._node_bytes < 0:  # the owed seal is done
+                    self._node_bytes = ~self._node_bytes
+                for tid in job[1]:
+                    refs[tid] += 1
+                sealer.submit(self, node, job)
+                return
+            sealer.settle_all()
         sealed, ids = node.seal(self._cache, self._fast_seal, short=short)
         self._active = None
         self._nodes[-1] = sealed
         if self._node_bytes < 0:  # the owed seal is done
             self._node_bytes = ~self._node_bytes
+        self.seal_done(sealed)
+        for tid in ids:
+            refs[tid] += 1
+
+    def seal_done(self, sealed: SealedNode) -> None:
+        """A node's seal is complete (now, or later when a background sealer
+        compressed it: see _seal_active). O(1)."""
         # Payloads that barely compress: seal the next node with the fast
         # level (the tables alone usually save ~10%, so "kept compressed" is
         # not the signal); a node that compresses well switches back.
         self._fast_seal = len(sealed.data) > 0.8 * sealed.raw_len
         self._sealed_mem += sealed.mem
-        for tid in ids:
-            refs[tid] += 1
 
     def _owe_seal(self) -> None:
         """Sealing the full active node failed (MemoryError) after its last
@@ -568,7 +593,10 @@ class Stream(TagTable):
         forgotten). O(pairs)."""
         tids: list
         try:
-            if tags.count(tags[0]) == npairs:  # one tag for all (a pipelined run): one lookup
+            first = tags[0]
+            # one tag for all (a pipelined run): one lookup (the last one
+            # tested first: a batch of mixed tags skips counting them)
+            if tags[-1] == first and tags.count(first) == npairs:
                 tids = [self._tag_lookup(tags[0]) or self._intern(tags[0])] * npairs
             else:
                 try:

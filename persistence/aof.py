@@ -39,7 +39,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import struct
 import threading
+import zlib
 from dataclasses import dataclass
 
 from tstream.engine import Keyspace
@@ -47,6 +49,7 @@ from tstream.engine import Keyspace
 from . import effects, snapshot
 from .fileops import FileOps
 from .framing import CorruptFile, Packer, PersistenceError, TornTail, iter_frames, unpack
+from .sealer import BackgroundSealer
 
 log = logging.getLogger("tstream.aof")
 
@@ -152,12 +155,30 @@ class LoadResult:
     truncated_at: tuple[str, int] | None  # (file, offset) of a torn tail that was cut
 
 
-def load(directory: str, truncate_torn_tail: bool = True) -> LoadResult:
+_STORED_CRC = struct.Struct("<I").unpack_from  # a frame's crc, 6 bytes into its header (framing.HEADER)
+_CRC_PIECE = 5120  # zlib.crc32 lets the GIL go above this
+
+
+def _crc(payload) -> int:
+    """zlib.crc32 of a record's payload, in pieces that keep the GIL: the
+    load's sealer thread (persistence/sealer.py) would take it at every
+    record, and the loading thread wait for it to come back."""
+    if len(payload) <= _CRC_PIECE:
+        return zlib.crc32(payload)
+    crc = 0
+    for i in range(0, len(payload), _CRC_PIECE):
+        crc = zlib.crc32(payload[i:i + _CRC_PIECE], crc)
+    return crc
+
+
+def load(directory: str, truncate_torn_tail: bool = True, background_seal: bool = True) -> LoadResult:
     """Rebuild the keyspace from the manifest's files.
 
     A torn last record of the last incr file is cut off (when allowed) with a
     warning; any other damage raises PersistenceError naming the file and offset,
-    and no file is changed.
+    and no file is changed.  ``background_seal``: nodes sealed by the replay
+    compress in a second thread (persistence/sealer.py; the same keyspace
+    either way).
     """
     entries = read_manifest(directory)
     keyspace = Keyspace()
@@ -165,11 +186,30 @@ def load(directory: str, truncate_torn_tail: bool = True) -> LoadResult:
         if not os.path.exists(os.path.join(directory, entry.name)):
             raise PersistenceError("the manifest names a file that does not exist",
                                    os.path.join(directory, entry.name))
+    # Seals compress in a thread meanwhile (persistence/sealer.py): the
+    # keyspace ends as sealing at once leaves it.
+    sealer = BackgroundSealer(keyspace.cache).open() if background_seal else None
+    try:
+        count, truncated = _load_files(directory, entries, keyspace, truncate_torn_tail, sealer)
+    except BaseException:
+        if sealer is not None:
+            sealer.close(complete=False)
+        raise
+    if sealer is not None:
+        sealer.close()
+    return LoadResult(keyspace, entries, count, truncated)
+
+
+def _load_files(directory: str, entries: list[ManifestEntry], keyspace: Keyspace, truncate_torn_tail: bool,
+                sealer: BackgroundSealer | None) -> tuple[int, tuple[str, int] | None]:
+    """:func:`load`'s reading and replaying: (records, torn tail cut)."""
     count = 0
     truncated = None
     for i, entry in enumerate(entries):
         path = os.path.join(directory, entry.name)
         if entry.kind == "b":
+            if sealer is not None:
+                sealer.settle_all()
             for key, stream in snapshot.load_file(path).items():
                 keyspace.put(key, stream)
             continue
@@ -178,10 +218,13 @@ def load(directory: str, truncate_torn_tail: bool = True) -> LoadResult:
         # Runs of appends to one key go to the engine in one call (effects.Replay);
         # whatever stops the reading applies the run held first, so that the
         # first bad record is the one reported, as record by record.
-        replay = effects.Replay(keyspace)
+        replay = effects.Replay(keyspace, before_other=None if sealer is None else sealer.settle_all)
         try:
             try:
-                for offset, payload in iter_frames(data, 0, path):
+                for offset, payload in iter_frames(data, 0, path, check_crc=False):
+                    if _crc(payload) != _STORED_CRC(data, offset + 6)[0]:
+                        replay.flush()
+                        raise CorruptFile("record checksum mismatch", path, offset)
                     try:
                         record = unpack(payload)
                     except ValueError as exc:
@@ -208,7 +251,7 @@ def load(directory: str, truncate_torn_tail: bool = True) -> LoadResult:
                 handle.flush()
                 os.fsync(handle.fileno())
             truncated = (path, torn.offset)
-    return LoadResult(keyspace, entries, count, truncated)
+    return count, truncated
 
 
 # --- writing ----------------------------------------------------------------------

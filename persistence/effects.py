@@ -256,11 +256,15 @@ class Replay:
     A MemoryError in the engine propagates (what the engine kept of the run
     stays, as a MemoryError in a single append leaves it)."""
 
-    __slots__ = ("keyspace", "applied", "key", "stream", "next", "records", "wheres", "tags", "datas", "times")
+    __slots__ = ("keyspace", "applied", "before_other", "key", "stream", "next", "records", "wheres", "tags",
+                 "datas", "times")
 
-    def __init__(self, keyspace, applied=None) -> None:
+    def __init__(self, keyspace, applied=None, before_other=None) -> None:
         self.keyspace = keyspace
         self.applied = applied
+        # Called before a record other than an APPEND is applied (an AOF
+        # load settles its background seals then: persistence/sealer.py).
+        self.before_other = before_other
         self.key: bytes | None = None  # the run's key (None: no run held)
         self.stream: Any = None  # the run's Stream
         self.next = 0  # the offset the run's next record must start at
@@ -307,6 +311,9 @@ class Replay:
             self.flush()
 
     def _one(self, record: list, where: int) -> None:
+        before = self.before_other
+        if before is not None and not (type(record) is list and record and record[0] == APPEND):
+            before()
         try:
             apply(self.keyspace, record)
         except ReplayError as exc:
