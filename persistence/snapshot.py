@@ -517,6 +517,9 @@ class IncrementalCapture:
             return  # created after the start, or captured by the walk already
         self.early.add(key)
         self._take(key, stream)
+        item = self.owing.pop(key, None)
+        if item is not None:  # a big key: it changes now, its bitmaps are copied now
+            item.settle()
 
     def before_flush(self) -> None:
         """Every key is about to go: the walk goes on over a copy of the map."""
