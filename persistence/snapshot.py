@@ -468,6 +468,8 @@ class IncrementalCapture:
     def step(self, budget_ns: int = 1_000_000) -> bool:
         """Capture keys for about ``budget_ns``; True once every key is captured."""
         deadline = time.perf_counter_ns() + budget_ns
+        if self.owing:
+            self.owes()  # (drops the lazy captures framed since: they hold their node lists)
         chunks, source, early, limit = self.chunks, self.source, self.early, self.limit
         taken = 0
         while self._chunk < len(chunks):
