@@ -468,6 +468,8 @@ class IncrementalCapture:
     def step(self, budget_ns: int = 1_000_000) -> bool:
         """Capture keys for about ``budget_ns``; True once every key is captured."""
         deadline = time.perf_counter_ns() + budget_ns
+        if self.owing:
+            self.owes()  # (drops the lazy captures framed since: they hold their node lists)
         chunks, source, early, limit = self.chunks, self.source, self.early, self.limit
         taken = 0
         while self._chunk < len(chunks):
@@ -517,6 +519,9 @@ class IncrementalCapture:
             return  # created after the start, or captured by the walk already
         self.early.add(key)
         self._take(key, stream)
+        item = self.owing.pop(key, None)
+        if item is not None:  # a big key: it changes now, its bitmaps are copied now
+            item.settle()
 
     def before_flush(self) -> None:
         """Every key is about to go: the walk goes on over a copy of the map."""

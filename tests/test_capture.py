@@ -329,3 +329,31 @@ def test_a_failed_capture_fails_the_save_and_leaves_no_file(tmp_path, monkeypatc
     assert os.listdir(tmp_path) == []  # neither the snapshot nor its temp file
     assert server.capture is None  # writes no longer hand their keys over
     assert server.keyspace.get(b"k2999").read(1, 1) == [[1, b"t", b"v2999"]]
+
+
+def test_a_big_key_changed_before_the_walk_reaches_it(tmp_path):
+    """A command about to change a big key the walk has not reached has it
+    captured first, bitmaps copied: its deletions then are not in the file."""
+    keyspace = Keyspace()
+    small = keyspace.get_or_create(b"small", 10)
+    small.append(b"t", b"v", 1_000)
+    big = keyspace.get_or_create(b"big", 10)
+    for i in range(1000):  # 100 nodes
+        big.append(b"t", b"v%d" % i, 1_000 + i)
+    expected = state(keyspace.streams)
+    out: list = []
+    framer = snapshot.Framer(out.append, chunk=4096)
+    capture = snapshot.IncrementalCapture(keyspace, framer.add)
+    capture.before_change(b"big")
+    assert not capture.owes()
+    for offset in (3, 500, 999):
+        big.delete(offset)
+    while not (framer.run(0) and capture.step(budget_ns=0)):
+        pass
+    while not framer.run(0):
+        pass
+    framer.finish()
+    path = str(tmp_path / "dump.tsr")
+    snapshot.write_chunks(out, path)
+    capture.release()
+    assert state(snapshot.load_file(path, check=True)) == expected
