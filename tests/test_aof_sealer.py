@@ -212,3 +212,20 @@ def test_the_sealer_thread_only_with_a_second_cpu(tmp_path, monkeypatch):
     two = aof.load(str(tmp_path))
     assert len(made) == 1
     assert full_state(one.keyspace) == full_state(two.keyspace)
+
+
+@pytest.mark.parametrize("size", [10, 3000])
+def test_a_damaged_payload_is_a_checksum_mismatch_at_its_record(tmp_path, size):
+    """The load checks CRCs itself (in pieces: persistence/aof.py's _crc), for
+    records under and over the piece's 5 KiB."""
+    log = [[effects.CREATE, b"k", 1000]] + [
+        [effects.APPEND, b"k", 1 + size * i, T0 + i, *[x for j in range(size) for x in (b"t", b"v")]] for i in range(3)]
+    offsets = write_aof(tmp_path, log)
+    assert (len(pack(log[2])) > 5120) == (size == 3000)
+    path = tmp_path / aof.incr_name(1)
+    data = bytearray(path.read_bytes())
+    data[offsets[2] + 30] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptFile, match="record checksum mismatch") as failed:
+        aof.load(str(tmp_path), background_seal=True)
+    assert failed.value.offset == offsets[2]
