@@ -171,14 +171,22 @@ def _crc(payload) -> int:
     return crc
 
 
-def load(directory: str, truncate_torn_tail: bool = True, background_seal: bool = True) -> LoadResult:
+def _cores() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - platforms without affinity
+        return os.cpu_count() or 1
+
+
+def load(directory: str, truncate_torn_tail: bool = True, background_seal: bool | None = None) -> LoadResult:
     """Rebuild the keyspace from the manifest's files.
 
     A torn last record of the last incr file is cut off (when allowed) with a
     warning; any other damage raises PersistenceError naming the file and offset,
     and no file is changed.  ``background_seal``: nodes sealed by the replay
     compress in a second thread (persistence/sealer.py; the same keyspace
-    either way).
+    either way); None: when the process may run on more than one CPU.
     """
     entries = read_manifest(directory)
     keyspace = Keyspace()
@@ -188,6 +196,8 @@ def load(directory: str, truncate_torn_tail: bool = True, background_seal: bool 
                                    os.path.join(directory, entry.name))
     # Seals compress in a thread meanwhile (persistence/sealer.py): the
     # keyspace ends as sealing at once leaves it.
+    if background_seal is None:
+        background_seal = _cores() > 1
     sealer = BackgroundSealer(keyspace.cache).open() if background_seal else None
     try:
         count, truncated = _load_files(directory, entries, keyspace, truncate_torn_tail, sealer)

@@ -92,6 +92,8 @@ class BackgroundSealer:
                 self.cache.sealer = None
             with self._lock:
                 self._closing = True
+                if not complete:
+                    self._queue.clear()  # (not compressed for nothing)
                 self._lock.notify()
             if self._thread is not None:
                 self._thread.join()

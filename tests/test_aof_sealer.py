@@ -62,7 +62,7 @@ def batch_log(rng: random.Random, chunks: int, keys=(b"a", b"b", b"c", b"d"), no
 
 def load_both(directory) -> tuple:
     sync = aof.load(str(directory), background_seal=False)
-    background = aof.load(str(directory))
+    background = aof.load(str(directory), background_seal=True)
     return sync, background
 
 
@@ -141,7 +141,7 @@ def test_a_failing_load_stops_the_sealer(tmp_path):
     import threading
     before = {t.name for t in threading.enumerate()}
     with pytest.raises(CorruptFile, match="record does not replay"):
-        aof.load(str(tmp_path))
+        aof.load(str(tmp_path), background_seal=True)
     assert not {t.name for t in threading.enumerate()} - before  # the thread is gone
 
 
@@ -154,7 +154,7 @@ def test_a_failure_in_the_thread_is_raised_by_the_load(tmp_path, monkeypatch):
     import zstandard
     monkeypatch.setattr(zstandard.ZstdCompressor, "multi_compress_to_buffer", broken, raising=False)
     with pytest.raises(MemoryError):
-        aof.load(str(tmp_path))
+        aof.load(str(tmp_path), background_seal=True)
 
 
 def test_a_seal_made_before_the_ones_before_it_completed_gets_their_level(monkeypatch):
@@ -193,3 +193,39 @@ def test_a_seal_made_before_the_ones_before_it_completed_gets_their_level(monkey
     assert sealer.redone >= 2 and background.cache.sealer is None
     assert full_state(background) == full_state(sync)
     assert {node.compressed for node in background.get(b"k").node_list()} == {True, False}
+
+
+def test_the_sealer_thread_only_with_a_second_cpu(tmp_path, monkeypatch):
+    write_aof(tmp_path, batch_log(random.Random(8), 8))
+    made = []
+    real = BackgroundSealer.__init__
+
+    def counted(self, cache):
+        made.append(cache)
+        real(self, cache)
+
+    monkeypatch.setattr(BackgroundSealer, "__init__", counted)
+    monkeypatch.setattr(aof, "_cores", lambda: 1)
+    one = aof.load(str(tmp_path))
+    assert made == []
+    monkeypatch.setattr(aof, "_cores", lambda: 2)
+    two = aof.load(str(tmp_path))
+    assert len(made) == 1
+    assert full_state(one.keyspace) == full_state(two.keyspace)
+
+
+@pytest.mark.parametrize("size", [10, 3000])
+def test_a_damaged_payload_is_a_checksum_mismatch_at_its_record(tmp_path, size):
+    """The load checks CRCs itself (in pieces: persistence/aof.py's _crc), for
+    records under and over the piece's 5 KiB."""
+    log = [[effects.CREATE, b"k", 1000]] + [
+        [effects.APPEND, b"k", 1 + size * i, T0 + i, *[x for j in range(size) for x in (b"t", b"v")]] for i in range(3)]
+    offsets = write_aof(tmp_path, log)
+    assert (len(pack(log[2])) > 5120) == (size == 3000)
+    path = tmp_path / aof.incr_name(1)
+    data = bytearray(path.read_bytes())
+    data[offsets[2] + 30] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptFile, match="record checksum mismatch") as failed:
+        aof.load(str(tmp_path), background_seal=True)
+    assert failed.value.offset == offsets[2]
