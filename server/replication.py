@@ -268,8 +268,9 @@ class Replication:
             self.__dict__.pop("log", None)  # (the next record schedules the next send)
         if not self.unsent:
             return
-        data = b"".join(self.unsent)
-        self.unsent.clear()
+        unsent = self.unsent
+        data = unsent[0] if len(unsent) == 1 else b"".join(unsent)
+        unsent.clear()
         limits = self.server.config["client-output-buffer-limit"].replica
         now = time.monotonic()
         for replica in list(self.replicas):
