@@ -7,7 +7,7 @@ partial resync, and WAIT.
     within SEND_DELAY (or at the end of the turn     handshake: PING, AUTH, REPLCONF
       with an AOF): flush() packs the records        listening-port, REPLCONF capa,
       kept (persistence.framing frames), appends     REPLCONF tstream <run_id>, PSYNC
-      them to the backlog (a bounded byte ring),     replid offset+1
+      them to the backlog (repl-backlog-size),       replid offset+1
       send() writes them to every online replica
     PSYNC: +CONTINUE from the backlog, else          +FULLRESYNC: $<len> snapshot (loaded,
       +FULLRESYNC replid offset, a snapshot          replaces the keyspace), then frames:
