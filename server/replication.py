@@ -7,7 +7,7 @@ partial resync, and WAIT.
     within SEND_DELAY (or at the end of the turn     handshake: PING, AUTH, REPLCONF
       with an AOF): flush() packs the records        listening-port, REPLCONF capa,
       kept (persistence.framing frames), appends     REPLCONF tstream <run_id>, PSYNC
-      them to the backlog (a bounded byte ring),     replid offset+1
+      them to the backlog (repl-backlog-size),       replid offset+1
       send() writes them to every online replica
     PSYNC: +CONTINUE from the backlog, else          +FULLRESYNC: $<len> snapshot (loaded,
       +FULLRESYNC replid offset, a snapshot          replaces the keyspace), then frames:
@@ -35,6 +35,7 @@ import asyncio
 import logging
 import os
 import time
+from collections import deque
 
 from tstream.persistence import effects, snapshot
 from tstream.persistence.fileops import FileOps
@@ -57,36 +58,42 @@ def new_replid() -> str:
 
 
 class Backlog:
-    """At least the last ``size`` bytes of the replication stream (up to twice
-    that between two trims); ``end`` is the offset of its last byte
-    (master_repl_offset), the first byte held is ``start + 1``."""
+    """At least the last ``size`` bytes of the replication stream, as the chunks
+    it was fed (no copy: a send's bytes are one chunk), the oldest dropped
+    while the rest still holds ``size`` bytes; ``end`` is the offset of its
+    last byte (master_repl_offset), the first byte held is ``start + 1``."""
 
     def __init__(self, size: int, offset: int) -> None:
         self.size = size
-        self.data = bytearray()
+        self.chunks: deque[bytes] = deque()
+        self.held = 0  # bytes in chunks
         self.end = offset
 
     @property
     def start(self) -> int:
-        return self.end - len(self.data)
+        return self.end - self.held
 
     def add(self, data: bytes) -> None:
-        self.data += data
+        self.chunks.append(data)
+        self.held += len(data)
         self.end += len(data)
-        if len(self.data) > 2 * self.size:  # trimmed by halves: amortised O(1) per byte
-            del self.data[:len(self.data) - self.size]
+        self._trim()
+
+    def _trim(self) -> None:
+        chunks = self.chunks
+        while self.held - len(chunks[0]) >= self.size:
+            self.held -= len(chunks.popleft())
 
     def since(self, offset: int) -> bytes | None:
         """The bytes after ``offset``, or None when the backlog no longer holds them all."""
         if offset < self.start or offset > self.end:
             return None
-        return bytes(self.data[len(self.data) - (self.end - offset):])
+        return b"".join(self.chunks)[offset - self.start:]
 
     def resize(self, size: int) -> None:
         self.size = size
-        over = len(self.data) - size
-        if over > 0:
-            del self.data[:over]
+        if self.chunks:
+            self._trim()
 
 
 class Replica:
@@ -268,8 +275,9 @@ class Replication:
             self.__dict__.pop("log", None)  # (the next record schedules the next send)
         if not self.unsent:
             return
-        data = b"".join(self.unsent)
-        self.unsent.clear()
+        unsent = self.unsent
+        data = unsent[0] if len(unsent) == 1 else b"".join(unsent)
+        unsent.clear()
         limits = self.server.config["client-output-buffer-limit"].replica
         now = time.monotonic()
         for replica in list(self.replicas):
@@ -879,7 +887,7 @@ class Replication:
             fields["min_slaves_good_slaves"] = sum(
                 1 for r in self.replicas if r.state == "online" and now - r.ack_time <= max_lag)
         backlog = self.backlog
-        histlen = min(len(backlog.data), backlog.size) if backlog is not None else 0
+        histlen = min(backlog.held, backlog.size) if backlog is not None else 0
         fields.update({
             "master_failover_state": "no-failover",
             "master_replid": self.replid,
