@@ -206,9 +206,8 @@ def twrite_run(client, argvs: list) -> bytes:
 def _msgid_run(client, argvs: list) -> bytes:
     """A run of ``TWRITE key tag entry MSGID id``: on one key with new ids (none
     stored within the window, none repeated), one append and one record; else
-    command by command.  The ids are checked against the window with one C pass
-    (``isdisjoint``) and entered with another, which also finds an id repeated
-    within the run (``Ingest.claim_ids``)."""
+    command by command.  The ids are checked and entered with C passes
+    (``Ingest.claim_run``)."""
     server = client.server
     _, keys, tags, datas, words, ids = zip(*argvs)
     count = len(argvs)
@@ -227,14 +226,9 @@ def _msgid_run(client, argvs: list) -> bytes:
     elif not KEYWORD_TAGS.isdisjoint(tags):
         return b"".join(_twrite_each(client, argvs))
     now = time_ns()
-    table = ingest.ids
-    if table:
-        ingest.seen(ids[0], now, stream.settings.duplicate_window_ms * 1_000_000)  # drops the aged ids
-        if not table.keys().isdisjoint(ids):
-            return b"".join(_twrite_each(client, argvs))
     start = stream.next_offset
-    if not ingest.claim_ids(ids, start):  # an id repeated within the run
-        return b"".join(_twrite_each(client, argvs))
+    if not ingest.claim_run(ids, start, now, stream.settings.duplicate_window_ms * 1_000_000):
+        return b"".join(_twrite_each(client, argvs))  # an id stored within the window, or repeated
     first = stream.first
     try:
         offset = stream.append_columns(tags, datas, now)

@@ -8,9 +8,12 @@ fast batch or a message id) holds what must survive a restart:
   the offset of the batch's last stored message (``last_offset``); the rest
   (flow, ack interval, gap mode, activity) is the connection's business and
   starts again from the next message after a restart.
-- ``ids``: message id -> (offset, time_ns), in the order stored, for the
+- ``ids``: message id -> where it was stored, in the order stored, for the
   duplicate window (``duplicate_window_ms``): the oldest are dropped as they age
-  out, on the next check.
+  out, on the next check.  The value is the offset, or for the ids of a
+  pipelined run (``claim_run``) the run's ``(first offset, ids)``, shared by
+  all of them (``offset_of``): the run is entered with one C pass that builds
+  no int per id; a duplicate's offset is found in its run (O(run)).
 
 The AOF logs both with the INGEST effect record (persistence/effects.py) and
 snapshots carry ``Ingest.export()`` in the stream's metadata, so after a crash a
@@ -106,7 +109,7 @@ class Ingest:
 
     def __init__(self) -> None:
         self.batches: dict[bytes, FastBatch] = {}
-        self.ids: dict[bytes, int] = {}  # message id -> offset, oldest first
+        self.ids: dict = {}  # message id -> offset, or its run's (offset, ids); oldest first
         # [time_ns, count]: the ids of ``ids`` in stretches stored at one time, oldest first
         self.runs: deque[list[int]] = deque()
 
@@ -138,7 +141,12 @@ class Ingest:
         runs = self.runs
         if runs[0][0] <= now_ns - window_ns:
             self._expire(now_ns - window_ns)
-        return ids.get(msgid)
+        found = ids.get(msgid)
+        return found if found is None or found.__class__ is int else offset_of(msgid, found)
+
+    def offsets(self) -> list:
+        """[[id, offset], ...] of the table, oldest first. O(ids)."""
+        return [[mid, off if off.__class__ is int else offset_of(mid, off)] for mid, off in self.ids.items()]
 
     def _expire(self, horizon: int) -> None:
         runs = self.runs
@@ -160,18 +168,24 @@ class Ingest:
                 table[mid] = offset + i
         self._note_run(time_ns, len(table) - before)
 
-    def claim_ids(self, ids, offset: int) -> bool:
-        """Enter ``ids`` (none of them in the table: the caller checked) as about to be
-        stored from ``offset`` on, before the append; ``note_run`` once stored.  False,
-        with the table as it was, if an id repeats within ``ids``: one pass in C
-        instead of a set of them first (the repeat is rare).  O(ids)."""
+    def claim_run(self, ids: tuple, offset: int, now_ns: int, window_ns: int) -> bool:
+        """Enter the ids of a pipelined run (a tuple) as about to be stored from
+        ``offset`` on, before the append (``note_run`` once stored), after dropping
+        the ids that aged out.  False, with the table as it was, if one of them is
+        in the table or repeats within ``ids``.  Each id is hashed and entered once
+        in a small dict (which finds the repeats), looked up once in the table and
+        merged into it: all C passes, one value ``(offset, ids)`` for all of them.
+        O(ids)."""
         table = self.ids
-        before = len(table)
-        table.update(zip(ids, range(offset, offset + len(ids))))
-        if len(table) - before == len(ids):
-            return True
-        self.unclaim_ids(ids)
-        return False
+        if table:
+            runs = self.runs
+            if runs[0][0] <= now_ns - window_ns:
+                self._expire(now_ns - window_ns)
+        new = dict.fromkeys(ids, (offset, ids))
+        if len(new) != len(ids) or not table.keys().isdisjoint(new):
+            return False
+        table.update(new)
+        return True
 
     def unclaim_ids(self, ids) -> None:
         """Take back claimed ``ids`` that were not stored. O(ids)."""
@@ -181,7 +195,11 @@ class Ingest:
 
     def note_run(self, time_ns: int, count: int) -> None:
         """``count`` ids claimed were stored at ``time_ns`` (their expiry)."""
-        self._note_run(time_ns, count)
+        runs = self.runs
+        if runs and runs[-1][0] == time_ns:
+            runs[-1][1] += count
+        elif count > 0:
+            runs.append([time_ns, count])
 
     def _note_run(self, time_ns: int, count: int) -> None:
         if count <= 0:
@@ -196,7 +214,7 @@ class Ingest:
 
     def export(self) -> dict:
         return {"batches": [[b.id, b.stored, b.last_offset] for b in self.batches.values()],
-                "ids": [[mid, off] for mid, off in self.ids.items()], "runs": [list(run) for run in self.runs]}
+                "ids": self.offsets(), "runs": [list(run) for run in self.runs]}
 
     @classmethod
     def load(cls, key: bytes, saved: dict) -> "Ingest":
@@ -215,6 +233,12 @@ class Ingest:
 
     def __bool__(self) -> bool:
         return bool(self.batches or self.ids)
+
+
+def offset_of(msgid: bytes, run: tuple) -> int:
+    """The offset of ``msgid`` entered by ``Ingest.claim_run`` with ``run``."""
+    first, ids = run
+    return first + ids.index(msgid)
 
 
 class FastRegistry:

@@ -546,6 +546,22 @@ class TestMessageIds:
         assert ack == {"stream": b"k", "seq": 3, "batch": b"b", "count": 4, "duplicate": 1}
         assert [d for _, d in entries(r, "k")] == [b"a", b"x", b"z"]
 
+    def test_claim_run_enters_a_run_or_nothing(self):
+        ingest = Ingest()
+        ingest.add_ids([b"old"], 1, 100)
+        assert ingest.claim_run((b"a", b"b", b"c"), 2, 200, 1000)
+        ingest.note_run(200, 3)
+        assert [ingest.seen(m, 300, 1000) for m in (b"old", b"a", b"b", b"c", b"d")] == [1, 2, 3, 4, None]
+        before = dict(ingest.ids)
+        assert not ingest.claim_run((b"d", b"e", b"d"), 5, 300, 1000)  # repeated within the run
+        assert not ingest.claim_run((b"d", b"b"), 5, 300, 1000)  # stored within the window
+        assert ingest.ids == before
+        assert ingest.export()["ids"] == [[b"old", 1], [b"a", 2], [b"b", 3], [b"c", 4]]
+        assert Ingest.load(b"k", ingest.export()).seen(b"c", 300, 1000) == 4
+        assert ingest.claim_run((b"old", b"f"), 5, 1100, 1000)  # "old" aged out (stored at 100)
+        ingest.note_run(1100, 2)
+        assert [ingest.seen(m, 1150, 1000) for m in (b"old", b"a", b"f")] == [5, 2, 6]
+
     @pytest.mark.parametrize("how", ["aof", "snapshot"])
     def test_window_survives_a_restart(self, make_server, how):
         args = ("--save", "", "--appendonly", "yes") if how == "aof" else ("--save", "")
