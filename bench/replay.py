@@ -81,21 +81,10 @@ def twrite_records(count: int, key: bytes = b"bench") -> list:
 
 def batch_records(entries: int) -> tuple[list, int]:
     """bench/persistence.py's AOF records, for at least ``entries`` entries."""
-    from tstream.persistence import effects
-    records = []
-    nexts = dict.fromkeys((b"bench:aof:%d" % i for i in range(4)), 1)
-    keys = list(nexts)
-    done = 0
-    chunk = 0
-    while done < entries:
-        key = keys[chunk % len(keys)]
-        for size in (100, 20):
-            pairs = [x for i in range(size) for x in (b"tag%05d" % ((done + i) % 1000), PAYLOAD)]
-            records.append([effects.APPEND, key, nexts[key], T0 + 1000 * chunk, *pairs])
-            nexts[key] += size
-            done += size
-        chunk += 1
-    return records, done
+    def parts(done: int) -> list:
+        return [[x for i in range(size) for x in (b"tag%05d" % ((start + i) % 1000), PAYLOAD)]
+                for start, size in ((done, 100), (done + 100, 20))]
+    return _records_in_turn(entries, parts)
 
 
 def mixed_records(entries: int) -> tuple[list, int]:
@@ -103,17 +92,11 @@ def mixed_records(entries: int) -> tuple[list, int]:
     mix, seeded)."""
     import random
 
-    from tstream.persistence import effects
     sentence = b"The quick brown fox jumps over the lazy dog while the log keeps on growing. "
     tags = [b"tag%05d" % t for t in range(1000)]
     rng = random.Random(12)
-    records = []
-    nexts = dict.fromkeys((b"bench:aof:%d" % i for i in range(4)), 1)
-    keys = list(nexts)
-    done = 0
-    chunk = 0
-    while done < entries:
-        key = keys[chunk % len(keys)]
+
+    def parts(done: int) -> list:
         drawn = rng.choices(tags, k=120)
         kinds = rng.getrandbits(120)
         noise = rng.randbytes(100 * 120)
@@ -123,10 +106,25 @@ def mixed_records(entries: int) -> tuple[list, int]:
                 pairs += [drawn[i], (b"entry %08d: " % (done + i) + sentence * 2)[:100]]
             else:
                 pairs += [drawn[i], noise[i * 100:(i + 1) * 100]]
-        for part in (pairs[:200], pairs[200:]):
+        return [pairs[:200], pairs[200:]]
+    return _records_in_turn(entries, parts)
+
+
+def _records_in_turn(entries: int, parts_of) -> tuple[list, int]:
+    """APPEND records on 4 keys in turn, a chunk each (its records those of
+    ``parts_of(entries done)``: lists of tag, data pairs; one time per chunk),
+    until at least ``entries`` entries; the records and their entries."""
+    from tstream.persistence import effects
+    records = []
+    nexts = dict.fromkeys((b"bench:aof:%d" % i for i in range(4)), 1)
+    keys = list(nexts)
+    done = chunk = 0
+    while done < entries:
+        key = keys[chunk % len(keys)]
+        for part in parts_of(done):
             records.append([effects.APPEND, key, nexts[key], T0 + 1000 * chunk, *part])
             nexts[key] += len(part) // 2
-        done += 120
+            done += len(part) // 2
         chunk += 1
     return records, done
 
