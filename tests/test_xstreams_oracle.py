@@ -235,6 +235,12 @@ GROUPS_FIXED = [
     ("XREADGROUP", "GROUP", "g", "bob", "STREAMS", "k", "$"), ("XREADGROUP", "STREAMS", "k", ">"),
     ("XREADGROUP", "GROUP", "g", "bob", "STREAMS", "k"), ("XREADGROUP", "GROUP", "g", "bob", "COUNT", "x", "STREAMS", "k", ">"),
     ("XREADGROUP", "GROUP", "g", "bob", "BLOCK", "5", "STREAMS", "k", ">"),
+    # the 9-word form the handler serves on its own: bad counts, no group, no key, lower case
+    ("XREADGROUP", "GROUP", "g", "bob", "COUNT", "-5", "STREAMS", "k", ">"),
+    ("XREADGROUP", "GROUP", "g", "bob", "COUNT", "99999999999999999999", "STREAMS", "k", ">"),
+    ("XREADGROUP", "GROUP", "nog", "bob", "COUNT", "1", "STREAMS", "k", ">"),
+    ("XREADGROUP", "GROUP", "g", "bob", "COUNT", "1", "STREAMS", "nokey", ">"),
+    ("xreadgroup", "group", "g", "bob", "count", "0", "streams", "k", ">"),
     ("XPENDING", "k", "g"), ("XPENDING", "k", "nog"), ("XPENDING", "k", "g", "-", "+", "10", "bob"),
     ("XPENDING", "k", "g", "-", "+", "10", "nobody"), ("XPENDING", "k", "g", "-", "+"),
     ("XPENDING", "k", "g", "IDLE", "0", "-", "+", "10"), ("XPENDING", "k", "g", "(1-1", "+", "1"),
