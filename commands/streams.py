@@ -429,6 +429,13 @@ def perform_read(server, request: ReadRequest, blocking: bool):
     return Entries(reply)
 
 
+def _plain_numbers(offset: bytes, count: bytes) -> bool:
+    """Whether both are plain numbers >= 1 (as to_int takes them, without its
+    checks): TREAD's hot form, read without the general parser."""
+    return (offset.isdigit() and count.isdigit() and offset[0] != 48 and count[0] != 48
+            and len(offset) < 19 and len(count) < 19)
+
+
 def tread(client, argv):
     """TREAD key offset count [BLOCK ms] [GROUP name] [RETRY retry-ms expire-ms] [WITHINFO]
 
@@ -441,8 +448,7 @@ def tread(client, argv):
     """
     if len(argv) == 4:  # TREAD key offset count, both plain numbers >= 1: the hot form, parsed here
         offset, count = argv[2], argv[3]
-        if (offset.isdigit() and count.isdigit() and offset[0] != 48 and count[0] != 48
-                and len(offset) < 19 and len(count) < 19):  # (as to_int takes them, without its checks)
+        if _plain_numbers(offset, count):
             stream = client.server.streams.get(argv[1])
             return Entries(stream.read(int(offset), int(count)) if stream is not None else ())
     request = client.server.tread_parses.parse(argv)
@@ -476,8 +482,7 @@ def tread_run(client, argvs: list) -> bytes:
     append = replies.append
     for argv in argvs:
         _, key, offset, count = argv
-        if (offset.isdigit() and count.isdigit() and offset[0] != 48 and count[0] != 48
-                and len(offset) < 19 and len(count) < 19):  # tread's hot form, checked as it checks it
+        if _plain_numbers(offset, count):  # tread's hot form
             stream = streams.get(key)
             append(encode_entries(stream.read(int(offset), int(count)) if stream is not None else (), resp3))
             continue
