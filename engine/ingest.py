@@ -166,7 +166,7 @@ class Ingest:
             if mid is not None:
                 table.pop(mid, None)  # (an id the window let go of: the newest last)
                 table[mid] = offset + i
-        self._note_run(time_ns, len(table) - before)
+        self.note_run(time_ns, len(table) - before)
 
     def claim_run(self, ids: tuple, offset: int, now_ns: int, window_ns: int) -> bool:
         """Enter the ids of a pipelined run (a tuple) as about to be stored from
@@ -199,15 +199,6 @@ class Ingest:
         if runs and runs[-1][0] == time_ns:
             runs[-1][1] += count
         elif count > 0:
-            runs.append([time_ns, count])
-
-    def _note_run(self, time_ns: int, count: int) -> None:
-        if count <= 0:
-            return
-        runs = self.runs
-        if runs and runs[-1][0] == time_ns:
-            runs[-1][1] += count
-        else:
             runs.append([time_ns, count])
 
     # --- snapshots ---------------------------------------------------------------------
