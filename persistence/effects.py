@@ -39,6 +39,13 @@ the file, see ``persistence.framing``):
                                                         ended 1: the batch is over) or with message
                                                         ids (batch_id nil); ids: one message id or nil
                                                         per entry, or empty; no entries: a batch ended
+    BUNDLE  [19, record, record, ...]                   records framed together to save a frame, a
+                                                        checksum and a msgpack call each: a loop
+                                                        turn's records in the AOF, a send's in the
+                                                        replication stream.  Not one change (each
+                                                        record applies on its own), but, as one
+                                                        frame, kept whole or not at all by a crash;
+                                                        never nested, never inside a TXN
 """
 
 from __future__ import annotations
@@ -50,10 +57,10 @@ from tstream.engine.groups import Group
 from tstream.engine.ingest import Ingest
 
 (CREATE, APPEND, EVICT, CONFIG, DELKEY, FLUSH, GROUP, ACK, DELETE, TXN, XADD, XSETID, XDEL,
- XGROUP, XCONSUMER, XOWN, XGDESTROY, XCDEL, INGEST) = range(19)
+ XGROUP, XCONSUMER, XOWN, XGDESTROY, XCDEL, INGEST, BUNDLE) = range(20)
 
 NAMES = ["CREATE", "APPEND", "EVICT", "CONFIG", "DELKEY", "FLUSH", "GROUP", "ACK", "DELETE", "TXN",
-         "XADD", "XSETID", "XDEL", "XGROUP", "XCONSUMER", "XOWN", "XGDESTROY", "XCDEL", "INGEST"]
+         "XADD", "XSETID", "XDEL", "XGROUP", "XCONSUMER", "XOWN", "XGDESTROY", "XCDEL", "INGEST", "BUNDLE"]
 
 
 class ReplayError(ValueError):
@@ -65,6 +72,24 @@ class ReplayError(ValueError):
 
 
 # --- building records (on the server's hot paths: keep them plain) -------------------
+
+
+def bundled(records: list) -> list:
+    """One record for ``records`` (a list of one or more records): the record
+    itself when alone, else a BUNDLE of them."""
+    return records[0] if len(records) == 1 else [BUNDLE, *records]
+
+
+def unbundled(records) -> list:
+    """``records`` with every BUNDLE replaced by the records it holds (a reader
+    of a file or stream that wants one record per change)."""
+    flat: list = []
+    for record in records:
+        if type(record) is list and record and record[0] == BUNDLE:
+            flat += record[1:]
+        else:
+            flat.append(record)
+    return flat
 
 
 def group_moved(key: bytes, group: Group, offsets=()) -> list:
@@ -155,10 +180,10 @@ def apply(keyspace, record: list) -> None:  # noqa: C901 (over the limit when it
         if kind == FLUSH:
             keyspace.flush()
             return
-        if kind == TXN:
-            for inner in record[1]:
-                if inner[0] == TXN:
-                    raise ReplayError("a TXN record inside a TXN record")
+        if kind == TXN or kind == BUNDLE:
+            for inner in record[1] if kind == TXN else record[1:]:
+                if inner[0] == TXN or inner[0] == BUNDLE:
+                    raise ReplayError(f"a {NAMES[inner[0]]} record inside a {NAMES[kind]} record")
                 apply(keyspace, inner)
             return
         key = record[1]
@@ -289,6 +314,15 @@ class Replay:
                 self.key, self.stream = record[1], stream
                 self._join(record, where, size)
                 return
+        elif size > 1 and record[0] == BUNDLE:
+            for inner in record[1:]:
+                if type(inner) is list and inner and inner[0] == BUNDLE:
+                    self.flush()
+                    exc = ReplayError("a BUNDLE record inside a BUNDLE record")
+                    exc.where = where
+                    raise exc
+                self.apply(inner, where)
+            return
         elif self.key is not None:
             self.flush()
         self._one(record, where)
