@@ -811,7 +811,7 @@ class Replication:
         capture = server.capture
         used = 0
         getack = False
-        replay = effects.Replay(server.keyspace, writes.replicated)
+        replay = effects.Replay(server.keyspace, writes.replicated, applied_run=writes.replicated_run)
         try:
             try:
                 for position, payload in iter_frames(data):
