@@ -7,7 +7,9 @@ callgrind (a figure the machine's load does not move; see bench/instructions.py)
   ``TWRITE bench t <100 bytes>`` each: frame check, msgpack, apply);
 - ``replica``: a replica's apply of the same records as they arrive from its
   primary (``Replication._apply`` of the replication stream, ``--chunk``
-  records per read, on an in-process server: apply, log to the sinks, count);
+  records per read, each read one frame as the primary packs a send (a
+  BUNDLE), on an in-process server: apply, log to the sinks, count; the
+  packing, the primary's work, counted apart and taken off);
 - ``aof_batches``: the records bench/persistence.py's AOF part logs (per key in
   turn: a ``TWRITE key ENTRIES`` of 100 entries, then a pipelined run of 20
   TWRITEs, one record of 20), per *entry*;
@@ -173,9 +175,17 @@ def workload(shape: str, count: int, chunk: int, load: bool = True) -> None:
         bench = hotpath.Bench()
         server = bench.server
         server.keyspace.get_or_create(b"bench", 1000)
-        frames = [pack(record) for record in twrite_records(count)]
-        reads = [b"".join(frames[i:i + chunk]) for i in range(0, len(frames), chunk)]
-        del frames
+        records = twrite_records(count)
+        # As the primary sends them: each send's records in one frame (a BUNDLE
+        # since 2026-11-27 10:00; a tree without it gets a frame per record).
+        bundled = getattr(effects, "bundled", None)
+        if bundled is not None:
+            reads = [pack(bundled(records[i:i + chunk])) for i in range(0, count, chunk)]
+        else:
+            reads = [b"".join(map(pack, records[i:i + chunk])) for i in range(0, count, chunk)]
+        del records
+        if not load:
+            return
         apply = server.replication._apply
         for data in reads:
             assert apply(data) == len(data)
@@ -255,20 +265,23 @@ def loading_thread_total(argv: list[str], label: str) -> int:
         shutil.rmtree(out)
 
 
-_UNLOADED: dict = {}  # (shape without @, count) -> instructions of making and writing its AOF
+_UNLOADED: dict = {}  # (shape without @, count, tree) -> instructions of making its records (and AOF)
 
 
 def per_record(tree: str | None, shape: str, small: int, large: int, chunk: int) -> float:
     """Instructions per record of ``shape``; for the ``aof*`` shapes, those
     of making the records and writing the AOF (counted without the load, the
-    same code for every tree) taken off."""
+    same code for every tree) taken off; for ``replica``, those of packing the
+    stream as the tree's primary does (since 2026-11-27 10:00: before, the
+    packing was counted in)."""
     cost = count_instructions(tree, shape, large, chunk) - count_instructions(tree, shape, small, chunk)
-    if shape.startswith("aof"):
+    if shape.startswith("aof") or shape == "replica":
         base = shape.partition("@")[0]
+        maker = tree if shape == "replica" else None
         for count, sign in ((large, 1), (small, -1)):
-            if (base, count) not in _UNLOADED:
-                _UNLOADED[base, count] = count_instructions(None, base, count, chunk, load=False)
-            cost -= sign * _UNLOADED[base, count]
+            if (base, count, maker) not in _UNLOADED:
+                _UNLOADED[base, count, maker] = count_instructions(maker, base, count, chunk, load=False)
+            cost -= sign * _UNLOADED[base, count, maker]
     return cost / (large - small)
 
 

@@ -351,6 +351,20 @@ class Writes:
             self.records.append([DELETE, key, *offsets])
             self.pending = True
 
+    def replicated_run(self, key: bytes, records: list) -> None:
+        """:meth:`replicated` of a run of APPEND records of ``key``, at once
+        (effects.Replay applies a replica's runs in one engine call)."""
+        for sink in self.sinks:
+            log = sink.log
+            for record in records:
+                log(record)
+        self.dirty += len(records)
+        self.pending = True
+        if self.watched:
+            self.touch(key)
+        if key in self.waiting:
+            self.ready.append(key)
+
     def replicated(self, record: list) -> None:
         """A record received from this replica's primary was applied to the keyspace
         (server.replication): logged to the sinks (the AOF), counted, its key's

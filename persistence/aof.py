@@ -241,7 +241,7 @@ def _load_files(directory: str, entries: list[ManifestEntry], keyspace: Keyspace
                         replay.flush()
                         raise CorruptFile(f"record does not replay: {exc}", path, offset) from None
                     replay.apply(record, offset)
-                    count += 1
+                    count += len(record) - 1 if record[0] == effects.BUNDLE else 1
             finally:
                 replay.flush()
         except effects.ReplayError as exc:
@@ -262,6 +262,12 @@ def _load_files(directory: str, entries: list[ManifestEntry], keyspace: Keyspace
                 os.fsync(handle.fileno())
             truncated = (path, torn.offset)
     return count, truncated
+
+
+def records_of(data, path: str = "") -> list:
+    """Every record of an AOF file's ``data``, in order, the records of each
+    BUNDLE in its place (raises TornTail / CorruptFile as ``iter_frames``)."""
+    return effects.unbundled([unpack(payload) for _, payload in iter_frames(data, 0, path)])
 
 
 # --- writing ----------------------------------------------------------------------
@@ -393,7 +399,7 @@ class AppendOnlyFile:
         whole record (or, if that fails too, its written part is counted so
         the next write completes the record)."""
         if self.records:
-            packed = b"".join(map(self.pack, self.records))
+            packed = self.pack(effects.bundled(self.records))  # (a turn's records: one frame)
             self.records.clear()
             self.unwritten = self.unwritten + packed if self.unwritten else packed
         data = self.unwritten

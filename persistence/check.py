@@ -55,8 +55,9 @@ def check_aof(directory: str, fix: bool, confirm) -> tuple[bool, list[str]]:
         good_up_to = 0
         try:
             for offset, payload in iter_frames(data, 0, path):
-                effects.apply(keyspace, unpack(payload))
-                records += 1
+                record = unpack(payload)
+                effects.apply(keyspace, record)
+                records += len(record) - 1 if record[0] == effects.BUNDLE else 1
                 good_up_to = offset + HEADER.size + len(payload)
             lines.append(f"OK   {path}: {records} records, good up to {good_up_to} of {len(data)} bytes")
         except TornTail as torn:

@@ -39,10 +39,18 @@ the file, see ``persistence.framing``):
                                                         ended 1: the batch is over) or with message
                                                         ids (batch_id nil); ids: one message id or nil
                                                         per entry, or empty; no entries: a batch ended
+    BUNDLE  [19, record, record, ...]                   records framed together to save a frame, a
+                                                        checksum and a msgpack call each: a loop
+                                                        turn's records in the AOF, a send's in the
+                                                        replication stream.  Not one change (each
+                                                        record applies on its own), but, as one
+                                                        frame, kept whole or not at all by a crash;
+                                                        never nested, never inside a TXN
 """
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 from tstream.engine import xgroups, xids
@@ -50,10 +58,10 @@ from tstream.engine.groups import Group
 from tstream.engine.ingest import Ingest
 
 (CREATE, APPEND, EVICT, CONFIG, DELKEY, FLUSH, GROUP, ACK, DELETE, TXN, XADD, XSETID, XDEL,
- XGROUP, XCONSUMER, XOWN, XGDESTROY, XCDEL, INGEST) = range(19)
+ XGROUP, XCONSUMER, XOWN, XGDESTROY, XCDEL, INGEST, BUNDLE) = range(20)
 
 NAMES = ["CREATE", "APPEND", "EVICT", "CONFIG", "DELKEY", "FLUSH", "GROUP", "ACK", "DELETE", "TXN",
-         "XADD", "XSETID", "XDEL", "XGROUP", "XCONSUMER", "XOWN", "XGDESTROY", "XCDEL", "INGEST"]
+         "XADD", "XSETID", "XDEL", "XGROUP", "XCONSUMER", "XOWN", "XGDESTROY", "XCDEL", "INGEST", "BUNDLE"]
 
 
 class ReplayError(ValueError):
@@ -65,6 +73,24 @@ class ReplayError(ValueError):
 
 
 # --- building records (on the server's hot paths: keep them plain) -------------------
+
+
+def bundled(records: list) -> list:
+    """One record for ``records`` (a list of one or more records): the record
+    itself when alone, else a BUNDLE of them."""
+    return records[0] if len(records) == 1 else [BUNDLE, *records]
+
+
+def unbundled(records) -> list:
+    """``records`` with every BUNDLE replaced by the records it holds (a reader
+    of a file or stream that wants one record per change)."""
+    flat: list = []
+    for record in records:
+        if type(record) is list and record and record[0] == BUNDLE:
+            flat += record[1:]
+        else:
+            flat.append(record)
+    return flat
 
 
 def group_moved(key: bytes, group: Group, offsets=()) -> list:
@@ -157,8 +183,14 @@ def apply(keyspace, record: list) -> None:  # noqa: C901 (over the limit when it
             return
         if kind == TXN:
             for inner in record[1]:
-                if inner[0] == TXN:
-                    raise ReplayError("a TXN record inside a TXN record")
+                if inner[0] == TXN or inner[0] == BUNDLE:
+                    raise ReplayError(f"a {NAMES[inner[0]]} record inside a TXN record")
+                apply(keyspace, inner)
+            return
+        if kind == BUNDLE:
+            for inner in record[1:]:
+                if inner[0] == BUNDLE:
+                    raise ReplayError("a BUNDLE record inside a BUNDLE record")
                 apply(keyspace, inner)
             return
         key = record[1]
@@ -226,6 +258,10 @@ RUN_RECORD_ENTRIES = 16  # an append of more entries goes alone: its call's cost
 _RUN_RECORD_SIZE = 4 + 2 * RUN_RECORD_ENTRIES
 
 
+_LIST, _SIX, _APPEND = {list}, {6}, {APPEND}
+_KIND, _KEY, _OFFSET, _TIME, _TAG, _DATA = map(itemgetter, range(6))  # (an APPEND record's fields)
+
+
 def _has_limits(stream) -> bool:
     config = stream.settings
     return bool(config.max_len or config.max_age_ms or config.max_msgs_per_subject)
@@ -256,12 +292,15 @@ class Replay:
     A MemoryError in the engine propagates (what the engine kept of the run
     stays, as a MemoryError in a single append leaves it)."""
 
-    __slots__ = ("keyspace", "applied", "before_other", "key", "stream", "next", "records", "wheres", "tags",
-                 "datas", "times")
+    __slots__ = ("keyspace", "applied", "applied_run", "before_other", "key", "stream", "next", "records", "wheres",
+                 "tags", "datas", "times")
 
-    def __init__(self, keyspace, applied=None, before_other=None) -> None:
+    def __init__(self, keyspace, applied=None, before_other=None, applied_run=None) -> None:
         self.keyspace = keyspace
         self.applied = applied
+        # ``applied_run(key, records)``, when given, is called instead of
+        # ``applied`` for the records of a run (APPENDs of ``key``) at once.
+        self.applied_run = applied_run
         # Called before a record other than an APPEND is applied (an AOF
         # load settles its background seals then: persistence/sealer.py).
         self.before_other = before_other
@@ -289,9 +328,53 @@ class Replay:
                 self.key, self.stream = record[1], stream
                 self._join(record, where, size)
                 return
+        elif size > 1 and record[0] == BUNDLE:
+            self._bundle(record, where)
+            return
         elif self.key is not None:
             self.flush()
         self._one(record, where)
+
+    def _bundle(self, bundle: list, where: int) -> None:
+        """A BUNDLE's records in order.  When they are all one-entry APPENDs of
+        one key, each starting where the one before ended (a send of the
+        replication stream under unpipelined writers), they join the run in
+        C-level steps (no Python call per record); else one by one."""
+        records = bundle[1:]
+        count = len(records)
+        first = records[0]
+        try:
+            fits = (set(map(type, records)) == _LIST and set(map(len, records)) == _SIX
+                    and set(map(_KIND, records)) == _APPEND and type(first[1]) is bytes
+                    and set(map(_KEY, records)) == {first[1]}
+                    and list(map(_OFFSET, records)) == list(range(first[2], first[2] + count)))
+        except TypeError:  # (an offset that is not a number: apply() says what is wrong)
+            fits = False
+        if fits:
+            key, start = first[1], first[2]
+            if key != self.key or start != self.next:
+                self.flush()
+                stream = self.keyspace.get(key)
+                fits = stream is not None and start == stream.next_offset and not _has_limits(stream)
+                if fits:
+                    self.key, self.stream = key, stream
+        if not fits:
+            for record in records:
+                if type(record) is list and record and record[0] == BUNDLE:
+                    self.flush()
+                    exc = ReplayError("a BUNDLE record inside a BUNDLE record")
+                    exc.where = where
+                    raise exc
+                self.apply(record, where)
+            return
+        self.records += records
+        self.wheres += [where] * count
+        self.tags += map(_TAG, records)
+        self.datas += map(_DATA, records)
+        self.times += map(_TIME, records)
+        self.next = start + count
+        if len(self.tags) >= RUN_ENTRIES:
+            self.flush()
 
     def _join(self, record: list, where: int, size: int) -> None:
         self.records.append(record)
@@ -341,6 +424,9 @@ class Replay:
             # Bad input changed nothing: one record at a time, to stop at the bad one.
             for record, where in zip(records, wheres):
                 self._one(record, where)
+            return
+        if self.applied_run is not None:
+            self.applied_run(records[0][1], records)
             return
         applied = self.applied
         if applied is not None:

@@ -86,16 +86,6 @@ class Packer:
         payload = self._packb(record)
         return HEADER.pack(MAGIC, len(payload), zlib.crc32(payload), len(payload) ^ _INVERT) + payload
 
-    def many(self, records: list) -> bytes:
-        """``b"".join(map(self, records))`` without a Python call per record (the
-        replication stream packs what it got since its last send in one go)."""
-        payloads = list(map(self._packb, records))
-        header, crc32 = HEADER.pack, zlib.crc32
-        parts: list = [None] * (2 * len(payloads))
-        parts[0::2] = [header(MAGIC, size := len(payload), crc32(payload), size ^ _INVERT) for payload in payloads]
-        parts[1::2] = payloads
-        return b"".join(parts)
-
 
 def unpack(payload) -> Any:
     return msgpack.unpackb(payload, raw=True, use_list=True, strict_map_key=False)

@@ -214,7 +214,7 @@ class Replication:
         if not records:
             return
         try:
-            data = self.pack.many(records)
+            data = self.pack(effects.bundled(records))  # (one frame: one msgpack call, header and checksum)
         except MemoryError:
             records.clear()
             self._stream_lost()
@@ -811,7 +811,7 @@ class Replication:
         capture = server.capture
         used = 0
         getack = False
-        replay = effects.Replay(server.keyspace, writes.replicated)
+        replay = effects.Replay(server.keyspace, writes.replicated, applied_run=writes.replicated_run)
         try:
             try:
                 for position, payload in iter_frames(data):
@@ -978,10 +978,9 @@ def _before_change(capture, record: list) -> None:
     kind = record[0]
     if kind == effects.FLUSH:
         capture.before_flush()
-    elif kind == effects.TXN:
-        for inner in record[1]:
-            if len(inner) > 1:
-                capture.before_change(inner[1])
+    elif kind == effects.TXN or kind == effects.BUNDLE:
+        for inner in record[1] if kind == effects.TXN else record[1:]:
+            _before_change(capture, inner)
     else:
         capture.before_change(record[1])
 

@@ -724,12 +724,11 @@ def test_limit_deletions_are_logged_by_their_own_server_when_two_share_a_process
 
 def aof_records(directory: Path) -> list:
     """Every record of the append-only file's incremental parts, in order."""
-    from tstream.persistence.framing import iter_frames, unpack
+    from tstream.persistence.aof import records_of
 
     records = []
     for path in sorted((directory / "appendonlydir").glob("*.incr.aof")):
-        data = path.read_bytes()
-        records += [unpack(payload) for _, payload in iter_frames(data)]
+        records += records_of(path.read_bytes())
     return records
 
 

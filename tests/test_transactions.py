@@ -22,7 +22,6 @@ import redis.asyncio
 from tstream.persistence import aof as aof_files
 from tstream.persistence import effects
 from tstream.persistence.fileops import FileOps
-from tstream.persistence.framing import iter_frames, unpack
 
 from .conftest import ServerProcess
 from .harness import encode_command
@@ -261,7 +260,7 @@ def aof_records(directory) -> list:
     incr = os.path.join(directory, "appendonlydir", entries[-1].name)
     with open(incr, "rb") as handle:
         data = handle.read()
-    return [unpack(payload) for _, payload in iter_frames(data, 0, incr)], incr
+    return aof_files.records_of(data, incr), incr
 
 
 def test_exec_is_one_txn_record_and_survives_a_restart(make_server, tmp_path):

@@ -18,11 +18,11 @@ from tstream.persistence.effects import ACK, APPEND, CONFIG, CREATE, DELETE, DEL
 
 def records(directory: Path) -> list:
     """Every record of the append-only file's incremental parts, in order."""
-    from tstream.persistence.framing import iter_frames, unpack
+    from tstream.persistence.aof import records_of
 
     found = []
     for path in sorted((directory / "appendonlydir").glob("*.incr.aof")):
-        found += [unpack(payload) for _, payload in iter_frames(path.read_bytes())]
+        found += records_of(path.read_bytes())
     return found
 
 
