@@ -295,7 +295,8 @@ def main() -> None:
         over = [sum(x > limit for x in cpus) for limit in (1.0, 1.2, 1.5, 2.0)]
         print(f"steps over 1.0 / 1.2 / 1.5 / 2.0 ms CPU: {' / '.join(map(str, over))}; "
               f"keys per step: median {sorted(DETAILS.keys)[len(DETAILS.keys) // 2]}, max {max(DETAILS.keys)}; "
-              f"fresh buffers {sum(DETAILS.fresh)}")
+              f"fresh buffers {sum(DETAILS.fresh)}; steps whose CPU time exceeds their wall time by 0.05 ms: "
+              f"{sum(e[3] / 1e6 > e[2] + 0.05 for e in EVENTS if e[1] == 'capture-step')} (a loaded VM's clock)")
         top = sorted((e for e in EVENTS if e[1] == "capture-step"), key=lambda e: -e[3])[:args.top]
         print("longest steps by CPU:")
         for e in top:
