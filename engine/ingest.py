@@ -110,8 +110,9 @@ class Ingest:
     def __init__(self) -> None:
         self.batches: dict[bytes, FastBatch] = {}
         self.ids: dict[bytes, int] = {}  # message id -> offset, oldest first
-        # [time_ns, count]: the ids of ``ids`` in stretches stored at one time, oldest first
-        self.runs: deque[list[int]] = deque()
+        # (time_ns, count): the ids of ``ids`` in stretches stored at one time, oldest first
+        # (tuples of ints: the collector untracks them at its first pass)
+        self.runs: deque[tuple[int, int]] = deque()
 
     def batch(self, key: bytes, batch_id: bytes) -> FastBatch:
         """The batch ``batch_id``, created if new."""
@@ -200,9 +201,9 @@ class Ingest:
         """``count`` ids claimed were stored at ``time_ns`` (their expiry)."""
         runs = self.runs
         if runs and runs[-1][0] == time_ns:
-            runs[-1][1] += count
+            runs[-1] = (time_ns, runs[-1][1] + count)
         elif count > 0:
-            runs.append([time_ns, count])
+            runs.append((time_ns, count))
 
     # --- snapshots ---------------------------------------------------------------------
 
@@ -220,7 +221,7 @@ class Ingest:
             batch.last_offset = last_offset
         for mid, off in saved.get("ids", ()):
             ingest.ids[mid] = off
-        ingest.runs.extend([t, count] for t, count in saved.get("runs", ()))
+        ingest.runs.extend((t, count) for t, count in saved.get("runs", ()))
         if sum(count for _, count in ingest.runs) != len(ingest.ids):
             raise ValueError("message id runs do not match the ids")
         return ingest
