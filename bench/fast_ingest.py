@@ -21,8 +21,15 @@ rounds, every one listed.  With 16 fast publishers an interactive client sends `
 at a time during the run: its latency percentiles are listed (and every publisher must end
 without its connection dropped).
 
-**MSGID**: one publisher, ``TWRITE key tag entry`` vs ``TWRITE key tag entry MSGID id``
-(unique ids), same windows, ``appendfsync no``: the cost is 1 - ratio.
+**MSGID**: one publisher connection, ``TWRITE key tag entry`` vs ``TWRITE key tag entry
+MSGID id`` (unique ids), same windows, ``appendfsync no``: the cost is 1 - ratio.  A phase
+of a few hundred thousand messages lasts under a second and the machine's speed moves
+more than that between two phases, so the two kinds run in ``--msgid-slices`` short
+slices of ``--msgid-per-slice`` messages, interleaved (twrite/msgid, msgid/twrite, ...) on
+one connection, each slice's messages built before its clock starts.  Figures: each pair's
+ratio (all listed) and their median; the ratio of the totals (all messages / all
+seconds); and the server process's CPU time per message (``/proc/<pid>/stat``, every
+thread; load moves it less than wall time), totalled over the slices of each kind.
 
     flock /tmp/tstream-bench.lock .venv/bin/python bench/fast_ingest.py [--rounds 3] [--messages 200000]
 
@@ -43,6 +50,7 @@ from common import (
     OUT_DIR,
     Client,
     encode,
+    loadavg,
     machine_facts,
     percentile,
     save_result,
@@ -204,17 +212,57 @@ def run(args) -> dict:
                              f"{got['twrite']['tread_ms']['p99']:.2f} ms (twrite)" if pubs == 16 else ""),
                           flush=True)
     with servers(("tstream", ["--appendonly", "yes", "--appendfsync", "no"])) as (ts,):
-        for rnd in range(args.rounds if args.only in (None, "msgid") else 0):
-            order = ("twrite", "msgid") if rnd % 2 == 0 else ("msgid", "twrite")
-            got = {kind: phase(ts.port, kind, 1, args.messages, f"m{rnd}") for kind in order}
-            ratio = got["msgid"]["msgs_per_s"] / got["twrite"]["msgs_per_s"]
-            results["msgid"].append({"round": rnd + 1, "order": "/".join(order), "twrite": got["twrite"],
-                                     "msgid": got["msgid"], "ratio": ratio})
-            print(f"MSGID round {rnd + 1}: TWRITE {got['twrite']['msgs_per_s']:10,.0f}/s  "
-                  f"TWRITE MSGID {got['msgid']['msgs_per_s']:10,.0f}/s  ratio {ratio:.2f} "
-                  f"(cost {100 * (1 - ratio):.0f}%)", flush=True)
-        results["facts"] = machine_facts(ts)
+        facts = machine_facts(ts)  # (its loadavg_at_start: before the MSGID slices)
+        if args.only in (None, "msgid"):
+            results["msgid"] = msgid_slices(ts.port, ts.pid, args.msgid_slices, args.msgid_per_slice)
+        facts["loadavg_at_end"] = loadavg()
+        results["facts"] = facts
     return results
+
+
+def _server_cpu(pid: int) -> float:
+    """CPU seconds (user + system, every thread) the process ``pid`` has used."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def msgid_slices(port: int, pid: int, slices: int, per: int) -> list[dict]:
+    """TWRITE vs TWRITE MSGID in ``slices`` interleaved slices of ``per`` messages
+    each, on one connection (see the module docstring); a row per slice."""
+    c = Client(port)
+    twrites = [encode("TWRITE", b"mi-twrite", SUBJECT, PAYLOAD)] * per
+    rows = []
+    try:
+        for s in range(slices):
+            order = ("twrite", "msgid") if s % 2 == 0 else ("msgid", "twrite")
+            row: dict = {"slice": s + 1, "order": "/".join(order)}
+            for kind in order:
+                msgs = twrites if kind == "twrite" else [
+                    encode("TWRITE", b"mi-msgid", SUBJECT, PAYLOAD, "MSGID", b"id-%d-%d" % (s, i)) for i in range(per)]
+                cpu = _server_cpu(pid)
+                started = time.perf_counter()
+                _pipelined(c, msgs)
+                seconds = time.perf_counter() - started
+                row[kind] = {"msgs_per_s": per / seconds, "seconds": seconds, "server_cpu_s": _server_cpu(pid) - cpu}
+            row["ratio"] = row["msgid"]["msgs_per_s"] / row["twrite"]["msgs_per_s"]
+            rows.append(row)
+            print(f"MSGID slice {s + 1}: TWRITE {row['twrite']['msgs_per_s']:10,.0f}/s  "
+                  f"TWRITE MSGID {row['msgid']['msgs_per_s']:10,.0f}/s  ratio {row['ratio']:.2f}", flush=True)
+    finally:
+        c.close()
+    return rows
+
+
+def msgid_summary(rows: list[dict]) -> dict:
+    """MSGID's cost from the slices: the median pair ratio, the ratio of the totals,
+    and the server's CPU per message of each kind."""
+    per = {kind: sum(r[kind]["seconds"] for r in rows) for kind in ("twrite", "msgid")}
+    cpu = {kind: sum(r[kind]["server_cpu_s"] for r in rows) for kind in ("twrite", "msgid")}
+    messages = sum(r["twrite"]["msgs_per_s"] * r["twrite"]["seconds"] for r in rows)
+    return {"median_ratio": statistics.median(r["ratio"] for r in rows), "total_ratio": per["twrite"] / per["msgid"],
+            "cpu_us": {kind: 1e6 * cpu[kind] / messages for kind in cpu},
+            "cpu_ratio": cpu["twrite"] / cpu["msgid"] if cpu["msgid"] else 0.0}
 
 
 NATS_WINDOWS = (64, 256, 1024)
@@ -314,14 +362,23 @@ def report(results: dict, args) -> str:
         if p99s:
             lines += ["", f"TREAD p99 during FAST with 16 publishers, appendfsync {fsync}, median of the rounds: "
                       f"**{statistics.median(p99s):.2f} ms** (range {min(p99s):.2f}-{max(p99s):.2f})"]
-    lines += ["", "## MSGID", "", "| round | order | TWRITE msg/s | TWRITE MSGID msg/s | ratio | cost |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "## MSGID", "", f"{args.msgid_slices} interleaved slices of {args.msgid_per_slice:,} messages "
+              "each, one connection:", "",
+              "| slice | order | TWRITE msg/s | TWRITE MSGID msg/s | ratio | cost | server CPU us/msg TWRITE | MSGID |",
+              "|---|---|---|---|---|---|---|---|"]
     for row in results["msgid"]:
-        lines.append(f"| {row['round']} | {row['order']} | {row['twrite']['msgs_per_s']:,.0f} | "
-                     f"{row['msgid']['msgs_per_s']:,.0f} | {row['ratio']:.2f} | {100 * (1 - row['ratio']):.0f}% |")
+        per = args.msgid_per_slice
+        lines.append(f"| {row['slice']} | {row['order']} | {row['twrite']['msgs_per_s']:,.0f} | "
+                     f"{row['msgid']['msgs_per_s']:,.0f} | {row['ratio']:.2f} | {100 * (1 - row['ratio']):.0f}% | "
+                     f"{1e6 * row['twrite']['server_cpu_s'] / per:.2f} | {1e6 * row['msgid']['server_cpu_s'] / per:.2f} |")
     if results["msgid"]:
-        cost = 1 - statistics.median(row["ratio"] for row in results["msgid"])
-        lines += ["", f"Median cost: **{100 * cost:.0f}%**"]
+        summary = msgid_summary(results["msgid"])
+        ratios = [row["ratio"] for row in results["msgid"]]
+        lines += ["", f"Median cost of the slices: **{100 * (1 - summary['median_ratio']):.1f}%** (slices "
+                  f"{100 * (1 - max(ratios)):.0f}% to {100 * (1 - min(ratios)):.0f}%); cost of the totals: "
+                  f"**{100 * (1 - summary['total_ratio']):.1f}%**; server CPU per message "
+                  f"{summary['cpu_us']['twrite']:.2f} us (TWRITE) vs {summary['cpu_us']['msgid']:.2f} us (MSGID): "
+                  f"cost **{100 * (1 - summary['cpu_ratio']):.1f}%**"]
     if results.get("nats"):
         rows = [r for r in results["nats"] if "round" in r]
         version = next((r["nats_server"] for r in results["nats"] if "nats_server" in r), "nats-server")
@@ -360,6 +417,8 @@ def main() -> None:
                              "theirs): on a machine with fewer cores than publishers, the TREAD latency "
                              "then shows the server's turns rather than the client waiting for a core")
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per nats-server run")
+    parser.add_argument("--msgid-slices", type=int, default=40, help="MSGID: interleaved slices of each kind")
+    parser.add_argument("--msgid-per-slice", type=int, default=25_000, help="MSGID: messages per slice")
     args = parser.parse_args()
     global NICE
     NICE = args.nice

@@ -216,7 +216,10 @@ def _msgid_run(client, argvs: list) -> bytes:
     ingest = stream._ingest if stream is not None else None
     word = words[0]
     if (ingest is None or keys.count(key) != count or words.count(word) != count
-            or word.lower() != b"msgid" or not stream.settings.duplicate_window_ms):
+            or (word != b"MSGID" and word.lower() != b"msgid")):
+        return b"".join(_twrite_each(client, argvs))
+    window_ms = stream.settings.duplicate_window_ms
+    if not window_ms:
         return b"".join(_twrite_each(client, argvs))
     tag = tags[0]
     if tags.count(tag) == count:  # one tag: one keyword check, and the engine compares by identity
@@ -227,7 +230,7 @@ def _msgid_run(client, argvs: list) -> bytes:
         return b"".join(_twrite_each(client, argvs))
     now = time_ns()
     start = stream.next_offset
-    if not ingest.claim_run(ids, start, now, stream.settings.duplicate_window_ms * 1_000_000):
+    if not ingest.claim_run(ids, start, now, window_ms * 1_000_000):
         return b"".join(_twrite_each(client, argvs))  # an id stored within the window, or repeated
     first = stream.first
     try:

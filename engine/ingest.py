@@ -8,12 +8,12 @@ fast batch or a message id) holds what must survive a restart:
   the offset of the batch's last stored message (``last_offset``); the rest
   (flow, ack interval, gap mode, activity) is the connection's business and
   starts again from the next message after a restart.
-- ``ids``: message id -> where it was stored, in the order stored, for the
-  duplicate window (``duplicate_window_ms``): the oldest are dropped as they age
-  out, on the next check.  The value is the offset, or for the ids of a
-  pipelined run (``claim_run``) the run's ``(first offset, ids)``, shared by
-  all of them (``offset_of``): the run is entered with one C pass that builds
-  no int per id; a duplicate's offset is found in its run (O(run)).
+- ``ids``: message id -> the offset it was stored at, in the order stored, for
+  the duplicate window (``duplicate_window_ms``): the oldest are dropped as they
+  age out, on the next check.  Keys and values are bytes and ints only, so the
+  table is never tracked by the cyclic garbage collector (a full collection does
+  not walk it); a pipelined run (``claim_run``) is entered with C passes (one
+  lookup and one insert per id, the offsets from a ``range``).
 
 The AOF logs both with the INGEST effect record (persistence/effects.py) and
 snapshots carry ``Ingest.export()`` in the stream's metadata, so after a crash a
@@ -109,9 +109,10 @@ class Ingest:
 
     def __init__(self) -> None:
         self.batches: dict[bytes, FastBatch] = {}
-        self.ids: dict = {}  # message id -> offset, or its run's (offset, ids); oldest first
-        # [time_ns, count]: the ids of ``ids`` in stretches stored at one time, oldest first
-        self.runs: deque[list[int]] = deque()
+        self.ids: dict[bytes, int] = {}  # message id -> offset, oldest first
+        # (time_ns, count): the ids of ``ids`` in stretches stored at one time, oldest first
+        # (tuples of ints: the collector untracks them at its first pass)
+        self.runs: deque[tuple[int, int]] = deque()
 
     def batch(self, key: bytes, batch_id: bytes) -> FastBatch:
         """The batch ``batch_id``, created if new."""
@@ -141,12 +142,11 @@ class Ingest:
         runs = self.runs
         if runs[0][0] <= now_ns - window_ns:
             self._expire(now_ns - window_ns)
-        found = ids.get(msgid)
-        return found if found is None or found.__class__ is int else offset_of(msgid, found)
+        return ids.get(msgid)
 
     def offsets(self) -> list:
         """[[id, offset], ...] of the table, oldest first. O(ids)."""
-        return [[mid, off if off.__class__ is int else offset_of(mid, off)] for mid, off in self.ids.items()]
+        return [[mid, off] for mid, off in self.ids.items()]
 
     def _expire(self, horizon: int) -> None:
         runs = self.runs
@@ -172,19 +172,23 @@ class Ingest:
         """Enter the ids of a pipelined run (a tuple) as about to be stored from
         ``offset`` on, before the append (``note_run`` once stored), after dropping
         the ids that aged out.  False, with the table as it was, if one of them is
-        in the table or repeats within ``ids``.  Each id is hashed and entered once
-        in a small dict (which finds the repeats), looked up once in the table and
-        merged into it: all C passes, one value ``(offset, ids)`` for all of them.
-        O(ids)."""
+        in the table or repeats within ``ids``.  C passes only: one lookup of each
+        id in the table (``isdisjoint``), then one insert of each with its offset
+        (``update`` from ``zip`` with a ``range``); a repeat within the run shows
+        as a table grown by less than ``len(ids)`` (then taken back). O(ids)."""
         table = self.ids
         if table:
             runs = self.runs
             if runs[0][0] <= now_ns - window_ns:
                 self._expire(now_ns - window_ns)
-        new = dict.fromkeys(ids, (offset, ids))
-        if len(new) != len(ids) or not table.keys().isdisjoint(new):
+            if not table.keys().isdisjoint(ids):
+                return False
+        before = len(table)
+        count = len(ids)
+        table.update(zip(ids, range(offset, offset + count)))
+        if len(table) - before != count:  # an id repeated within the run: all of them were new
+            self.unclaim_ids(ids)
             return False
-        table.update(new)
         return True
 
     def unclaim_ids(self, ids) -> None:
@@ -197,9 +201,9 @@ class Ingest:
         """``count`` ids claimed were stored at ``time_ns`` (their expiry)."""
         runs = self.runs
         if runs and runs[-1][0] == time_ns:
-            runs[-1][1] += count
+            runs[-1] = (time_ns, runs[-1][1] + count)
         elif count > 0:
-            runs.append([time_ns, count])
+            runs.append((time_ns, count))
 
     # --- snapshots ---------------------------------------------------------------------
 
@@ -217,19 +221,13 @@ class Ingest:
             batch.last_offset = last_offset
         for mid, off in saved.get("ids", ()):
             ingest.ids[mid] = off
-        ingest.runs.extend([t, count] for t, count in saved.get("runs", ()))
+        ingest.runs.extend((t, count) for t, count in saved.get("runs", ()))
         if sum(count for _, count in ingest.runs) != len(ingest.ids):
             raise ValueError("message id runs do not match the ids")
         return ingest
 
     def __bool__(self) -> bool:
         return bool(self.batches or self.ids)
-
-
-def offset_of(msgid: bytes, run: tuple) -> int:
-    """The offset of ``msgid`` entered by ``Ingest.claim_run`` with ``run``."""
-    first, ids = run
-    return first + ids.index(msgid)
 
 
 class FastRegistry:
