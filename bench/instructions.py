@@ -23,10 +23,7 @@ the same in both builds, is counted too), and its Redis Streams form
 16 ``TWRITE k t v MSGID id`` on one key in one read (every id new: MSGID's
 cost against ``twrite16_one_key``), 16 messages of one fast batch in one
 read (``BATCH k b seq t v FAST 64 ok``), and 16 one-entry reads ``TREAD k o 1``
-in one read (offsets 61 apart in a key of 2,000 entries); and 1,000 one-entry
-reads of consecutive offsets in one read (``tread1000_seq``, 501-1500 of that
-key: a client paging one entry at a time, as bench/pipelined_reads.py does; its
-figure is per read of 1,000 commands).
+in one read (offsets 61 apart in a key of 2,000 entries).
 The group loops' entries are written first, as many in both runs (enough for
 the larger), so that their figure is the loop's alone (before 2026-11-27 it
 also counted the writing of the iteration's ten entries: 16 per read, with
@@ -46,7 +43,7 @@ import callgrind
 
 HERE = Path(__file__).resolve().parent
 SHAPES = ("twrite", "twrite16_one_key", "twrite16_keys", "xadd", "xadd16", "group_loop", "xgroup_loop",
-          "msgid16_one_key", "fast16_one_key", "tread16", "tread1000_seq")
+          "msgid16_one_key", "fast16_one_key", "tread16")
 # Shapes whose reads differ (new ids, batch-seqs): the same number of reads is built
 # in every run, so that building them cancels out of the difference of two runs.
 BUILT_READS = 2600
@@ -103,7 +100,7 @@ def workload(shape: str, count: int, fill: int = 0) -> None:  # noqa: C901 (one 
                 turn_end()
                 out.clear()
         else:
-            if shape in ("tread16", "tread1000_seq"):  # the key read: 2,000 entries of 99 bytes
+            if shape == "tread16":  # the key read: 2,000 entries of 99 bytes
                 for _ in range(125):
                     feed(request(b"TWRITE", b"hp:r", b"tag", b"x" * 99) * 16)
                     turn_end()
@@ -115,7 +112,6 @@ def workload(shape: str, count: int, fill: int = 0) -> None:  # noqa: C901 (one 
                 "xadd": request(b"XADD", b"hp:x", b"*", b"field", b"value"),
                 "xadd16": request(b"XADD", b"hp:x16", b"*", b"field", b"value") * 16,
                 "tread16": b"".join(request(b"TREAD", b"hp:r", b"%d" % (1000 + o * 61), b"1") for o in range(16)),
-                "tread1000_seq": b"".join(request(b"TREAD", b"hp:r", b"%d" % o, b"1") for o in range(501, 1501)),
             }[shape]
 
             def step() -> None:
