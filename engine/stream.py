@@ -949,6 +949,94 @@ class Stream(TagTable):
             times_out.append(times[i])
         return offsets, tags_out, datas, times_out
 
+    def read_each(self, offsets: Sequence[int]) -> tuple[list, list]:  # noqa: C901 (one loop, its cases inlined)
+        """What ``read(offset, 1)`` holds for each of ``offsets`` (each >= 1, in
+        any order; a pipelined run of one-entry reads), as two columns ``(tags,
+        datas)``: an entry's tag and payload, or None and None for an offset that
+        holds none (missing: evicted or deleted; or at or past ``next_offset``,
+        which callers tell apart).  The block (or active node's tables) of the
+        last entry read is kept in hand, so that reads that stay in it cost an
+        index and a slice each.  O(len(offsets)), plus at most one
+        decompression per sealed block touched."""
+        first, nxt = self.first, self.next_offset
+        tags_out: list = []
+        datas_out: list = []
+        put_tag = tags_out.append
+        put_data = datas_out.append
+        tag_list = self._tag_list
+        cache = self._cache
+        nodes = self._nodes
+        node_index = self._node_index
+        # In hand: a sealed block's entries lo..hi-1 (none deleted, none evicted,
+        # its payloads bytes; entry o at index o - base of its tables), and an
+        # active node's alo..ahi-1 (index o - abase; a bytearray: copied).
+        lo = hi = base = alo = ahi = abase = 0
+        buf = abuf = b""
+        ends = tags = aends = atags = ()
+        # and the node of the last offset looked up: nlo..nhi-1, its deletions, blocks (sealed)
+        node: Any = None
+        nlo = nhi = be = 0
+        bits = blocks = None
+        for offset in offsets:
+            if lo <= offset < hi:
+                i = offset - base
+                put_tag(tag_list[tags[i]])
+                put_data(buf[ends[i]:ends[i + 1]])
+                continue
+            if alo <= offset < ahi:
+                i = offset - abase
+                put_tag(tag_list[atags[i]])
+                put_data(bytes(abuf[aends[i]:aends[i + 1]]))
+                continue
+            if offset < first or offset >= nxt:
+                put_tag(None)
+                put_data(None)
+                continue
+            if not nlo <= offset < nhi:  # another node: its fields in hand too
+                node = nodes[node_index(offset)]
+                nlo, nhi = node.start, node.cap_end
+                bits = node.deleted
+                blocks = node.blocks if node.sealed else None
+                be = node.block_entries if blocks is not None else 0
+            p = offset - nlo
+            if bits is not None and bits[p >> 3] >> (p & 7) & 1:
+                put_tag(None)
+                put_data(None)
+                continue
+            if blocks is not None:  # (Node.tables_at, inlined)
+                b = p // be
+                blk = blocks[b]
+                if blk is None:
+                    blk = cache.decode_block(node, b)
+                elif blk.lru:
+                    cache.lru.move_to_end(blk)
+                i = p - b * be
+                buf, ends, tags = blk.buf, blk.ends, blk.tags
+                put_tag(tag_list[tags[i]])
+                put_data(buf[ends[i]:ends[i + 1]])
+                if bits is None:  # kept in hand (touched in the cache once, here)
+                    lo = base = offset - i
+                    hi = base + len(tags)
+                    if lo < first:
+                        lo = first
+                    if hi > nxt:
+                        hi = nxt
+                else:
+                    hi = 0
+            else:
+                nbuf, nends, ntags, _ = node.decoded()
+                put_tag(tag_list[ntags[p]])
+                put_data(bytes(nbuf[nends[p]:nends[p + 1]]))
+                if bits is None:
+                    abuf, aends, atags = nbuf, nends, ntags
+                    alo = abase = nlo
+                    ahi = abase + len(ntags)
+                    if alo < first:
+                        alo = first
+                    if ahi > nxt:
+                        ahi = nxt
+        return tags_out, datas_out
+
     def _locate(self, offset: int):
         """(node, position) of a held offset, else None. O(1)."""
         if offset < self.first or offset >= self.next_offset:

@@ -26,6 +26,7 @@ from .encode import (
     encode_integers,
     encode_message,
     encode_message_page,
+    encode_single_reads,
     encode_stream_entries,
     encode_stream_ids,
 )
@@ -36,5 +37,5 @@ from .strict import StrictRequestParser
 __all__ = [
     "NO_REPLY", "NULL_ARRAY", "OK", "QUEUED", "BigNumber", "Entries", "ErrorReply", "KeyedReplies", "Push", "Raw", "Set", "Status", "StreamEntries", "Verbatim",
     "encode", "encode_batched_message", "encode_message_page", "encode_bulk", "encode_entries", "encode_error", "encode_flow_ack", "encode_integer", "encode_integer_run",
-    "encode_integers", "encode_message", "encode_stream_entries", "encode_stream_ids", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
+    "encode_integers", "encode_message", "encode_single_reads", "encode_stream_entries", "encode_stream_ids", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
 ]

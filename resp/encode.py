@@ -37,6 +37,7 @@ Commands never build RESP bytes themselves.
 from __future__ import annotations
 
 from itertools import chain
+from typing import Sequence
 
 
 class Status(str):
@@ -259,6 +260,34 @@ def encode_entries(entries: Entries, resp3: bool) -> bytes:
         else:
             offset, tag, data = entry
             append(b"*3\r\n:%d\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (offset, len(tag), tag, len(data), data))
+    return b"".join(out)
+
+
+_ONE_ENTRY = b"*1\r\n*3\r\n:%s\r\n%s$%d\r\n%s\r\n"  # the offset's text, the tag's bulk string, the payload
+
+
+def encode_single_reads(offset_texts: Sequence[bytes], tags: list, datas: list, end: int, resp3: bool) -> bytes:
+    """The replies of a run of one-entry reads (``TREAD key o 1`` each), one after
+    the other, each what ``encode_entries`` gives for that read alone: an offset
+    held (its canonical decimal text in ``offset_texts``, its tag and payload at
+    the same index of ``tags``/``datas``), a missing one (tag None, the offset
+    before ``end``: a null element), or one past the log's end (tag None, at or
+    after ``end``: an empty array).  A run of held
+    entries is one format with its arguments interleaved by C iterators and each
+    distinct tag's bulk string made once."""
+    n = len(tags)
+    bulks = {tag: b"$%d\r\n%s\r\n" % (len(tag), tag) for tag in set(tags) if tag is not None}
+    if None not in tags:
+        return (_ONE_ENTRY * n) % tuple(chain.from_iterable(zip(offset_texts, map(bulks.__getitem__, tags),
+                                                                 map(len, datas), datas)))
+    null = b"*1\r\n_\r\n" if resp3 else b"*1\r\n$-1\r\n"
+    out = []
+    append = out.append
+    for text, tag, data in zip(offset_texts, tags, datas):
+        if tag is not None:
+            append(_ONE_ENTRY % (text, bulks[tag], len(data), data))
+        else:
+            append(null if int(text) < end else b"*0\r\n")
     return b"".join(out)
 
 

@@ -847,6 +847,41 @@ def test_reads_spanning_blocks_and_nodes_match_a_model(small_blocks):
     s._check()
 
 
+def assert_read_each_matches_read(s) -> None:
+    """read_each gives, for each offset, what read(offset, 1) holds (None and None
+    for a missing one or one past the end), in any order, repeated, and the
+    payloads are bytes."""
+    nxt = s.next_offset
+    orders = [list(range(1, nxt + 3)), list(range(nxt + 2, 0, -1)), [o * 7 % (nxt + 2) + 1 for o in range(3 * nxt)],
+              [5, 5, 5, 1, nxt - 1, nxt, nxt + 10, 2**40, 6, 7], [], [3]]
+    for offsets in orders:
+        tags, datas = s.read_each(offsets)
+        want = [s.read(o, 1) for o in offsets]
+        assert [[o, t, d] if t is not None else None for o, t, d in zip(offsets, tags, datas)] == \
+            [(r[0] if r else None) for r in want]
+        assert all(t is None and d is None for t, d, r in zip(tags, datas, want) if not r or r[0] is None)
+        assert all(type(d) is bytes for d in datas if d is not None)
+
+
+def test_read_each_matches_read_over_blocks_nodes_and_holes(small_blocks):
+    set_decoded_cache_limits(2, 1 << 30)  # blocks are decompressed over and over (and evicted in hand)
+    s, _ = blocky()
+    assert_read_each_matches_read(s)  # sealed blocks, the active node's entries, past the end
+    for off in (8, 9, 13, 24, 60, 95):
+        s.delete(off)  # deleted entries, in sealed blocks and in the active node
+    assert_read_each_matches_read(s)
+    s.evict_through(27)  # first inside a block of node 1
+    assert s.first == 28
+    assert_read_each_matches_read(s)
+    s.evict_through(94)  # only the active node's last entry held
+    assert_read_each_matches_read(s)
+    compact = Stream(20)
+    compact.append(b"t", b"only", T0)  # a compact node of one entry
+    assert_read_each_matches_read(compact)
+    assert compact.read_each([1, 1, 2]) == ([b"t", b"t", None], [b"only", b"only", None])
+    s._check()
+
+
 def assert_columns_match_iter_from(s):
     """read_columns and entries_at give what iter_from yields, as columns."""
     for off in range(1, s.next_offset + 2):

@@ -289,6 +289,103 @@ def test_a_short_pipelined_read_waits_behind_a_command_that_blocks(served):
         assert got == expected
 
 
+@pytest.fixture
+def small_nodes(tmp_path):
+    """A server whose streams have nodes of 50 entries (several blocks each)."""
+    with ServerThread(port=0, dir=tmp_path, save="", appendonly=True, node_entries=50) as srv:
+        client = redis.Redis(port=srv.port)
+        yield srv, client
+        client.close()
+
+
+def _replies_alone(port: int, requests: list, protocol: int) -> bytes:
+    """The replies of ``requests`` sent one at a time (each read alone), on one connection."""
+    got = []
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        if protocol == 3:
+            sock.sendall(multibulk("HELLO", 3))
+            _read_replies(sock, 1)
+        for request in requests:
+            sock.sendall(request)
+            got.append(_read_replies(sock, 1))
+    return b"".join(got)
+
+
+def _replies_pipelined(port: int, requests: list, protocol: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        if protocol == 3:
+            sock.sendall(multibulk("HELLO", 3))
+            _read_replies(sock, 1)
+        sock.sendall(b"".join(requests))
+        return _read_replies(sock, len(requests))
+
+
+def _fill_with_holes(c) -> None:
+    """Key "h": 600 entries in nodes of 50 (sealed in blocks, and the active node's
+    last entries), the first 123 evicted (up to the middle of a block), every
+    entry tagged "dup" but the last deleted (max_msgs_per_subject 1 deletes older
+    ones of a tag), and 40 more entries in the active node."""
+    pairs = [w for i in range(600) for w in ("dup" if i % 7 == 3 else "t%d" % i, "v%d-" % i + "x" * 200)]
+    c.execute_command("TWRITE", "h", "ENTRIES", *pairs)
+    c.execute_command("TEVICT", "h", 123)
+    c.execute_command("TCONFIG", "h", "SET", "max_msgs_per_subject", 1)  # deletes the older "dup"
+    c.execute_command("TCONFIG", "h", "SET", "max_msgs_per_subject", 0)
+    for i in range(40):
+        c.execute_command("TWRITE", "h", "dup" if i % 9 == 4 else "a%d" % i, "w%d" % i)
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_a_run_of_one_entry_reads_replies_as_each_read_alone(small_nodes, protocol):
+    """Pipelined ``TREAD k o 1`` of one key are served by one lookup pass over the
+    run (``Stream.read_each``) and one reply format: every reply is byte for byte
+    the one the read gets alone, in RESP2 and RESP3, for offsets held in sealed
+    blocks and in the active node, across node and block boundaries, in order,
+    backwards, repeated, evicted (below ``first``, inside a block), deleted,
+    past the end, and in runs longer than the dispatcher's window (256)."""
+    srv, c = small_nodes
+    for i in range(600):
+        c.execute_command("TWRITE", "s", "t%d" % (i % 3), "v%d-" % i + "y" * 150)
+    _fill_with_holes(c)
+    assert c.execute_command("TINFO", "h")[b"nodes"] >= 10
+    offsets = (list(range(1, 700)) + list(range(650, 100, -3)) + [700, 5, 5, 5, 640, 641, 2**40, 124, 123]
+               + [o * 37 % 680 + 1 for o in range(300)])
+    for key in ("h", "s"):
+        requests = [multibulk("TREAD", key, o, 1) for o in offsets]
+        expected = _replies_alone(srv.port, requests, protocol)
+        assert _replies_pipelined(srv.port, requests, protocol) == expected
+        assert expected.count(b"*0\r\n") >= 3  # past the end
+        if key == "h":  # evicted and deleted
+            assert expected.count(b"*1\r\n$-1\r\n" if protocol == 2 else b"*1\r\n_\r\n") > 200
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_a_run_of_one_entry_reads_with_odd_words_replies_as_each_read_alone(small_nodes, protocol):
+    """A run of ``TREAD k o 1`` with an odd word in it (a bad number in the middle,
+    a leading zero, zero, a sign, a space, an empty word, ``-``/``$``, a count
+    other than 1, another key, a missing key, a huge offset) is answered read by
+    read, each reply (errors in their places) what the read gets alone, and INFO
+    commandstats counts every read and every failure."""
+    srv, c = small_nodes
+    _fill_with_holes(c)
+    good = [multibulk("TREAD", "h", o, 1) for o in range(120, 180)]
+    odd = [b"x", b"07", b"0", b"+5", b"-5", b" 5", b"5 ", b"", b"-", b"$", b"1_0", b"5" * 19, b"9" * 18,
+           "\u0665".encode()]
+    runs = [good[:30] + [multibulk("TREAD", "h", word, 1)] + good[30:] for word in odd]
+    runs += [good[:10] + [multibulk("TREAD", "h", 150, count)] + good[10:] for count in (0, 2, "01", "x", "-1")]
+    runs += [good[:10] + [multibulk("TREAD", key, 150, 1)] + good[10:] for key in ("nokey", "s", b"h\x00")]
+    runs += [[multibulk("TREAD", "nokey", o, 1) for o in range(1, 40)]]
+    before = c.info("commandstats").get("cmdstat_tread", {"calls": 0, "failed_calls": 0})
+    sent = errors = 0
+    for requests in runs:
+        expected = _replies_alone(srv.port, requests, protocol)
+        assert _replies_pipelined(srv.port, requests, protocol) == expected
+        sent += len(requests)
+        errors += expected.count(b"\r\n-ERR")
+    after = c.info("commandstats")["cmdstat_tread"]
+    assert errors >= 8
+    assert (after["calls"], after["failed_calls"]) == (before["calls"] + 2 * sent, before["failed_calls"] + 2 * errors)
+
+
 def _read_replies(sock, count: int) -> bytes:
     """The bytes of ``count`` whole replies from ``sock`` (parsed with hiredis to find their ends)."""
     import hiredis

@@ -25,6 +25,7 @@ from tstream.resp import (
     encode_integer_run,
     encode_message,
     encode_message_page,
+    encode_single_reads,
     encode_stream_entries,
     encode_stream_ids,
 )
@@ -79,6 +80,22 @@ def test_entries(entries, protocol):
 @given(entry, protocols)
 def test_one_entry(one, protocol):  # TREAD key o 1's reply has a short cut
     assert encode_entries(Entries([one]), protocol == 3) == encode([one], protocol)
+
+
+# A one-entry read's result: an entry held (tag, payload), missing (None) or past the end ("end").
+single_read = st.tuples(st.integers(min_value=1, max_value=(1 << 62) - 1),
+                        st.one_of(st.tuples(blobs, blobs), st.none(), st.just("end")))
+
+
+@given(st.lists(single_read, min_size=1, max_size=12), protocols)
+def test_single_reads(reads, protocol):  # a run of TREAD key o 1: each reply as encode_entries gives it alone
+    end = 1 << 62
+    texts = [b"%d" % (o if what != "end" else end + o) for o, what in reads]
+    tags = [what[0] if what.__class__ is tuple else None for _, what in reads]
+    datas = [what[1] if what.__class__ is tuple else None for _, what in reads]
+    expected = b"".join(encode_entries(Entries([] if what == "end" else [[int(text), *what] if what else None]),
+                                       protocol == 3) for text, (_, what) in zip(texts, reads))
+    assert encode_single_reads(texts, tags, datas, end, protocol == 3) == expected
 
 
 @given(blobs, blobs, offsets, blobs, blobs, protocols)
