@@ -23,7 +23,9 @@ the same in both builds, is counted too), and its Redis Streams form
 16 ``TWRITE k t v MSGID id`` on one key in one read (every id new: MSGID's
 cost against ``twrite16_one_key``), 16 messages of one fast batch in one
 read (``BATCH k b seq t v FAST 64 ok``), and 16 one-entry reads ``TREAD k o 1``
-in one read (offsets 61 apart in a key of 2,000 entries).
+in one read (offsets 61 apart in a key of 2,000 entries); ``xgroup_loop_pairs``:
+the X* loop on bench/xstreams.py's entries (``seq n payload <100 bytes>``: two
+field-value pairs, kept packed).
 The group loops' entries are written first, as many in both runs (enough for
 the larger), so that their figure is the loop's alone (before 2026-11-27 it
 also counted the writing of the iteration's ten entries: 16 per read, with
@@ -43,7 +45,7 @@ import callgrind
 
 HERE = Path(__file__).resolve().parent
 SHAPES = ("twrite", "twrite16_one_key", "twrite16_keys", "xadd", "xadd16", "group_loop", "xgroup_loop",
-          "msgid16_one_key", "fast16_one_key", "tread16")
+          "msgid16_one_key", "fast16_one_key", "tread16", "xgroup_loop_pairs")
 # Shapes whose reads differ (new ids, batch-seqs): the same number of reads is built
 # in every run, so that building them cancels out of the difference of two runs.
 BUILT_READS = 2600
@@ -60,7 +62,7 @@ def workload(shape: str, count: int, fill: int = 0) -> None:  # noqa: C901 (one 
         out: list[bytes] = []
         bench.transport.write = lambda data: out.append(bytes(data))  # type: ignore[method-assign]
         feed, turn_end, request = bench.feed, bench.turn_end, hotpath.request
-        if shape in ("group_loop", "xgroup_loop"):
+        if shape in ("group_loop", "xgroup_loop", "xgroup_loop_pairs"):
             import hiredis
             if shape == "group_loop":  # TREAD GROUP 10, then TACK of the ten offsets
                 feed(request(b"TREAD", b"g:k", b"-", b"0", b"GROUP", b"g"))
@@ -72,6 +74,8 @@ def workload(shape: str, count: int, fill: int = 0) -> None:  # noqa: C901 (one 
                     return request(b"TACK", b"g:k", b"g", *(b"%d" % entry[0] for entry in reply))
             else:  # XREADGROUP COUNT 10, then XACK of the ten ids
                 write = request(b"XADD", b"g:k", b"*", b"field", b"x" * 100) * 16
+                if shape == "xgroup_loop_pairs":  # bench/xstreams.py's entries: two field-value pairs
+                    write = request(b"XADD", b"g:k", b"*", b"seq", b"12345", b"payload", b"x" * 100) * 16
                 read = request(b"XREADGROUP", b"GROUP", b"g", b"c1", b"COUNT", b"10", b"STREAMS", b"g:k", b">")
 
                 def ack_of(reply) -> bytes:
@@ -79,7 +83,7 @@ def workload(shape: str, count: int, fill: int = 0) -> None:  # noqa: C901 (one 
             for _ in range(0, (max(count, fill) + 300) * 10, 16):
                 feed(write)
                 turn_end()
-            if shape == "xgroup_loop":
+            if shape != "group_loop":
                 feed(request(b"XGROUP", b"CREATE", b"g:k", b"g", b"0"))
                 turn_end()
             out.clear()

@@ -10,13 +10,13 @@ records (persistence/effects.py), so the append-only file replays it exactly.
 
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import chain, repeat
 from time import time_ns
 
 from tstream.engine import xgroups, xids
 from tstream.persistence.effects import ACK, XCDEL, XCONSUMER, XGDESTROY, XGROUP, XOWN
 from tstream.resp import NO_REPLY, NULL_ARRAY, OK, ErrorReply, KeyedReplies, Raw
-from tstream.resp.xentries import encode_keyed, encode_stream_columns
+from tstream.resp.xentries import encode_keyed, encode_stream_columns, encode_stream_pairs
 
 from .args import to_int
 from .errors import CommandError, SubcommandSyntax, SyntaxErr
@@ -229,15 +229,18 @@ def _deliver_new(server, key: bytes, stream, group, x, consumer: bytes, count: i
     owner.seen_ms = now
     offsets, tags, datas, texts = xgroups.deliver_columns(stream, group, owner, count or stream.next_offset, now,
                                                           noack)
-    sx = stream._x
-    if offsets and (sx is None or not sx.runs or xids.packed_flags(stream, offsets[0], offsets[-1] + 1) is None):
+    packed = xids.packed_span(stream, offsets[0], offsets[-1] + 1) if offsets else 2
+    if packed == 0:
         reply = encode_stream_columns(texts, tags, datas)  # one field-value pair each (the usual case)
-    else:  # (none, or some entries hold several pairs)
+    elif packed == 1:  # every one holds several pairs (bench/xstreams.py's entries)
+        reply = encode_stream_pairs(texts, tags, xids.unpack_rests(datas))
+    else:  # (none, or some entries hold several pairs, some one)
         reply = entry_replies(stream, [list(row) for row in zip(offsets, tags, datas)], texts=texts)
     if server.writes.sinks:  # effect records are built only for the AOF
         records = [[XCONSUMER, key, group.name, owner.name, now], _group_record(key, group)]
-        if offsets and not noack:
-            records.append(_owned_record(key, group, owner.name, map(group.pending_get, offsets)))
+        if offsets and not noack:  # (_owned_record of the entries, each delivered once, now)
+            records.append([XOWN, key, group.name, owner.name,
+                            *chain.from_iterable(zip(offsets, repeat(1), repeat(now)))])
         server.writes.xgroup_changed(key, stream, records)
     else:
         server.writes.xgroup_changed(key, stream, [])

@@ -28,7 +28,9 @@ list, heapq); removals are lazy, so TACK is a dict deletion and nothing else:
 - ``_by_due``:    heap of (retry_at_ms, offset) (due retries, in due order),
 - ``_by_expiry``: heap of (expire_at_ms, offset) (expiry purge).
   An X* delivery's entry (engine/xgroups.py: never due, never expires) is in
-  neither heap: its items are None (``_unheaped`` counts them).
+  neither heap: its items are None (``_unheaped`` counts them).  The entries
+  one XREADGROUP hands out share one :class:`OwnedRun` as their value until
+  one of them is looked at by itself (then it gets its own Pending).
   A heap item is *live* only while it is the very tuple its Pending holds
   (``Pending.due_item`` / ``exp_item``, identity, not equality): a redelivery
   replaces its due item at the top of the heap; ``restore_pending`` pushes new
@@ -54,8 +56,9 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from heapq import heapify, heappop, heappush, heapreplace
 from itertools import repeat
+from typing import Any
 
-__all__ = ["Group", "Pending", "Consumer", "XGroupState", "NEVER", "INVALID"]
+__all__ = ["Group", "Pending", "OwnedRun", "Consumer", "XGroupState", "NEVER", "INVALID"]
 
 SLACK = 64  # an index is compacted when its stale items exceed live ones + SLACK
 NEVER = 1 << 62  # retry/expiry time of an X* pending entry (engine/xgroups.py): never due
@@ -113,6 +116,37 @@ class Pending:
                 f"expire_at={self.expire_at})")
 
 
+class OwnedRun:
+    """The X* entries one XREADGROUP handed out (engine/xgroups.py), pending
+    together: one object for the run, the value of each of its offsets in
+    ``Group._by_offset`` until one of them is looked at one by one
+    (:meth:`Group.pending_get`, :meth:`Group.pending_entries`), which makes it
+    its own :class:`Pending` (``materialize``).  It reads as a Pending where
+    the group's indexes look (in no heap, never due, delivered once), so that
+    a delivery costs one dict update and an ack one dict deletion per entry,
+    no object per entry.  Never changed once made."""
+
+    __slots__ = ("offsets", "xids", "owner", "delivered_ms")
+    retry_at = expire_at = NEVER
+    retry_ms = 0
+    deliveries = 1
+    due_item = exp_item = None
+
+    def __init__(self, offsets: list, xids: list, owner: bytes, delivered_ms: int) -> None:
+        self.offsets = offsets  # ascending
+        self.xids = xids  # the id of each offset
+        self.owner = owner
+        self.delivered_ms = delivered_ms
+
+    def materialize(self, offset: int) -> Pending:
+        """The Pending of ``offset`` (one of this run's offsets). O(log run)."""
+        return Pending.unheaped(offset, 1, self.owner, self.delivered_ms,
+                                self.xids[bisect_left(self.offsets, offset)])
+
+
+OWNED_RUN_MAX = 256  # longer X* deliveries are Pending objects: a run is kept while any of its entries is pending
+
+
 class Group:
     __slots__ = ("name", "next", "_by_offset", "_order", "_head", "_unsorted", "_by_due", "_due_stale",
                  "_by_expiry", "_exp_stale", "delivered", "acked", "x", "_unheaped")
@@ -120,7 +154,7 @@ class Group:
     def __init__(self, name: bytes, next_offset: int) -> None:
         self.name = name
         self.next = next_offset  # the next new offset this group hands out
-        self._by_offset: dict[int, Pending] = {}
+        self._by_offset: dict[int, Any] = {}  # a Pending, or the OwnedRun holding the offset
         self._order: list[int] = []   # offsets, ascending from _head on; may hold stale ones
         self._head = 0                # _order[:_head] is consumed (none of it pending)
         self._unsorted = False        # _order is empty and must be rebuilt from _by_offset
@@ -262,7 +296,11 @@ class Group:
         pop = by_offset.pop
         acked = 0
         heaped = 0
-        if self._unheaped:  # some have no heap items (X* deliveries): nothing of theirs goes stale
+        if self._unheaped == len(by_offset):  # none in a heap (X* deliveries only): C passes
+            popped = list(map(pop, offsets, repeat(None)))
+            acked = len(popped) - popped.count(None)
+            self._unheaped -= acked
+        elif self._unheaped:  # some have no heap items (X* deliveries): nothing of theirs goes stale
             unheaped = 0
             for offset in offsets:
                 pending = pop(offset, None)
@@ -345,8 +383,12 @@ class Group:
         return [offset for offset in order[lo:hi] if offset in by_offset]
 
     def pending_get(self, offset: int) -> Pending | None:
-        """The pending entry of ``offset``, or None. O(1)."""
-        return self._by_offset.get(offset)
+        """The pending entry of ``offset``, or None. O(1) (O(log run) the first
+        time an entry of an :class:`OwnedRun` is looked at)."""
+        pending = self._by_offset.get(offset)
+        if pending.__class__ is OwnedRun:
+            pending = self._by_offset[offset] = pending.materialize(offset)
+        return pending
 
     def insert_pending(self, pending: Pending) -> None:
         """Make ``pending`` the pending entry of its offset (replacing any). O(log P)."""
@@ -364,20 +406,32 @@ class Group:
         if self._unsorted or (order and offsets[0] <= order[-1]) or not by_offset.keys().isdisjoint(offsets):
             return list(zip(offsets, xids))  # out of order: one by one
         count = len(offsets)
-        by_offset.update(zip(offsets, map(Pending.unheaped, offsets, repeat(1, count), repeat(owner, count),
-                                          repeat(now_ms, count), xids)))
+        if count <= OWNED_RUN_MAX:  # one object for the run (OwnedRun)
+            by_offset.update(zip(offsets, repeat(OwnedRun(offsets, xids, owner, now_ms), count)))
+        else:
+            by_offset.update(zip(offsets, map(Pending.unheaped, offsets, repeat(1, count), repeat(owner, count),
+                                              repeat(now_ms, count), xids)))
         order += offsets
         self._unheaped += count
         return None
 
     def pending_entries(self) -> list[Pending]:
-        """Every pending entry, by offset. O(P) (plus a sort after out-of-order inserts)."""
-        get = self._by_offset.get
-        return [p for p in map(get, self._live_order()) if p is not None]
+        """Every pending entry, by offset (each its own Pending: the entries of an
+        OwnedRun are made so). O(P) (plus a sort after out-of-order inserts)."""
+        by_offset = self._by_offset
+        get = by_offset.get
+        out = []
+        for offset in self._live_order():
+            p = get(offset)
+            if p is not None:
+                if p.__class__ is OwnedRun:
+                    p = by_offset[offset] = p.materialize(offset)
+                out.append(p)
+        return out
 
     def pending_state(self, offset: int) -> tuple | None:
         """(offset, deliveries, retry_at, expire_at, retry_ms) of a pending entry, else None."""
-        p = self._by_offset.get(offset)
+        p = self.pending_get(offset)
         return None if p is None else (p.offset, p.deliveries, p.retry_at, p.expire_at, p.retry_ms)
 
     def info(self) -> dict:
@@ -386,15 +440,20 @@ class Group:
     # --- state for persistence ------------------------------------------------------
 
     def export_state(self) -> dict:
-        get = self._by_offset.get
         pending = []
         owners = []
-        for offset in self._live_order():
+        get = self._by_offset.get
+        for offset in self._live_order():  # (nothing changed: an OwnedRun's entries read as they are)
             p = get(offset)
-            if p is not None:
-                pending.append((p.offset, p.deliveries, p.retry_at, p.expire_at, p.retry_ms))
-                if p.owner is not None:
-                    owners.append((p.offset, p.owner, p.delivered_ms, list(p.xid or (0, 0))))
+            if p is None:
+                continue
+            if p.__class__ is OwnedRun:
+                pending.append((offset, 1, NEVER, NEVER, 0))
+                owners.append((offset, p.owner, p.delivered_ms, list(p.xids[bisect_left(p.offsets, offset)])))
+                continue
+            pending.append((p.offset, p.deliveries, p.retry_at, p.expire_at, p.retry_ms))
+            if p.owner is not None:
+                owners.append((p.offset, p.owner, p.delivered_ms, list(p.xid or (0, 0))))
         state = {"name": self.name, "next": self.next, "pending": pending}
         if self.x is not None:  # X* groups (engine/xgroups.py)
             state["x"] = self.x.export()
@@ -425,7 +484,7 @@ class Group:
     def restore_pending(self, offset: int, deliveries: int, retry_at: int, expire_at: int,
                         retry_ms: int) -> None:
         """Set one pending entry exactly (replaying a logged group move). O(log P) amortised."""
-        pending = self._by_offset.get(offset)
+        pending = self.pending_get(offset)
         if pending is not None and pending.due_item is None:  # in no heap (an X* delivery's)
             pending.deliveries = deliveries
             pending.retry_ms = retry_ms
@@ -541,14 +600,22 @@ class Group:
             self._exp_stale = 0
         order = self._order
         if len(order) - len(by_offset) > limit:  # stale and consumed offsets (never when unsorted: empty)
-            order[:] = [offset for offset in order[self._head:] if offset in by_offset]
+            order[:] = filter(by_offset.__contains__, order[self._head:] if self._head else order)
             self._head = 0
 
     def _check(self, stream=None) -> None:
         """Assert the indexes agree (live items, stale counters, order), see the module docstring."""
         by_offset = self._by_offset
         unheaped = 0
+        runs: dict[int, OwnedRun] = {}
         for offset, pending in by_offset.items():
+            if pending.__class__ is OwnedRun:  # one object for the entries of one X* delivery
+                k = bisect_left(pending.offsets, offset)
+                assert k < len(pending.offsets) and pending.offsets[k] == offset, "an offset of its run"
+                runs[id(pending)] = pending
+                unheaped += 1
+                assert offset < self.next, "a pending entry was handed out, so it is below next"
+                continue
             assert pending.offset == offset
             if pending.due_item is None:
                 assert pending.exp_item is None and pending.retry_at == pending.expire_at == NEVER, \
@@ -585,11 +652,22 @@ class Group:
             assert len(order) - len(by_offset) <= len(by_offset) + SLACK
         if stream is not None:
             assert self.next <= stream.next_offset
+        self._check_owned(runs)
+
+    def _check_owned(self, runs: dict) -> None:
+        """Assert what X* deliveries keep: each OwnedRun, each owned entry found by its id."""
+        by_offset = self._by_offset
+        for run in runs.values():
+            assert len(run.offsets) == len(run.xids) <= OWNED_RUN_MAX and run.offsets, "an id per offset"
+            assert all(a < b for a, b in zip(run.offsets, run.offsets[1:])), "a run's offsets ascend"
+            assert all(a < b for a, b in zip(run.xids, run.xids[1:])), "and so do their ids"
+            assert (run.retry_at, run.expire_at, run.due_item, run.exp_item, run.deliveries) == (NEVER, NEVER, None, None, 1)
         x = self.x
         for offset, pending in by_offset.items():
             if pending.owner is not None:  # an X* pending entry (engine/xgroups.py)
+                xid = pending.xids[bisect_left(pending.offsets, offset)] if pending.__class__ is OwnedRun else pending.xid
                 assert x is not None and pending.owner in x.consumers, "its owner is a consumer of the group"
-                assert pending.xid is not None and x.by_id.get(b"%d-%d" % pending.xid) == offset, "found by its id"
+                assert xid is not None and x.by_id.get(b"%d-%d" % xid) == offset, "found by its id"
                 assert pending.retry_at == NEVER and pending.expire_at == NEVER, "never due by itself"
 
 

@@ -16,8 +16,9 @@ eviction and XACK keep them right with nothing else to update.
 
 An X* pending entry is owned by a consumer and never falls due by itself: its
 retry and expiry times are :data:`NEVER` and it is in none of the group's
-heaps (``Pending.unheaped``); only XCLAIM/XAUTOCLAIM move it (and TREAD's
-RETRY reads never hand it out again).  ``group.x.by_id`` maps the ids handed
+heaps (``Pending.unheaped``; the entries of one delivery share one
+``OwnedRun`` until one is looked at by itself: no object per entry handed out);
+only XCLAIM/XAUTOCLAIM move it (and TREAD's RETRY reads never hand it out again).  ``group.x.by_id`` maps the ids handed
 out, as the replies spell them (``b"ms-seq"``), to their offsets, so that XACK
 finds its arguments' offsets with one dict lookup each, no parsing.  Times are milliseconds on the
 caller's clock, passed in, so that replaying a log is deterministic.

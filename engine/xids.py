@@ -44,6 +44,7 @@ whose tag is the first field and whose payload packs the rest (msgpack list
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from functools import partial
 from itertools import repeat
 
 import msgpack
@@ -439,6 +440,9 @@ def pack_pairs(pairs: list) -> tuple[bytes, bytes]:
     return pairs[0], msgpack.packb(pairs[1:], use_bin_type=True)
 
 
+_unpack_rest = partial(msgpack.unpackb, raw=True, use_list=True)
+
+
 def unpack_pairs(tag: bytes, payload) -> list:
     """The field-value pairs of a packed entry, flat. O(size)."""
     return [tag, *msgpack.unpackb(payload, raw=True, use_list=True)]
@@ -457,6 +461,25 @@ def mark_packed(stream, offset: int) -> None:
         runs[-1] = offset + 1
     else:
         runs += [offset, offset + 1]
+
+
+def packed_span(stream, start: int, end: int) -> int:
+    """Whether offsets ``[start, end)`` hold packed pairs: 0 none, 1 every one,
+    2 some (then :func:`packed_flags` says which). O(log runs)."""
+    x = stream._x
+    if x is None or not x.runs or start >= end:
+        return 0
+    runs = x.runs
+    j = bisect_right(runs, start)
+    if j % 2:  # ``start`` is in the run [runs[j - 1], runs[j])
+        return 1 if runs[j] >= end else 2
+    return 0 if j == len(runs) or runs[j] >= end else 2
+
+
+def unpack_rests(payloads: list) -> list:
+    """The pairs after the first of each packed entry of ``payloads``
+    (:func:`unpack_pairs` without the tag), flat lists. One C call each."""
+    return list(map(_unpack_rest, payloads))
 
 
 def packed_flags(stream, start: int, end: int) -> list[bool] | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .encode import Raw, encode_stream_ids
 
-__all__ = ["encode_keyed", "encode_stream_columns", "encode_stream_id_run"]
+__all__ = ["encode_keyed", "encode_stream_columns", "encode_stream_pairs", "encode_stream_id_run"]
 
 
 def encode_stream_columns(ids: list, fields: list, values: list) -> Raw:
@@ -17,6 +17,27 @@ def encode_stream_columns(ids: list, fields: list, values: list) -> Raw:
     return Raw(b"*%d\r\n%s" % (len(ids), b"".join([
         b"*2\r\n$%d\r\n%s\r\n*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(i), i, len(f), f, len(v), v)
         for i, f, v in zip(ids, fields, values)])))
+
+
+def encode_stream_pairs(ids: list, fields: list, rests: list) -> Raw:
+    """``encode(StreamEntries([[ids[k], [fields[k], *rests[k]]] ...]), protocol)``
+    (any protocol: no entry is null), as Raw: entries of several field-value
+    pairs (``rests[k]``: the items after the first field, bytes).  One format
+    per entry of two pairs (bench/xstreams.py's, the usual case of several),
+    else one per entry and one per field."""
+    parts = []
+    two = _TWO_PAIRS
+    for i, f, rest in zip(ids, fields, rests):
+        if len(rest) == 3:
+            a, b, c = rest
+            parts.append(two % (len(i), i, len(f), f, len(a), a, len(b), b, len(c), c))
+        else:
+            parts.append(b"*2\r\n$%d\r\n%s\r\n*%d\r\n$%d\r\n%s\r\n" % (len(i), i, len(rest) + 1, len(f), f))
+            parts += [b"$%d\r\n%s\r\n" % (len(v), v) for v in rest]
+    return Raw(b"*%d\r\n%s" % (len(ids), b"".join(parts)))
+
+
+_TWO_PAIRS = b"*2\r\n$%d\r\n%s\r\n*4\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
 
 
 def encode_keyed(protocol: int, key: bytes, reply: bytes) -> Raw:

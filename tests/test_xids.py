@@ -173,6 +173,28 @@ def test_packed_pairs_round_trip_and_are_marked():
     assert xids.packed_flags(stream, offset, single + 1) == [True, False]
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_packed_span_says_what_packed_flags_list(seed):
+    """``packed_span`` (0 none, 1 every one, 2 some, by bisection) agrees with
+    ``packed_flags`` on every range of a stream of mixed runs; and
+    ``unpack_rests`` is ``unpack_pairs`` without the tag."""
+    rng = random.Random(seed)
+    stream = Stream(node_entries=4)
+    for _ in range(40):
+        pairs = [b"a", b"1"] + ([b"b", b"2"] * rng.randrange(3) if rng.random() < 0.5 else [])
+        xids.add(stream, pairs, 5_000_000)
+    end = stream.next_offset
+    for start in range(1, end + 1):
+        for stop in range(start, end + 1):
+            flags = xids.packed_flags(stream, start, stop)
+            want = 0 if flags is None or not any(flags) else 1 if all(flags) else 2
+            assert xids.packed_span(stream, start, stop) == want, (start, stop, flags)
+    packed = [o for o in range(1, end) if xids.is_packed(stream, o)]
+    entries = [stream.get(o) for o in packed]
+    assert xids.unpack_rests([e.data for e in entries]) == [xids.unpack_pairs(e.tag, e.data)[1:] for e in entries]
+    assert xids.packed_span(Stream(), 1, 5) == 0
+
+
 def test_explicit_id_errors_are_redis_texts():
     stream = Stream()
     xids.add(stream, [b"f", b"v"], 0, xid=(5, 5))

@@ -240,9 +240,10 @@ def test_id_runs_encode_as_each_id_formatted():
     """A pipelined XADD run's replies (resp.xentries.encode_stream_id_run: the
     last two digits joined when the ids share the rest) are the bytes of
     formatting every id, across widths, hundreds and the largest sequences;
-    and an XREADGROUP reply encoded from columns is that of its nested lists."""
+    and an XREADGROUP reply encoded from columns (one pair or several) is that
+    of its nested lists."""
     from tstream.resp import KeyedReplies, StreamEntries, encode, encode_stream_ids
-    from tstream.resp.xentries import encode_keyed, encode_stream_columns, encode_stream_id_run
+    from tstream.resp.xentries import encode_keyed, encode_stream_columns, encode_stream_id_run, encode_stream_pairs
 
     for ms in (0, 7, 1764222222222):
         for first in [*range(0, 230), 999, 1000, 12345, (1 << 63) - 5, (1 << 64) - 20]:
@@ -257,3 +258,10 @@ def test_id_runs_encode_as_each_id_formatted():
         keyed = KeyedReplies()
         keyed[b"k"] = nested
         assert encode_keyed(protocol, b"k", encode_stream_columns(ids, fields, values)) == encode(keyed, protocol)
+    # several pairs (encode_stream_pairs): two pairs (one format), one, three, empty items
+    rests = [[b"v", b"g", b"w" * 300], [b""], [b"1", b"b", b"2", b"c", b""], [b"", b"", b""]]
+    ids4, fields4 = [b"1-0", b"1-1", b"22-10", b"9-9"], [b"f", b"field", b"", b"\r\n"]
+    nested = StreamEntries([[i, [f, *rest]] for i, f, rest in zip(ids4, fields4, rests)])
+    for protocol in (2, 3):
+        assert encode_stream_pairs(ids4, fields4, rests) == encode(nested, protocol)
+        assert encode_stream_pairs([], [], []) == encode(StreamEntries(), protocol)
