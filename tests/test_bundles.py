@@ -17,7 +17,7 @@ from tstream.engine import Keyspace
 from tstream.persistence import aof, effects
 from tstream.persistence.framing import iter_frames, pack, unpack
 
-from .test_replay_runs import BAD, T0, log_with_bad_record, random_log, state
+from .test_replay_runs import BAD, T0, applied_alone, log_with_bad_record, random_log, state
 
 
 def bundles_of(log: list, rng: random.Random) -> list:
@@ -133,11 +133,7 @@ def test_a_bad_record_in_a_bundle_fails_as_alone(name):
     """The bundle's records before the bad one stay applied, the bad one raises
     its own error with the bundle's ``where``, nothing after it is applied."""
     log, bad = log_with_bad_record(name)
-    one = Keyspace()
-    for record in log[:bad]:
-        effects.apply(one, record)
-    with pytest.raises(effects.ReplayError) as alone:
-        effects.apply(one, log[bad])
+    one, alone = applied_alone(log, bad)
     keyspace = Keyspace()
     applied: list = []
     replay = effects.Replay(keyspace, applied.append)
@@ -146,7 +142,7 @@ def test_a_bad_record_in_a_bundle_fails_as_alone(name):
         replay.apply(effects.bundled(log[1:]), 7)
         replay.flush()
     assert failed.value.where == 7
-    assert str(failed.value) == str(alone.value)
+    assert str(failed.value) == str(alone)
     assert applied == log[:bad]
     assert state(keyspace) == state(one)
 

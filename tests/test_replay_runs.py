@@ -139,16 +139,23 @@ def log_with_bad_record(name: str) -> tuple[list, int]:
     return log, len(log) - 4
 
 
-@pytest.mark.parametrize("name", sorted(BAD))
-def test_a_bad_record_in_a_run_fails_as_alone(name):
-    """The records before it stay applied (each reported), it raises its own
-    error with its ``where``, nothing after it is applied."""
-    log, bad = log_with_bad_record(name)
+def applied_alone(log: list, bad: int) -> tuple[Keyspace, effects.ReplayError]:
+    """The keyspace of ``log``'s records before ``bad`` applied one by one, and
+    the error ``log[bad]`` then raises."""
     one = Keyspace()
     for record in log[:bad]:
         effects.apply(one, record)
     with pytest.raises(effects.ReplayError) as alone:
         effects.apply(one, log[bad])
+    return one, alone.value
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_a_bad_record_in_a_run_fails_as_alone(name):
+    """The records before it stay applied (each reported), it raises its own
+    error with its ``where``, nothing after it is applied."""
+    log, bad = log_with_bad_record(name)
+    one, alone = applied_alone(log, bad)
     runs = Keyspace()
     applied: list = []
     replay = effects.Replay(runs, applied.append)
@@ -157,7 +164,7 @@ def test_a_bad_record_in_a_run_fails_as_alone(name):
             replay.apply(record, 1000 + i)
         replay.flush()
     assert failed.value.where == 1000 + bad
-    assert str(failed.value) == str(alone.value)
+    assert str(failed.value) == str(alone)
     assert applied == log[:bad]
     replay.flush()  # nothing held any more
     assert state(runs) == state(one)
