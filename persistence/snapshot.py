@@ -56,7 +56,6 @@ the old snapshot or the new one.
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 import sys
@@ -164,16 +163,11 @@ class StreamCapture:
         self.framed = 0  # sealed nodes framed so far (a lazy capture's bitmaps are read from there on)
         nodes: list = stream.node_list()
         self.sealed: list  # the nodes (pinned), or their capture parts
-        self.deleted: dict[int, bytes] | None
-        self.active: tuple | None
-        active = stream._active
-        if len(nodes) == 1 and nodes[0] is active:  # (a key of a few entries) Stream.capture_nodes in fewer calls
-            self.sealed, self.deleted = [], {}
-            self.active = (None if active.deleted is None else bytes(active.deleted), active.capture_parts())
-        elif lazy and pinned and len(nodes) > _LAZY_NODES:
+        if lazy and pinned and len(nodes) > _LAZY_NODES:
             # Stream.capture_nodes without its walk of the bitmaps: O(nodes) in C.
+            active = stream._active
             self.sealed = nodes[:-1] if active is not None and nodes[-1] is active else nodes[:]
-            self.deleted = None
+            self.deleted: dict[int, bytes] | None = None
             self.active = None if active is None else (
                 None if active.deleted is None else bytes(active.deleted), active.capture_parts())
         else:
@@ -181,7 +175,7 @@ class StreamCapture:
         self.pinned = pinned
         if not pinned:  # nothing keeps dropped nodes whole: take their parts now, O(nodes)
             self.sealed = [node.capture_parts() for node in self.sealed]
-        self.groups = [group.export_state() for group in stream.groups.values()] if stream.groups else []
+        self.groups = [group.export_state() for group in stream.groups.values()]
 
     def settle(self) -> None:
         """The stream is about to change: copy the deleted bitmaps of the
@@ -294,9 +288,8 @@ class Framer:
         self.out = out
         self.chunk = chunk
         self.aux = aux
-        self.free: deque[mmap.mmap] = deque()  # written buffers (appended by the writer thread)
-        self.view = memoryview(self._buffer())
-        self._pack = msgpack.Packer(use_bin_type=True).pack  # (_packb's bytes; a Packer per call costs)
+        self.free: deque[bytearray] = deque()  # written buffers (appended by the writer thread)
+        self.view = memoryview(bytearray(chunk))
         self.pos = 0
         self.crc = 0
         self.items: deque[StreamCapture] = deque()
@@ -312,13 +305,6 @@ class Framer:
     def idle(self) -> bool:
         return self.current is None and not self.items
 
-    def _buffer(self) -> mmap.mmap:
-        """A fresh buffer: an anonymous mapping, whose pages fault in as the
-        records are copied into it, one or two a record (a ``bytearray``
-        zero-fills all of them at once: 256 faults for 1 MiB in one step on
-        the loop, 0.3-0.6 ms; bench/RESULTS-capture.md)."""
-        return mmap.mmap(-1, self.chunk)
-
     def recycle(self, piece: memoryview | bytes) -> None:
         """``piece`` (from ``out``) is written: its buffer may be reused (any thread)."""
         if type(piece) is memoryview:
@@ -328,18 +314,12 @@ class Framer:
         """Frame until ``time.perf_counter_ns()`` passes ``deadline_ns``
         (checked after each record); True once every capture added is framed."""
         clock = time.perf_counter_ns
-        items = self.items
         while True:
             current = self.current
             if current is None:
-                if not items:
+                if not self.items:
                     return True
-                item = items.popleft()
-                if not item.sealed and not item.groups and self._small(item):
-                    if clock() > deadline_ns:
-                        return False
-                    continue
-                current = self.current = self._frame(item)
+                current = self.current = self._frame(self.items.popleft())
             for _ in current:
                 if clock() > deadline_ns:
                     return False
@@ -363,26 +343,6 @@ class Framer:
         self.crc = zlib.crc32(record, self.crc)
         self._put(record)
 
-    def _small(self, item: StreamCapture) -> bool:
-        """Frame a stream of no sealed node and no group (a key of a few
-        entries: many keys are mostly these) at once, its two records as one
-        piece: what ``_frame`` writes, in fewer calls.  False (nothing done)
-        when its active node's body is large."""
-        active = item.active
-        if active is None:
-            record = frame(KIND_STREAM + self._pack([item.key, item.meta]))
-        else:
-            deleted, parts = active
-            header, body = Node.parts_of(parts)
-            if len(body) >= _BIG_BODY:
-                return False
-            bitmap = deleted or b""
-            record = frame(KIND_STREAM + self._pack([item.key, item.meta])) + frame(
-                b"".join((KIND_NODE, _NODE_PREFIX.pack(len(bitmap)), bitmap, header, body)))
-        self.crc = zlib.crc32(record, self.crc)
-        self._put(record)
-        return True
-
     def _frame(self, item: StreamCapture) -> Iterator[None]:
         """Frame ``item``'s records into the buffer, yielding after each one
         (the same bytes as ``pieces``)."""
@@ -391,7 +351,7 @@ class Framer:
         parts_of = Node.parts_of
         pack = HEADER.pack
         put = self._put
-        record = frame(KIND_STREAM + self._pack([item.key, item.meta]))
+        record = frame(KIND_STREAM + _packb([item.key, item.meta]))
         self.crc = crc32(record, self.crc)
         put(record)
         yield
@@ -412,7 +372,7 @@ class Framer:
                 put(body)
             yield
         for group in item.groups:
-            record = frame(KIND_GROUP + self._pack([item.key, group]))
+            record = frame(KIND_GROUP + _packb([item.key, group]))
             self.crc = crc32(record, self.crc)
             put(record)
             yield
@@ -421,7 +381,7 @@ class Framer:
         """Hand the current buffer's bytes over, and take another buffer."""
         if self.pos:
             view, n = self.view, self.pos
-            self.view = memoryview(self.free.popleft() if self.free else self._buffer())
+            self.view = memoryview(self.free.popleft() if self.free else bytearray(self.chunk))
             self.pos = 0
             self.sent += n
             self.out(view[:n])
@@ -511,7 +471,7 @@ class IncrementalCapture:
         if self.owing:
             self.owes()  # (drops the lazy captures framed since: they hold their node lists)
         chunks, source, early, limit = self.chunks, self.source, self.early, self.limit
-        clock = time.perf_counter_ns
+        taken = 0
         while self._chunk < len(chunks):
             chunk = chunks[self._chunk]
             base = chunk[0] * _SCAN_CHUNK - _SCAN_HEAD + 1  # id of slot j: base + j
@@ -528,7 +488,8 @@ class IncrementalCapture:
                 stream = source.get(key)
                 if stream is not None:
                     self._take(key, stream)
-                if clock() > deadline:  # (after every key: a key's capture is 10-20 us)
+                taken += 1
+                if not taken & 3 and time.perf_counter_ns() > deadline:
                     self._slot = slot
                     return False
             else:
