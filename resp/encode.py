@@ -281,7 +281,7 @@ def encode_single_reads(offset_texts: Sequence[bytes], tags: list, datas: list, 
         return (_ONE_ENTRY * n) % tuple(chain.from_iterable(zip(offset_texts, map(bulks.__getitem__, tags),
                                                                  map(len, datas), datas)))
     null = b"*1\r\n_\r\n" if resp3 else b"*1\r\n$-1\r\n"
-    out = []
+    out: list[bytes] = []
     append = out.append
     for text, tag, data in zip(offset_texts, tags, datas):
         if tag is not None:
