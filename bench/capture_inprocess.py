@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import gc
 import os
+import resource
 import sys
 import tempfile
 import threading
@@ -69,6 +70,32 @@ EVENTS = Events()
 THREADS: dict = {}  # native thread ids, context switches
 
 
+class StepDetails:
+    """What each capture step did, in arrays (index: the step's number - 1):
+    keys captured, the loop thread's CPU in the walk and in the framing (ns),
+    fresh buffers the framer took (not recycled ones), and the thread's minor
+    page faults, voluntary and involuntary context switches during it
+    (getrusage(RUSAGE_THREAD))."""
+
+    FIELDS = ("keys", "walk_ns", "frame_ns", "fresh", "faults", "voluntary", "involuntary")
+
+    def __init__(self) -> None:
+        self.current = dict.fromkeys(self.FIELDS, 0)  # the step under way's counts
+        self.clear()
+
+    def clear(self) -> None:
+        for name in self.FIELDS:
+            setattr(self, name, array("q"))
+
+    def line(self, i: int) -> str:
+        return (f"{self.keys[i]} keys, walk {self.walk_ns[i] / 1e6:.2f} ms + framing {self.frame_ns[i] / 1e6:.2f} ms CPU, "
+                f"{self.fresh[i]} fresh buffers, {self.faults[i]} page faults, "
+                f"{self.voluntary[i]}/{self.involuntary[i]} vol./invol. switches")
+
+
+DETAILS = StepDetails()
+
+
 def switches(tid: int) -> tuple[int, int]:
     """(voluntary, involuntary) context switches of thread ``tid`` so far."""
     try:
@@ -86,17 +113,56 @@ def now() -> float:
 def instrument() -> None:
     """Wrap the capture step, the writer's file calls and the collector."""
     step = snapshotjob.SnapshotJob._step
+    current = DETAILS.current
+    rusage = resource.getrusage
+    thread = resource.RUSAGE_THREAD
 
     def timed_step(self):
         if not THREADS.get("loop"):
             THREADS["loop"] = threading.get_native_id()
             THREADS["loop-start"] = switches(THREADS["loop"])
+        current["walk_ns"] = current["frame_ns"] = current["fresh"] = 0
+        keys = self.capture.count
+        before = rusage(thread)
         started, cpu = now(), time.thread_time_ns()
         step(self)
-        THREADS["pauses"] = getattr(self, "pauses", 0)
         EVENTS.append((started, "capture-step", (now() - started) * 1000, time.thread_time_ns() - cpu))
+        after = rusage(thread)
+        THREADS["pauses"] = getattr(self, "pauses", 0)
+        DETAILS.keys.append(self.capture.count - keys)
+        DETAILS.walk_ns.append(current["walk_ns"])
+        DETAILS.frame_ns.append(current["frame_ns"])
+        DETAILS.fresh.append(current["fresh"])
+        DETAILS.faults.append(after.ru_minflt - before.ru_minflt)
+        DETAILS.voluntary.append(after.ru_nvcsw - before.ru_nvcsw)
+        DETAILS.involuntary.append(after.ru_nivcsw - before.ru_nivcsw)
 
     snapshotjob.SnapshotJob._step = timed_step  # type: ignore[method-assign]
+    from tstream.persistence import snapshot
+
+    walk, frame, flush = snapshot.IncrementalCapture.step, snapshot.Framer.run, snapshot.Framer.flush
+
+    def timed_walk(self, budget_ns=1_000_000):
+        cpu = time.thread_time_ns()
+        try:
+            return walk(self, budget_ns)
+        finally:
+            current["walk_ns"] += time.thread_time_ns() - cpu
+
+    def timed_frame(self, deadline_ns):
+        cpu = time.thread_time_ns()
+        try:
+            return frame(self, deadline_ns)
+        finally:
+            current["frame_ns"] += time.thread_time_ns() - cpu
+
+    def counted_flush(self):
+        current["fresh"] += bool(self.pos and not self.free)
+        flush(self)
+
+    snapshot.IncrementalCapture.step = timed_walk  # type: ignore[method-assign]
+    snapshot.Framer.run = timed_frame  # type: ignore[method-assign]
+    snapshot.Framer.flush = counted_flush  # type: ignore[method-assign]
     write_job = snapshotjob.SnapshotJob._write
 
     def timed_write_job(self):
@@ -141,6 +207,27 @@ def instrument() -> None:
     gc.callbacks.append(gc_callback)
 
 
+def instrument_ends() -> None:
+    """Time the loop's work at the save's two ends."""
+    # The loop's work at the save's two ends: the job's start (the picture's
+    # moment: the key list copied), and its end (the written callback: the
+    # collector back on, the persistence's done callback).
+    from tstream.server import persist
+
+    def timed(name, fn):
+        def wrapper(*args, **kwargs):
+            started, cpu = now(), time.thread_time_ns()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                EVENTS.append((started, name, (now() - started) * 1000, time.thread_time_ns() - cpu))
+        return wrapper
+
+    snapshotjob.SnapshotJob.start = timed("job-start", snapshotjob.SnapshotJob.start)  # type: ignore[method-assign]
+    snapshotjob.SnapshotJob._written = timed("job-written", snapshotjob.SnapshotJob._written)  # type: ignore[method-assign]
+    persist.Persistence.start_bgsave = timed("start-bgsave", persist.Persistence.start_bgsave)  # type: ignore[method-assign]
+
+
 def load(port: int, keys: int, entries: int) -> None:
     client = Client(port)
     chunk = 1000
@@ -177,13 +264,17 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=0)
     parser.add_argument("--switch", type=float, default=None, help="writer switch interval (s)")
     parser.add_argument("--slice-us", type=int, default=None)
+    parser.add_argument("--waits", type=int, default=40, help="longest waits to list")
+    parser.add_argument("--top", type=int, default=8, help="longest steps (CPU) to list")
     parser.add_argument("--show", type=float, default=5.0, help="list waits longer than this (ms)")
+    parser.add_argument("--after", type=float, default=0.5, help="seconds probed after the save's end")
     args = parser.parse_args()
     if args.switch is not None:
         snapshotjob.WRITER_SWITCH_INTERVAL = args.switch
     if args.slice_us is not None:
         snapshotjob.CAPTURE_SLICE_NS = args.slice_us * 1000
     instrument()
+    instrument_ends()
     print(f"load average {loadavg()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp, ServerThread(port=0, dir=tmp, save="") as srv:
         started = now()
@@ -198,6 +289,7 @@ def main() -> None:
         task.result()
         stop = asyncio.Event()
         EVENTS.clear()
+        DETAILS.clear()
         task = asyncio.run_coroutine_threadsafe(probe(stop, late_values), loop)
         time.sleep(0.1)
         t0 = now()
@@ -206,27 +298,37 @@ def main() -> None:
             time.sleep(0.01)
         t1 = now()
         loop_after = switches(THREADS["loop"])
+        time.sleep(args.after)  # (the probe goes on: what follows the save's end, a collection)
         loop.call_soon_threadsafe(stop.set)
         task.result()
         size = os.path.getsize(os.path.join(tmp, srv.config["dbfilename"]))
     lateness, idle = pairs(late_values), pairs(idle_values)
     during = sorted(x for t, x in lateness if t0 <= t <= t1)
+    after = sorted(x for t, x in lateness if t > t1)
     idle_sorted = sorted(x for _, x in idle)
     steps = sorted(e[2] for e in EVENTS if e[1] == "capture-step")
     steps_at = [e[0] for e in EVENTS if e[1] == "capture-step"]
     print(f"BGSAVE {t1 - t0:.2f} s, file {size / 1e6:.1f} MB; load average {loadavg()}")
     print(f"probe lateness during: max {during[-1]:.2f} ms p99 {during[int(len(during) * 0.99)]:.2f} ms "
-          f"({len(during)} wakes, {sum(x > 5 for x in during)} over 5 ms); idle max {idle_sorted[-1]:.2f} ms")
+          f"({len(during)} wakes, {sum(x > 5 for x in during)} over 5 ms); idle max {idle_sorted[-1]:.2f} ms; "
+          f"in the {args.after:g} s after the save: max {after[-1] if after else 0:.2f} ms")
     if steps:
         cpu = sum(e[3] for e in EVENTS if e[1] == "capture-step") / 1e6
         cpus = sorted(e[3] / 1e6 for e in EVENTS if e[1] == "capture-step")
         print(f"capture steps: {len(steps)}, max {steps[-1]:.2f} ms, p99 {steps[int(len(steps) * 0.99)]:.2f} ms, "
               f"total {sum(steps):.0f} ms wall, {cpu:.0f} ms CPU of the loop thread; "
               f"step CPU max {cpus[-1]:.2f} ms, p99 {cpus[int(len(cpus) * 0.99)]:.2f} ms")
-        top = sorted((e for e in EVENTS if e[1] == "capture-step"), key=lambda e: -e[3])[:3]
-        print("longest steps by CPU: " + "; ".join(
-            f"{e[3] / 1e6:.2f} ms CPU ({e[2]:.2f} wall) at {(e[0] - t0) * 1000:.0f} ms (step {steps_at.index(e[0]) + 1})"
-            for e in top))
+        over = [sum(x > limit for x in cpus) for limit in (1.0, 1.2, 1.5, 2.0)]
+        print(f"steps over 1.0 / 1.2 / 1.5 / 2.0 ms CPU: {' / '.join(map(str, over))}; "
+              f"keys per step: median {sorted(DETAILS.keys)[len(DETAILS.keys) // 2]}, max {max(DETAILS.keys)}; "
+              f"fresh buffers {sum(DETAILS.fresh)}; steps whose CPU time exceeds their wall time by 0.05 ms: "
+              f"{sum(e[3] / 1e6 > e[2] + 0.05 for e in EVENTS if e[1] == 'capture-step')} (a loaded VM's clock)")
+        top = sorted((e for e in EVENTS if e[1] == "capture-step"), key=lambda e: -e[3])[:args.top]
+        print("longest steps by CPU:")
+        for e in top:
+            i = steps_at.index(e[0])
+            print(f"  {e[3] / 1e6:.2f} ms CPU ({e[2]:.2f} wall) at {(e[0] - t0) * 1000:.0f} ms (step {i + 1}): "
+                  + DETAILS.line(i))
         start = THREADS["loop-start"]
         print(f"loop thread context switches during the save: {loop_after[0] - start[0]} voluntary "
               f"({THREADS.get('pauses', 0)} of them pauses for the writer, at most), {loop_after[1] - start[1]} involuntary; "
@@ -239,16 +341,21 @@ def main() -> None:
         sizes = sum(e[3] for e in EVENTS if e[1] == kind)
         print(f"{kind}: {len(durations)} calls, max {durations[-1]:.2f} ms, total {sum(durations):.0f} ms, "
               f"sum of sizes {sizes:,}")
+    loop_events = [e for e in EVENTS if e[1].startswith(("gc-", "job-", "start-")) and e[2] > 0.5]
+    print("the loop's other calls over 0.5 ms (t from BGSAVE start; the save ended at "
+          f"{(t1 - t0) * 1000:.0f} ms): " + "; ".join(
+              f"{e[1]} {e[2]:.2f} ms@{(e[0] - t0) * 1000:.0f}" for e in loop_events))
     print(f"switch interval while writing {snapshotjob.WRITER_SWITCH_INTERVAL * 1000:g} ms, "
           f"slice {snapshotjob.CAPTURE_SLICE_NS / 1e6:g} ms")
-    print(f"\nwaits over {args.show} ms (t from BGSAVE start) and what overlapped them:")
-    for t, x in sorted(lateness):
-        if x > args.show and t0 <= t <= t1:
-            start, end = t, t + (x + 1) / 1000
-            near = [f"{e[1]} {e[2]:.1f}ms@{(e[0] - t0) * 1000:.0f}"
-                    + (f" (CPU {e[3] / 1e6:.1f})" if e[1] == "capture-step" else "")
-                    for e in EVENTS if e[0] < end and e[0] + e[2] / 1000 > start and 1.0 < e[2] < 1000]
-            print(f"  t={(t - t0) * 1000:8.0f} ms late {x:6.2f} ms  {'; '.join(near[:6])}")
+    waits = sorted((x, t) for t, x in lateness if x > args.show and t0 <= t)[-args.waits:]
+    print(f"\nthe {len(waits)} longest waits over {args.show} ms (t from BGSAVE start) and what overlapped them:")
+    long_events = [e for e in EVENTS if 0.5 < e[2] < 1000]  # (once: a loaded run has thousands of waits)
+    for x, t in sorted(waits, key=lambda w: w[1]):
+        start, end = t, t + (x + 1) / 1000
+        near = [f"{e[1]} {e[2]:.1f}ms@{(e[0] - t0) * 1000:.0f}"
+                + (f" (CPU {e[3] / 1e6:.1f})" if e[1] == "capture-step" else "")
+                for e in long_events if e[0] < end and e[0] + e[2] / 1000 > start]
+        print(f"  t={(t - t0) * 1000:8.0f} ms late {x:6.2f} ms  {'; '.join(near[:6])}")
     print(f"threads: {threading.active_count()}")
 
 
