@@ -262,6 +262,12 @@ def file_header(created_ms: int | None = None) -> bytes:
     return FILE_HEADER.pack(FILE_MAGIC, VERSION, 0, created_ms)
 
 
+# The framer's buffers: a fresh one is zero-filled in one step on the loop (a
+# page fault each 4 KiB: 1 MiB took 0.8-2.3 ms, 256 KiB takes 0.2-0.6 ms;
+# bench/RESULTS-capture.md); the writer hands written ones back for reuse.
+FRAMER_CHUNK = 256 << 10
+
+
 class Framer:
     """Frames captured streams on the event loop a slice at a time into the
     whole file's bytes, ready to write: the writer thread (``write_chunks``)
@@ -272,7 +278,8 @@ class Framer:
     ``out`` receives chunks of about ``chunk`` bytes: memoryviews of buffers
     of ``chunk`` bytes (the framer does not touch one again unless it is
     handed back by ``recycle``, once written: the pages of a buffer reused
-    are already mapped, a fresh one faults on each of them), or a record
+    are already mapped, a fresh one faults on each of them as ``bytearray``
+    zero-fills it, in the step that takes it: ``FRAMER_CHUNK``), or a record
     bigger than a chunk as ``bytes``.  They hold the file header, the records
     (node bodies copied in: a memcpy; no checksum left for the writer), and
     from ``finish`` the end record, the aux record (``aux``, see ``write``)
@@ -283,7 +290,7 @@ class Framer:
     compares it with what it wrote).  The file is byte for byte what
     ``write`` writes (given the same ``created_ms``)."""
 
-    def __init__(self, out: Callable[[memoryview | bytes], None], chunk: int = 1 << 20,
+    def __init__(self, out: Callable[[memoryview | bytes], None], chunk: int = FRAMER_CHUNK,
                  aux: dict | None = None, created_ms: int | None = None) -> None:
         self.out = out
         self.chunk = chunk

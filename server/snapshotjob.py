@@ -14,8 +14,8 @@ The loop captures a slice at a time (persistence.snapshot.IncrementalCapture:
 copy-on-write per key, the dispatcher and group reads hand over the keys they
 are about to change; a big key's nodes are read as they are framed, a slice at
 a time too) and frames what it captured in the same slices into the file's
-bytes, checksums included, in chunks of 1 MiB; the writer thread only writes
-them and fsyncs, so it needs the GIL a few times per MiB, for microseconds.
+bytes, checksums included, in chunks of 256 KiB; the writer thread only writes
+them and fsyncs, so it needs the GIL a few times per chunk, for microseconds.
 All the Python work is on the loop: a writer thread framing records, or
 checksumming small pieces, in Python held the GIL in the loop's way, and the
 loop waited for it in the middle of its own slices (bench/RESULTS-capture.md).
