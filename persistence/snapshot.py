@@ -478,7 +478,7 @@ class IncrementalCapture:
         if self.owing:
             self.owes()  # (drops the lazy captures framed since: they hold their node lists)
         chunks, source, early, limit = self.chunks, self.source, self.early, self.limit
-        taken = 0
+        clock = time.perf_counter_ns
         while self._chunk < len(chunks):
             chunk = chunks[self._chunk]
             base = chunk[0] * _SCAN_CHUNK - _SCAN_HEAD + 1  # id of slot j: base + j
@@ -495,8 +495,7 @@ class IncrementalCapture:
                 stream = source.get(key)
                 if stream is not None:
                     self._take(key, stream)
-                taken += 1
-                if not taken & 3 and time.perf_counter_ns() > deadline:
+                if clock() > deadline:  # (after every key: a key's capture is 10-30 us, the clock 50 ns)
                     self._slot = slot
                     return False
             else:

@@ -98,7 +98,7 @@ def test_an_incremental_capture_is_the_keyspace_at_its_start(tmp_path, seed):
     taken: list = []
     capture = snapshot.IncrementalCapture(keyspace, taken.append)
     serial = [0]
-    while not capture.step(budget_ns=0):  # the smallest slices: 4 keys each
+    while not capture.step(budget_ns=0):  # the smallest slices: one key each
         for _ in range(rng.randrange(0, 12)):
             mutate(rng, keyspace, capture, serial)
     for _ in range(50):  # after the walk: changes no longer matter to it
@@ -150,8 +150,8 @@ def test_a_framer_writes_the_file_write_writes(tmp_path):
     out: list = []
     framer = snapshot.Framer(out.append, chunk=4096, aux={"repl-id": "x"}, created_ms=1234)
     capture = snapshot.IncrementalCapture(keyspace, framer.add)
-    while not (framer.run(0) and capture.step(budget_ns=0)):  # one record, 4 keys a turn
-        pass
+    while not capture.step(budget_ns=0):  # one key a turn, one record framed: the walk ends first
+        framer.run(0)
     assert capture.done and capture.owes()  # the big key's nodes are still being framed
     while not framer.run(0):
         pass
