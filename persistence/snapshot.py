@@ -297,6 +297,7 @@ class Framer:
         self.aux = aux
         self.free: deque[bytearray] = deque()  # written buffers (appended by the writer thread)
         self.view = memoryview(bytearray(chunk))
+        self._pack = msgpack.Packer(use_bin_type=True).pack  # (_packb's bytes; a Packer per call costs)
         self.pos = 0
         self.crc = 0
         self.items: deque[StreamCapture] = deque()
@@ -358,7 +359,7 @@ class Framer:
         parts_of = Node.parts_of
         pack = HEADER.pack
         put = self._put
-        record = frame(KIND_STREAM + _packb([item.key, item.meta]))
+        record = frame(KIND_STREAM + self._pack([item.key, item.meta]))
         self.crc = crc32(record, self.crc)
         put(record)
         yield
@@ -379,7 +380,7 @@ class Framer:
                 put(body)
             yield
         for group in item.groups:
-            record = frame(KIND_GROUP + _packb([item.key, group]))
+            record = frame(KIND_GROUP + self._pack([item.key, group]))
             self.crc = crc32(record, self.crc)
             put(record)
             yield
