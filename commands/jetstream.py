@@ -24,7 +24,7 @@ from time import monotonic, time_ns
 from tstream.engine import batches as B
 from tstream.engine.ingest import Ingest
 from tstream.engine.subjects import InvalidSubject, TooManySubjects, held_from, index_of, parse_filter
-from tstream.resp import NULL_ARRAY, OK, Raw, encode_message, encode_message_page
+from tstream.resp import NULL_ARRAY, OK, Raw, SubjectBulks, encode_message, encode_message_page
 
 from .args import to_int
 from .errors import CommandError, SyntaxErr, out_of_memory
@@ -66,6 +66,7 @@ class TimeTexts:
 
     def __init__(self) -> None:
         self.seconds: dict[int, bytes] = {}  # second -> b"YYYY-MM-DDTHH:MM:SS"
+        self.subjects = SubjectBulks()  # the subjects' bulk strings, for encode_message_page
 
     def format(self, ns: int) -> bytes:
         """``ns`` since the epoch as RFC 3339 in UTC with 9 fraction digits."""
@@ -442,8 +443,9 @@ def _page(client, key: bytes, cols: tuple, pending: int, tail: dict) -> Raw:
     offs, tags, datas, times = cols
     eob = _eob(pending - len(offs), offs[-1] if offs else 0)
     eob.update(tail)
-    times, prefix = client.server.time_texts.page(times)
-    return encode_message_page(client.protocol, key, offs, tags, times, datas, pending, 0, eob, prefix)
+    texts = client.server.time_texts
+    times, prefix = texts.page(times)
+    return encode_message_page(client.protocol, key, offs, tags, times, datas, pending, 0, eob, prefix, texts.subjects)
 
 
 # ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from .encode import (
     Set,
     Status,
     StreamEntries,
+    SubjectBulks,
     Verbatim,
     encode,
     encode_batched_message,
@@ -35,7 +36,7 @@ from .parser import RequestParser, split_inline
 from .strict import StrictRequestParser
 
 __all__ = [
-    "NO_REPLY", "NULL_ARRAY", "OK", "QUEUED", "BigNumber", "Entries", "ErrorReply", "KeyedReplies", "Push", "Raw", "Set", "Status", "StreamEntries", "Verbatim",
+    "NO_REPLY", "NULL_ARRAY", "OK", "QUEUED", "BigNumber", "Entries", "ErrorReply", "KeyedReplies", "Push", "Raw", "Set", "Status", "StreamEntries", "SubjectBulks", "Verbatim",
     "encode", "encode_batched_message", "encode_message_page", "encode_bulk", "encode_entries", "encode_error", "encode_flow_ack", "encode_integer", "encode_integer_run",
     "encode_integers", "encode_message", "encode_single_reads", "encode_stream_entries", "encode_stream_ids", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
 ]

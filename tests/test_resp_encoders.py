@@ -4,6 +4,9 @@ replies: integers, runs of integers, TREAD entries, JetStream messages)."""
 
 from __future__ import annotations
 
+import random
+import time
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,6 +18,7 @@ from tstream.resp import (
     ErrorReply,
     Status,
     StreamEntries,
+    SubjectBulks,
     encode,
     encode_batched_message,
     encode_bulk,
@@ -144,6 +148,45 @@ def test_message_page(stream, messages, more, last_seq, protocol):
                 for k, ((seq, subject, _, data), frac) in enumerate(zip(messages, fractions))]
     assert encode_message_page(protocol, stream, seqs, subjects, fractions, datas, pending, last_seq, tail,
                                prefix) == encode(expected + [tail], protocol)
+
+
+def test_message_page_random_pages():
+    """Pages as DGET/MLAST make them, against the per-message encoding: many
+    subjects (some repeated, a kept SubjectBulks shared by the pages and
+    overflowing), empty payloads, times across second boundaries (texts) or
+    within one second (prefix and fractions), RESP2 and RESP3."""
+    rng = random.Random(19)
+
+    class FewBulks(SubjectBulks):
+        __slots__ = ()
+        MAX = 50  # full and forgotten many times over
+
+    bulks = FewBulks()
+    for round_ in range(200):
+        protocol = 2 + round_ % 2
+        n = rng.choice([0, 1, 2, 7, 100, 257])
+        seqs = sorted(rng.sample(range(1, 10 * n + 2), n))
+        subjects = [b"t.%d" % rng.randrange(300) if rng.random() < 0.9 else b"" for _ in range(n)]
+        datas = [rng.randbytes(rng.choice([0, 0, 1, 99, 300])) for _ in range(n)]
+        base = rng.randrange(1, 2_000_000_000) * 1_000_000_000
+        within = rng.random() < 0.5
+        ns = sorted(base + rng.randrange(1_000_000_000 if within else 3_000_000_000) for _ in range(n))
+        texts = [b"%s.%09dZ" % (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t // 10**9)).encode(),
+                                t % 10**9) for t in ns]
+        pending = n + rng.randrange(5)
+        last_seq = rng.randrange(10)
+        tail = {"status": 204, "description": "EOB", "num_pending": pending - n, "last_seq": seqs[-1] if n else 0}
+        expected = encode([encode_batched_message(protocol, b"pg", subject, seq, text, data, pending - k - 1,
+                                                  seqs[k - 1] if k else last_seq)
+                           for k, (seq, subject, text, data) in enumerate(zip(seqs, subjects, texts, datas))]
+                          + [tail], protocol)
+        kept = bulks if round_ % 3 else None
+        assert encode_message_page(protocol, b"pg", seqs, subjects, texts, datas, pending, last_seq, tail,
+                                   None, kept) == expected
+        if n and ns[-1] // 10**9 == ns[0] // 10**9:
+            prefix = texts[0][:-11]
+            assert encode_message_page(protocol, b"pg", seqs, subjects, [t % 10**9 for t in ns], datas,
+                                       pending, last_seq, tail, prefix, kept) == expected
 
 
 @given(st.text(max_size=40), protocols)
