@@ -170,26 +170,30 @@ class Ingest:
 
     def claim_run(self, ids: tuple, offset: int, now_ns: int, window_ns: int) -> bool:
         """Enter the ids of a pipelined run (a tuple) as about to be stored from
-        ``offset`` on, before the append (``note_run`` once stored), after dropping
-        the ids that aged out.  False, with the table as it was, if one of them is
-        in the table or repeats within ``ids``.  C passes only: one lookup of each
-        id in the table (``isdisjoint``), then one insert of each with its offset
-        (``update`` from ``zip`` with a ``range``); a repeat within the run shows
-        as a table grown by less than ``len(ids)`` (then taken back). O(ids)."""
+        ``offset`` (the stream's next offset) on, before the append (``note_run``
+        once stored), after dropping the ids that aged out.  False, with the table
+        as it was, if one of them is in the table or repeats within ``ids``.
+
+        One C pass: ``setdefault`` of each id with its offset, summed.  It gives
+        back ``offset + i`` for a new id (entered), and less for any other: an id
+        in the table was stored below ``offset`` (the table only holds offsets
+        below the stream's next one), a repeat gets the offset of its first
+        entry in the run.  So the sum is ``count * offset + count * (count - 1) / 2``
+        exactly when every id is new; else the ids entered are taken back
+        (one lookup, one insert per id instead of a lookup, then an insert). O(ids)."""
         table = self.ids
         if table:
             runs = self.runs
             if runs[0][0] <= now_ns - window_ns:
                 self._expire(now_ns - window_ns)
-            if not table.keys().isdisjoint(ids):
-                return False
-        before = len(table)
         count = len(ids)
-        table.update(zip(ids, range(offset, offset + count)))
-        if len(table) - before != count:  # an id repeated within the run: all of them were new
-            self.unclaim_ids(ids)
-            return False
-        return True
+        if sum(map(table.setdefault, ids, range(offset, offset + count))) == count * offset + (count * count - count) // 2:
+            return True
+        get = table.get
+        for i, mid in enumerate(ids):  # an id stored or repeated: take back the ones entered now
+            if get(mid) == offset + i:
+                del table[mid]
+        return False
 
     def unclaim_ids(self, ids) -> None:
         """Take back claimed ``ids`` that were not stored. O(ids)."""

@@ -582,6 +582,65 @@ class TestMessageIds:
         assert tw(c, "k", "t", "new", "MSGID", "m4") == 9
 
 
+def _exchange(port: int, chunks: list[list[bytes]]) -> bytes:
+    """Send each chunk of commands in one write, waiting for its replies before
+    the next; the replies' bytes as received."""
+    import socket
+
+    import hiredis
+    raw = []
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        reader = hiredis.Reader()
+        for chunk in chunks:
+            sock.sendall(b"".join(chunk))
+            got = 0
+            while got < len(chunk):
+                if reader.gets() is not False:
+                    got += 1
+                    continue
+                data = sock.recv(1 << 16)
+                assert data, "connection closed"
+                raw.append(data)
+                reader.feed(data)
+    return b"".join(raw)
+
+
+def test_pipelined_msgid_runs_reply_as_one_by_one(server):
+    """The MSGID runs of one read (commands.streams._msgid_run) reply byte for
+    byte as the same commands sent one at a time, and store the same entries:
+    an id repeated within the run, an id stored within the window, an id that
+    aged out of it, a run mixing TWRITE with and without MSGID, a run of new
+    ids, then the same run again."""
+    def run(key: str, *ids) -> list[bytes]:
+        return [_encode("TWRITE", key, "t", f"v-{mid}", "MSGID", mid) if mid is not None
+                else _encode("TWRITE", key, "t", "plain") for mid in ids]
+
+    keys = ("mrun:pipelined", "mrun:one")
+    for key in keys:
+        _exchange(server.port, [[_encode("TCONFIG", key, "SET", "duplicate_window_ms", 2000)],
+                                run(key, "aged", "old0")])
+    time.sleep(2.2)  # "aged" and "old0" age out
+    for key in keys:
+        _exchange(server.port, [run(key, "old")])
+    runs = [("n1", "n2", "n1", "n3", "n2"),                 # repeated within the run
+            ("n4", "old", "n5"),                            # stored within the window
+            ("aged", "n6"),                                 # aged out: stored again
+            ("n7", None, "n7", "n8", None),                 # with and without MSGID
+            ("n9", "n10", "n11", "n12"),                    # all new
+            ("n9", "n10", "n11", "n12"),                    # all stored
+            ("old0", "old0", "n13")]                        # aged out, then repeated
+    pipelined = _exchange(server.port, [run(keys[0], *ids) for ids in runs])
+    one = _exchange(server.port, [[command] for ids in runs for command in run(keys[1], *ids)])
+    assert pipelined == one
+    assert one == b"".join(b":%d\r\n" % n for n in (
+        4, 5, 4, 6, 5, 7, 3, 8, 9, 10, 11, 12, 11, 13, 14, 15, 16, 17, 18, 15, 16, 17, 18, 19, 19, 20))
+    c = server.client()
+    try:
+        assert c.execute_command("TREAD", keys[0], 1, 100) == c.execute_command("TREAD", keys[1], 1, 100)
+    finally:
+        c.close()
+
+
 # ---------------------------------------------------------------------------
 # The turn budget across connections (server.connection TURN_TOTAL_NS)
 # ---------------------------------------------------------------------------
