@@ -46,7 +46,8 @@ def test_add_many_writes_each_window_at_once(r):
 
 
 def test_adopts_the_servers_ack_msgs_and_commits(r):
-    r.execute_command("BATCH", "s", "other", 1, "t", "x", "FAST", 10, "ok")  # another publisher: start at 1
+    for i in range(300):  # other publishers: the first ack's interval is 1 (1024 // (4 * 301))
+        r.execute_command("BATCH", "s", f"other{i}", 1, "t", "x", "FAST", 10, "ok")
     pub = FastPublisher(r, "s", flow=32, max_outstanding_acks=1)
     assert pub.add("t", "a") == (1, 1)
     assert pub.ack_msgs == 1
