@@ -226,8 +226,7 @@ class FastPublisher(_Publisher):
         self._send(args)
         if s.seq == 1:
             self._drain()  # the first flow ack: the server's ack_msgs, or an error
-        while s.must_wait():
-            self._read_one()
+        self._read_stretch()
         return FastPubAck(s.seq, s.ack_seq)
 
     def add_many(self, messages: Iterable[tuple[Text, Text]]) -> FastPubAck:
@@ -425,8 +424,7 @@ class AsyncFastPublisher(_Publisher):
         await self._send(args)
         if s.seq == 1:
             await self._drain()
-        while s.must_wait():
-            await self._read_one()
+        await self._read_stretch()
         return FastPubAck(s.seq, s.ack_seq)
 
     async def add_many(self, messages: Iterable[tuple[Text, Text]]) -> FastPubAck:
