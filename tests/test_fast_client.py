@@ -187,3 +187,17 @@ def test_add_many_with_decoded_replies(server):
             assert pub.add_many(("t", str(i)) for i in range(1, 501)).batch_seq == 500
             assert pub.end().count == 500
         assert datas(c, f"s{protocol}") == [str(i) for i in range(1, 501)]
+
+
+def test_add_many_with_redis_pys_own_parser(server):
+    from redis._parsers import _RESP2Parser, _RESP3Parser
+
+    for protocol, parser in ((2, _RESP2Parser), (3, _RESP3Parser)):
+        pool = redis.ConnectionPool(port=server.port, protocol=protocol, parser_class=parser)
+        c = redis.Redis(connection_pool=pool)
+        with FastPublisher(c, f"p{protocol}", flow=8, gap="ok") as pub:
+            assert not hasattr(pub.conn._parser, "_reader")  # the reply-by-reply reading
+            assert pub.add_many(("t", b"%d" % i) for i in range(1, 301)).batch_seq == 300
+            assert pub.end().count == 300
+        assert datas(c, f"p{protocol}") == [b"%d" % i for i in range(1, 301)]
+        c.close()
