@@ -88,31 +88,129 @@ def _pipelined(c: Client, msgs: list[bytes]) -> None:
         c.read_replies(inflight.pop(0))
 
 
+OK_REPLY = b"+OK\r\n"
+ACK_HEAD = b"*6\r\n$4\r\ntype\r\n$3\r\nack\r\n$3\r\nseq\r\n:"  # a RESP2 flow ack up to its seq
+ACK_MID = b"\r\n$8\r\nack_msgs\r\n:"
+
+
+class FastReplies:
+    """A fast publisher's replies read a stretch at a time: the ``+OK``s up to the
+    next ack point compared as one byte string and the flow ack taken apart by
+    hand (the server replies a run's ``+OK``s and acks in one piece), not one
+    hiredis reply at a time.  Anything else (a gap, a duplicate, an error, an ack
+    where it was not expected) switches to the reply-by-reply reading of
+    ``Client.read_reply`` for the rest of the batch."""
+
+    def __init__(self, c: Client) -> None:
+        self.c = c
+        self.buf = b""
+        self.slow = False
+        self.oks = {0: b""}
+
+    def _fill(self, expected: bytes, at: int = 0) -> bool:
+        """``expected`` buffered from ``at`` on; False (nothing consumed) as soon as
+        what came differs (never waiting for bytes that are not coming)."""
+        size = at + len(expected)
+        while len(self.buf) < size:
+            if not expected.startswith(self.buf[at:]):
+                return False
+            chunk = self.c.sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("server closed the connection")
+            self.buf += chunk
+        return self.buf.startswith(expected, at)
+
+    def _to_slow(self) -> None:
+        self.slow = True
+        self.c.reader.feed(self.buf)
+        self.buf = b""
+
+    def read(self, count: int, ack_at: int) -> tuple[int, list | None]:
+        """Up to ``count`` replies, the one at index ``ack_at`` (if < count) a flow
+        ack: ``(replies read, [seq, ack_msgs] of the flow ack or None)``.  Reply
+        by reply, it stops at the first flow ack, wherever it is."""
+        if not self.slow:
+            got = self._read_fast(count, ack_at)
+            if got is not False:
+                return count, got
+            self._to_slow()
+        read_reply = self.c.read_reply
+        for i in range(count):
+            reply = read_reply()
+            if reply.__class__ is list:
+                fields = dict(zip(reply[::2], reply[1::2]))
+                if fields.get(b"type") != b"ack":
+                    raise RuntimeError(f"unexpected reply {reply!r}")
+                return i + 1, [fields[b"seq"], fields[b"ack_msgs"]]
+        return count, None
+
+    def release(self) -> None:
+        """Back to ``Client.read_reply`` (what is buffered goes to its reader)."""
+        if not self.slow:
+            self._to_slow()
+
+    def _read_fast(self, count: int, ack_at: int):
+        """``read``'s answer, or False with nothing consumed (not the shape expected)."""
+        if 0 <= ack_at < count - 1:  # (replies after the ack: not a stretch _fast reads)
+            return False
+        oks = ack_at if 0 <= ack_at < count else count
+        run = self.oks.get(oks)
+        if run is None:
+            run = self.oks[oks] = OK_REPLY * oks
+        size = len(run)
+        if not self._fill(run):
+            return False
+        if oks == count:
+            self.buf = self.buf[size:]
+            return None
+        if not self._fill(ACK_HEAD, size):
+            return False
+        while True:  # the ack, then the +OKs after it
+            buf = self.buf
+            mid = buf.find(ACK_MID, size + len(ACK_HEAD))
+            end = buf.find(b"\r\n", mid + len(ACK_MID)) if mid > 0 else -1
+            if end > 0:
+                break
+            if len(buf) > size + 200:
+                return False
+            chunk = self.c.sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("server closed the connection")
+            self.buf += chunk
+        try:
+            ack = [int(buf[size + len(ACK_HEAD):mid]), int(buf[mid + len(ACK_MID):end])]
+        except ValueError:
+            return False
+        self.buf = buf[end + 2:]
+        return ack
+
+
 def _fast(c: Client, msgs: list[bytes], key: bytes) -> None:
-    """ADR-50's fast publisher: first ack, at most OUTSTANDING acks outstanding, EOB."""
+    """ADR-50's fast publisher: first ack, at most OUTSTANDING acks outstanding, EOB.
+    The replies up to the next ack point (``acked + ack_msgs``: the server acks
+    every ``ack_msgs``-th message after the last ack) are read in one call."""
     n = len(msgs)
     c.send(msgs[0])
     first = c.read_reply()
     ack = dict(zip(first[::2], first[1::2]))
     acked, k = ack[b"seq"], ack[b"ack_msgs"]
+    replies = FastReplies(c)
     sent = 1
-    pending = 0
-    read_reply = c.read_reply
-    while sent < n or pending:
+    read = 1  # replies read (the batch-seq of the last one)
+    while sent < n or read < sent:
         limit = min(n, acked + k * OUTSTANDING)
         if sent < limit:
             c.send(b"".join(msgs[sent:limit]))
-            pending += limit - sent
             sent = limit
-        while pending:  # read until the next ack (or everything sent)
-            reply = read_reply()
-            pending -= 1
-            if reply.__class__ is list:
-                ack = dict(zip(reply[::2], reply[1::2]))
-                if ack.get(b"type") == b"ack":
-                    acked, k = ack[b"seq"], ack[b"ack_msgs"]
-                    break
-                raise RuntimeError(f"unexpected reply {reply!r}")
+        # read until the next ack point (acked + k) or everything sent
+        count = min(sent, acked + k) - read
+        if count <= 0:  # (an ack came early: reply by reply, up to the next one)
+            count = sent - read
+        got, ack = replies.read(count, acked + k - read - 1)
+        read += got
+        if ack is not None:
+            acked, k = ack
+    replies.release()
     done = c.execute("BATCH", key, b"batch", n + 1, "FAST", FLOW, "ok", "EOB")
     if dict(zip(done[::2], done[1::2]))[b"count"] != n:
         raise RuntimeError(f"final pub ack {done!r}")
@@ -128,14 +226,15 @@ def _publisher(port: int, kind: str, key: bytes, n: int, barrier, out) -> None:
     c = Client(port)
     barrier.wait()
     started = time.perf_counter()
+    cpu = time.process_time()
     try:
         if kind == "fast":
             _fast(c, msgs, key)
         else:
             _pipelined(c, msgs)
-        out.put((started, time.perf_counter(), None))
+        out.put((started, time.perf_counter(), None, time.process_time() - cpu))
     except Exception as exc:  # reported, not raised: the parent checks every publisher
-        out.put((started, time.perf_counter(), repr(exc)))
+        out.put((started, time.perf_counter(), repr(exc), time.process_time() - cpu))
     finally:
         c.close()
 
@@ -153,7 +252,7 @@ def _reader(port: int, key: bytes, stop, out) -> None:
     out.put(lat)
 
 
-def phase(port: int, kind: str, pubs: int, per: int, tag: str, reader: bool = False) -> dict:
+def phase(port: int, kind: str, pubs: int, per: int, tag: str, reader: bool = False, pid: int = 0) -> dict:
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(pubs)
     out = ctx.Queue()
@@ -168,17 +267,24 @@ def phase(port: int, kind: str, pubs: int, per: int, tag: str, reader: bool = Fa
         c.close()
         rproc = ctx.Process(target=_reader, args=(port, b"interactive", stop, lat_q))
         rproc.start()
+    server_cpu = _server_cpu(pid) if pid else 0.0
     for p in procs:
         p.start()
     results = [out.get(timeout=600) for _ in procs]
+    server_cpu = _server_cpu(pid) - server_cpu if pid else 0.0
     for p in procs:
         p.join()
-    errors = [e for _, _, e in results if e]
+    errors = [e for _, _, e, _ in results if e]
     if errors:
         raise RuntimeError(f"{kind}: publisher failed: {errors[0]}")
-    start = min(s for s, _, _ in results)
-    end = max(e for _, e, _ in results)
-    res = {"msgs_per_s": pubs * per / (end - start), "seconds": end - start}
+    start = min(s for s, _, _, _ in results)
+    end = max(e for _, e, _, _ in results)
+    messages = pubs * per
+    res = {"msgs_per_s": messages / (end - start), "seconds": end - start,
+           # CPU per message, us: the publishers' (process time from first send to last reply,
+           # all of them) and the server's (/proc, from the publishers' start to their last report)
+           "client_cpu_us": 1e6 * sum(c for _, _, _, c in results) / messages,
+           "server_cpu_us": 1e6 * server_cpu / messages if pid else None}
     if rproc is not None:
         stop.set()
         lat = lat_q.get(timeout=60)
@@ -200,14 +306,16 @@ def run(args) -> dict:
                     got = {}
                     for kind in order:
                         got[kind] = phase(ts.port, kind, pubs, per, f"{fsync}{pubs}r{rnd}",
-                                          reader=pubs == 16)
+                                          reader=pubs == 16, pid=ts.pid)
                     row = {"appendfsync": fsync, "publishers": pubs, "messages": pubs * per, "round": rnd + 1,
                            "order": "/".join(order), "twrite": got["twrite"], "fast": got["fast"],
                            "ratio": got["fast"]["msgs_per_s"] / got["twrite"]["msgs_per_s"]}
                     results["ingest"].append(row)
                     print(f"appendfsync {fsync:6} {pubs:2} pub round {rnd + 1}: TWRITE "
                           f"{got['twrite']['msgs_per_s']:10,.0f}/s  FAST {got['fast']['msgs_per_s']:10,.0f}/s  "
-                          f"ratio {row['ratio']:.2f}"
+                          f"ratio {row['ratio']:.2f}  CPU us/msg client {got['twrite']['client_cpu_us']:.2f}/"
+                          f"{got['fast']['client_cpu_us']:.2f} server {got['twrite']['server_cpu_us']:.2f}/"
+                          f"{got['fast']['server_cpu_us']:.2f} (twrite/fast)"
                           + (f"  TREAD p99 {got['fast']['tread_ms']['p99']:.2f} ms (fast), "
                              f"{got['twrite']['tread_ms']['p99']:.2f} ms (twrite)" if pubs == 16 else ""),
                           flush=True)
@@ -332,20 +440,30 @@ def run_nats(args) -> list[dict]:
     return rows
 
 
+def cpu_text(row: dict, side: str) -> str:
+    """``TWRITE / FAST`` CPU us per message of ``side`` (client or server) in a round."""
+    got = [row[kind].get(f"{side}_cpu_us") for kind in ("twrite", "fast")]
+    return " / ".join(f"{v:.2f}" for v in got) if None not in got else ""
+
+
 def report(results: dict, args) -> str:
     lines = ["# Fast-ingest batches vs pipelined TWRITE, and MSGID's cost", "",
              f"`{script_command()}`", "",
              "Same server, same messages (100-byte `orders.created`), same durability; the ratio is "
              "FAST/TWRITE within one round (phases back to back, alternating order). Every round is listed.",
+             "CPU us/msg: the publishers' process time and the server's (every thread), per message, "
+             "TWRITE / FAST.",
              "", "| appendfsync | publishers | messages | round | order | TWRITE msg/s | FAST msg/s | ratio | "
-             "TREAD p50/p99/max ms during FAST | during TWRITE |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "client CPU us/msg | server CPU us/msg | TREAD p50/p99/max ms during FAST | during TWRITE |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def lat_text(lat) -> str:
         return f"{lat['p50']:.2f} / {lat['p99']:.2f} / {lat['max']:.1f}" if lat else ""
     for row in results["ingest"]:
         lines.append(f"| {row['appendfsync']} | {row['publishers']} | {row['messages']:,} | {row['round']} | "
                      f"{row['order']} | {row['twrite']['msgs_per_s']:,.0f} | {row['fast']['msgs_per_s']:,.0f} | "
-                     f"{row['ratio']:.2f} | {lat_text(row['fast'].get('tread_ms'))} | "
+                     f"{row['ratio']:.2f} | {cpu_text(row, 'client')} | {cpu_text(row, 'server')} | "
+                     f"{lat_text(row['fast'].get('tread_ms'))} | "
                      f"{lat_text(row['twrite'].get('tread_ms'))} |")
     lines += ["", "Median ratio per configuration:", ""]
     seen = []

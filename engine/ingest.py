@@ -24,7 +24,7 @@ are active, which are idle): one per server (``server.fast``), no I/O.
 
 Flow control (``FastBatch.adjust``) is plain arithmetic on what the server
 measures (unsynced AOF bytes, loop turn time, active fast publishers): double
-while it keeps up, halve when the unsynced bytes or the turn time pass their
+while it keeps up (quadruple while the turns take under ``TURN_LOW_NS``), halve when the unsynced bytes or the turn time pass their
 marks or more publishers are active than at the last decision; never above the
 client's flow and never above ``BUDGET // active`` (so all publishers together
 keep at most about ``BUDGET`` messages per ack round in flight, which bounds the
@@ -46,6 +46,7 @@ MAX_FLOW = 65535
 FIRST_ACK_ALONE = 16    # ack_msgs of the first ack when no other fast batch is active
 BUDGET = 1024           # messages per ack round, shared by the active publishers
 TURN_HIGH_NS = 5_000_000    # a loop turn longer than this: slow down
+TURN_LOW_NS = 1_000_000     # a loop turn shorter than this: speed up by 4 (else by 2)
 UNSYNCED_HIGH = 8 << 20     # unsynced AOF bytes above this: slow down
 SLOW_SHARE = 4              # a slow turn or a new publisher: not below BUDGET // (SLOW_SHARE * active)
 
@@ -79,8 +80,13 @@ class FastBatch:
             self.ack_msgs = flow
 
     def start_flow(self, active: int) -> None:
-        """The first ack's interval: 1 when other fast batches are active, else min(flow, 16)."""
-        self.ack_msgs = 1 if active > 1 else min(self.flow, FIRST_ACK_ALONE)
+        """The first ack's interval: min(flow, 16) alone; with other fast batches
+        active, the floor a slow turn halves down to (``BUDGET // (SLOW_SHARE *
+        active)``, under the flow): no slower start than flow control allows."""
+        if active > 1:
+            self.ack_msgs = min(self.flow, max(1, BUDGET // (SLOW_SHARE * active)))
+        else:
+            self.ack_msgs = min(self.flow, FIRST_ACK_ALONE)
         self.seen_active = active
 
     def adjust(self, active: int, unsynced: int, turn_ns: int) -> int:
@@ -93,6 +99,8 @@ class FastBatch:
         elif active > self.seen_active or turn_ns > TURN_HIGH_NS:
             floor = min(ceiling, max(1, BUDGET // (SLOW_SHARE * share)))
             k = max(min(k, floor), k >> 1)  # halved, not below the floor (never raised by it)
+        elif turn_ns < TURN_LOW_NS:  # it keeps up with time to spare: up by 4
+            k <<= 2
         else:  # it keeps up
             k <<= 1
         if k > ceiling:

@@ -46,7 +46,8 @@ def test_add_many_writes_each_window_at_once(r):
 
 
 def test_adopts_the_servers_ack_msgs_and_commits(r):
-    r.execute_command("BATCH", "s", "other", 1, "t", "x", "FAST", 10, "ok")  # another publisher: start at 1
+    for i in range(300):  # other publishers: the first ack's interval is 1 (1024 // (4 * 301))
+        r.execute_command("BATCH", "s", f"other{i}", 1, "t", "x", "FAST", 10, "ok")
     pub = FastPublisher(r, "s", flow=32, max_outstanding_acks=1)
     assert pub.add("t", "a") == (1, 1)
     assert pub.ack_msgs == 1
@@ -121,3 +122,82 @@ def test_async_publisher(server):
     asyncio.run(main())
     c = redis.Redis(port=server.port)
     assert datas(c, "a2") == [b"%d" % i for i in range(1, 52)] == datas(c, "a3")
+
+
+def test_add_many_packs_each_message_as_redis_py_would(r):
+    messages = [("t", b"bytes"), ("t", "text \u00e9"), ("t\u00e9", 42), (b"t", 1.5), ("u", memoryview(b"mv")),
+                ("u", "")]
+    pub = FastPublisher(r, "s", flow=16, gap="ok", batch_id="b1")
+    pack = pub.state.packer(pub.conn.encoder.encode)
+    packed = [pack(subject, data) for subject, data in messages]
+    expected = [b"".join(pub.conn.pack_commands([args])) for _, args in pub.state.unacked]
+    assert packed == expected
+    pub.close()
+    with FastPublisher(r, "s2", flow=4, gap="ok") as pub:
+        pub.add_many(messages * 10)
+        assert pub.end().count == 60
+    stored = r.execute_command("TREAD", "s2", 1, 100)
+    assert [(e[1], e[2]) for e in stored] == [
+        (b"t", b"bytes"), (b"t", "text \u00e9".encode()), ("t\u00e9".encode(), b"42"), (b"t", b"1.5"),
+        (b"u", b"mv"), (b"u", b"")] * 10
+
+
+def _duplicates_then_add_many(r, pub):
+    """Another connection sends batch-seqs 2-10 of the publisher's batch: its own
+    2-10 come back as duplicates amid the +OKs and acks of add_many's stretches."""
+    pub.add("t", b"1")
+    for i in range(2, 11):
+        r.execute_command("BATCH", "s", pub.batch_id, i, "t", b"other%d" % i, "FAST", 16, "ok")
+    return pub.add_many(("t", b"%d" % i) for i in range(2, 301))
+
+
+def test_add_many_reads_duplicates_amid_a_stretch(r):
+    with FastPublisher(r, "s", flow=16, gap="ok") as pub:
+        last = _duplicates_then_add_many(r, pub)
+        assert last.batch_seq == 300
+        assert pub.end().count == 300
+    assert datas(r, "s") == [b"1"] + [b"other%d" % i for i in range(2, 11)] + [b"%d" % i for i in range(11, 301)]
+
+
+def test_async_add_many_reads_duplicates_and_decoded_replies(server):
+    async def main():
+        for protocol in (2, 3):
+            client = redis.asyncio.Redis(port=server.port, protocol=protocol, decode_responses=True)
+            async with AsyncFastPublisher(client, f"d{protocol}", flow=16, gap="ok") as pub:
+                await pub.add("t", "1")
+                for i in range(2, 11):
+                    await client.execute_command("BATCH", f"d{protocol}", pub.batch_id, i, "t", f"other{i}",
+                                                 "FAST", 16, "ok")
+                last = await pub.add_many(("t", str(i)) for i in range(2, 1001))
+                assert last.batch_seq == 1000 and 1000 - last.ack_seq <= 2 * pub.ack_msgs
+                ack = await pub.end()
+                assert ack.count == 1000
+            await client.aclose()
+
+    asyncio.run(main())
+    c = redis.Redis(port=server.port)
+    expected = [b"1"] + [b"other%d" % i for i in range(2, 11)] + [b"%d" % i for i in range(11, 1001)]
+    assert datas(c, "d2") == expected == datas(c, "d3")
+
+
+def test_add_many_with_decoded_replies(server):
+    for protocol in (2, 3):
+        c = redis.Redis(port=server.port, protocol=protocol, decode_responses=True)
+        with FastPublisher(c, f"s{protocol}", flow=8) as pub:
+            assert pub.add_many(("t", str(i)) for i in range(1, 501)).batch_seq == 500
+            assert pub.end().count == 500
+        assert datas(c, f"s{protocol}") == [str(i) for i in range(1, 501)]
+
+
+def test_add_many_with_redis_pys_own_parser(server):
+    from redis._parsers import _RESP2Parser, _RESP3Parser
+
+    for protocol, parser in ((2, _RESP2Parser), (3, _RESP3Parser)):
+        pool = redis.ConnectionPool(port=server.port, protocol=protocol, parser_class=parser)
+        c = redis.Redis(connection_pool=pool)
+        with FastPublisher(c, f"p{protocol}", flow=8, gap="ok") as pub:
+            assert not hasattr(pub.conn._parser, "_reader")  # the reply-by-reply reading
+            assert pub.add_many(("t", b"%d" % i) for i in range(1, 301)).batch_seq == 300
+            assert pub.end().count == 300
+        assert datas(c, f"p{protocol}") == [b"%d" % i for i in range(1, 301)]
+        c.close()

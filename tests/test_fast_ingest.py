@@ -53,7 +53,9 @@ def error_of(call) -> str:
 class TestOperations:
     def test_first_message_gets_the_first_flow_ack(self, r):
         assert as_map(fast(r, "s", "b", 1, "a", "1", 100)) == {"type": "ack", "seq": 1, "ack_msgs": 16}
-        assert as_map(fast(r, "s", "c", 1, "a", "1", 5)) == {"type": "ack", "seq": 1, "ack_msgs": 1}  # another is active
+        # another is active: the floor of the flow control, 1024 // (4 * 2), under the flow
+        assert as_map(fast(r, "s", "c", 1, "a", "1", 5)) == {"type": "ack", "seq": 1, "ack_msgs": 5}
+        assert as_map(fast(r, "s", "d", 1, "a", "1", 500)) == {"type": "ack", "seq": 1, "ack_msgs": 85}
 
     def test_alone_with_a_small_flow_starts_at_the_flow(self, r):
         assert as_map(fast(r, "s", "b", 1, "a", "1", 4))["ack_msgs"] == 4
@@ -222,21 +224,30 @@ class TestFlow:
         batch = FastBatch(b"k", b"b", Ingest())
         batch.set_mode(100, False, b"100", b"ok")
         batch.start_flow(2)
-        assert batch.ack_msgs == 1
-        assert [batch.adjust(2, 0, 0) for _ in range(8)] == [2, 4, 8, 16, 32, 64, 100, 100]
+        assert batch.ack_msgs == 100                       # another publisher: the floor (128) under the flow
         assert batch.adjust(2, 9 << 20, 0) == 50           # unsynced AOF bytes grew
         assert batch.adjust(2, 9 << 20, 0) == 25
         assert batch.adjust(2, 0, 6_000_000) == 25         # a slow loop turn: below its floor (100), kept
         assert batch.adjust(3, 0, 0) == 25                 # one more publisher: the same
         assert batch.adjust(3, 0, 3_000_000) == 50         # it keeps up: doubled
+        assert batch.adjust(3, 0, 999_999) == 100          # with time to spare: up by 4 (to the flow)
+        batch.ack_msgs = 1
+        assert [batch.adjust(3, 0, 0) for _ in range(5)] == [4, 16, 64, 100, 100]
+        batch.ack_msgs = 1
+        assert [batch.adjust(3, 0, 1_000_000) for _ in range(8)] == [2, 4, 8, 16, 32, 64, 100, 100]
         many = BUDGET // 64
         assert batch.adjust(64, 0, 0) <= many              # a share of the budget
         crowded = FastBatch(b"k", b"c", Ingest())  # 16 publishers: a slow turn halves down to 1024 // 64
         crowded.set_mode(64, False, b"64", b"ok")
         crowded.start_flow(16)
-        assert [crowded.adjust(16, 0, 0) for _ in range(7)] == [2, 4, 8, 16, 32, 64, 64]
+        assert crowded.ack_msgs == 16
+        assert [crowded.adjust(16, 0, 2_000_000) for _ in range(3)] == [32, 64, 64]
         assert [crowded.adjust(16, 0, 6_000_000) for _ in range(3)] == [32, 16, 16]
         assert [crowded.adjust(16, 9 << 20, 0) for _ in range(5)] == [8, 4, 2, 1, 1]  # unsynced bytes: to 1
+        late = FastBatch(b"k", b"d", Ingest())  # 300 publishers: the floor is below 1, start at 1
+        late.set_mode(64, False, b"64", b"ok")
+        late.start_flow(300)
+        assert late.ack_msgs == 1
 
     def test_pipelined_run_replies_and_data(self, r):
         r.config_resetstat()
