@@ -30,8 +30,10 @@ import asyncio
 import gc
 import json
 import os
+from collections import deque
 from time import monotonic_ns
 
+TURN_TOTAL_NS = 2_000_000  # a turn's work after which the connections with a backlog wait for the next turn
 PROBE_ENV = "TSTREAM_TURN_PROBE"  # a file: per-turn timings are appended to it (diagnostics; off by default)
 PROBE_NAME = b"turn-probe"  # CLIENT SETNAME of the client whose commands the probe follows
 
@@ -44,6 +46,11 @@ class TurnEnd:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled_at = 0
         self.busy_ns = 0  # the turns' work, from the first held reply or record to the replies out (average)
+        # Connections whose parsed commands wait for a later turn, in the order they go
+        # (round robin: one that used its share goes to the back, one the turn's total
+        # stopped before it ran keeps its place at the front).
+        self.backlog: deque = deque()
+        self._drain_scheduled = False
         path = os.environ.get(PROBE_ENV)
         if path:
             _Probe(self, path)
@@ -69,6 +76,28 @@ class TurnEnd:
                 return [int(x) for x in f.read().split()[:2]]
         except OSError:
             return [0, 0]
+
+    def defer(self, connection) -> None:
+        """Run ``connection``'s waiting commands (``_resume_commands``) in a later turn."""
+        self.backlog.append(connection)
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+            self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        """Resume the connections deferred before this turn, in order, until the turn's
+        work passes TURN_TOTAL_NS; the rest keep their places for the next turn."""
+        self._drain_scheduled = False
+        backlog = self.backlog
+        count = len(backlog)  # (those deferred while this runs go in a later turn)
+        while count and backlog and not self.over(TURN_TOTAL_NS):
+            count -= 1
+            backlog.popleft()._resume_commands()
+        if backlog and not self._drain_scheduled:
+            self._drain_scheduled = True
+            self._loop.call_soon(self._drain)  # type: ignore[union-attr]
 
     def hold(self, connection, data: bytes, close: bool) -> None:
         """Keep a reply (and whether to close after it) until the end of the turn."""
