@@ -21,7 +21,13 @@ does what Redis does before it sleeps:
    replicas, server.replication) and into the AOF's buffer; write the turn's
    AOF records, fsynced with ``appendfsync always`` (group commit: one write
    and one fsync per turn, see server.persist);
-4. release the held replies, in the order they were held.
+4. release the held replies, in the order they were held, except that the
+   connections whose replies include a pipelined read's (``bulk_held``) get
+   theirs after the others: a write to a connection can wake its client,
+   which then competes with the server for the cores, and an interactive
+   client's reply should not wait behind sixteen publishers' (each
+   connection's replies keep their order; the order across connections was
+   never promised, Redis's neither).
 """
 
 from __future__ import annotations
@@ -120,8 +126,20 @@ class TurnEnd:
         server.persistence.commit_turn()
         committed = monotonic_ns()
         held, self._held = self._held, []
-        for connection, data, close in held:
-            connection.write_now(data, close)
+        bulk = None
+        for entry in held:
+            connection = entry[0]
+            if connection.bulk_held:  # a pipelined read's replies: after the others'
+                if bulk is None:
+                    bulk = [entry]
+                else:
+                    bulk.append(entry)
+                continue
+            connection.write_now(entry[1], entry[2])
+        if bulk is not None:
+            for connection, data, close in bulk:
+                connection.bulk_held = False
+                connection.write_now(data, close)
         # the turn's work, not the wait for the disk (paid once per turn, however much it holds),
         # as a moving average over the last 8 or so turns: one slow turn is not a trend
         busy = monotonic_ns() - committed + committing - self._scheduled_at
