@@ -39,7 +39,7 @@ import os
 from collections import deque
 from time import monotonic_ns
 
-TURN_TOTAL_NS = 2_000_000  # a turn's work after which the connections with a backlog wait for the next turn
+TURN_TOTAL_NS = 1_000_000  # a turn's work after which the connections with a backlog wait for the next turn
 PROBE_ENV = "TSTREAM_TURN_PROBE"  # a file: per-turn timings are appended to it (diagnostics; off by default)
 PROBE_NAME = b"turn-probe"  # CLIENT SETNAME of the client whose commands the probe follows
 
