@@ -11,7 +11,9 @@ processes had the cores), the AOF commit (write + fsync), the reply writes, gc, 
 (commands, parsing, the loop's I/O).  Per TREAD of the client named ``turn-probe``
 (``.reader`` file written by bench/fast_ingest.py): its wait before the server executed
 it, its hold until the end of the turn, the time after the release, the turns it crossed,
-and the server's run-queue wait during it.
+the server's run-queue wait during it, and the server thread's CPU time from the end of
+the turn before it was sent to the end of the turn that released it (what it waits for
+on an idle machine, where the server never waits for a core).
 """
 import bisect
 import json
@@ -69,8 +71,10 @@ def per_read(turns: list, waits: list, reads: list) -> list[tuple]:
         j0 = max(0, bisect.bisect_right(ends, sent) - 1)
         j1 = min(len(turns) - 1, bisect.bisect_left(ends, received))
         rq = (turns[j1][11] - turns[j0][11]) / 1e6
+        k = min(len(turns) - 1, bisect.bisect_left(ends, released))  # the turn that released it
+        cpu = (turns[k][10] - turns[j0][10]) / 1e6
         out.append(((received - sent) / 1e6, (ex - sent) / 1e6, (released - ex) / 1e6,
-                    (received - released) / 1e6, crossed, rq))
+                    (received - released) / 1e6, crossed, rq, cpu))
     return out
 
 
@@ -90,7 +94,8 @@ def main() -> None:
         return
     slow = [o for o in out if o[0] > 5]
     print(f"TREADs matched: {len(out)} of {len(reads)}; over 5 ms: {len(slow)} ({100 * len(slow) / len(out):.1f}%)")
-    names = ("total", "before executed", "held", "after release", "turn ends crossed", "server run-queue wait")
+    names = ("total", "before executed", "held", "after release", "turn ends crossed", "server run-queue wait",
+             "server CPU until reply")
     for idx, name in enumerate(names):
         xs, ys = [o[idx] for o in out], [o[idx] for o in slow]
         print(f"  {name:22} all p50 {pct(xs, 50):7.2f} p99 {pct(xs, 99):7.2f} | over 5 ms: p50 {pct(ys, 50):7.2f} "
