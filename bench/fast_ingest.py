@@ -40,6 +40,7 @@ $TSTREAM_BENCH_OUT (``bench``: the committed ones).
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import statistics
@@ -241,13 +242,23 @@ def _publisher(port: int, kind: str, key: bytes, n: int, barrier, out) -> None:
 
 def _reader(port: int, key: bytes, stop, out) -> None:
     c = Client(port)
+    probe = os.environ.get("TSTREAM_TURN_PROBE")  # the server's turn probe (server/turns.py) is on
+    if probe:
+        c.execute("CLIENT", "SETNAME", "turn-probe")  # the server records this client's waits
     lat = []
+    sent = []
     while not stop.is_set():
         t0 = time.perf_counter()
+        s0 = time.monotonic_ns()
         c.execute("TREAD", key, 1, 10)
         lat.append((time.perf_counter() - t0) * 1000)
+        if probe:
+            sent.append((s0, time.monotonic_ns()))
         time.sleep(0.001)
     c.close()
+    if probe:  # the client's side of each TREAD, next to the server's file: [sent, received] (monotonic ns)
+        with open(probe + ".reader", "a") as f:
+            f.write(json.dumps(sent) + "\n")
     lat.sort()
     out.put(lat)
 

@@ -14,11 +14,13 @@ Limits, so that a hostile or broken client cannot make the server allocate:
   (1 ms) or ``REPLY_CHUNK`` bytes of replies per loop turn, in windows of at
   most ``WINDOW`` commands (which also bounds a pipelined run of TWRITEs); the
   rest of its parsed input stays queued, reading from it pauses, and it resumes
-  on the next loop turn (``call_soon``), after the other ready connections had
-  theirs.  Once the turn's work (all connections, server.turns) passes
-  ``TURN_TOTAL_NS`` (2 ms), a pipelined read waits for the next turn the same
-  way, so that many pipelining clients do not make one turn long (an
-  unpipelined client's command still runs at once).  Replies keep their order and still leave at the end of each turn
+  in a later loop turn (server.turns.TurnEnd.defer, round robin), after the other
+  ready connections had theirs.  Once the turn's work (all connections,
+  server.turns) passes ``TURN_TOTAL_NS`` (1 ms), a connection running a pipelined
+  read stops at its next look at the clock and one starting one waits for the
+  next turn the same way, so that many pipelining clients share a short turn
+  (16 busy publishers get about TURN_TOTAL_NS / 16 each) and an unpipelined
+  client's command, which still runs at once, waits for one short turn at most.  Replies keep their order and still leave at the end of each turn
   (server.turns), after the turn's AOF records;
 - replies: when the transport's buffer fills up (a client that does not read its
   replies), ``pause_writing`` stops reading and executing that client's requests
@@ -39,11 +41,12 @@ from tstream.commands.tools import forget_monitor
 from tstream.commands.transactions import unwatch_all
 from tstream.resp import ProtocolError, RequestParser, StrictRequestParser, encode_error
 
+from .turns import TURN_TOTAL_NS
+
 log = logging.getLogger("tstream.connection")
 
 REPLY_CHUNK = 1 << 20  # reply bytes one run of commands may produce before yielding
 TURN_BUDGET_NS = 1_000_000  # time one connection may execute commands in one loop turn
-TURN_TOTAL_NS = 2_000_000  # a turn's work after which pipelined reads wait for the next turn
 CLOCK_EVERY = 16  # commands between two looks at the clock (the turn budget's granularity)
 WINDOW = 256  # commands handed to the dispatcher at once (a run of TWRITEs is at most this long)
 UNAUTHENTICATED_QUERY_LIMIT = 1 << 20
@@ -56,7 +59,7 @@ class ClientConnection(asyncio.Protocol):
     __slots__ = ("server", "parser", "transport", "id", "name", "lib_name", "lib_ver", "protocol", "user",
                  "gate", "addr", "laddr", "fd", "created", "last_interaction", "last_argv", "commands",
                  "net_in", "net_out", "closing", "blocked", "_queue", "_queue_at", "_parsed", "_parsed_at",
-                 "_resume_scheduled", "_backlog_paused", "_unmeasured", "_holding", "_write_paused",
+                 "_resume_scheduled", "_backlog_paused", "_unmeasured", "_holding", "bulk_held", "_write_paused",
                  "_soft_limit_since", "_soft_limit_timer", "multi", "multi_failed", "in_exec", "watching",
                  "dirty_cas", "subscriptions", "reply_mode", "pushed", "replica", "replica_port",
                  "__weakref__")
@@ -83,10 +86,11 @@ class ClientConnection(asyncio.Protocol):
         self._queue_at = 0
         self._parsed: list = []  # commands pulled from the parser beyond the current window
         self._parsed_at = 0
-        self._resume_scheduled = False  # a call_soon(_resume_commands) is pending
+        self._resume_scheduled = False  # in the turn's backlog: _resume_commands is due (TurnEnd.defer)
         self._backlog_paused = False  # reading paused: parsed commands wait for later turns
         self._unmeasured = 0  # bytes received since the unparsed input was last measured
         self._holding = False  # replies of this connection wait for the end of the turn
+        self.bulk_held = False  # ... and some are a pipelined read's: they leave after the others' (server.turns)
         self.net_in = 0
         self.net_out = 0
         self.commands = 0
@@ -350,7 +354,8 @@ class ClientConnection(asyncio.Protocol):
         # The loop turn's work (all connections) is over its budget: the next turn runs these
         # commands, so that one turn never holds the others' replies for long (16 pipelining
         # publishers at 1 ms each would make it 16 ms).
-        out_of_turn = self.server.turn_end.over(TURN_TOTAL_NS) and self._has_backlog()
+        turn_end = self.server.turn_end
+        out_of_turn = turn_end.over(TURN_TOTAL_NS) and self._has_backlog()
         while not out_of_turn:
             if at >= len(queue):
                 if queue:
@@ -386,7 +391,7 @@ class ClientConnection(asyncio.Protocol):
                 now = perf_counter_ns()
                 if not started:
                     started = now
-                if produced > REPLY_CHUNK or now - started > TURN_BUDGET_NS:
+                if produced > REPLY_CHUNK or now - started > TURN_BUDGET_NS or turn_end.over(TURN_TOTAL_NS):
                     # Let the other connections (and the replies) go first.
                     out_of_turn = at < len(queue) or self._parsed_at < len(self._parsed) or self.parser.has_input()
                     break
@@ -398,7 +403,7 @@ class ClientConnection(asyncio.Protocol):
         self._queue, self._queue_at = queue, at
         if out_of_turn:
             self._resume_scheduled = True
-            asyncio.get_running_loop().call_soon(self._resume_commands)
+            turn_end.defer(self)
             if not self._backlog_paused:
                 self._backlog_paused = True
                 self._sync_reading()
@@ -426,6 +431,8 @@ class ClientConnection(asyncio.Protocol):
             # throughput at -P 16 on 2 cores, half the system time per request.  A
             # lone reply goes at once: holding it costs more than it saves.
             if server.hold_replies or executed > 1 or self._holding:
+                if executed > 1:
+                    self.bulk_held = True
                 self._hold(out, self.closing)
                 return
             self.transport.write(out)

@@ -21,13 +21,27 @@ does what Redis does before it sleeps:
    replicas, server.replication) and into the AOF's buffer; write the turn's
    AOF records, fsynced with ``appendfsync always`` (group commit: one write
    and one fsync per turn, see server.persist);
-4. release the held replies, in the order they were held.
+4. release the held replies, in the order they were held, except that the
+   connections whose replies include a pipelined read's (``bulk_held``) get
+   theirs after the others: a write to a connection can wake its client,
+   which then competes with the server for the cores, and an interactive
+   client's reply should not wait behind sixteen publishers' (each
+   connection's replies keep their order; the order across connections was
+   never promised, Redis's neither).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import json
+import os
+from collections import deque
 from time import monotonic_ns
+
+TURN_TOTAL_NS = 1_000_000  # a turn's work after which the connections with a backlog wait for the next turn
+PROBE_ENV = "TSTREAM_TURN_PROBE"  # a file: per-turn timings are appended to it (diagnostics; off by default)
+PROBE_NAME = b"turn-probe"  # CLIENT SETNAME of the client whose commands the probe follows
 
 
 class TurnEnd:
@@ -38,6 +52,14 @@ class TurnEnd:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled_at = 0
         self.busy_ns = 0  # the turns' work, from the first held reply or record to the replies out (average)
+        # Connections whose parsed commands wait for a later turn, in the order they go
+        # (round robin: one that used its share goes to the back, one the turn's total
+        # stopped before it ran keeps its place at the front).
+        self.backlog: deque = deque()
+        self._drain_scheduled = False
+        path = os.environ.get(PROBE_ENV)
+        if path:
+            _Probe(self, path)
 
     def schedule(self) -> None:
         """Make sure the end of this turn runs (once)."""
@@ -51,6 +73,37 @@ class TurnEnd:
     def over(self, budget_ns: int) -> bool:
         """Whether this turn's work (from its first held reply or record) passed ``budget_ns``."""
         return self._scheduled and monotonic_ns() - self._scheduled_at > budget_ns
+
+    @staticmethod
+    def _schedstat() -> list:
+        """This thread's CPU time and time spent runnable but not running (ns, since it started)."""
+        try:
+            with open("/proc/thread-self/schedstat") as f:
+                return [int(x) for x in f.read().split()[:2]]
+        except OSError:
+            return [0, 0]
+
+    def defer(self, connection) -> None:
+        """Run ``connection``'s waiting commands (``_resume_commands``) in a later turn."""
+        self.backlog.append(connection)
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+            self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        """Resume the connections deferred before this turn, in order, until the turn's
+        work passes TURN_TOTAL_NS; the rest keep their places for the next turn."""
+        self._drain_scheduled = False
+        backlog = self.backlog
+        count = len(backlog)  # (those deferred while this runs go in a later turn)
+        while count and backlog and not self.over(TURN_TOTAL_NS):
+            count -= 1
+            backlog.popleft()._resume_commands()
+        if backlog and not self._drain_scheduled:
+            self._drain_scheduled = True
+            self._loop.call_soon(self._drain)  # type: ignore[union-attr]
 
     def hold(self, connection, data: bytes, close: bool) -> None:
         """Keep a reply (and whether to close after it) until the end of the turn."""
@@ -73,9 +126,129 @@ class TurnEnd:
         server.persistence.commit_turn()
         committed = monotonic_ns()
         held, self._held = self._held, []
-        for connection, data, close in held:
-            connection.write_now(data, close)
+        bulk = None
+        for entry in held:
+            connection = entry[0]
+            if connection.bulk_held:  # a pipelined read's replies: after the others'
+                if bulk is None:
+                    bulk = [entry]
+                else:
+                    bulk.append(entry)
+                continue
+            connection.write_now(entry[1], entry[2])
+        if bulk is not None:
+            for connection, data, close in bulk:
+                connection.bulk_held = False
+                connection.write_now(data, close)
         # the turn's work, not the wait for the disk (paid once per turn, however much it holds),
         # as a moving average over the last 8 or so turns: one slow turn is not a trend
         busy = monotonic_ns() - committed + committing - self._scheduled_at
         self.busy_ns += (busy - self.busy_ns) >> 3
+
+
+class _Probe:
+    """Per-turn timings for diagnosing long turns (``TSTREAM_TURN_PROBE=<file>``): replaces
+    the TurnEnd's ``run`` and ``hold`` on that instance only, so that nothing is paid
+    without it.  Every second it appends one JSON line to the file: ``turns``, a list of
+    [scheduled_at, start, commit_ns, end, held replies, their connections, commands, gc_ns,
+    select_ns, gc_passes] per turn (monotonic ns; ``gc_ns``, ``select_ns``: the collector's
+    and the loop's select's time since the last turn; ``gc_passes``: one byte per
+    generation), and ``probe``: [executed_at, released_at] of each command of the client
+    named ``turn-probe``; each turn ends with the thread's CPU and run-queue wait times
+    (/proc/thread-self/schedstat, cumulative ns)."""
+
+    def __init__(self, turn_end: TurnEnd, path: str) -> None:
+        self.turn_end = turn_end
+        self.path = path
+        self.turns: list = []
+        self.waits: list = []
+        self.pending: list = []  # the probe client's held replies: executed_at
+        self.gc_ns = 0
+        self.gc_passes = 0
+        self._gc_started = 0
+        self.select_ns = 0
+        self.last_dump = monotonic_ns()
+        self.commands = 0
+        self.commit_ns = 0
+        self._run = turn_end.run
+        self._hold = turn_end.hold
+        turn_end.run = self.run  # type: ignore[method-assign]
+        turn_end.hold = self.hold  # type: ignore[method-assign]
+        gc.callbacks.append(self._on_gc)
+        self._selector_wrapped = False
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_started = monotonic_ns()
+        elif self._gc_started:
+            self.gc_ns += monotonic_ns() - self._gc_started
+            self.gc_passes += 1 << (8 * info["generation"])  # counts per generation, in bytes of one int
+
+    def _wrap_selector(self) -> None:
+        self._selector_wrapped = True
+        probe = self
+        loop = asyncio.get_running_loop()
+        persistence = self.turn_end.server.persistence
+        commit_turn = persistence.commit_turn
+
+        def timed_commit() -> None:
+            started = monotonic_ns()
+            try:
+                commit_turn()
+            finally:
+                probe.commit_ns += monotonic_ns() - started
+
+        persistence.commit_turn = timed_commit
+        selector = getattr(loop, "_selector", None)
+        if selector is None:
+            return
+        select = selector.select
+
+        def timed_select(timeout=None):
+            started = monotonic_ns()
+            try:
+                return select(timeout)
+            finally:
+                probe.select_ns += monotonic_ns() - started
+
+        selector.select = timed_select
+
+    @staticmethod
+    def _schedstat() -> list:
+        """This thread's CPU time and time spent runnable but not running (ns, since it started)."""
+        try:
+            with open("/proc/thread-self/schedstat") as f:
+                return [int(x) for x in f.read().split()[:2]]
+        except OSError:
+            return [0, 0]
+
+    def hold(self, connection, data: bytes, close: bool) -> None:
+        if connection.name == PROBE_NAME:
+            self.pending.append(monotonic_ns())
+        self._hold(connection, data, close)
+
+    def run(self) -> None:
+        if not self._selector_wrapped:
+            self._wrap_selector()
+        turn_end = self.turn_end
+        server = turn_end.server
+        start = monotonic_ns()
+        scheduled_at = turn_end._scheduled_at
+        held = turn_end._held
+        connections = len({id(c) for c, _, _ in held})
+        count = len(held)
+        pending, self.pending = self.pending, []
+        self._run()
+        end = monotonic_ns()
+        commands = server.stats.commands - self.commands
+        self.commands = server.stats.commands
+        self.turns.append([scheduled_at, start, self.commit_ns, end, count, connections, commands, self.gc_ns,
+                           self.select_ns, self.gc_passes, *self._schedstat()])
+        self.gc_ns = self.select_ns = self.gc_passes = self.commit_ns = 0
+        for executed in pending:
+            self.waits.append([executed, end])
+        if end - self.last_dump > 1_000_000_000:
+            self.last_dump = end
+            with open(self.path, "a") as f:
+                f.write(json.dumps({"turns": self.turns, "probe": self.waits}) + "\n")
+            self.turns, self.waits = [], []
