@@ -57,6 +57,12 @@ class Connection:
         self.replies = 0
         self.addr = "127.0.0.1:0"  # a command slower than slowlog-log-slower-than is logged with these
         self.name = b""
+        self.multi = None  # not in MULTI (commands/transactions.py)
+        self.multi_failed = False
+        self.in_exec = False
+        self.reply_mode = 0  # CLIENT REPLY ON
+        self.pushed = None
+        self.replica = None
 
     def unblock(self, reply: bytes) -> None:
         self.blocked = None
