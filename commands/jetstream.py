@@ -57,6 +57,9 @@ _RFC3339 = re.compile(
     rb"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?:[Zz]|([+-])(\d{2}):(\d{2}))\Z")
 
 
+_NS = 1_000_000_000
+
+
 class TimeTexts:
     """Times as RFC 3339 text, with the text of each second kept: the messages of
     a batch mostly share their second.  One per server (``server.time_texts``),
@@ -78,13 +81,25 @@ class TimeTexts:
             prefix = self.seconds[sec] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)).encode()
         return b"%s.%09dZ" % (prefix, frac)
 
-    def page(self, times: list) -> tuple[list, bytes | None]:
+    def page(self, times: list) -> tuple[list, bytes | list | None]:
         """``times`` as encode_message_page takes them: a page within one
-        second (the usual case) as its prefix and the fractions, else as texts."""
+        second (the usual case) as its prefix and the fractions; a page across
+        seconds as the fractions and each message's prefix (C iterators, a
+        second's text made once); else (prefixes of different lengths, or more
+        seconds than are kept) as texts."""
         if times:
-            base = times[0] - times[0] % 1_000_000_000
-            if min(times) >= base and max(times) < base + 1_000_000_000:
+            base = times[0] - times[0] % _NS
+            if min(times) >= base and max(times) < base + _NS:
                 return list(map(base.__rsub__, times)), self.format(base)[:-11]
+            secs = list(map(_NS.__rfloordiv__, times))
+            seconds = self.seconds
+            distinct = set(secs)
+            missing = distinct.difference(seconds)
+            if len(missing) + len(seconds) <= self.MAX:  # (no clearing while filling)
+                for sec in missing:
+                    self.format(sec * _NS)
+                if len(set(map(len, map(seconds.__getitem__, distinct)))) == 1:
+                    return list(map(_NS.__rmod__, times)), list(map(seconds.__getitem__, secs))
         format = self.format
         return [format(t) for t in times], None
 

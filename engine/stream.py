@@ -93,7 +93,7 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import asdict, astuple, dataclass
-from itertools import accumulate, groupby, islice
+from itertools import accumulate, groupby, islice, starmap
 from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, Iterator, Mapping, NamedTuple, Sequence
@@ -893,10 +893,11 @@ class Stream(TagTable):
                 offsets += range(offset, stop)
                 tags_out += map(tag_list.__getitem__, tags[i:j].tolist())
                 times_out += times[i:j].tolist()
+                # (starmap over zip: zip reuses its pair, where a map of two iterables makes a tuple per call)
                 if sealed:
-                    datas += map(buf.__getitem__, map(slice, e, islice(e, 1, None)))
+                    datas += map(buf.__getitem__, starmap(slice, zip(e, islice(e, 1, None))))
                 else:  # the active node's bytearray: bytes copies
-                    datas += map(bytes, map(buf.__getitem__, map(slice, e, islice(e, 1, None))))
+                    datas += map(bytes, map(buf.__getitem__, starmap(slice, zip(e, islice(e, 1, None)))))
             else:
                 for k in range(i, j):
                     q = p + k - i

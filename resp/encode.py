@@ -226,34 +226,45 @@ class SubjectBulks(dict):
 
 
 def encode_message_page(protocol: int, stream: bytes, seqs: list, subjects: list, times: list, datas: list,
-                        pending: int, last_seq: int, tail: dict, time_prefix: bytes | None = None,
+                        pending: int, last_seq: int, tail: dict, time_prefix: bytes | list | None = None,
                         bulks: dict | None = None) -> Raw:
     """A whole batched reply: ``encode([m1, m2, ..., tail], protocol)`` where
     message ``k`` is ``encode_batched_message(protocol, stream, subjects[k],
     seqs[k], times[k], datas[k], pending - k - 1, seqs[k - 1])`` (``last_seq``
     for the first).  With ``time_prefix`` (a page within one second), ``times``
     are fractions of that second in ns and message ``k``'s time is
-    ``time_prefix + b".%09dZ" % times[k]``.  ``bulks`` (a :class:`SubjectBulks`
+    ``time_prefix + b".%09dZ" % times[k]``; with a list of prefixes (one per
+    message, all of one length: a page across seconds) message ``k``'s time is
+    ``time_prefix[k] + b".%09dZ" % times[k]``.  ``bulks`` (a :class:`SubjectBulks`
     kept by the caller) gives each subject's bulk string.  The page is one
-    format of 7 arguments per message (8 without ``time_prefix``), laid out by
+    format of 7 arguments per message (8 with texts or a list of prefixes), laid out by
     slice assignments: no bytecode per message."""
     head = (_BATCHED_HEAD[protocol] + b"$6\r\nstream\r\n$%d\r\n%s\r\n$7\r\nsubject\r\n"
             % (len(stream), stream)).replace(b"%", b"%%")
     n = len(seqs)
     if bulks is None:
         bulks = SubjectBulks()
-    if time_prefix is None:
-        fmt = head + (b"%s$3\r\nseq\r\n:%d\r\n$4\r\ntime\r\n$%d\r\n%s\r\n"
-                      b"$4\r\ndata\r\n$%d\r\n%s\r\n" + _BATCHED_TAIL)
-        args: list = [0] * (8 * n)
+    if time_prefix is None or time_prefix.__class__ is list:
+        if time_prefix is None:  # the times' texts
+            fmt = head + (b"%s$3\r\nseq\r\n:%d\r\n$4\r\ntime\r\n$%d\r\n%s\r\n"
+                          b"$4\r\ndata\r\n$%d\r\n%s\r\n" + _BATCHED_TAIL)
+            args: list = [0] * (8 * n)
+            args[2::8] = map(len, times)
+            args[3::8] = times
+        else:  # each message's prefix (all of one length), and the fractions
+            fmt = head + (b"%s$3\r\nseq\r\n:%d\r\n$4\r\ntime\r\n$"
+                          + b"%d" % ((len(time_prefix[0]) if n else 0) + 11)
+                          + b"\r\n%s.%09dZ\r\n$4\r\ndata\r\n$%d\r\n%s\r\n" + _BATCHED_TAIL)
+            args = [0] * (8 * n)
+            args[2::8] = time_prefix
+            args[3::8] = times
         args[0::8] = map(bulks.__getitem__, subjects)
         args[1::8] = seqs
-        args[2::8] = map(len, times)
-        args[3::8] = times
         args[4::8] = map(len, datas)
         args[5::8] = datas
         args[6::8] = range(pending - 1, pending - 1 - n, -1)
         args[15::8] = seqs[:-1]
+        last = 7
     else:
         fmt = head + (b"%s$3\r\nseq\r\n:%d\r\n$4\r\ntime\r\n"
                       + (b"$%d\r\n%s" % (len(time_prefix) + 11, time_prefix)).replace(b"%", b"%%")
@@ -266,8 +277,9 @@ def encode_message_page(protocol: int, stream: bytes, seqs: list, subjects: list
         args[4::7] = datas
         args[5::7] = range(pending - 1, pending - 1 - n, -1)
         args[13::7] = seqs[:-1]
+        last = 6
     if n:
-        args[6 if time_prefix is not None else 7] = last_seq
+        args[last] = last_seq
     return Raw(b"*%d\r\n" % (n + 1) + (fmt * n) % tuple(args) + encode(tail, protocol))
 
 

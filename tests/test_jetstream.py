@@ -760,3 +760,31 @@ def test_wire_format_of_maps_and_nulls(server):
         assert exchange(sock, b"DGET w SUBJECT a.b\r\n").startswith(b"%5\r\n$6\r\nstream\r\n")
         reply = exchange(sock, b"DGET w SEQ 1 BATCH 1\r\n")
         assert reply.startswith(b"*2\r\n%7\r\n") and b"%4\r\n$6\r\nstatus\r\n:204\r\n" in reply
+
+
+def test_time_texts_page_forms():
+    """TimeTexts.page's three forms (one second's prefix, each message's
+    prefix, texts) all give each time's RFC 3339 text."""
+    import random
+
+    from tstream.commands.jetstream import TimeTexts
+
+    def texts_of(fractions, prefix):
+        if prefix is None:
+            return fractions
+        prefixes = prefix if isinstance(prefix, list) else [prefix] * len(fractions)
+        return [b"%s.%09dZ" % (p, f) for p, f in zip(prefixes, fractions)]
+
+    rng = random.Random(5)
+    texts = TimeTexts()
+    base = 1_732_000_000 * 10**9
+    cases = [[], [base + 5], sorted(base + rng.randrange(10**9) for _ in range(50)),
+             sorted(base + rng.randrange(30 * 10**9) for _ in range(50)),
+             [base + k * 10**9 for k in range(TimeTexts.MAX + 10)],  # more seconds than are kept: texts
+             [10**9 * 253_402_300_799, 10**9 * 253_402_300_800 + 7]]  # 9999-12-31T23:59:59 then year 10000
+    kinds = set()
+    for times in cases:
+        fractions, prefix = texts.page(times)
+        kinds.add(type(prefix).__name__)
+        assert texts_of(fractions, prefix) == [TimeTexts().format(t) for t in times]
+    assert kinds == {"bytes", "list", "NoneType"}

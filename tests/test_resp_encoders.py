@@ -183,10 +183,14 @@ def test_message_page_random_pages():
         kept = bulks if round_ % 3 else None
         assert encode_message_page(protocol, b"pg", seqs, subjects, texts, datas, pending, last_seq, tail,
                                    None, kept) == expected
+        fractions = [t % 10**9 for t in ns]
         if n and ns[-1] // 10**9 == ns[0] // 10**9:
             prefix = texts[0][:-11]
-            assert encode_message_page(protocol, b"pg", seqs, subjects, [t % 10**9 for t in ns], datas,
+            assert encode_message_page(protocol, b"pg", seqs, subjects, fractions, datas,
                                        pending, last_seq, tail, prefix, kept) == expected
+        # each message's prefix (a page across seconds)
+        assert encode_message_page(protocol, b"pg", seqs, subjects, fractions, datas, pending, last_seq, tail,
+                                   [text[:-11] for text in texts], kept) == expected
 
 
 @given(st.text(max_size=40), protocols)
