@@ -96,14 +96,21 @@ class TurnEnd:
         """Resume the connections deferred before this turn, in order, until the turn's
         work passes TURN_TOTAL_NS; the rest keep their places for the next turn."""
         self._drain_scheduled = False
+        if self._scheduled:
+            # The end of the turn before is due (its call comes after this one in the
+            # loop's queue): ended first, the resumed connections get a whole turn,
+            # not what is left of that turn's total.
+            self.run()
         backlog = self.backlog
         count = len(backlog)  # (those deferred while this runs go in a later turn)
-        while count and backlog and not self.over(TURN_TOTAL_NS):
-            count -= 1
-            backlog.popleft()._resume_commands()
-        if backlog and not self._drain_scheduled:
-            self._drain_scheduled = True
-            self._loop.call_soon(self._drain)  # type: ignore[union-attr]
+        try:
+            while count and backlog and not self.over(TURN_TOTAL_NS):
+                count -= 1
+                backlog.popleft()._resume_commands()
+        finally:
+            if backlog and not self._drain_scheduled:
+                self._drain_scheduled = True
+                self._loop.call_soon(self._drain)  # type: ignore[union-attr]
 
     def hold(self, connection, data: bytes, close: bool) -> None:
         """Keep a reply (and whether to close after it) until the end of the turn."""
