@@ -203,23 +203,15 @@ class ClientConnection(asyncio.Protocol):
         would make the turn, and an interactive client's wait, longer)."""
         if self.server.turn_end.over(TURN_TOTAL_NS):
             self.parser.feed(data)
-            self._unmeasured += size
-            if self._unmeasured > 65536:
-                self._limit_query()
-                if self.closing:
-                    return
-            self._run_many()  # (finds the turn over: defers the connection)
+            if self._measured(size):
+                self._run_many()  # (finds the turn over: defers the connection)
             return
         queue = self.parser.read_many(data) if size <= 65536 else None  # (else fed to the parser)
         if queue is None:
             if size > 65536:
                 self.parser.feed(data)
-            self._unmeasured += size
-            if self._unmeasured > 65536:
-                self._limit_query()
-                if self.closing:
-                    return
-            self._run_commands()
+            if self._measured(size):
+                self._run_commands()
         elif len(queue) <= CLOCK_EVERY:
             self._run_few(queue)
         else:
@@ -228,6 +220,15 @@ class ClientConnection(asyncio.Protocol):
                 queue = self._next_window()
             self._queue, self._queue_at = queue, 0
             self._run_many()
+
+    def _measured(self, size: int) -> bool:
+        """Count ``size`` more bytes fed to the parser, measuring the unparsed input
+        every 64 KiB (``_limit_query``); False when that closed the client."""
+        self._unmeasured += size
+        if self._unmeasured > 65536:
+            self._limit_query()
+            return not self.closing
+        return True
 
     def _limit_query(self) -> None:
         """The unparsed input is measured every 64 KiB received: it can pass a

@@ -44,6 +44,15 @@ PROBE_ENV = "TSTREAM_TURN_PROBE"  # a file: per-turn timings are appended to it 
 PROBE_NAME = b"turn-probe"  # CLIENT SETNAME of the client whose commands the probe follows
 
 
+def _schedstat() -> list:
+    """This thread's CPU time and time spent runnable but not running (ns, since it started)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return [int(x) for x in f.read().split()[:2]]
+    except OSError:
+        return [0, 0]
+
+
 class TurnEnd:
     def __init__(self, server) -> None:
         self.server = server
@@ -73,15 +82,6 @@ class TurnEnd:
     def over(self, budget_ns: int) -> bool:
         """Whether this turn's work (from its first held reply or record) passed ``budget_ns``."""
         return self._scheduled and monotonic_ns() - self._scheduled_at > budget_ns
-
-    @staticmethod
-    def _schedstat() -> list:
-        """This thread's CPU time and time spent runnable but not running (ns, since it started)."""
-        try:
-            with open("/proc/thread-self/schedstat") as f:
-                return [int(x) for x in f.read().split()[:2]]
-        except OSError:
-            return [0, 0]
 
     def defer(self, connection) -> None:
         """Run ``connection``'s waiting commands (``_resume_commands``) in a later turn."""
@@ -220,15 +220,6 @@ class _Probe:
 
         selector.select = timed_select
 
-    @staticmethod
-    def _schedstat() -> list:
-        """This thread's CPU time and time spent runnable but not running (ns, since it started)."""
-        try:
-            with open("/proc/thread-self/schedstat") as f:
-                return [int(x) for x in f.read().split()[:2]]
-        except OSError:
-            return [0, 0]
-
     def hold(self, connection, data: bytes, close: bool) -> None:
         if connection.name == PROBE_NAME:
             self.pending.append(monotonic_ns())
@@ -250,7 +241,7 @@ class _Probe:
         commands = server.stats.commands - self.commands
         self.commands = server.stats.commands
         self.turns.append([scheduled_at, start, self.commit_ns, end, count, connections, commands, self.gc_ns,
-                           self.select_ns, self.gc_passes, *self._schedstat()])
+                           self.select_ns, self.gc_passes, *_schedstat()])
         self.gc_ns = self.select_ns = self.gc_passes = self.commit_ns = 0
         for executed in pending:
             self.waits.append([executed, end])

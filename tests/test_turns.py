@@ -8,6 +8,8 @@ import time
 
 from tstream.server.turns import PROBE_ENV
 
+from .harness import encode_command
+
 
 def test_turn_probe_records_turns_and_the_probe_clients_waits(make_server, tmp_path, monkeypatch):
     """TSTREAM_TURN_PROBE=<file>: every second, one JSON line of per-turn timings and
@@ -32,14 +34,6 @@ def test_turn_probe_records_turns_and_the_probe_clients_waits(make_server, tmp_p
 
 
 
-def _encode(*words) -> bytes:
-    parts = [b"*%d\r\n" % len(words)]
-    for word in words:
-        word = word if isinstance(word, bytes) else str(word).encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(word), word))
-    return b"".join(parts)
-
-
 def test_a_second_connection_is_served_between_a_pipeliners_turns(server):
     """One connection sends 200,000 TWRITEs at once; once its first replies came back
     (its first turn ran), another connection's TINFO is answered while the
@@ -51,7 +45,7 @@ def test_a_second_connection_is_served_between_a_pipeliners_turns(server):
     import hiredis
 
     n = 200_000
-    payload = b"".join(_encode("TWRITE", "turns:p", "t", i) for i in range(n))
+    payload = b"".join(encode_command(("TWRITE", "turns:p", "t", i)) for i in range(n))
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=120)
     replies: list = []
     first = threading.Event()
