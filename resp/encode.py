@@ -244,40 +244,30 @@ def encode_message_page(protocol: int, stream: bytes, seqs: list, subjects: list
     n = len(seqs)
     if bulks is None:
         bulks = SubjectBulks()
-    if time_prefix is None or time_prefix.__class__ is list:
-        if time_prefix is None:  # the times' texts
-            fmt = head + (b"%s$3\r\nseq\r\n:%d\r\n$4\r\ntime\r\n$%d\r\n%s\r\n"
-                          b"$4\r\ndata\r\n$%d\r\n%s\r\n" + _BATCHED_TAIL)
-            args: list = [0] * (8 * n)
-            args[2::8] = map(len, times)
-            args[3::8] = times
-        else:  # each message's prefix (all of one length), and the fractions
-            fmt = head + (b"%s$3\r\nseq\r\n:%d\r\n$4\r\ntime\r\n$"
-                          + b"%d" % ((len(time_prefix[0]) if n else 0) + 11)
-                          + b"\r\n%s.%09dZ\r\n$4\r\ndata\r\n$%d\r\n%s\r\n" + _BATCHED_TAIL)
-            args = [0] * (8 * n)
-            args[2::8] = time_prefix
-            args[3::8] = times
-        args[0::8] = map(bulks.__getitem__, subjects)
-        args[1::8] = seqs
-        args[4::8] = map(len, datas)
-        args[5::8] = datas
-        args[6::8] = range(pending - 1, pending - 1 - n, -1)
-        args[15::8] = seqs[:-1]
-        last = 7
-    else:
-        fmt = head + (b"%s$3\r\nseq\r\n:%d\r\n$4\r\ntime\r\n"
-                      + (b"$%d\r\n%s" % (len(time_prefix) + 11, time_prefix)).replace(b"%", b"%%")
-                      + b".%09dZ\r\n$4\r\ndata\r\n$%d\r\n%s\r\n" + _BATCHED_TAIL)
-        args = [0] * (7 * n)
-        args[0::7] = map(bulks.__getitem__, subjects)
-        args[1::7] = seqs
-        args[2::7] = times
-        args[3::7] = map(len, datas)
-        args[4::7] = datas
-        args[5::7] = range(pending - 1, pending - 1 - n, -1)
-        args[13::7] = seqs[:-1]
-        last = 6
+    # The time's part of the format, and the columns that fill it.
+    time_columns: tuple
+    if time_prefix is None:  # the times' texts
+        time_fmt, time_columns = b"$%d\r\n%s", (map(len, times), times)
+    elif time_prefix.__class__ is list:  # each message's prefix (all of one length), and the fractions
+        time_fmt = b"$%d\r\n%%s.%%09dZ" % ((len(time_prefix[0]) if n else 0) + 11)
+        time_columns = (time_prefix, times)
+    else:  # one second's prefix, and the fractions
+        time_fmt = (b"$%d\r\n%s" % (len(time_prefix) + 11, time_prefix)).replace(b"%", b"%%") + b".%09dZ"
+        time_columns = (times,)
+    fmt = (head + b"%s$3\r\nseq\r\n:%d\r\n$4\r\ntime\r\n" + time_fmt
+           + b"\r\n$4\r\ndata\r\n$%d\r\n%s\r\n" + _BATCHED_TAIL)
+    step = 6 + len(time_columns)  # arguments per message
+    args: list = [0] * (step * n)
+    args[0::step] = map(bulks.__getitem__, subjects)
+    args[1::step] = seqs
+    for at, column in enumerate(time_columns, 2):
+        args[at::step] = column
+    data_at = 2 + len(time_columns)
+    args[data_at::step] = map(len, datas)
+    args[data_at + 1::step] = datas
+    args[data_at + 2::step] = range(pending - 1, pending - 1 - n, -1)
+    last = data_at + 3  # the previous message's seq: last_seq for the first
+    args[last + step::step] = seqs[:-1]
     if n:
         args[last] = last_seq
     return Raw(b"*%d\r\n" % (n + 1) + (fmt * n) % tuple(args) + encode(tail, protocol))
