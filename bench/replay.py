@@ -28,6 +28,10 @@ callgrind (a figure the machine's load does not move; see bench/instructions.py)
 - ``aof_mixed``: ``aof_batches`` with bench/persistence.py's data (tags drawn
   from 1000, payloads half English-like text with a counter, half random
   bytes: what zstd sees in that benchmark), per *entry*.
+- ``aof_bundled``: ``aof_mixed``'s records framed as the server writes that
+  benchmark's AOF: a loop turn's records in one BUNDLE frame (8 records,
+  four keys' 100 + 20 entries; the server's file holds bundles of 2 to 10),
+  per *entry*.
 
 Each shape runs ``--small`` and ``--large`` records in two processes under
 callgrind; the difference of the totals over the difference of the counts is
@@ -63,7 +67,9 @@ from pathlib import Path
 import callgrind
 
 HERE = Path(__file__).resolve().parent
-SHAPES = ("aof", "replica", "aof_batches", "aof_mixed", "aof_mixed@all", "primary", "primary_replica")
+SHAPES = ("aof", "replica", "aof_batches", "aof_mixed", "aof_mixed@all", "aof_bundled", "aof_bundled@all", "primary",
+          "primary_replica")
+BUNDLE_RECORDS = 8  # records per BUNDLE frame of the aof_bundled shape
 T0 = 1_700_000_000_000_000_000
 PAYLOAD = bytes(range(100))
 
@@ -131,19 +137,24 @@ def _records_in_turn(entries: int, parts_of) -> tuple[list, int]:
     return records, done
 
 
-def write_aof(directory: str, records: list, keys) -> None:
+def write_aof(directory: str, records: list, keys, bundle: int = 1) -> None:
+    """An AOF of ``records``, a frame each, or ``bundle`` to a BUNDLE frame."""
     from tstream.persistence import aof, effects
     from tstream.persistence.framing import pack
     with open(os.path.join(directory, aof.incr_name(1)), "wb") as handle:
         handle.write(b"".join(pack([effects.CREATE, key, 1000]) for key in keys))
-        handle.write(b"".join(map(pack, records)))
+        if bundle > 1:
+            handle.write(b"".join(pack([effects.BUNDLE, *records[i:i + bundle]])
+                                  for i in range(0, len(records), bundle)))
+        else:
+            handle.write(b"".join(map(pack, records)))
     aof.write_manifest(directory, [aof.ManifestEntry(aof.incr_name(1), 1, "i")])
 
 
 def workload(shape: str, count: int, chunk: int, load: bool = True) -> None:
     """Apply ``count`` records (entries for aof_batches) of ``shape``, in this
     process (``load`` False: an ``aof*`` shape's AOF written, not loaded)."""
-    if shape in ("aof", "aof_batches", "aof_mixed"):
+    if shape in ("aof", "aof_batches", "aof_mixed", "aof_bundled"):
         from tstream.persistence import aof
         if shape == "aof":
             records, keys = twrite_records(count), [b"bench"]
@@ -152,7 +163,7 @@ def workload(shape: str, count: int, chunk: int, load: bool = True) -> None:
             keys = sorted({record[1] for record in records})
         directory = tempfile.mkdtemp(prefix="bench-replay-")
         try:
-            write_aof(directory, records, keys)
+            write_aof(directory, records, keys, BUNDLE_RECORDS if shape == "aof_bundled" else 1)
             del records
             if load:
                 loaded = aof.load(directory)
@@ -306,7 +317,8 @@ def main() -> None:
     if args.base_tree:
         builds = {"base": os.path.abspath(args.base_tree), "this": None}
     unit = {"aof": "record", "replica": "record", "aof_batches": "entry", "aof_mixed": "entry",
-            "aof_mixed@all": "entry, all threads", "primary": "write", "primary_replica": "write"}
+            "aof_mixed@all": "entry, all threads", "aof_bundled": "entry", "aof_bundled@all": "entry, all threads",
+            "primary": "write", "primary_replica": "write"}
     callgrind.compare(builds, args.shapes.split(","),
                    lambda tree, shape: per_record(tree, shape, args.small, args.large, args.chunk),
                    "instructions", label=lambda shape: f"{shape} (per {unit[shape]})", out=args.out)

@@ -239,3 +239,29 @@ def test_a_kept_packer_packs_as_pack():
     with pytest.raises(TypeError):
         packer([effects.APPEND, b"k", 1, T0, b"t", object()])
     assert packer(records[0]) == pack(records[0])  # a failed record leaves nothing behind
+
+
+def test_aof_load_maps_its_files_and_reads_what_it_cannot_map(tmp_path, monkeypatch):
+    """persistence/aof.py maps each incr file (mmap): the same keyspace as
+    the file read whole into memory; an empty incr file (mmap refuses it)
+    loads as nothing; a torn tail is cut from the mapped file and the file
+    then loads again without it."""
+    log = random_log(random.Random(7), 400)
+    torn = pack([effects.APPEND, b"a", 10**6, T0, b"t", b"torn"])[:20]
+    write_aof(tmp_path, log, torn)
+    size = os.path.getsize(tmp_path / aof.incr_name(1))
+    first = aof.load(str(tmp_path))
+    assert first.truncated_at == (str(tmp_path / aof.incr_name(1)), size - len(torn))
+    assert os.path.getsize(tmp_path / aof.incr_name(1)) == size - len(torn)
+    again = aof.load(str(tmp_path))
+    assert again.truncated_at is None and again.records == first.records
+    monkeypatch.setattr(aof, "_map_file", snapshot.read_file)  # as before: read whole
+    read = aof.load(str(tmp_path))
+    assert state(first.keyspace) == state(again.keyspace) == state(read.keyspace)
+    monkeypatch.undo()
+    open(tmp_path / aof.incr_name(2), "wb").close()
+    aof.write_manifest(str(tmp_path), [aof.ManifestEntry(aof.incr_name(1), 1, "i"),
+                                       aof.ManifestEntry(aof.incr_name(2), 2, "i")])
+    assert aof._map_file(str(tmp_path / aof.incr_name(2))) == b""
+    both = aof.load(str(tmp_path))
+    assert both.records == first.records and state(both.keyspace) == state(first.keyspace)
