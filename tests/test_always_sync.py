@@ -182,9 +182,16 @@ def test_keyless_commands_wait_and_transactions_wait(tmp_path):
         _until(lambda: _calls(srv, b"dbsize") > calls, "DBSIZE to run")
         assert other.execute_command("TREAD", "mine", 1, 10)
         assert not keyless.has_reply()
+        calls = _calls(srv, b"exec")
+        for command in (("MULTI",), ("TREAD", "mine", 1, 10), ("EXEC",)):
+            keyless.send(*command)
+        _until(lambda: _calls(srv, b"exec") > calls, "EXEC to run")
+        assert other.execute_command("TREAD", "mine", 1, 10)
+        assert not keyless.has_reply() and ops.ended == 0
         ops.gate.set()
         assert writer.reply() == 1
         assert keyless.reply() == 2
+        assert [keyless.reply() for _ in range(3)][:2] == [b"OK", b"QUEUED"]
     finally:
         ops.gate.set()
         for c in (writer, keyless):
