@@ -33,6 +33,10 @@ thread; load moves it less than wall time), totalled over the slices of each kin
 
     flock /tmp/tstream-bench.lock .venv/bin/python bench/fast_ingest.py [--rounds 3] [--messages 200000]
 
+``--pin``: the publisher processes run on one core and the server (every thread) and the
+interactive TREAD client on another (``os.sched_setaffinity``), as when the publishers are
+other hosts; the default leaves the scheduler free (all of them share every core).
+
 Writes ``results/fast_ingest.json`` and ``RESULTS-fast-ingest.md`` into bench/runs/, or into
 $TSTREAM_BENCH_OUT (``bench``: the committed ones).
 """
@@ -218,11 +222,30 @@ def _fast(c: Client, msgs: list[bytes], key: bytes) -> None:
 
 
 NICE = 0  # --nice: the publishers' niceness (the server and the TREAD client keep theirs)
+PIN: tuple[int, int] | None = None  # --pin: (the server's and TREAD client's core, the publishers' core)
+
+
+def _pin_cores() -> tuple[int, int]:
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SystemExit("--pin needs two cores")
+    return cores[0], cores[1]
+
+
+def pin_process(pid: int, core: int) -> None:
+    """Every thread of ``pid`` on ``core`` (threads started later inherit it from theirs)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), {core})
+        except ProcessLookupError:
+            pass
 
 
 def _publisher(port: int, kind: str, key: bytes, n: int, barrier, out) -> None:
     if NICE:
         os.nice(NICE)
+    if PIN:
+        os.sched_setaffinity(0, {PIN[1]})
     msgs = _messages(kind, key, n)
     c = Client(port)
     barrier.wait()
@@ -241,6 +264,8 @@ def _publisher(port: int, kind: str, key: bytes, n: int, barrier, out) -> None:
 
 
 def _reader(port: int, key: bytes, stop, out) -> None:
+    if PIN:
+        os.sched_setaffinity(0, {PIN[0]})
     c = Client(port)
     probe = os.environ.get("TSTREAM_TURN_PROBE")  # the server's turn probe (server/turns.py) is on
     if probe:
@@ -310,6 +335,8 @@ def run(args) -> dict:
     for fsync in ("no", "always") if args.only in (None, "ingest") else ():
         extra = ["--appendonly", "yes", "--appendfsync", fsync]
         with servers(("tstream", extra)) as (ts,):
+            if PIN:
+                pin_process(ts.pid, PIN[0])
             for pubs in args.pubs:
                 per = max(1000, args.messages // pubs)
                 for rnd in range(args.rounds):
@@ -318,7 +345,7 @@ def run(args) -> dict:
                     for kind in order:
                         got[kind] = phase(ts.port, kind, pubs, per, f"{fsync}{pubs}r{rnd}",
                                           reader=pubs == 16, pid=ts.pid)
-                    row = {"appendfsync": fsync, "publishers": pubs, "messages": pubs * per, "round": rnd + 1,
+                    row = {"appendfsync": fsync, "pinned": bool(PIN), "publishers": pubs, "messages": pubs * per, "round": rnd + 1,
                            "order": "/".join(order), "twrite": got["twrite"], "fast": got["fast"],
                            "ratio": got["fast"]["msgs_per_s"] / got["twrite"]["msgs_per_s"]}
                     results["ingest"].append(row)
@@ -463,7 +490,9 @@ def report(results: dict, args) -> str:
              "Same server, same messages (100-byte `orders.created`), same durability; the ratio is "
              "FAST/TWRITE within one round (phases back to back, alternating order). Every round is listed.",
              "CPU us/msg: the publishers' process time and the server's (every thread), per message, "
-             "TWRITE / FAST.",
+             "TWRITE / FAST."
+             + (f" **Pinned** (--pin): publishers on core {PIN[1]}, the server and the TREAD client on core "
+                f"{PIN[0]}." if PIN else ""),
              "", "| appendfsync | publishers | messages | round | order | TWRITE msg/s | FAST msg/s | ratio | "
              "client CPU us/msg | server CPU us/msg | TREAD p50/p99/max ms during FAST | during TWRITE |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -545,12 +574,16 @@ def main() -> None:
                         help="niceness of the publisher processes (the server and the TREAD client keep "
                              "theirs): on a machine with fewer cores than publishers, the TREAD latency "
                              "then shows the server's turns rather than the client waiting for a core")
+    parser.add_argument("--pin", action="store_true",
+                        help="publishers on one core, the server (every thread) and the TREAD client on "
+                             "another (as with publishers on other hosts); default: not pinned")
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per nats-server run")
     parser.add_argument("--msgid-slices", type=int, default=40, help="MSGID: interleaved slices of each kind")
     parser.add_argument("--msgid-per-slice", type=int, default=25_000, help="MSGID: messages per slice")
     args = parser.parse_args()
-    global NICE
+    global NICE, PIN
     NICE = args.nice
+    PIN = _pin_cores() if args.pin else None
     results = run(args)
     if args.nats:
         results["nats"] = run_nats(args)

@@ -29,8 +29,9 @@ Every file operation goes through a ``persistence.fileops.FileOps`` (the
 fault-injection seam); how the writer survives a failing disk is drawn in
 ``AppendOnlyFile``.
 
-``fsync`` policies: ``always`` fsyncs once per event-loop turn (group commit),
-before any reply of that turn leaves; ``everysec`` writes every turn and fsyncs
+``fsync`` policies: ``always`` fsyncs what the event-loop turns wrote (group
+commit: the server's fsync thread, one fsync at a time, ``detach_sync``), before
+any reply that could reveal those records leaves; ``everysec`` writes every turn and fsyncs
 from a background thread once a second; ``no`` leaves flushing to the OS.
 """
 
@@ -471,6 +472,19 @@ class AppendOnlyFile:
                 self._unsynced = False
                 self.fsync_errno = 0
                 self.last_sync_bytes, self.unsynced_bytes = self.unsynced_bytes, 0
+
+    def detach_sync(self) -> tuple[int, int]:
+        """For an fsync made by someone else (``appendfsync always``: the server's
+        fsync thread, which ends the process if it fails): the fd to fsync and the
+        bytes written since the last fsync, counted as synced from now on; (-1, 0)
+        when nothing was written since.  The caller makes sure the fd stays open
+        (no rewrite switches files, no ``close``) until that fsync returns."""
+        with self._lock:
+            if not self._unsynced or self.fd < 0:
+                return -1, 0
+            self._unsynced = False
+            covered, self.unsynced_bytes = self.unsynced_bytes, 0
+            return self.fd, covered
 
     def close(self) -> None:
         try:

@@ -86,6 +86,7 @@ class Server:
         self.writes = Writes(self)
         self._aof: Persistence | None = None
         self.hold_replies = False  # AOF on: every reply waits for the turn's records (Persistence.attach)
+        self.sync_early = False  # appendfsync always: a read that reveals no unsynced change does not (ditto)
         self.turn_end = TurnEnd(self)  # what waits for the end of the loop turn
         # Primary and replica sides of replication (server.replication): an effect sink
         # while replicas may connect, the link to our own primary when we are one.

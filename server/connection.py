@@ -178,7 +178,7 @@ class ClientConnection(asyncio.Protocol):
                     size = len(reply)
                     stats.net_output += size
                     self.net_out += size
-                    if server.hold_replies or self._holding:
+                    if self._holding or server.hold_replies and not (server.sync_early and self._settled(argv)):
                         self._hold(reply, self.closing)
                         return
                     self.transport.write(reply)
@@ -304,7 +304,7 @@ class ClientConnection(asyncio.Protocol):
         if reply is not None:
             server.stats.net_output += len(reply)
             self.net_out += len(reply)
-            if server.hold_replies or self._holding:
+            if self._holding or server.hold_replies and not (server.sync_early and self._settled(argv)):
                 self._hold(reply, self.closing)
                 return
             self.transport.write(reply)
@@ -527,6 +527,12 @@ class ClientConnection(asyncio.Protocol):
             self.parser = RequestParser(max_bulk=self.server.config["proto-max-bulk-len"])
             if leftover:
                 self.parser.feed(leftover)
+
+    def _settled(self, argv: list) -> bool:
+        """Whether the reply to the lone command ``argv`` may leave now although the
+        AOF is on (``server.sync_early``: ``appendfsync always``): a read that can
+        reveal no change waiting for an fsync (server.persist.Persistence.settled)."""
+        return self.server.persistence.settled(self, argv)
 
     def _hold(self, data: bytes, close: bool) -> None:
         """Keep replies until the end of the loop turn; later ones then wait too, in order."""

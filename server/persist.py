@@ -6,10 +6,15 @@ written, on the event loop, with the slow parts (writing a snapshot, fsync every
 second) in worker threads.
 
 Group commit: the records logged by every command of one event-loop turn are
-written with one ``write`` at the end of the turn (and with ``appendfsync
-always`` made durable with one ``fsync``), and the replies of that turn are held
-until then (server.turns), so no client hears "done" before its change is in
-the file (on disk, with ``always``).
+written with one ``write`` at the end of the turn, and the replies of that turn
+are held until then (server.turns), so no client hears "done" before its change
+is in the file.  With ``appendfsync always`` the end of the turn hands the
+fsync to a thread (one fsync in flight at a time; the turns written meanwhile
+join the next one) and the loop goes on serving; the replies held for those
+turns are released when their fsync has returned (``synced``).  A read whose
+keys have no change waiting for an fsync is answered at once
+(``settled``): it reveals nothing that is not on disk.  See
+docs/operations.md, "appendfsync always: the fsync off the event loop".
 
 When the disk fails, as in Redis: records that could not be written stay in
 memory and are retried every 100 ms (cron) while write commands get MISCONF
@@ -25,11 +30,13 @@ import asyncio
 import errno
 import logging
 import os
+import queue
 import threading
 import time
 
 from tstream.commands.errors import CommandError
-from tstream.persistence import aof, snapshot
+from tstream.commands.flags import WRITE
+from tstream.persistence import aof, effects, snapshot
 from tstream.persistence.fileops import FileOps
 from tstream.persistence.framing import PersistenceError
 
@@ -89,6 +96,22 @@ class Persistence:
         # The replication id and offset the loaded data stands for (a snapshot's aux
         # fields), or None: server.replication picks them up when it starts.
         self.loaded_repl: dict | None = None
+        # appendfsync always: the records go to the file in numbered units (a loop
+        # turn's, or what the cron wrote); ``turn`` collects records now, ``written``
+        # is the last unit written, ``synced`` the last one an fsync made durable.
+        self.turn = 1
+        self.written = 0
+        self.synced = 0
+        self.tracking = False  # key_turns kept (appendfsync always, Persistence.attach)
+        self.key_turns: dict[bytes, int] = {}  # key -> the last unit with a record of it
+        self.barrier = 0  # the last unit with a record of no one key (FLUSHALL): every read waits for it
+        self._prune_at = 4096  # key_turns' size at which the synced keys are dropped
+        self._syncing = 0  # the unit the fsync in flight covers (0: none in flight)
+        self._sync_jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._sync_idle = threading.Event()
+        self._sync_idle.set()
+        self._sync_result = (0, 0)  # (bytes covered, ns taken) of the last fsync of the thread
+        self._sync_thread: threading.Thread | None = None
 
     # --- paths ----------------------------------------------------------------------
 
@@ -200,12 +223,60 @@ class Persistence:
         # Redis.  (Without an AOF the replies of pipelined reads wait too: see
         # ClientConnection._run_commands.)
         self.server.hold_replies = self.file is not None
+        self.tracking = self.server.sync_early = self.file is not None and self.file.fsync_policy == "always"
+        if not self.tracking:
+            self.key_turns.clear()
 
     # --- the effect log (handlers call server.aof.log) ---------------------------
 
     def log(self, record: list) -> None:
         self.file.records.append(record)
+        if self.tracking:
+            self._note(record)
         self.server.turn_end.schedule()
+
+    def _note(self, record: list) -> None:
+        """The key ``record`` changes was changed in this unit (a FLUSH: every key)."""
+        kind = record[0]
+        if kind == effects.FLUSH:
+            self.barrier = self.turn
+        elif kind == effects.TXN:
+            for inner in record[1]:
+                self._note(inner)
+        else:
+            self.key_turns[record[1]] = self.turn
+
+    def settled(self, client, argv: list) -> bool:
+        """Whether the reply to ``argv``, just run by ``client``, may leave before the
+        fsyncs in flight or to come (``appendfsync always``): it cannot reveal a
+        change that is not on disk yet.  True for a command that is not a write,
+        not a container's subcommand, names its keys (the table's key spec), runs
+        outside MULTI, and none of whose keys has a record in a unit not yet synced
+        (nor a FLUSHALL); its own records (a group read's) count as such.  Every
+        other reply waits, as all did before: a write, a command without keys
+        (INFO, DBSIZE, EXEC...), a pipelined read's replies (the caller asks only
+        for a lone command)."""
+        if not self.tracking or client.multi is not None:
+            return False
+        table = self.server.dispatch
+        entry = table.get(argv[0]) or table.get(argv[0].lower())
+        if entry is None or entry[8] is not None:
+            return False
+        command = entry[5]
+        first, last, step = command.keys
+        synced = self.synced
+        if not first or command.flags & WRITE or self.barrier > synced:
+            return False
+        count = len(argv)
+        if last < 0:
+            last += count
+        if last >= count:
+            return False
+        turns = self.key_turns
+        for i in range(first, last + 1, step):
+            if turns.get(argv[i], 0) > synced:
+                return False
+        return True
 
     def commit_turn(self) -> None:
         """Write (and with ``always``, fsync) this turn's records (called by
@@ -222,12 +293,12 @@ class Persistence:
         try:
             file.write_buffer()
             if file.fsync_policy == "always":
-                started = time.monotonic_ns()
-                file.sync()
-                threshold = self.server.config["latency-monitor-threshold"]
-                millis = (time.monotonic_ns() - started) // 1_000_000
-                if threshold and millis >= threshold:
-                    self.server.latency.record("aof-fsync-always", millis)
+                # The unit's records are in the file: the fsync thread makes them durable
+                # (with those written before, if one is in flight: they join the next).
+                self.written = self.turn
+                self.turn += 1
+                if not self._syncing:
+                    self._start_sync()
         except (OSError, MemoryError) as exc:
             if file.fsync_policy == "always":
                 log.critical("Can't recover from AOF write error when the AOF fsync policy is 'always' "
@@ -244,15 +315,106 @@ class Persistence:
             if self.denied_writes is None:
                 log.warning("AOF write error looks solved, tstream can write again.")
 
+    # --- appendfsync always: the fsync thread ------------------------------------------
+
+    def _start_sync(self) -> None:
+        """Hand the fsync of every unit written so far to the fsync thread (on the loop,
+        none in flight)."""
+        target = self.written
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:  # (no loop runs: the shutdown's last commit) on this thread
+            self.wait_sync()
+            return
+        fd, covered = self.file.detach_sync()
+        if fd < 0:  # nothing written since the last fsync
+            self._synced_through(target)
+            return
+        self._syncing = target
+        self._sync_idle.clear()
+        if self._sync_thread is None:
+            self._sync_thread = threading.Thread(target=self._sync_worker, name="aof-fsync-always", daemon=True)
+            self._sync_thread.start()
+        self._sync_jobs.put((self.file.ops, fd, covered, target))
+
+    def _sync_worker(self) -> None:
+        """The fsync thread: one job at a time; a failure ends the process (Redis too)
+        before any reply waiting for that fsync is sent."""
+        while True:
+            job = self._sync_jobs.get()
+            if job is None:
+                return
+            ops, fd, covered, target = job
+            started = time.monotonic_ns()
+            try:
+                ops.fsync(fd)
+            except BaseException as exc:
+                log.critical("Can't recover from AOF write error when the AOF fsync policy is 'always' "
+                             "(%s). Exiting...", exc)
+                os._exit(1)
+            self._sync_result = (covered, time.monotonic_ns() - started)
+            self._sync_idle.set()
+            self._call_on_loop(self._sync_finished, target)
+
+    def _sync_finished(self, target: int) -> None:
+        """On the loop: the fsync of unit ``target`` returned.  Start the next one if
+        more was written meanwhile, then release the replies that waited for this one."""
+        if target != self._syncing:  # (wait_sync took it already)
+            return
+        self._syncing = 0
+        covered, took = self._sync_result
+        if self.file is not None:
+            self.file.last_sync_bytes = covered
+        threshold = self.server.config["latency-monitor-threshold"]
+        if threshold and took // 1_000_000 >= threshold:
+            self.server.latency.record("aof-fsync-always", took // 1_000_000)
+        self._synced_through(target, release=False)
+        if self.written > target and self.file is not None:
+            self._start_sync()  # (first: the disk works while the replies go out)
+        self.server.turn_end.synced(self.synced)
+
+    def _synced_through(self, unit: int, release: bool = True) -> None:
+        if unit > self.synced:
+            self.synced = unit
+        turns = self.key_turns
+        if len(turns) >= self._prune_at:
+            synced = self.synced
+            self.key_turns = {key: t for key, t in turns.items() if t > synced}
+            self._prune_at = max(4096, 2 * len(self.key_turns))
+        if release:
+            self.server.turn_end.synced(self.synced)
+
+    def wait_sync(self) -> None:
+        """Block the loop until everything written is on disk (the fsync in flight, then
+        one more for what was written since), and release the replies that waited:
+        before a rewrite switches files, a configuration change, the shutdown."""
+        while self._syncing:  # (_sync_finished may start the next one)
+            self._sync_idle.wait()
+            self._sync_finished(self._syncing)
+        if self.written > self.synced:
+            file = self.file
+            if file is not None:
+                fd, covered = file.detach_sync()
+                if fd >= 0:
+                    try:
+                        file.ops.fsync(fd)
+                    except BaseException as exc:
+                        log.critical("Can't recover from AOF write error when the AOF fsync policy is "
+                                     "'always' (%s). Exiting...", exc)
+                        os._exit(1)
+                    file.last_sync_bytes = covered
+            self._synced_through(self.written)
+
     def unsynced_bytes(self) -> int:
         """Bytes of the append-only file not known to be on disk: written and not
-        fsynced yet (``everysec``), or the last turn's group commit (``always``);
-        0 with ``appendfsync no`` or no AOF (fast-ingest flow control reads it)."""
+        fsynced yet (``everysec``), or the last group commit's (``always``: what
+        the last fsync covered, or what waits for one, whichever is more); 0 with
+        ``appendfsync no`` or no AOF (fast-ingest flow control reads it)."""
         file = self.file
         if file is None or file.fsync_policy == "no":
             return 0
         if file.fsync_policy == "always":
-            return file.last_sync_bytes + file.pending_bytes
+            return max(file.last_sync_bytes, file.unsynced_bytes) + file.pending_bytes
         return file.unsynced_bytes + file.pending_bytes
 
     def write_error(self) -> str | None:
@@ -318,19 +480,20 @@ class Persistence:
         self._fsync_thread = threading.Thread(target=run, name="aof-fsync", daemon=True)
         self._fsync_thread.start()
 
-    def _call_on_loop(self, callback) -> None:
+    def _call_on_loop(self, callback, *args) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             try:
-                loop.call_soon_threadsafe(callback)
+                loop.call_soon_threadsafe(callback, *args)
             except RuntimeError:  # the loop closed meanwhile
                 pass
 
     # --- configuration changes ---------------------------------------------------
 
     def config_changed(self, old: dict, new: dict) -> None:
+        self.wait_sync()  # (no fsync in flight while the policy or the file changes)
         if self.file is not None:
-            self.file.fsync_policy = new["appendfsync"]
+            self._set_policy(new["appendfsync"])
         if new["appendonly"] and not old["appendonly"] and self.file is None:
             try:
                 os.makedirs(self.aof_dir, exist_ok=True)
@@ -366,6 +529,16 @@ class Persistence:
             self.file = None
         self.attach()
         self._update_write_gate()
+
+    def _set_policy(self, policy: str) -> None:
+        if policy == "always" and self.file.fsync_policy != "always":
+            # What was written under the old policy: on disk before reads that show it
+            # are answered without waiting (Persistence.settled).
+            try:
+                self.file.sync()
+            except OSError as exc:
+                log.warning("fsync of the append-only file failed: %s", exc)
+        self.file.fsync_policy = policy
 
     # --- snapshots --------------------------------------------------------------------
 
@@ -426,6 +599,7 @@ class Persistence:
         files then still hold the whole history."""
         file = self.file
         started = time.monotonic()
+        self.wait_sync()  # the new incr file replaces the fd an fsync in flight uses
         try:
             seq = file.begin_rewrite()
         except (OSError, MemoryError) as exc:
@@ -530,6 +704,10 @@ class Persistence:
         if self.file is not None:
             try:
                 self.server.turn_end.run()  # commit_turn reports its own errors
+                self.wait_sync()
+                if self._sync_thread is not None:
+                    self._sync_jobs.put(None)  # the fsync thread ends
+                    self._sync_thread = None
             finally:
                 try:
                     self.file.close()

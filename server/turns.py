@@ -19,8 +19,11 @@ does what Redis does before it sleeps:
    sleeps;
 3. pack the turn's records once: onto the replication stream (backlog and
    replicas, server.replication) and into the AOF's buffer; write the turn's
-   AOF records, fsynced with ``appendfsync always`` (group commit: one write
-   and one fsync per turn, see server.persist);
+   AOF records (group commit: one write per turn, see server.persist); with
+   ``appendfsync always`` the fsync goes to a thread and the turn's held
+   replies wait for it (``_waiting``: released by ``synced`` when it returns,
+   a connection's later replies behind them), while the loop serves the
+   other connections;
 4. release the held replies, in the order they were held, except that the
    connections whose replies include a pipelined read's (``bulk_held``) get
    theirs after the others: a write to a connection can wake its client,
@@ -66,6 +69,11 @@ class TurnEnd:
         # stopped before it ran keeps its place at the front).
         self.backlog: deque = deque()
         self._drain_scheduled = False
+        # appendfsync always: the turns' held replies waiting for an fsync, in order, as
+        # (the last unit written at their turn's end, replies); and each connection
+        # with replies there -> its last such unit (its later replies wait behind).
+        self._waiting: deque[tuple[int, list]] = deque()
+        self._waiting_last: dict = {}
         path = os.environ.get(PROBE_ENV)
         if path:
             _Probe(self, path)
@@ -130,9 +138,48 @@ class TurnEnd:
         self._scheduled = False
         server.replication.flush()  # the turn's records to the backlog and the replicas (and packed for the AOF)
         committing = monotonic_ns()
-        server.persistence.commit_turn()
+        persistence = server.persistence
+        persistence.commit_turn()
         committed = monotonic_ns()
         held, self._held = self._held, []
+        if persistence.written > persistence.synced:  # an fsync to wait for (appendfsync always)
+            if held:
+                need = persistence.written
+                self._waiting.append((need, held))
+                last = self._waiting_last
+                for entry in held:
+                    last[entry[0]] = need
+        else:
+            self.release(held)
+        # the turn's work, not the wait for the disk (paid once per turn, however much it holds),
+        # as a moving average over the last 8 or so turns: one slow turn is not a trend
+        busy = monotonic_ns() - committed + committing - self._scheduled_at
+        self.busy_ns += (busy - self.busy_ns) >> 3
+
+    def synced(self, unit: int) -> None:
+        """The records of every unit up to ``unit`` are on disk: release the replies
+        that waited for them (server.persist, on the loop)."""
+        waiting = self._waiting
+        if not waiting or waiting[0][0] > unit:
+            return
+        held = waiting.popleft()[1]
+        while waiting and waiting[0][0] <= unit:
+            held = held + waiting.popleft()[1]
+        self.release(held)
+        last = self._waiting_last
+        for entry in held:
+            connection = entry[0]
+            need = last.get(connection)
+            if need is not None:
+                if need > unit:
+                    connection._holding = True  # (write_now cleared it) more of its replies wait
+                else:
+                    del last[connection]
+        for entry in self._held:  # (this turn's, not ended yet: later replies still go behind them)
+            entry[0]._holding = True
+
+    def release(self, held: list) -> None:
+        """Write the held replies ``held`` (see the module docstring for the order)."""
         bulk = None
         for entry in held:
             connection = entry[0]
@@ -147,10 +194,6 @@ class TurnEnd:
             for connection, data, close in bulk:
                 connection.bulk_held = False
                 connection.write_now(data, close)
-        # the turn's work, not the wait for the disk (paid once per turn, however much it holds),
-        # as a moving average over the last 8 or so turns: one slow turn is not a trend
-        busy = monotonic_ns() - committed + committing - self._scheduled_at
-        self.busy_ns += (busy - self.busy_ns) >> 3
 
 
 class _Probe:
@@ -161,8 +204,9 @@ class _Probe:
     select_ns, gc_passes] per turn (monotonic ns; ``gc_ns``, ``select_ns``: the collector's
     and the loop's select's time since the last turn; ``gc_passes``: one byte per
     generation), and ``probe``: [executed_at, released_at] of each command of the client
-    named ``turn-probe``; each turn ends with the thread's CPU and run-queue wait times
-    (/proc/thread-self/schedstat, cumulative ns)."""
+    named ``turn-probe`` (a reply sent at once, a read ``Persistence.settled`` lets go
+    before the fsync, counts as [executed_at, executed_at]); each turn ends with the
+    thread's CPU and run-queue wait times (/proc/thread-self/schedstat, cumulative ns)."""
 
     def __init__(self, turn_end: TurnEnd, path: str) -> None:
         self.turn_end = turn_end
@@ -197,6 +241,8 @@ class _Probe:
         loop = asyncio.get_running_loop()
         persistence = self.turn_end.server.persistence
         commit_turn = persistence.commit_turn
+        self._settled = persistence.settled
+        persistence.settled = self.settled
 
         def timed_commit() -> None:
             started = monotonic_ns()
@@ -219,6 +265,15 @@ class _Probe:
                 probe.select_ns += monotonic_ns() - started
 
         selector.select = timed_select
+
+    def settled(self, client, argv: list) -> bool:
+        if not self._settled(client, argv):
+            return False
+        if client.name == PROBE_NAME:
+            now = monotonic_ns()
+            self.waits.append([now, now])
+            self.turn_end.schedule()  # (a turn, to dump the waits when nothing else runs)
+        return True
 
     def hold(self, connection, data: bytes, close: bool) -> None:
         if connection.name == PROBE_NAME:
