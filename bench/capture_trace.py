@@ -3,8 +3,8 @@
 over ``--over`` ms during a BGSAVE, split into where its time went, with what the
 server's loop and writer threads were doing then.
 
-The same probe as capture_stall.py (a thread of this process PINGing every ms over
-TCP while the main thread polls INFO), but the server runs under this script's
+The same probe as capture_stall.py (a process PINGing every ms over TCP while
+this one polls INFO), but the server runs under this script's
 ``--serve`` mode: tstream-server with its loop instrumented, all on one clock
 (CLOCK_MONOTONIC: ``time.perf_counter_ns`` in both processes):
 
@@ -56,6 +56,35 @@ def _sched(fd: int) -> tuple[int, int]:
     return time.thread_time_ns(), int(delay)
 
 
+def _peer_port(connection, ports: dict) -> int:
+    peer = connection.transport.get_extra_info("peername") if connection.transport else None
+    port = ports[id(connection)] = peer[1] if peer else 0
+    return port
+
+
+def _trace_connections(cls, clock, recv: array) -> None:
+    """Record each data_received of a client connection: (start, end, the client's port)."""
+    received = cls.data_received
+
+    ports: dict[int, int] = {}  # id of a connection -> its client's port
+
+    def traced_received(self, data):
+        start = clock()
+        try:
+            received(self, data)
+        finally:
+            recv.extend((start, clock(), ports.get(id(self)) or _peer_port(self, ports)))
+
+    cls.data_received = traced_received  # type: ignore[method-assign]
+    lost = cls.connection_lost
+
+    def traced_lost(self, exc):
+        ports.pop(id(self), None)  # (its id may be a later connection's)
+        lost(self, exc)
+
+    cls.connection_lost = traced_lost  # type: ignore[method-assign]
+
+
 # --- the server side (--serve): tstream-server, instrumented ----------------------------
 
 def serve(argv: list[str]) -> int:
@@ -67,10 +96,12 @@ def serve(argv: list[str]) -> int:
     from tstream.server.main import main as server_main
 
     out = os.environ["TSTREAM_TRACE_OUT"]
+    slice_us = os.environ.get("TSTREAM_TRACE_SLICE_US")  # (--slice-us: try another slice)
+    snapshotjob.CAPTURE_SLICE_NS = int(slice_us) * 1000 if slice_us else snapshotjob.CAPTURE_SLICE_NS
     clock = time.perf_counter_ns
     rusage, THREAD = resource.getrusage, resource.RUSAGE_THREAD
     steps = array("q")  # start, end, cpu0, cpu1, delay0, delay1, faults, voluntary, involuntary
-    recv = array("q")  # start, end, bytes
+    recv = array("q")  # start, end, the client's port
     gcs = array("q")  # start, end, generation
     ops = array("q")  # kind (0 write, 1 fsync), start, end, size, cpu0, cpu1, delay0, delay1
     fds = {}
@@ -95,16 +126,7 @@ def serve(argv: list[str]) -> int:
 
     snapshotjob.SnapshotJob._step = traced_step  # type: ignore[method-assign]
 
-    received = connection.ClientConnection.data_received
-
-    def traced_received(self, data):
-        start = clock()
-        try:
-            received(self, data)
-        finally:
-            recv.extend((start, clock(), len(data)))
-
-    connection.ClientConnection.data_received = traced_received  # type: ignore[method-assign]
+    _trace_connections(connection.ClientConnection, clock, recv)
 
     def traced_op(kind, fn):
         def wrapper(self, *args, **kwargs):
@@ -151,15 +173,17 @@ def serve(argv: list[str]) -> int:
 
 # --- the bench side ---------------------------------------------------------------------
 
-def probe(port, stop, out: array) -> None:
-    """PING every ms (as capture_stall.py): per sample, sent and answered (ns), and
-    this thread's CPU and run delay during it."""
+def probe(port, stop, count: int, pipe) -> None:
+    """PING every ms (as capture_stall.py), in a process of its own (no GIL shared
+    with the INFO polling): per sample, sent and answered (ns), and this thread's
+    CPU and run delay during it; sent down ``pipe`` with the client's port."""
     from common import Client
 
     client = Client(port)
     fd = os.open(SCHEDSTAT, os.O_RDONLY)
     clock = time.perf_counter_ns
-    while not stop.is_set():
+    out = array("q")
+    while not stop.is_set() and (not count or len(out) < 4 * count):
         cpu0, delay0 = _sched(fd)
         sent = clock()
         client.execute("PING")
@@ -168,26 +192,30 @@ def probe(port, stop, out: array) -> None:
         out.extend((sent, answered, cpu1 - cpu0, delay1 - delay0))
         time.sleep(0.001)
     os.close(fd)
+    pipe.send((client.sock.getsockname()[1], out.tobytes()))
     client.close()
 
 
-def samples(port, count: int | None = None, until=None) -> list[tuple[int, int, int, int]]:
-    import threading
+def samples(port, count: int = 0, until=None) -> list[tuple[int, int, int, int]]:
+    import multiprocessing
 
-    stop, values = threading.Event(), array("q")
-    thread = threading.Thread(target=probe, args=(port, stop, values))
-    thread.start()
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=probe, args=(port, stop, count, sender))
+    process.start()
     try:
         if until is not None:
+            time.sleep(0.5)  # (the process started and probing)
             until()
-        else:
-            while len(values) < 4 * count:
-                time.sleep(0.05)
+            stop.set()
+        samples.port, raw = receiver.recv()  # type: ignore[attr-defined]
     finally:
         stop.set()
-        thread.join()
-    rows = [tuple(values[i:i + 4]) for i in range(0, len(values), 4)]
-    return rows[:count] if count else rows  # type: ignore[return-value]
+        process.join()
+    values = array("q")
+    values.frombytes(raw)
+    return [tuple(values[i:i + 4]) for i in range(0, len(values), 4)]  # type: ignore[misc]
 
 
 def summary(rows) -> str:
@@ -266,15 +294,16 @@ def overlap(a0: int, a1: int, b0: int, b1: int) -> bool:
     return a0 < b1 and b0 < a1
 
 
-def explain(rows, trace: dict, over_ms: float, t0: int) -> list[dict]:
+def explain(rows, trace: dict, over_ms: float, t0: int, port: int) -> list[dict]:
     """One record per sample over ``over_ms``: where its time went."""
     import bisect
 
     steps = [trace["steps"][i:i + 9] for i in range(0, len(trace["steps"]), 9)]
-    recv = [trace["recv"][i:i + 3] for i in range(0, len(trace["recv"]), 3)]
+    recv = [r for r in (trace["recv"][i:i + 3] for i in range(0, len(trace["recv"]), 3)) if r[2] == port]
     gcs = [trace["gc"][i:i + 3] for i in range(0, len(trace["gc"]), 3)]
     ops = [trace["ops"][i:i + 8] for i in range(0, len(trace["ops"]), 8)]
     step_starts = [s[0] for s in steps]
+    op_starts = [op[1] for op in ops]
     recv_starts = [r[0] for r in recv]
     found = []
     for sent, answered, probe_cpu, probe_delay in rows:
@@ -311,9 +340,8 @@ def explain(rows, trace: dict, over_ms: float, t0: int) -> list[dict]:
             previous = s
             j += 1
         writer = {"writes": 0, "fsyncs": 0, "py_wall": 0, "py_cpu": 0, "py_delay": 0, "fsync_wall": 0}
-        for k, op in enumerate(ops):
-            if op[1] > answered:
-                break
+        for k in range(max(0, bisect.bisect_left(op_starts, sent) - 2), bisect.bisect_right(op_starts, answered)):
+            op = ops[k]
             if overlap(op[1], op[2], sent, answered):
                 writer["writes" if op[0] == 0 else "fsyncs"] += 1
                 if op[0] == 1:
@@ -330,6 +358,21 @@ def explain(rows, trace: dict, over_ms: float, t0: int) -> list[dict]:
             "probe_cpu": probe_cpu / 1e6, "probe_delay": probe_delay / 1e6,
             "loop": loop, "writer": writer, "gc": passes})
     return found
+
+
+def clean(found: list[dict]) -> str:
+    """The samples during which nothing but the code held the PING up: the loop
+    neither waited for a core nor for the GIL nor lost its vCPU, the probe did
+    not wait for a core: what is left is the capture's slice and the command."""
+    rtts = sorted(f["rtt"] for f in found if not (
+        f["loop"]["step_delay"] or f["loop"]["gap_delay"] or f["loop"]["step_sleep"] > 50_000
+        or f["loop"]["step_lost"] > 50_000 or f["probe_delay"] > 0.05))
+    if not rtts:
+        return "no sample without a wait of the machine's"
+    worst = max((f for f in found if f["rtt"] == rtts[-1]), key=lambda f: f["rtt"])
+    print("  the worst of them:" + line(worst)[1:])
+    return (f"{len(rtts)} of {len(found)} samples without a wait of the machine's (the code's own): max "
+            f"{rtts[-1]:.2f} ms, p99 {rtts[int(len(rtts) * 0.99)]:.2f}, p99.9 {rtts[int(len(rtts) * 0.999)]:.2f}")
 
 
 def line(f: dict) -> str:
@@ -391,7 +434,6 @@ def traced_save(args, trace_path: str) -> dict:
         time.sleep(1.0)
 
         def save():
-            time.sleep(0.2)
             out["t0"], out["steal0"] = time.perf_counter_ns(), steal_ms()
             control.execute("BGSAVE")
             while control.info("persistence").get("rdb_bgsave_in_progress") != "0":
@@ -405,6 +447,7 @@ def traced_save(args, trace_path: str) -> dict:
             time.sleep(1.0)
         try:
             rows = samples(server.port, until=save)
+            out["probe_port"] = samples.port  # type: ignore[attr-defined]
         finally:
             if recorder is not None:
                 recorder.send_signal(signal.SIGINT)
@@ -438,17 +481,21 @@ def bench() -> None:
     parser.add_argument("--no-ceiling", action="store_true")
     parser.add_argument("--perf", action="store_true",
                         help="perf sched record the save: who ran on the loop's core while it waited for one")
+    parser.add_argument("--slice-us", type=int, help="the capture's slice (the build's own by default)")
     parser.add_argument("--keep", help="write the trace and the probe's samples to this JSON file")
     args = parser.parse_args()
     print(f"server {TSTREAM_SERVER}; load average {loadavg()}", flush=True)
     trace_path = os.path.join("/tmp", f"capture-trace-{os.getpid()}.json")
+    if args.slice_us:
+        os.environ["TSTREAM_TRACE_SLICE_US"] = str(args.slice_us)
     run = traced_save(args, trace_path)
     trace, rows, t0 = run["trace"], run["rows"], run["t0"]
     ceiling = []
     if not args.no_ceiling:
         with servers(("ceiling", [])) as (bare,):
             ceiling = samples(bare.port, count=len(rows))
-    found = explain(rows, trace, args.over, t0)
+    every = explain(rows, trace, 0.0, t0, run["probe_port"])
+    found = [f for f in every if f["rtt"] >= args.over]
     steps = trace["steps"]
     walls = sorted((steps[i + 1] - steps[i]) / 1e6 for i in range(0, len(steps), 9))
     cpus = sorted((steps[i + 3] - steps[i + 2]) / 1e6 for i in range(0, len(steps), 9))
@@ -458,6 +505,7 @@ def bench() -> None:
           f"the machine's steal time during: {run['steal1'] - run['steal0']:.0f} ms")
     print(steps_summary(trace))
     print(f"during BGSAVE: {summary(rows)}")
+    print(f"  of which {clean(every)}")
     print(f"idle tstream:  {summary(run['idle'])}")
     if ceiling:
         print(f"bare uvloop:   {summary(ceiling)}")
