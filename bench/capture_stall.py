@@ -23,7 +23,7 @@ splits each long wait), the floor under the figures.
 from __future__ import annotations
 
 import argparse
-import threading
+import multiprocessing
 import time
 
 from common import Client, encode, loadavg, machine_facts, percentile, save_result, script_command, servers
@@ -60,30 +60,42 @@ def load_many_keys(server, keys: int) -> None:
     client.close()
 
 
-def probe(port: int, stop: threading.Event, out: list, count: int = 0) -> None:
+def probe(port: int, stop, count: int, pipe, ready) -> None:
     client = Client(port)
-    while not stop.is_set() and (not count or len(out) < count):
-        started = time.perf_counter()
+    out: list[float] = []
+    while not stop.is_set() and (not count or len(out) < 2 * count):
+        started = time.perf_counter()  # (CLOCK_MONOTONIC: the same clock in every process)
         client.execute("PING")
+        out.append(started)
         out.append((time.perf_counter() - started) * 1000)
+        ready.set()
         time.sleep(0.001)
     client.close()
+    pipe.send(out)
 
 
 def probed(port: int, count: int = 0, during=None) -> list:
-    """Probe round trips (ms): while ``during()`` runs, or ``count`` of them."""
-    stop, rtts = threading.Event(), []
-    thread = threading.Thread(target=probe, args=(port, stop, rtts, count))
-    thread.start()
+    """Probe round trips (ms): while ``during()`` runs, or ``count`` of them.  The
+    probe is a process of its own: a thread of this one shared its GIL with the
+    INFO polling, and read a reply late whenever the polling thread held the GIL
+    while it waited for a core (100 ms under load: bench/capture_trace.py)."""
+    context = multiprocessing.get_context("spawn")
+    stop, ready = context.Event(), context.Event()
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=probe, args=(port, stop, count, sender, ready))
+    process.start()
     try:
         if during is not None:
+            ready.wait(60)  # (the process started and probing)
             time.sleep(0.2)
-            del rtts[:]  # (from the BGSAVE on)
             during()
             stop.set()
+        pairs = receiver.recv()
     finally:
-        thread.join()
-    rtts.sort()
+        stop.set()
+        process.join()
+    since = probed.since if during is not None else 0.0  # type: ignore[attr-defined]
+    rtts = sorted(pairs[i + 1] for i in range(0, len(pairs), 2) if pairs[i] >= since)
     return rtts
 
 
@@ -99,6 +111,7 @@ def measure(server) -> dict:
 
     def bgsave():
         marks.append(time.perf_counter())
+        probed.since = marks[0]  # type: ignore[attr-defined]  (the probes from the BGSAVE on)
         control.execute("BGSAVE")
         while control.info("persistence").get("rdb_bgsave_in_progress") != "0":
             time.sleep(0.01)

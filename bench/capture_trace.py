@@ -173,7 +173,7 @@ def serve(argv: list[str]) -> int:
 
 # --- the bench side ---------------------------------------------------------------------
 
-def probe(port, stop, count: int, pipe) -> None:
+def probe(port, stop, count: int, pipe, ready) -> None:
     """PING every ms (as capture_stall.py), in a process of its own (no GIL shared
     with the INFO polling): per sample, sent and answered (ns), and this thread's
     CPU and run delay during it; sent down ``pipe`` with the client's port."""
@@ -190,6 +190,7 @@ def probe(port, stop, count: int, pipe) -> None:
         answered = clock()
         cpu1, delay1 = _sched(fd)
         out.extend((sent, answered, cpu1 - cpu0, delay1 - delay0))
+        ready.set()
         time.sleep(0.001)
     os.close(fd)
     pipe.send((client.sock.getsockname()[1], out.tobytes()))
@@ -200,13 +201,14 @@ def samples(port, count: int = 0, until=None) -> list[tuple[int, int, int, int]]
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
-    stop = context.Event()
+    stop, ready = context.Event(), context.Event()
     receiver, sender = context.Pipe(duplex=False)
-    process = context.Process(target=probe, args=(port, stop, count, sender))
+    process = context.Process(target=probe, args=(port, stop, count, sender, ready))
     process.start()
     try:
         if until is not None:
-            time.sleep(0.5)  # (the process started and probing)
+            ready.wait(60)  # (the process started and probing)
+            time.sleep(0.2)
             until()
             stop.set()
         samples.port, raw = receiver.recv()  # type: ignore[attr-defined]
