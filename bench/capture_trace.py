@@ -320,7 +320,9 @@ def explain(rows, trace: dict, over_ms: float, t0: int, port: int) -> list[dict]
                 "gap_wall": 0,
                 "gap_cpu": 0, "gap_delay": 0, "longest_step": None, "faults": 0, "invol": 0}
         previous = steps[j - 1] if j > 0 else None
-        while j < len(steps) and steps[j][0] < read_at:
+        # (through the first step after the read: the gap before it, where the loop
+        # read the PING, counts with the run delay the next step's start reads)
+        while j < len(steps) and (steps[j][0] < read_at or (previous is not None and previous[1] < read_at)):
             s = steps[j]
             if previous is not None and overlap(previous[1], s[0], sent, read_at):
                 loop["gap_wall"] += s[0] - previous[1]
@@ -367,7 +369,7 @@ def clean(found: list[dict]) -> str:
     neither waited for a core nor for the GIL nor lost its vCPU, the probe did
     not wait for a core: what is left is the capture's slice and the command."""
     rtts = sorted(f["rtt"] for f in found if not (
-        f["loop"]["step_delay"] or f["loop"]["gap_delay"] or f["loop"]["step_sleep"] > 50_000
+        f["loop"]["step_delay"] > 50_000 or f["loop"]["gap_delay"] > 50_000 or f["loop"]["step_sleep"] > 50_000
         or f["loop"]["step_lost"] > 50_000 or f["probe_delay"] > 0.05))
     if not rtts:
         return "no sample without a wait of the machine's"
