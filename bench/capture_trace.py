@@ -85,6 +85,17 @@ def _trace_connections(cls, clock, recv: array) -> None:
     cls.connection_lost = traced_lost  # type: ignore[method-assign]
 
 
+def _yielding(step):
+    """``step``, or with --yield, ``step`` then os.sched_yield() (an experiment)."""
+    if not os.environ.get("TSTREAM_TRACE_YIELD"):
+        return step
+
+    def yielding(self):
+        step(self)
+        os.sched_yield()
+    return yielding
+
+
 # --- the server side (--serve): tstream-server, instrumented ----------------------------
 
 def serve(argv: list[str]) -> int:
@@ -106,7 +117,7 @@ def serve(argv: list[str]) -> int:
     ops = array("q")  # kind (0 write, 1 fsync), start, end, size, cpu0, cpu1, delay0, delay1
     fds = {}
 
-    step = snapshotjob.SnapshotJob._step
+    step = _yielding(snapshotjob.SnapshotJob._step)
 
     def traced_step(self):
         fd = fds.get("loop")
@@ -489,6 +500,8 @@ def bench() -> None:
     parser.add_argument("--no-ceiling", action="store_true")
     parser.add_argument("--perf", action="store_true",
                         help="perf sched record the save: who ran on the loop's core while it waited for one")
+    parser.add_argument("--yield", dest="yield_", action="store_true",
+                        help="os.sched_yield() after each capture step (an experiment)")
     parser.add_argument("--slice-us", type=int, help="the capture's slice (the build's own by default)")
     parser.add_argument("--keep", help="write the trace and the probe's samples to this JSON file")
     args = parser.parse_args()
@@ -496,6 +509,8 @@ def bench() -> None:
     trace_path = os.path.join("/tmp", f"capture-trace-{os.getpid()}.json")
     if args.slice_us:
         os.environ["TSTREAM_TRACE_SLICE_US"] = str(args.slice_us)
+    if args.yield_:
+        os.environ["TSTREAM_TRACE_YIELD"] = "1"
     run = traced_save(args, trace_path)
     trace, rows, t0 = run["trace"], run["rows"], run["t0"]
     ceiling = []

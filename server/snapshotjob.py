@@ -3,7 +3,7 @@
     event loop                                     worker thread
     ----------                                     -------------
     SnapshotJob.start()  -- picture's moment --
-    step(), about 0.5 ms each:                     snapshot.write_chunks(queue):
+    step(), about 1 ms each:                       snapshot.write_chunks(queue):
       capture keys (copy-on-write per key)           writes, fsyncs
       frame them (snapshot.Framer) --chunks-->         (calls that release the GIL)
     (call_soon) step() ...                           rename
@@ -38,12 +38,7 @@ import time
 from tstream.persistence import snapshot
 from tstream.persistence.framing import PersistenceError
 
-# Loop time the capture and framing take per turn.  A command that arrives
-# during a slice waits for what is left of it; the longest waits are that plus
-# one scheduler tick (4 ms here) when the host gives the loop's core to another
-# thread in the middle of a slice (bench/capture_trace.py, bench/RESULTS-capture.md):
-# 0.5 ms slices keep that sum under 5 ms (1 ms ones did not, by 0.1-0.4 ms).
-CAPTURE_SLICE_NS = 500_000
+CAPTURE_SLICE_NS = 1_000_000  # loop time the capture and framing take per turn
 WALK_SHARE = 3  # the walk takes at most 1/WALK_SHARE of what is left of a slice (framing the rest)
 WRITER_SWITCH_INTERVAL = 0.0005  # sys.setswitchinterval while a writer thread runs
 MAX_QUEUED = 16 << 20  # framed bytes the writer may be behind before the walk waits for it

@@ -1,6 +1,6 @@
 """Snapshots taken a slice at a time (persistence.snapshot.IncrementalCapture).
 
-BGSAVE and AOF rewrites capture the keyspace in slices of about half a millisecond
+BGSAVE and AOF rewrites capture the keyspace in slices of about a millisecond
 per loop turn; commands hand over a key before they change it.  The picture
 must be the keyspace as it was when the capture started, whatever happened
 during it: appends, evictions that drop nodes, deleted entries, group reads and
