@@ -10,8 +10,12 @@ and records each round trip, from the BGSAVE until the save has finished:
 
 tstream captures the keyspace a slice at a time on its event loop and writes it
 from a worker thread; redis forks (the fork copies the page tables: its stall).
-Prints the worst and p99 probe round trip during the save and while idle, per
-server and shape, and the save's duration.
+Prints the worst and p99 probe round trip during the save and while idle (the
+same server after the save, as many probes as during it), per server and shape,
+and the save's duration; and a bare uvloop PING server's (bench/ceiling_server.py)
+over as many probes as tstream's save: on this shared VM a loop that does nothing
+also waits a few ms now and then (a core busy elsewhere: bench/capture_trace.py
+splits each long wait), the floor under the figures.
 
     .venv/bin/python bench/capture_stall.py [--entries 10000000] [--keys 1000000]
 """
@@ -19,7 +23,7 @@ server and shape, and the save's duration.
 from __future__ import annotations
 
 import argparse
-import threading
+import multiprocessing
 import time
 
 from common import Client, encode, loadavg, machine_facts, percentile, save_result, script_command, servers
@@ -56,38 +60,66 @@ def load_many_keys(server, keys: int) -> None:
     client.close()
 
 
-def probe(port: int, stop: threading.Event, out: list) -> None:
+def probe(port: int, stop, count: int, pipe, ready) -> None:
     client = Client(port)
-    while not stop.is_set():
-        started = time.perf_counter()
+    out: list[float] = []
+    while not stop.is_set() and (not count or len(out) < 2 * count):
+        started = time.perf_counter()  # (CLOCK_MONOTONIC: the same clock in every process)
         client.execute("PING")
+        out.append(started)
         out.append((time.perf_counter() - started) * 1000)
+        ready.set()
         time.sleep(0.001)
     client.close()
+    pipe.send(out)
+
+
+def probed(port: int, count: int = 0, during=None) -> list:
+    """Probe round trips (ms): while ``during()`` runs, or ``count`` of them.  The
+    probe is a process of its own: a thread of this one shared its GIL with the
+    INFO polling, and read a reply late whenever the polling thread held the GIL
+    while it waited for a core (100 ms under load: bench/capture_trace.py)."""
+    context = multiprocessing.get_context("spawn")
+    stop, ready = context.Event(), context.Event()
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=probe, args=(port, stop, count, sender, ready))
+    process.start()
+    try:
+        if during is not None:
+            ready.wait(60)  # (the process started and probing)
+            time.sleep(0.2)
+            during()
+            stop.set()
+        pairs = receiver.recv()
+    finally:
+        stop.set()
+        process.join()
+    since = probed.since if during is not None else 0.0  # type: ignore[attr-defined]
+    rtts = sorted(pairs[i + 1] for i in range(0, len(pairs), 2) if pairs[i] >= since)
+    return rtts
+
+
+def figures(rtts: list, seconds: float = 0.0) -> dict:
+    return {"max_ms": rtts[-1], "p99_ms": percentile(rtts, 99), "probes": len(rtts), "seconds": seconds}
 
 
 def measure(server) -> dict:
-    """Probe round trips (ms) while idle for 1 s, then during a BGSAVE."""
-    results = {}
+    """Probe round trips (ms) during a BGSAVE, then as many with the server idle
+    (the machine's own worst wait over the same number of samples)."""
     control = server.client()
-    for phase in ("idle", "bgsave"):
-        stop, rtts = threading.Event(), []
-        thread = threading.Thread(target=probe, args=(server.port, stop, rtts))
-        thread.start()
-        time.sleep(0.2)
-        started = time.perf_counter()
-        if phase == "idle":
-            time.sleep(1.0)
-        else:
-            control.execute("BGSAVE")
-            while control.info("persistence").get("rdb_bgsave_in_progress") != "0":
-                time.sleep(0.01)
-        elapsed = time.perf_counter() - started
-        stop.set()
-        thread.join()
-        rtts.sort()
-        results[phase] = {"max_ms": rtts[-1], "p99_ms": percentile(rtts, 99), "probes": len(rtts),
-                          "seconds": elapsed}
+    marks = []
+
+    def bgsave():
+        marks.append(time.perf_counter())
+        probed.since = marks[0]  # type: ignore[attr-defined]  (the probes from the BGSAVE on)
+        control.execute("BGSAVE")
+        while control.info("persistence").get("rdb_bgsave_in_progress") != "0":
+            time.sleep(0.01)
+        marks.append(time.perf_counter())
+
+    results = {"bgsave": figures(probed(server.port, during=bgsave), marks[1] - marks[0])}
+    time.sleep(1.0)
+    results["idle"] = figures(probed(server.port, count=results["bgsave"]["probes"]))
     control.close()
     return results
 
@@ -108,14 +140,27 @@ def main() -> None:
                 table.append((shape, size, kind, result))
                 print(f"{shape:9s} {kind:7s} BGSAVE {result['bgsave']['seconds']:.2f} s: probe max "
                       f"{result['bgsave']['max_ms']:.2f} ms p99 {result['bgsave']['p99_ms']:.2f} ms "
-                      f"(idle max {result['idle']['max_ms']:.2f} ms p99 {result['idle']['p99_ms']:.2f} ms)",
-                      flush=True)
+                      f"(idle, {result['idle']['probes']} probes: max {result['idle']['max_ms']:.2f} ms "
+                      f"p99 {result['idle']['p99_ms']:.2f} ms)", flush=True)
+            if kind == "tstream":
+                # the machine's own worst wait: a bare uvloop PING server, as many probes
+                with servers(("ceiling", [])) as (bare,):
+                    rtts = figures(probed(bare.port, count=result["bgsave"]["probes"]))
+                bare_result = {"bgsave": {"seconds": 0.0, "max_ms": 0.0, "p99_ms": 0.0}, "idle": rtts}
+                print(f"{shape:9s} bare uvloop server, {rtts['probes']} probes: max {rtts['max_ms']:.2f} ms "
+                      f"p99 {rtts['p99_ms']:.2f} ms", flush=True)
+        table.append((shape, size, "bare uvloop", bare_result))
     print(f"\nload average {started} -> {loadavg()}\n")
-    print("| shape | size | server | BGSAVE s | probe max during BGSAVE (ms) | p99 (ms) | idle max (ms) | idle p99 (ms) |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+    print("idle: the same server after the save, as many probes as during it; bare uvloop: "
+          "bench/ceiling_server.py, as many probes as tstream's save (no save: the machine's own worst wait)\n")
+    print("| shape | size | server | BGSAVE s | probe max during BGSAVE (ms) | p99 (ms) | probes | idle max (ms) "
+          "| idle p99 (ms) |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for shape, size, kind, r in table:
-        print(f"| {shape} | {size:,} | {kind} | {r['bgsave']['seconds']:.2f} | {r['bgsave']['max_ms']:.2f} | "
-              f"{r['bgsave']['p99_ms']:.2f} | {r['idle']['max_ms']:.2f} | {r['idle']['p99_ms']:.2f} |")
+        save = ("-", "-", "-") if kind == "bare uvloop" else (
+            f"{r['bgsave']['seconds']:.2f}", f"{r['bgsave']['max_ms']:.2f}", f"{r['bgsave']['p99_ms']:.2f}")
+        print(f"| {shape} | {size:,} | {kind} | {' | '.join(save)} | {r['idle']['probes']:,} | "
+              f"{r['idle']['max_ms']:.2f} | {r['idle']['p99_ms']:.2f} |")
     save_result("capture_stall", {"facts": facts, "command": script_command(),
                                   "runs": [list(row) for row in table]})
 
