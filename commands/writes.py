@@ -34,6 +34,8 @@ one attribute check (``pending``) for a command that wrote nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tstream.persistence.effects import (
     ACK,
     APPEND,
@@ -184,7 +186,7 @@ class Writes:
         if stored > 0:
             self.appended(key, stream, first, offset, items[:start + 2 * stored], start, stored)
 
-    def appended_columns(self, key: bytes, stream, first: int, offset: int, tags: list, datas: list) -> None:
+    def appended_columns(self, key: bytes, stream, first: int, offset: int, tags: Sequence[bytes], datas: Sequence[bytes]) -> None:
         """``len(tags)`` entries appended from ``offset`` on (a pipelined run of TWRITE):
         one record, one change per entry."""
         if self.sinks:
