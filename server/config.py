@@ -169,6 +169,7 @@ OPTIONS: dict[str, Option] = {
     "stop-writes-on-bgsave-error": Option("yes", parse_bool, True, "refuse writes (MISCONF) while the last background save failed and save points are set"),
     "appendonly": Option("no", parse_bool, True, "keep an append-only file"),
     "appendfsync": Option("everysec", _choice("always", "everysec", "no"), True, "when the append-only file is fsynced: always, everysec or no"),
+    "aof-fsync-in-thread": Option("no", parse_bool, True, "with appendfsync always: fsync in a thread while the loop answers reads of keys with no unsynced change (shorter waits for readers beside busy writers; fewer writes/s from many small unpipelined writers)"),
     "appenddirname": Option("appendonlydir", _text, False, "directory of the append-only files, inside dir"),
     "aof-load-truncated": Option("yes", parse_bool, True, "start after cutting off a torn last AOF record"),
     "auto-aof-rewrite-percentage": Option("100", lambda t: parse_int(t, 0), True, "rewrite the AOF when it grew this much over its base (0: never)"),

@@ -223,7 +223,8 @@ class Persistence:
         # Redis.  (Without an AOF the replies of pipelined reads wait too: see
         # ClientConnection._run_commands.)
         self.server.hold_replies = self.file is not None
-        self.tracking = self.server.sync_early = self.file is not None and self.file.fsync_policy == "always"
+        self.tracking = self.server.sync_early = (self.file is not None and self.file.fsync_policy == "always"
+                                                  and bool(self.server.config["aof-fsync-in-thread"]))
         if not self.tracking:
             self.key_turns.clear()
 
@@ -293,12 +294,22 @@ class Persistence:
         try:
             file.write_buffer()
             if file.fsync_policy == "always":
-                # The unit's records are in the file: the fsync thread makes them durable
-                # (with those written before, if one is in flight: they join the next).
-                self.written = self.turn
-                self.turn += 1
-                if not self._syncing:
-                    self._start_sync()
+                if self.tracking:
+                    # The unit's records are in the file: the fsync thread makes them durable
+                    # (with those written before, if one is in flight: they join the next).
+                    self.written = self.turn
+                    self.turn += 1
+                    if not self._syncing:
+                        self._start_sync()
+                else:
+                    # aof-fsync-in-thread no (the default): the fsync on the loop, as Redis does;
+                    # the turn's replies go out right after it (written == synced).
+                    started = time.monotonic_ns()
+                    file.sync()
+                    threshold = self.server.config["latency-monitor-threshold"]
+                    millis = (time.monotonic_ns() - started) // 1_000_000
+                    if threshold and millis >= threshold:
+                        self.server.latency.record("aof-fsync-always", millis)
         except (OSError, MemoryError) as exc:
             if file.fsync_policy == "always":
                 log.critical("Can't recover from AOF write error when the AOF fsync policy is 'always' "

@@ -85,7 +85,7 @@ def _calls(srv: ServerThread, name: bytes) -> int:
 
 
 def _start(tmp_path) -> tuple[ServerThread, GatedFileOps]:
-    srv = ServerThread(port=0, dir=tmp_path, save="", appendonly=True, appendfsync="always").start()
+    srv = ServerThread(port=0, dir=tmp_path, save="", appendonly=True, appendfsync="always", aof_fsync_in_thread=True).start()
     ops = GatedFileOps()
     ops.armed = False
     srv.server.persistence.file.ops = ops  # (the AOF's fsyncs go through it from now on)
@@ -154,7 +154,7 @@ def test_writes_during_an_fsync_join_the_next_one(tmp_path):
         assert [c.reply() for c in others] == [1] * len(others)
         assert ops.begun == begun + 1  # the five writes' turns: one fsync
         srv.stop()
-        srv = ServerThread(port=0, dir=tmp_path, save="", appendonly=True, appendfsync="always").start()
+        srv = ServerThread(port=0, dir=tmp_path, save="", appendonly=True, appendfsync="always", aof_fsync_in_thread=True).start()
         check = redis.Redis(port=srv.port)
         assert [len(check.execute_command("TREAD", f"k{n}", 1, 10)) for n in range(5)] == [1] * 5
         check.close()
@@ -311,7 +311,7 @@ def test_sigkill_keeps_every_acknowledged_write_and_every_entry_a_reader_saw(mak
     fsync of what they would reveal) and readers of their own synced key, then
     SIGKILL: after the restart every acknowledged write and every entry any
     reader was shown is there."""
-    proc = make_server("--save", "", "--appendonly", "yes", "--appendfsync", "always")
+    proc = make_server("--save", "", "--appendonly", "yes", "--appendfsync", "always", "--aof-fsync-in-thread", "yes")
     setup = proc.client()
     setup.execute_command("TWRITE", "mine", "t", "old")
     setup.close()
@@ -334,3 +334,41 @@ def test_sigkill_keeps_every_acknowledged_write_and_every_entry_a_reader_saw(mak
     for offset, payload in load.seen.items():
         assert entries.get(offset) == payload, f"entry {offset} shown to a reader, lost"
     c.close()
+
+
+class ThreadNamingFileOps(FileOps):
+    """Records the name of the thread each fsync of the AOF runs on."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+
+    def fsync(self, fd, step="fsync"):
+        if step == "fsync":
+            self.threads.append(threading.current_thread().name)
+        super().fsync(fd, step)
+
+
+def test_the_fsync_runs_on_the_loop_by_default_and_in_a_thread_when_asked(tmp_path):
+    """aof-fsync-in-thread no (the default): the fsync on the event loop, as Redis does, and no
+    read is let go early; CONFIG SET aof-fsync-in-thread yes moves the next fsyncs to the thread."""
+    srv = ServerThread(port=0, dir=tmp_path, save="", appendonly=True, appendfsync="always").start()
+    client = redis.Redis(port=srv.port, socket_timeout=WAIT)
+    try:
+        ops = ThreadNamingFileOps()
+        srv.server.persistence.file.ops = ops
+        assert client.config_get("aof-fsync-in-thread") == {"aof-fsync-in-thread": "no"}
+        assert not srv.server.sync_early
+        assert client.execute_command("TWRITE", "log", "t", "a") == 1
+        loop_thread = ops.threads[-1]
+        assert loop_thread != "aof-fsync-always"
+        assert client.config_set("aof-fsync-in-thread", "yes")
+        assert srv.server.sync_early
+        assert client.execute_command("TWRITE", "log", "t", "b") == 2
+        assert ops.threads[-1] == "aof-fsync-always"
+        assert client.config_set("aof-fsync-in-thread", "no")
+        assert client.execute_command("TWRITE", "log", "t", "c") == 3
+        assert ops.threads[-1] == loop_thread
+        assert [e[2] for e in client.execute_command("TREAD", "log", 1, 10)] == [b"a", b"b", b"c"]
+    finally:
+        client.close()
+        srv.stop()
