@@ -23,10 +23,19 @@ splits each long wait), the floor under the figures.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import time
 
-from common import Client, encode, loadavg, machine_facts, percentile, save_result, script_command, servers
+from common import (
+    Client,
+    encode,
+    in_probe_process,
+    loadavg,
+    machine_facts,
+    percentile,
+    save_result,
+    script_command,
+    servers,
+)
 
 
 def load_one_key(server, entries: int) -> None:
@@ -79,21 +88,7 @@ def probed(port: int, count: int = 0, during=None) -> list:
     probe is a process of its own: a thread of this one shared its GIL with the
     INFO polling, and read a reply late whenever the polling thread held the GIL
     while it waited for a core (100 ms under load: bench/capture_trace.py)."""
-    context = multiprocessing.get_context("spawn")
-    stop, ready = context.Event(), context.Event()
-    receiver, sender = context.Pipe(duplex=False)
-    process = context.Process(target=probe, args=(port, stop, count, sender, ready))
-    process.start()
-    try:
-        if during is not None:
-            ready.wait(60)  # (the process started and probing)
-            time.sleep(0.2)
-            during()
-            stop.set()
-        pairs = receiver.recv()
-    finally:
-        stop.set()
-        process.join()
+    pairs = in_probe_process(probe, port, count, during)
     since = probed.since if during is not None else 0.0  # type: ignore[attr-defined]
     rtts = sorted(pairs[i + 1] for i in range(0, len(pairs), 2) if pairs[i] >= since)
     return rtts

@@ -209,23 +209,9 @@ def probe(port, stop, count: int, pipe, ready) -> None:
 
 
 def samples(port, count: int = 0, until=None) -> list[tuple[int, int, int, int]]:
-    import multiprocessing
+    from common import in_probe_process
 
-    context = multiprocessing.get_context("spawn")
-    stop, ready = context.Event(), context.Event()
-    receiver, sender = context.Pipe(duplex=False)
-    process = context.Process(target=probe, args=(port, stop, count, sender, ready))
-    process.start()
-    try:
-        if until is not None:
-            ready.wait(60)  # (the process started and probing)
-            time.sleep(0.2)
-            until()
-            stop.set()
-        samples.port, raw = receiver.recv()  # type: ignore[attr-defined]
-    finally:
-        stop.set()
-        process.join()
+    samples.port, raw = in_probe_process(probe, port, count, until)  # type: ignore[attr-defined]
     values = array("q")
     values.frombytes(raw)
     return [tuple(values[i:i + 4]) for i in range(0, len(values), 4)]  # type: ignore[misc]

@@ -332,3 +332,27 @@ def percentile(sorted_values: list[float], p: float) -> float:
 
 
 median = statistics.median
+
+
+def in_probe_process(target, port: int, count: int = 0, during=None):
+    """Run ``target(port, stop, count, sender, ready)`` in a process of its own (a
+    probe: a thread of the benchmark would share its GIL with the benchmark's other
+    threads and read replies late) and return what it sends back: its probes while
+    ``during()`` runs (from 0.2 s after it is ready), or ``count`` of them."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    stop, ready = context.Event(), context.Event()
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=target, args=(port, stop, count, sender, ready))
+    process.start()
+    try:
+        if during is not None:
+            ready.wait(60)  # (the process started and probing)
+            time.sleep(0.2)
+            during()
+            stop.set()
+        return receiver.recv()
+    finally:
+        stop.set()
+        process.join()

@@ -80,6 +80,15 @@ class Raw:
         self.sock.close()
 
 
+def _close(srv: ServerThread, ops: GatedFileOps, *connections) -> None:
+    """A test's end, whatever happened: the gate open (no fsync left waiting), the
+    connections closed, the server stopped."""
+    ops.gate.set()
+    for connection in connections:
+        connection.close()
+    srv.stop()
+
+
 def _calls(srv: ServerThread, name: bytes) -> int:
     return srv.server.command_stats[name].calls
 
@@ -125,11 +134,7 @@ def test_a_read_of_an_unwritten_key_is_answered_while_a_write_waits_for_its_fsyn
         assert [e[2] for e in reader.reply()] == [b"old"]
         assert ops.ended >= 1
     finally:
-        ops.gate.set()
-        for c in (writer, reader):
-            c.close()
-        other.close()
-        srv.stop()
+        _close(srv, ops, writer, reader, other)
 
 
 def test_writes_during_an_fsync_join_the_next_one(tmp_path):
@@ -159,10 +164,7 @@ def test_writes_during_an_fsync_join_the_next_one(tmp_path):
         assert [len(check.execute_command("TREAD", f"k{n}", 1, 10)) for n in range(5)] == [1] * 5
         check.close()
     finally:
-        ops.gate.set()
-        for c in [first, *others]:
-            c.close()
-        srv.stop()
+        _close(srv, ops, first, *others)
 
 
 def test_keyless_commands_wait_and_transactions_wait(tmp_path):
@@ -193,11 +195,7 @@ def test_keyless_commands_wait_and_transactions_wait(tmp_path):
         assert keyless.reply() == 2
         assert [keyless.reply() for _ in range(3)][:2] == [b"OK", b"QUEUED"]
     finally:
-        ops.gate.set()
-        for c in (writer, keyless):
-            c.close()
-        other.close()
-        srv.stop()
+        _close(srv, ops, writer, keyless, other)
 
 
 def test_a_blocked_reader_served_by_a_write_waits_for_its_fsync(tmp_path):
@@ -218,11 +216,7 @@ def test_a_blocked_reader_served_by_a_write_waits_for_its_fsync(tmp_path):
         assert writer.reply() == 1
         assert [e[2] for e in blocked.reply()] == [b"new"]
     finally:
-        ops.gate.set()
-        for c in (writer, blocked):
-            c.close()
-        other.close()
-        srv.stop()
+        _close(srv, ops, writer, blocked, other)
 
 
 def test_bgrewriteaof_and_config_set_wait_for_the_fsync_in_flight(tmp_path):
@@ -254,10 +248,7 @@ def test_bgrewriteaof_and_config_set_wait_for_the_fsync_in_flight(tmp_path):
         assert [e[2] for e in check.execute_command("TREAD", "log", 1, 10)] == [b"a", b"b"]
         check.close()
     finally:
-        ops.gate.set()
-        writer.close()
-        admin.close()
-        srv.stop()
+        _close(srv, ops, writer, admin)
 
 
 class _Load:
