@@ -985,8 +985,25 @@ STEPS = [
 @pytest.mark.parametrize("op,step,nth,error,policy,rewrites", STEPS,
                          ids=[f"{s[0]}-{s[1]}-{s[3]}-{s[4]}" for s in STEPS])
 def test_each_step_fails_once_under_load(tmp_path, op, step, nth, error, policy, rewrites):
+    _fails_once_under_load(tmp_path, op, step, nth, error, policy, rewrites, ())
+
+
+# The same with the fsync in a thread (aof-fsync-in-thread yes): a failed fsync there
+# must end the process before any reply waiting for it is sent.
+THREAD_STEPS = [s for s in STEPS if s[4] == "always" and s[0] in ("write", "fsync")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op,step,nth,error,policy,rewrites", THREAD_STEPS,
+                         ids=[f"{s[0]}-{s[1]}-{s[3]}-thread" for s in THREAD_STEPS])
+def test_each_step_fails_once_under_load_with_the_fsync_in_a_thread(tmp_path, op, step, nth, error, policy,
+                                                                     rewrites):
+    _fails_once_under_load(tmp_path, op, step, nth, error, policy, rewrites, ("--aof-fsync-in-thread", "yes"))
+
+
+def _fails_once_under_load(tmp_path, op, step, nth, error, policy, rewrites, more: tuple) -> None:
     options = ("--save", "", "--appendonly", "yes", "--appendfsync", policy,
-               "--auto-aof-rewrite-percentage", "0")
+               "--auto-aof-rewrite-percentage", "0", *more)
     setup = ServerProcess(tmp_path, *options).start()  # an AOF history to continue
     setup.client().execute_command("TWRITE", "w0", "t", "seed")
     setup.stop()
