@@ -37,6 +37,7 @@ import os
 import time
 from collections import deque
 
+from tstream.commands.connection import MUTED
 from tstream.persistence import effects, snapshot
 from tstream.persistence.fileops import FileOps
 from tstream.persistence.framing import HEADER, Packer, PersistenceError, TornTail, iter_frames, pack, unpack
@@ -112,13 +113,28 @@ class Replica:
         self.written = 0  # bytes handed to the transport
         self.bulk_end = 0  # ``written`` at the end of its snapshot (not counted by the limits)
         self.soft_since = 0.0  # since when its output is over the soft limit
+        # While its PSYNC runs: what is written to it (+CONTINUE and the backlog, or
+        # +FULLRESYNC), which PSYNC then replies through the connection's reply path,
+        # after the replies of the commands before it.
+        self.answer: list[bytes] | None = None
 
     def write(self, data: bytes) -> None:
-        transport = self.client.transport
-        if transport is not None and not transport.is_closing():
-            self.client.net_out += len(data)
+        """Stream bytes (or PSYNC's answer) for this replica, in order with the
+        connection's replies: behind those it holds (end of turn, an fsync under
+        appendfsync always), else at once."""
+        if self.answer is not None:
             self.written += len(data)
-            transport.write(data)
+            self.answer.append(data)
+            return
+        client = self.client
+        transport = client.transport
+        if transport is not None and not transport.is_closing():
+            client.net_out += len(data)
+            self.written += len(data)
+            if client._holding:
+                client._hold(data, False)
+            else:
+                transport.write(data)
 
     def output(self) -> int:
         """The stream held for it, as Redis's replica output buffer: unsent bytes
@@ -417,14 +433,30 @@ class Replication:
 
     def psync(self, client, replid: str, offset: int) -> bytes:
         """PSYNC replid offset (offset: the first byte wanted): the client becomes a
-        replica connection, answered here (+CONTINUE and the backlog now,
-        +FULLRESYNC when its snapshot starts); returns b"" (or raises ValueError)."""
+        replica connection; returns PSYNC's reply, +CONTINUE and the backlog, or
+        +FULLRESYNC when its snapshot starts now (else b"": it goes out when the
+        snapshot starts), or raises ValueError."""
         if self.is_replica and self.link_state != "connected":
             raise ValueError("NOMASTERLINK Can't SYNC while not connected with my master")
         self.flush()
         self.send()  # (what the backlog holds is on its way to the others: the new one starts after it)
         port = client.replica_port
         replica = Replica(client, port)
+        replica.answer = []
+        try:
+            self._resync(client, replica, replid, offset)
+        finally:
+            answer, replica.answer = replica.answer, None
+        if client.reply_mode in MUTED and answer:  # CLIENT REPLY OFF|SKIP drops replies, not this (as Redis)
+            replica.written -= sum(map(len, answer))
+            for data in answer:
+                replica.write(data)
+            return b""
+        return b"".join(answer)
+
+    def _resync(self, client, replica: Replica, replid: str, offset: int) -> None:
+        """:meth:`psync`'s choice: +CONTINUE from the backlog, else a full resync."""
+        port = replica.port
         client.replica = replica
         self._ensure_backlog()
         have = offset - 1
@@ -438,9 +470,9 @@ class Replication:
             self.replicas.append(replica)
             log.info("Partial resynchronization request from %s:%d accepted: sending %d bytes of backlog",
                      replica.ip, port, len(data))
-            # (written now, not as a held reply: the stream that follows must not pass it)
+            # (PSYNC's reply: the stream that follows goes behind it, see Replica.write)
             replica.write(f"+CONTINUE {self.replid}\r\n".encode() + data)
-            return b""
+            return
         if replid != "?":
             self.partial_err += 1
         self.full_syncs += 1
@@ -448,8 +480,7 @@ class Replication:
         self.syncs.append(replica)
         log.info("Full resync requested by replica %s:%d", replica.ip, port)
         if not self.job_running:
-            self._start_snapshot()
-        return b""  # (+FULLRESYNC goes out when its snapshot's capture starts: _start_snapshot)
+            self._start_snapshot()  # (+FULLRESYNC goes out when its snapshot's capture starts)
 
     def _ensure_backlog(self) -> None:
         if self.backlog is None:

@@ -674,3 +674,49 @@ def test_diskless_sync_sends_a_snapshot_made_in_memory(pair):
     sync(p, r)
     assert state(r) == state(p)
     assert "target: disk" in primary.output()
+
+
+def _read_exactly_prefix(sock: socket.socket, want: int, timeout: float = 10.0) -> bytes:
+    """At least ``want`` bytes from ``sock`` (less if it goes quiet for ``timeout``)."""
+    sock.settimeout(timeout)
+    data = b""
+    while len(data) < want:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize("fsync", ["always", "everysec"])
+def test_psync_pipelined_after_a_write_answers_after_its_reply(pair, fsync):
+    """A connection's replies keep their order: TWRITE then PSYNC in one read
+    (the TWRITE's reply held for the end of the turn, under appendfsync always
+    for its fsync too) gets the TWRITE's reply first, then +CONTINUE and the
+    backlog (the TWRITE's own record); likewise +FULLRESYNC after a write's reply."""
+    primary = pair("--appendonly", "yes", "--appendfsync", fsync)
+    p = primary.client()
+    p.execute_command("TWRITE", "k", "t", "first")
+    with socket.create_connection(("127.0.0.1", primary.port), timeout=10) as first:
+        # a first replica makes the backlog; the second continues from it
+        first.sendall(_encode(["PSYNC", "?", "-1"]))
+        assert _read_exactly_prefix(first, 11).startswith(b"+FULLRESYNC")
+        wait_for(lambda: info(p)["connected_slaves"] == 1 and info(p)["slave0"]["state"] == "online",
+                 what="the first raw replica online")
+        replid, offset = info(p)["master_replid"], info(p)["master_repl_offset"]
+        with socket.create_connection(("127.0.0.1", primary.port), timeout=10) as sock:
+            sock.sendall(_encode(["TWRITE", "k", "t", "second"]) + _encode(["PSYNC", replid, str(offset + 1)]))
+            got = _read_exactly_prefix(sock, 4 + 11 + len(replid) + 2)
+            assert got.startswith(b":2\r\n+CONTINUE " + replid.encode() + b"\r\n"), got
+            got += read_until_quiet(sock, 0.5)
+            assert b"second" in got  # the backlog from offset on: the TWRITE's record
+        with socket.create_connection(("127.0.0.1", primary.port), timeout=10) as sock:
+            sock.sendall(_encode(["TWRITE", "k", "t", "third"]) + _encode(["PSYNC", "?", "-1"]))
+            got = _read_exactly_prefix(sock, 4 + 12)
+            assert got.startswith(b":3\r\n+FULLRESYNC "), got
+        with socket.create_connection(("127.0.0.1", primary.port), timeout=10) as sock:
+            # CLIENT REPLY OFF drops replies, not PSYNC's answer (Redis writes it to the socket itself)
+            sock.sendall(_encode(["CLIENT", "REPLY", "OFF"]) + _encode(["TWRITE", "k", "t", "fourth"])
+                         + _encode(["PSYNC", replid, str(info(p)["master_repl_offset"] + 1)]))
+            got = _read_exactly_prefix(sock, 11 + len(replid) + 2)
+            assert got.startswith(b"+CONTINUE " + replid.encode() + b"\r\n"), got
