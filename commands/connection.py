@@ -271,6 +271,8 @@ PUSHING = frozenset({b"subscribe", b"unsubscribe", b"psubscribe", b"punsubscribe
 def reply_wanted(client, out, name: bytes = b""):
     """The reply to send after a command under CLIENT REPLY OFF/SKIP (None: none)."""
     if client.reply_mode == REPLY_SKIPPING:  # the one reply SKIP dropped: replies resume
+        if out is None and client.blocked is not None:
+            return None  # a command that blocked: its reply, once served, is the one dropped (unblock)
         client.reply_mode = REPLY_ON
         remove_layer(client, "reply")
         return out if name in PUSHING else None

@@ -35,6 +35,7 @@ import logging
 import time
 from time import perf_counter_ns
 
+from tstream.commands.connection import reply_wanted
 from tstream.commands.dispatch import execute, execute_at
 from tstream.commands.gates import rebase
 from tstream.commands.tools import forget_monitor
@@ -576,8 +577,8 @@ class ClientConnection(asyncio.Protocol):
         self.blocked = None
         if self.closing:
             return
-        if self.reply_mode == 1:  # CLIENT REPLY OFF
-            reply = b""
+        if self.reply_mode:  # CLIENT REPLY OFF, or SKIP before the command that blocked
+            reply = reply_wanted(self, reply) or b""
         self.server.stats.net_output += len(reply)
         self.net_out += len(reply)
         if self.server.hold_replies or self._holding:

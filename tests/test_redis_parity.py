@@ -189,6 +189,38 @@ def test_pubsub_frames_are_sent_under_client_reply_off_and_skip(server, redis_or
     compare(reply_mode_script, server.port, redis_oracle, protocol)
 
 
+
+def blocked_reply_mode_script(port: int, protocol: int) -> list:
+    """A blocking read right after CLIENT REPLY SKIP is the command skipped: its
+    reply, served by a write or its timeout, is dropped, the next one sent."""
+    writer = Quiet(port)
+    reader = connect(port, protocol)
+    try:
+        writer.call("DEL", "bx")
+        out = [("skip, block", pipelined(reader, ("CLIENT", "REPLY", "SKIP"),
+                                         ("XREAD", "BLOCK", "0", "STREAMS", "bx", "$"), ("PING", "after")))]
+        writer.call("XADD", "bx", "1-1", "f", "v", quiet=0.1)
+        out.append(("served: skipped, then PING", reader.read(0.2)))
+        out.append(("skip, time out", pipelined(reader, ("CLIENT", "REPLY", "SKIP"),
+                                                ("XREAD", "BLOCK", "50", "STREAMS", "bx", "$"), ("PING", "next"),
+                                                quiet=0.3)))
+        out.append(("off, block", pipelined(reader, ("CLIENT", "REPLY", "OFF"),
+                                            ("XREAD", "BLOCK", "0", "STREAMS", "bx", "$"), ("PING", "off"))))
+        writer.call("XADD", "bx", "1-2", "f", "v", quiet=0.1)
+        out.append(("off, served", reader.read(0.2)))
+        out.append(("on again", reader.call("CLIENT", "REPLY", "ON", quiet=0.1)))
+    finally:
+        for conn in (writer, reader):
+            conn.close()
+    return out
+
+
+@pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
+def test_a_blocked_command_under_client_reply_skip_is_the_one_skipped(server, redis_oracle, protocol):
+    theirs = compare(blocked_reply_mode_script, server.port, redis_oracle, protocol)
+    assert theirs[1][1] == b"$5\r\nafter\r\n"  # (the oracle too: the script shows what it means to)
+
+
 # --- CLIENT KILL ----------------------------------------------------------------------------------
 
 # (Filters that match no client: both servers have other connections open.)
@@ -450,3 +482,19 @@ def test_client_list_of_listeners_matches_redis(server, redis_oracle):
                 conn.close()
 
     compare(script, server.port, redis_oracle, 2)
+
+
+def test_a_group_read_after_client_reply_skip_is_skipped(server):
+    """TREAD GROUP is answered at the end of its turn (a deferred read, as a
+    blocked one): after CLIENT REPLY SKIP its reply is the one dropped."""
+    writer = Quiet(server.port)
+    reader = Quiet(server.port)
+    try:
+        writer.call("TWRITE", "gk", "t", "v")
+        got = pipelined(reader, ("CLIENT", "REPLY", "SKIP"), ("TREAD", "gk", "1", "10", "GROUP", "g"),
+                        ("PING", "after"), quiet=0.2)
+        assert got == b"$5\r\nafter\r\n"
+        assert reader.call("TREAD", "gk", "1", "10", "GROUP", "g", quiet=0.2) == b"*0\r\n"  # (it did read)
+    finally:
+        for conn in (writer, reader):
+            conn.close()
