@@ -625,7 +625,7 @@ def xautoclaim(client, argv):
     while j < len(argv):
         word = argv[j].lower()
         if word == b"count" and j + 1 < len(argv):
-            count = to_int(argv[j + 1])
+            count = _int_or(argv[j + 1], "COUNT must be > 0")
             if not 1 <= count <= (1 << 63) // 16:
                 raise CommandError("ERR COUNT must be > 0")
             j += 2

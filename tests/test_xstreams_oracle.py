@@ -260,6 +260,8 @@ GROUPS_FIXED = [
     ("XAUTOCLAIM", "k", "g", "frank", "0", "0"), ("XAUTOCLAIM", "k", "g", "frank", "0", "0", "COUNT", "1"),
     ("XAUTOCLAIM", "k", "g", "frank", "0", "0", "COUNT", "0"), ("XAUTOCLAIM", "k", "g", "frank", "0", "0", "JUSTID"),
     ("XAUTOCLAIM", "k", "g", "frank", "abc", "0"), ("XAUTOCLAIM", "k", "nog", "frank", "0", "0"),
+    ("XAUTOCLAIM", "k", "g", "frank", "0", "0", "COUNT", "abc"),
+    ("XAUTOCLAIM", "k", "g", "frank", "0", "0", "COUNT", "9223372036854775808"),
     ("XDEL", "k", "1-1"), ("XAUTOCLAIM", "k", "g", "frank", "0", "0"), ("XREADGROUP", "GROUP", "g", "frank", "STREAMS", "k", "0"),
     ("XINFO", "STREAM", "k"), ("XGROUP", "DESTROY", "k", "g"), ("XGROUP", "DESTROY", "k", "g"),
     ("XGROUP", "DESTROY", "nokey", "g"), ("XGROUP", "FOO", "k", "g"), ("XGROUP", "CREATE", "k"),
