@@ -32,7 +32,7 @@ from .flags import DENYOOM, FAST, READONLY, WRITE
 from .stats import CommandStats
 from .table import COMMANDS
 from .tools import feed_monitors
-from .transactions import EXEC_REFUSED, NOT_QUEUED, Queued, end_transaction
+from .transactions import EXEC_REFUSED, NO_MULTI, NOT_QUEUED, Queued, end_transaction
 
 log = logging.getLogger("tstream.commands")
 
@@ -231,9 +231,16 @@ def _before_running(client, name: bytes, argv: list, command, stats: CommandStat
     if server.monitors and (command.flags & (WRITE | READONLY) or name == b"publish") and client in server.monitors:
         return _refuse(client, name, stats, MONITOR_KEYSPACE)  # (Redis: a monitor is a replica)
     if client.multi is not None and name not in NOT_QUEUED:  # kept for EXEC
-        client.multi.append(argv)
-        return QUEUED
+        return _queue(client, name, argv, stats)
     return None
+
+
+def _queue(client, name: bytes, argv: list, stats: CommandStats) -> bytes:
+    """A command sent in MULTI: queued for EXEC, or refused (which dooms it)."""
+    if name in NO_MULTI:  # (PSYNC: its answer and the stream cannot go inside EXEC's reply)
+        return _refuse(client, name, stats, "ERR Command not allowed inside a transaction")
+    client.multi.append(argv)
+    return QUEUED
 
 
 def _after_running(client, name: bytes, argv: list, command, out: bytes | None) -> bytes | None:

@@ -36,6 +36,8 @@ from .errors import CommandError
 
 # Run at once even in MULTI (Redis's processCommand exceptions).
 NOT_QUEUED = frozenset({b"exec", b"discard", b"multi", b"watch", b"quit", b"reset"})
+# Refused in MULTI, which it then dooms (Redis's no-multi flag: SYNC, PSYNC).
+NO_MULTI = frozenset({b"psync"})
 
 EXECABORT = "EXECABORT Transaction discarded because of previous errors."
 EXEC_REFUSED = "EXECABORT Transaction discarded because of: "  # + why EXEC itself was refused

@@ -23,7 +23,7 @@ from tstream.persistence import aof as aof_files
 from tstream.persistence import effects
 from tstream.persistence.fileops import FileOps
 
-from .conftest import ServerProcess
+from .conftest import ServerProcess, raw_exchange
 from .harness import encode_command
 from .test_faults import FaultyFileOps, FaultyServer, make_aof, replayed
 
@@ -395,3 +395,14 @@ def test_sigkill_during_transactions_keeps_each_whole(tmp_path):
         assert len(acked) > 10
     finally:
         proc.stop()
+
+
+def test_psync_in_multi_is_refused_as_redis(server, redis_oracle):
+    """PSYNC is Redis's no-multi: refused when queued, which dooms the
+    transaction (its answer and the stream cannot go inside EXEC's reply)."""
+    script = b"".join(encode_command(words) for words in (
+        ("MULTI",), ("PSYNC", "?", "-1"), ("EXEC",), ("PING",)))
+    ours, theirs = raw_exchange(server.port, script), raw_exchange(redis_oracle, script)
+    assert ours == theirs == (b"+OK\r\n-ERR Command not allowed inside a transaction\r\n"
+                              b"-EXECABORT Transaction discarded because of previous errors.\r\n+PONG\r\n")
+    assert server.client().info("replication")["connected_slaves"] == 0
