@@ -9,6 +9,13 @@ from .errors import CommandError, NotAnInteger
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 
+
+def as_int64(n: int) -> int:
+    """An unsigned 64-bit counter as Redis replies it (a long long): from 2**63
+    on, negative (``XCLAIM ... RETRYCOUNT 9223372036854775807`` then one more
+    delivery), instead of an integer reply no client can read."""
+    return n - (1 << 64) if n > INT64_MAX else n
+
 # Redis's string2ll: an optional minus, no leading zeros, no spaces, no plus sign.
 _INTEGER = re.compile(rb"-?(?:0|[1-9][0-9]{0,18})\Z")
 

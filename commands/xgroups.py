@@ -18,7 +18,7 @@ from tstream.persistence.effects import ACK, XCDEL, XCONSUMER, XGDESTROY, XGROUP
 from tstream.resp import NO_REPLY, NULL_ARRAY, OK, ErrorReply, KeyedReplies, Raw
 from tstream.resp.xentries import encode_keyed, encode_stream_columns, encode_stream_pairs
 
-from .args import to_int
+from .args import as_int64, to_int
 from .errors import CommandError, SubcommandSyntax, SyntaxErr
 from .xstreams import (
     _U64,
@@ -467,7 +467,7 @@ def xpending(client, argv):
         idle = max(now - p.delivered_ms, 0)
         if xid < start or (consumer is not None and p.owner != consumer) or (min_idle and idle < min_idle):
             continue
-        out.append([format_id(xid), p.owner, idle, p.deliveries])
+        out.append([format_id(xid), p.owner, idle, as_int64(p.deliveries)])
     return out
 
 

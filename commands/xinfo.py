@@ -9,7 +9,7 @@ from time import time_ns
 
 from tstream.engine import xgroups, xids
 
-from .args import to_int
+from .args import as_int64, to_int
 from .errors import CommandError, SyntaxErr
 from .xstreams import entry_replies, format_id, held_rows, held_rows_reversed
 
@@ -117,13 +117,13 @@ def full_groups(stream, count: int) -> list:
             theirs = [p for p in mine if p.owner == cname]
             consumers.append({
                 b"name": cname, b"seen-time": x.consumers[cname].seen_ms, b"pel-count": len(theirs),
-                b"pending": [[format_id(xgroups.pending_id(stream, p)), p.delivered_ms, p.deliveries]
+                b"pending": [[format_id(xgroups.pending_id(stream, p)), p.delivered_ms, as_int64(p.deliveries)]
                              for p in (theirs[:count] if count else theirs)],
             })
         out.append({
             b"name": name, b"last-delivered-id": format_id(x.last_id), b"entries-read": _entries_read_reply(x),
             b"lag": xgroups.lag(stream, group), b"pel-count": len(mine),
-            b"pending": [[format_id(xgroups.pending_id(stream, p)), p.owner, p.delivered_ms, p.deliveries]
+            b"pending": [[format_id(xgroups.pending_id(stream, p)), p.owner, p.delivered_ms, as_int64(p.deliveries)]
                          for p in shown],
             b"consumers": consumers,
         })

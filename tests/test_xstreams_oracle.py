@@ -211,7 +211,7 @@ def test_random_sequences_match_redis(server, redis_oracle, seed, protocol):
 # --- consumer groups ------------------------------------------------------------------------------
 
 _IDLE = re.compile(rb"(\$4\r\nidle\r\n):\d+\r\n")
-_PENDING_ROW = re.compile(rb"(\*4\r\n\$\d+\r\n[0-9]+-[0-9]+\r\n\$\d+\r\n[^\r]*\r\n):\d+\r\n(:\d+\r\n)")
+_PENDING_ROW = re.compile(rb"(\*4\r\n\$\d+\r\n[0-9]+-[0-9]+\r\n\$\d+\r\n[^\r]*\r\n):\d+\r\n(:-?\d+\r\n)")
 
 
 def normalized_groups(reply: bytes) -> bytes:
@@ -437,3 +437,26 @@ def test_blocked_reads_woken_by_another_client_match_redis(server, redis_oracle,
     assert len(ours) == len(theirs) and all(theirs)  # every reader was served
     for mine, want in zip(ours, theirs):
         assert normalized_groups(mine) == normalized_groups(want)
+
+
+# A delivery count past 2**63 - 1 (RETRYCOUNT at the limit, then one more
+# delivery): Redis replies it as a long long (negative), never an integer reply
+# out of range, which no client can read.
+COUNT_AT_THE_LIMIT = [
+    ("XADD", "k", "1-1", "a", "1"), ("XGROUP", "CREATE", "k", "g", "0"),
+    ("XREADGROUP", "GROUP", "g", "alice", "STREAMS", "k", ">"),
+    ("XCLAIM", "k", "g", "bob", "0", "1-1", "RETRYCOUNT", "9223372036854775807", "JUSTID"),
+    ("XPENDING", "k", "g", "-", "+", "10"), ("XCLAIM", "k", "g", "carol", "0", "1-1"),
+    ("XPENDING", "k", "g", "-", "+", "10"), ("XAUTOCLAIM", "k", "g", "dave", "0", "0"),
+    ("XPENDING", "k", "g", "-", "+", "10"),
+]
+
+
+@pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
+def test_a_delivery_count_past_int64_matches_redis(server, redis_oracle, protocol):
+    run_both_groups(server.port, redis_oracle, COUNT_AT_THE_LIMIT, protocol)
+    # XINFO STREAM FULL (delivery times differ between the two servers): a count a client reads
+    full = server.client(protocol=protocol).execute_command("XINFO", "STREAM", "k", "FULL")
+    group = full[b"groups"][0] if isinstance(full, dict) else dict(zip(full[::2], full[1::2]))[b"groups"][0]
+    group = group if isinstance(group, dict) else dict(zip(group[::2], group[1::2]))
+    assert group[b"pending"][0][3] == -(2**63) + 1
