@@ -294,6 +294,31 @@ class TestFlow:
 
         asyncio.run(main())
 
+    def test_a_runs_batch_seqs_are_checked_exactly(self):
+        """commands.ingest.consecutive, the pipelined run's check, against the
+        formatted seqs: only ``lo, lo + 1, ...`` in plain decimal pass."""
+        import random
+
+        from tstream.commands.ingest import consecutive
+
+        def formatted(seqs, lo):
+            return list(seqs) == [b"%d" % i for i in range(lo, lo + len(seqs))]
+
+        rng = random.Random(7)
+        passed = 0
+        for _ in range(5000):
+            lo = rng.choice([1, 2, 9, 10, 99, 999, 1000, 999_990, rng.randint(1, 10**9)])
+            seqs = [b"%d" % i for i in range(lo, lo + rng.choice([1, 2, 3, 64, 700]))]
+            if rng.random() < 0.6:  # one seq spelled otherwise, or another number
+                i = rng.randrange(len(seqs))
+                seqs[i] = rng.choice([b"0" + seqs[i], b"+" + seqs[i], seqs[i][:-1], seqs[i] + b"0",
+                                      b" " + seqs[i][1:], seqs[i][:1] + b"_" + seqs[i][1:], b"%d" % (lo + i + 1),
+                                      seqs[i - 1], seqs[i] + b" "])
+            start = lo + rng.choice([0, 0, 0, -1, 1]) or 1
+            assert consecutive(tuple(seqs), start) == formatted(seqs, start), (seqs[:3], start)
+            passed += formatted(seqs, start)
+        assert 1000 < passed < 4000
+
     def test_pipelined_run_replies_and_data(self, r):
         r.config_resetstat()
         assert as_map(fast(r, "s", "b", 1, "a", "d1", 64))["ack_msgs"] == 16
