@@ -48,7 +48,7 @@ SUBJECT = b"orders.created"
 class Shapes:
     """One embedded server with an AOF and one connection per shape."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, aof: bool = True) -> None:
         sys.path.insert(0, str(HERE))
         import hotpath
 
@@ -56,7 +56,7 @@ class Shapes:
         config = config_module.Config()
         config.set("save", "")
         config.set("dir", directory)
-        config.set("appendonly", "yes")
+        config.set("appendonly", "yes" if aof else "no")
         config.set("appendfsync", "no")
         self.server = app.Server(config)
         self.server.persistence.load()
@@ -94,21 +94,51 @@ class Shapes:
             turn_end()
 
 
+    def parse(self, reads: list[bytes]) -> None:
+        """Only the parse of each read (``RequestParser.read_many``)."""
+        from tstream.resp.parser import RequestParser
+        read_many = RequestParser().read_many
+        for data in reads:
+            if read_many(data) is None:
+                raise SystemExit("read_many did not parse a read")
+
+    def execute(self, shape: str, parsed: list[list]) -> None:
+        """Only the execution of each parsed read (``commands.dispatch.execute_at``:
+        the run handler, the commit of its effects) and the end of the turn."""
+        from tstream.commands.dispatch import execute_at
+        client, turn_end = self.clients[shape], self.server.turn_end.run
+        for commands in parsed:
+            execute_at(client, commands, 0)
+            turn_end()
+
+
 BUILT = 400  # reads built by every --run, whatever its count: the building's instructions cancel out
+STAGES = ("all", "parse", "execute", "execute-noaof")
 
 
-def workload(shape: str, count: int) -> None:
+def workload(shape: str, count: int, stage: str = "all") -> None:
     async def main() -> None:
         with tempfile.TemporaryDirectory() as directory:
-            shapes = Shapes(directory)
+            shapes = Shapes(directory, aof=stage != "execute-noaof")
             reads = shapes.reads(shape, 100 + max(count, BUILT))  # (ids and batch-seqs formatted here)
+            if stage == "parse":
+                shapes.parse(reads[:100])
+                shapes.parse(reads[100:100 + count])
+                return
+            if stage.startswith("execute"):
+                from tstream.resp.parser import RequestParser
+                parsed = [RequestParser().read_many(data) for data in reads]
+                shapes.execute(shape, parsed[:100])
+                shapes.execute(shape, parsed[100:100 + count])
+                return
             shapes.run(shape, reads[:100])
             shapes.run(shape, reads[100:100 + count])
     asyncio.run(main())
 
 
-def count_instructions(shape: str, count: int) -> int:
-    return callgrind.total([sys.executable, str(Path(__file__).resolve()), "--run", shape, str(count)], shape)
+def count_instructions(shape: str, count: int, stage: str = "all") -> int:
+    return callgrind.total([sys.executable, str(Path(__file__).resolve()), "--run", shape, str(count), stage],
+                           shape)
 
 
 def cpu_ns(rounds: int, reads: int) -> dict[str, list[float]]:
@@ -137,10 +167,12 @@ def main() -> None:
     ap.add_argument("--reads", type=int, default=300, help="reads of 64 per shape and round (CPU mode)")
     ap.add_argument("--small", type=int, default=50)
     ap.add_argument("--large", type=int, default=250)
-    ap.add_argument("--run", nargs=2, metavar=("SHAPE", "COUNT"), help=argparse.SUPPRESS)
+    ap.add_argument("--stages", action="store_true",
+                    help="with --instructions: also the parse alone, the execution alone, with and without the AOF")
+    ap.add_argument("--run", nargs="+", metavar="SHAPE COUNT [STAGE]", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run:
-        workload(args.run[0], int(args.run[1]))
+        workload(args.run[0], int(args.run[1]), args.run[2] if len(args.run) > 2 else "all")
         return
     print(f"load average at start: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
     if args.instructions:
@@ -151,6 +183,16 @@ def main() -> None:
         print("| shape | instructions/message | vs twrite |\n| --- | ---: | ---: |")
         for shape in SHAPES:
             print(f"| {shape} | {per[shape]:,.0f} | {per[shape] / per['twrite']:.2f} |")
+        if args.stages:
+            print("\n| shape | " + " | ".join(STAGES[1:]) + " | connection (all - parse - execute) | AOF (execute - noaof) |")
+            print("| --- |" + " ---: |" * (len(STAGES) + 1))
+            for shape in SHAPES:
+                stage = {name: (count_instructions(shape, args.large, name) - count_instructions(shape, args.small, name))
+                         / ((args.large - args.small) * PER_READ) for name in STAGES[1:]}
+                rest = per[shape] - stage["parse"] - stage["execute"]
+                aof = stage["execute"] - stage["execute-noaof"]
+                print(f"| {shape} | " + " | ".join(f"{v:,.0f}" for v in stage.values()) + f" | {rest:,.0f} | {aof:,.0f} |",
+                      flush=True)
     else:
         figures = cpu_ns(args.rounds, args.reads)
         print("| shape | CPU ns/message (median) | vs twrite | rounds |\n| --- | ---: | ---: | --- |")

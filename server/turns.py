@@ -40,7 +40,7 @@ import gc
 import json
 import os
 from collections import deque
-from time import monotonic_ns
+from time import monotonic_ns, thread_time_ns
 
 TURN_TOTAL_NS = 1_000_000  # a turn's work after which the connections with a backlog wait for the next turn
 PROBE_ENV = "TSTREAM_TURN_PROBE"  # a file: per-turn timings are appended to it (diagnostics; off by default)
@@ -64,6 +64,11 @@ class TurnEnd:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled_at = 0
         self.busy_ns = 0  # the turns' work, from the first held reply or record to the replies out (average)
+        # The same work in the loop thread's CPU time (average), measured while fast batches
+        # are active: what the fast-ingest flow control reads (commands/ingest.py).  A loop
+        # waiting for a core has long turns in wall time; smaller acks would not shorten them.
+        self.busy_cpu_ns = 0
+        self._scheduled_cpu = 0  # the thread's CPU time when this turn's work began (0: not measured)
         # Connections whose parsed commands wait for a later turn, in the order they go
         # (round robin: one that used its share goes to the back, one the turn's total
         # stopped before it ran keeps its place at the front).
@@ -83,6 +88,8 @@ class TurnEnd:
         if not self._scheduled:
             self._scheduled = True
             self._scheduled_at = monotonic_ns()
+            if self.server.fast.active:
+                self._scheduled_cpu = thread_time_ns()
             if self._loop is None:  # cached: get_running_loop() checks the process id each call
                 self._loop = asyncio.get_running_loop()
             self._loop.call_soon(self.run)
@@ -138,9 +145,14 @@ class TurnEnd:
         self._scheduled = False
         server.replication.flush()  # the turn's records to the backlog and the replicas (and packed for the AOF)
         committing = monotonic_ns()
+        started_cpu = self._scheduled_cpu
+        if started_cpu:
+            committing_cpu = thread_time_ns()
         persistence = server.persistence
         persistence.commit_turn()
         committed = monotonic_ns()
+        if started_cpu:
+            committed_cpu = thread_time_ns()
         held, self._held = self._held, []
         if persistence.written > persistence.synced:  # an fsync to wait for (appendfsync always)
             if held:
@@ -155,6 +167,10 @@ class TurnEnd:
         # as a moving average over the last 8 or so turns: one slow turn is not a trend
         busy = monotonic_ns() - committed + committing - self._scheduled_at
         self.busy_ns += (busy - self.busy_ns) >> 3
+        if started_cpu:  # (the same, in CPU time: the commit's write and fsync left out as above)
+            self._scheduled_cpu = 0
+            busy = thread_time_ns() - committed_cpu + committing_cpu - started_cpu
+            self.busy_cpu_ns += (busy - self.busy_cpu_ns) >> 3
 
     def synced(self, unit: int) -> None:
         """The records of every unit up to ``unit`` are on disk: release the replies

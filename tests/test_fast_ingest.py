@@ -249,6 +249,76 @@ class TestFlow:
         late.start_flow(300)
         assert late.ack_msgs == 1
 
+    def test_the_turn_measure_is_the_loop_threads_cpu_time(self, tmp_path):
+        """The flow control reads the loop turns' CPU time (TurnEnd.busy_cpu_ns): turns
+        long in wall time only (the loop waiting, as for a core) leave ack_msgs as it
+        is, turns long in CPU halve it.  The real Server and TurnEnd, no connection."""
+        import asyncio
+
+        from tstream.commands.ingest import _measures
+        from tstream.server.app import Server
+        from tstream.server.config import Config
+
+        def burn(ns: int) -> None:
+            end = time.thread_time_ns() + ns
+            while time.thread_time_ns() < end:
+                pass
+
+        async def main() -> None:
+            config = Config()
+            config.set("save", "")
+            config.set("dir", str(tmp_path))
+            server = Server(config)
+            turn_end = server.turn_end
+            turn_end.schedule()
+            turn_end.run()
+            assert turn_end.busy_cpu_ns == 0  # no fast batch active: not measured
+            batch = FastBatch(b"k", b"b", Ingest())
+            batch.set_mode(1000, False, b"1000", b"ok")
+            server.fast.track(batch)
+            batch.start_flow(1)
+            batch.ack_msgs = 1000
+            for _ in range(12):  # turns of 20 ms of wall time, almost no CPU
+                turn_end.schedule()
+                time.sleep(0.02)
+                turn_end.run()
+            assert turn_end.busy_ns > 10_000_000 and turn_end.busy_cpu_ns < 2_000_000
+            assert batch.adjust(*_measures(server)) == 1000  # not halved (at the flow already)
+            for _ in range(12):  # turns of 20 ms of CPU
+                turn_end.schedule()
+                burn(20_000_000)
+                turn_end.run()
+            assert turn_end.busy_cpu_ns > 10_000_000
+            assert batch.adjust(*_measures(server)) == 500  # halved
+            server.fast.ended(batch)
+
+        asyncio.run(main())
+
+    def test_a_runs_batch_seqs_are_checked_exactly(self):
+        """commands.ingest.consecutive, the pipelined run's check, against the
+        formatted seqs: only ``lo, lo + 1, ...`` in plain decimal pass."""
+        import random
+
+        from tstream.commands.ingest import consecutive
+
+        def formatted(seqs, lo):
+            return list(seqs) == [b"%d" % i for i in range(lo, lo + len(seqs))]
+
+        rng = random.Random(7)
+        passed = 0
+        for _ in range(5000):
+            lo = rng.choice([1, 2, 9, 10, 99, 999, 1000, 999_990, rng.randint(1, 10**9)])
+            seqs = [b"%d" % i for i in range(lo, lo + rng.choice([1, 2, 3, 64, 700]))]
+            if rng.random() < 0.6:  # one seq spelled otherwise, or another number
+                i = rng.randrange(len(seqs))
+                seqs[i] = rng.choice([b"0" + seqs[i], b"+" + seqs[i], seqs[i][:-1], seqs[i] + b"0",
+                                      b" " + seqs[i][1:], seqs[i][:1] + b"_" + seqs[i][1:], b"%d" % (lo + i + 1),
+                                      seqs[i - 1], seqs[i] + b" "])
+            start = lo + rng.choice([0, 0, 0, -1, 1]) or 1
+            assert consecutive(tuple(seqs), start) == formatted(seqs, start), (seqs[:3], start)
+            passed += formatted(seqs, start)
+        assert 1000 < passed < 4000
+
     def test_pipelined_run_replies_and_data(self, r):
         r.config_resetstat()
         assert as_map(fast(r, "s", "b", 1, "a", "d1", 64))["ack_msgs"] == 16

@@ -184,6 +184,7 @@ def test_read_many_takes_a_read_of_whole_plain_commands():
     parser = RequestParser()
     commands = [["TWRITE", "k", "t", str(i)] for i in range(20)] + [["XADD", "x", "*", "f", "v"], ["PING"],
                                                                      ["SET", "a", "b", "EX", "10", "NX"]]
+    commands += [["BATCH", "k", "b", str(i), "s", "d", "FAST", "64", "ok"] for i in range(1, 4)]
     data = b"".join(multibulk(*c) for c in commands)
     assert parser.read_many(data) == [[w.encode() for w in c] for c in commands]
     assert parser.pull() == [] and not parser.has_input()
@@ -198,6 +199,11 @@ def test_read_many_takes_a_read_of_whole_plain_commands():
     multibulk("PING") + b"*1\r\n:1\r\n",  # not a bulk string
     multibulk("PING") + b"*2\r\n$4\r\nPING\r\n*1\r\n$1\r\nx\r\n",  # a nested array
     multibulk("PING") + b"*4\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n*1\r\n$1\r\nx\r\n",  # nested, 4 words
+    # 9 words (BATCH ... FAST), one of them not a bulk string: an integer, a nil, a nested array
+    multibulk("BATCH", "k", "b", "1", "s", "d", "FAST", "64", "ok") + b"*9\r\n" + multibulk("x")[4:] * 8 + b":1\r\n",
+    multibulk("BATCH", "k", "b", "1", "s", "d", "FAST", "64", "ok") + b"*9\r\n$-1\r\n" + multibulk("x")[4:] * 8,
+    multibulk("BATCH", "k", "b", "1", "s", "d", "FAST", "64", "ok") + b"*9\r\n" + multibulk("x")[4:] * 4
+    + b"*1\r\n$1\r\nx\r\n" + multibulk("x")[4:] * 4,
     multibulk("PING") + b"*12345\r\n",  # a big count, incomplete
     multibulk("PING") + b"*2147483647\r\n$1\r\nx\r\n",  # a huge count: Redis's error
     multibulk("PING") + b"*0\r\n" + multibulk("PING"),  # ignored by Redis
