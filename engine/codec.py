@@ -59,8 +59,14 @@ _LITTLE = sys.byteorder == "little"
 
 def _pack_ids(ids: set[int]) -> array:
     """Distinct tag ids of a node, sorted, 2 bytes each while ids fit."""
-    ordered = sorted(ids)
-    return array("H" if not ordered or ordered[-1] < 65536 else "I", ordered)
+    # Made as "I" and narrowed to "H" as bytes (the low halves): an "H"
+    # array made from ints parses each with PyArg_Parse, ~4x the cost.
+    ordered = array("I", sorted(ids))
+    if ordered and ordered[-1] >= 65536:
+        return ordered
+    if _LITTLE:
+        return array("H", bytes(memoryview(ordered).cast("B").cast("H")[::2]))
+    return array("H", ordered)  # pragma: no cover - big-endian hosts
 
 
 def _le_bytes(values: array) -> bytes:

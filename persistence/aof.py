@@ -48,9 +48,9 @@ from dataclasses import dataclass
 
 from tstream.engine import Keyspace
 
-from . import effects, snapshot
+from . import crcahead, effects, snapshot
 from .fileops import FileOps
-from .framing import CorruptFile, Packer, PersistenceError, TornTail, iter_frames, unpack
+from .framing import HEADER, CorruptFile, Packer, PersistenceError, TornTail, iter_frames, unpack
 from .sealer import BackgroundSealer
 
 log = logging.getLogger("tstream.aof")
@@ -158,6 +158,7 @@ class LoadResult:
 
 
 _STORED_CRC = struct.Struct("<I").unpack_from  # a frame's crc, 6 bytes into its header (framing.HEADER)
+_HEADER_SIZE = HEADER.size
 _CRC_PIECE = 5120  # zlib.crc32 lets the GIL go above this
 
 
@@ -233,7 +234,7 @@ def load(directory: str, truncate_torn_tail: bool = True, background_seal: bool 
 def _load_files(directory: str, entries: list[ManifestEntry], keyspace: Keyspace, truncate_torn_tail: bool,
                 sealer: BackgroundSealer | None) -> tuple[int, tuple[str, int] | None]:
     """:func:`load`'s reading and replaying: (records, torn tail cut)."""
-    count = 0
+    counted = [0]  # records applied (as they are: a torn tail keeps those before it)
     truncated = None
     for i, entry in enumerate(entries):
         path = os.path.join(directory, entry.name)
@@ -249,20 +250,16 @@ def _load_files(directory: str, entries: list[ManifestEntry], keyspace: Keyspace
         # whatever stops the reading applies the run held first, so that the
         # first bad record is the one reported, as record by record.
         replay = effects.Replay(keyspace, before_other=None if sealer is None else sealer.settle_all)
+        # A big file's CRCs are checked ahead in a helper process
+        # (persistence/crcahead.py); a frame it has not verified (yet) is
+        # checked here, so a bad one is reported here, at its offset.
+        ahead = crcahead.CrcAhead(path) if sealer is not None and len(data) >= crcahead.MIN_BYTES else None
         try:
             try:
-                for offset, payload in iter_frames(data, 0, path, check_crc=False):
-                    if _crc(payload) != _STORED_CRC(data, offset + 6)[0]:
-                        replay.flush()
-                        raise CorruptFile("record checksum mismatch", path, offset)
-                    try:
-                        record = unpack(payload)
-                    except ValueError as exc:
-                        replay.flush()
-                        raise CorruptFile(f"record does not replay: {exc}", path, offset) from None
-                    replay.apply(record, offset)
-                    count += len(record) - 1 if record[0] == effects.BUNDLE else 1
+                _replay_frames(data, path, replay, ahead, counted)
             finally:
+                if ahead is not None:
+                    ahead.close()  # (before a torn tail is cut off)
                 replay.flush()
         except effects.ReplayError as exc:
             raise CorruptFile(f"record does not replay: {exc}", path, exc.where) from None
@@ -281,7 +278,29 @@ def _load_files(directory: str, entries: list[ManifestEntry], keyspace: Keyspace
                 handle.flush()
                 os.fsync(handle.fileno())
             truncated = (path, torn.offset)
-    return count, truncated
+    return counted[0], truncated
+
+
+def _replay_frames(data, path: str, replay: effects.Replay, ahead: crcahead.CrcAhead | None,
+                   counted: list[int]) -> None:
+    """Check and apply the records of one incr file's ``data``, counted in
+    ``counted[0]`` as they apply.  A frame ``ahead`` has verified is not
+    checked again."""
+    verified = 0
+    for offset, payload in iter_frames(data, 0, path, check_crc=False):
+        end = offset + _HEADER_SIZE + len(payload)
+        if end > verified and ahead is not None:
+            verified = ahead.verified()
+        if end > verified and _crc(payload) != _STORED_CRC(data, offset + 6)[0]:
+            replay.flush()
+            raise CorruptFile("record checksum mismatch", path, offset)
+        try:
+            record = unpack(payload)
+        except ValueError as exc:
+            replay.flush()
+            raise CorruptFile(f"record does not replay: {exc}", path, offset) from None
+        replay.apply(record, offset)
+        counted[0] += len(record) - 1 if record[0] == effects.BUNDLE else 1
 
 
 def records_of(data, path: str = "") -> list:
