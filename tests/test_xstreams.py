@@ -265,3 +265,15 @@ def test_id_runs_encode_as_each_id_formatted():
     for protocol in (2, 3):
         assert encode_stream_pairs(ids4, fields4, rests) == encode(nested, protocol)
         assert encode_stream_pairs([], [], []) == encode(StreamEntries(), protocol)
+    # items at the edges of the looked-up heads (2 KiB bulk strings, 127 items an
+    # entry, 41-byte ids) and past them (the per-entry formats): the same bytes
+    big = [(1 << 64) - 1, (1 << 64) - 1]
+    for size in (0, 9, 10, 2046, 2047, 2048, 5000):
+        for items in (1, 3, 125, 127, 129):
+            rest = [b"v" * size] * items
+            ids2, fields2 = [b"%d-%d" % tuple(big), b"0-0"], [b"f" * size, b"g"]
+            for protocol in (2, 3):
+                want = encode(StreamEntries([[i, [f, *rest]] for i, f in zip(ids2, fields2)]), protocol)
+                assert encode_stream_pairs(ids2, fields2, [rest, rest]) == want
+                want = encode(StreamEntries([[i, [f, rest[0]]] for i, f in zip(ids2, fields2)]), protocol)
+                assert encode_stream_columns(ids2, fields2, [rest[0], rest[0]]) == want
