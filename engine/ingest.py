@@ -13,10 +13,7 @@ fast batch or a message id) holds what must survive a restart:
   age out, on the next check.  Keys and values are bytes and ints only, so the
   table is never tracked by the cyclic garbage collector (a full collection does
   not walk it); a pipelined run (``claim_run``) is entered with C passes (one
-  lookup and one insert per id), every id of it with the run's first offset as
-  value (one int object for the run, none built per id); ``starts`` keeps the
-  run's ids under that offset, so an id's own offset is the first one plus its
-  place in the run, worked out only when asked (a duplicate, a snapshot).
+  lookup and one insert per id, the offsets from a ``range``).
 
 The AOF logs both with the INGEST effect record (persistence/effects.py) and
 snapshots carry ``Ingest.export()`` in the stream's metadata, so after a crash a
@@ -42,7 +39,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from itertools import islice, repeat
+from itertools import islice
 
 MAX_ID_LENGTH = 64
 MAX_FLOW = 65535
@@ -116,16 +113,11 @@ class FastBatch:
 class Ingest:
     """A stream's fast batches and message ids (see the module docstring)."""
 
-    __slots__ = ("batches", "ids", "runs", "starts")
+    __slots__ = ("batches", "ids", "runs")
 
     def __init__(self) -> None:
         self.batches: dict[bytes, FastBatch] = {}
-        # message id -> offset, oldest first (the first offset of its run for an id
-        # entered by claim_run while ``starts`` holds that run: see ``_offset``)
-        self.ids: dict[bytes, int] = {}
-        # first offset -> the ids of a pipelined run (claim_run), in offset order;
-        # dropped once its ids aged out or their offsets were written in ``ids``
-        self.starts: dict[int, tuple] = {}
+        self.ids: dict[bytes, int] = {}  # message id -> offset, oldest first
         # (time_ns, count): the ids of ``ids`` in stretches stored at one time, oldest first
         # (tuples of ints: the collector untracks them at its first pass)
         self.runs: deque[tuple[int, int]] = deque()
@@ -158,38 +150,11 @@ class Ingest:
         runs = self.runs
         if runs[0][0] <= now_ns - window_ns:
             self._expire(now_ns - window_ns)
-        found = ids.get(msgid)
-        if found is None or not self.starts or found not in self.starts:
-            return found
-        return self._offset(msgid, found)
-
-    def _offset(self, msgid: bytes, start: int) -> int:
-        """The offset of ``msgid``, entered by the run stored from ``start`` on: the
-        offsets of every id of that run are written in the table now (values only,
-        the order kept), so a client resending the run finds each at once. O(run)."""
-        ids = self.ids
-        get = ids.get
-        for i, mid in enumerate(self.starts.pop(start)):
-            if get(mid) == start:  # (an id of the run still in the table: not taken back, not aged out)
-                ids[mid] = start + i
-        return ids[msgid]
+        return ids.get(msgid)
 
     def offsets(self) -> list:
         """[[id, offset], ...] of the table, oldest first. O(ids)."""
-        starts = self.starts
-        if not starts:
-            return [[mid, off] for mid, off in self.ids.items()]
-        places: dict[int, dict] = {}  # first offset -> {id: place in the run}, for the runs met
-        out = []
-        for mid, off in self.ids.items():
-            run = starts.get(off)
-            if run is not None:
-                place = places.get(off)
-                if place is None:
-                    place = places[off] = {m: i for i, m in enumerate(run)}
-                off += place.get(mid, 0)
-            out.append([mid, off])
-        return out
+        return [[mid, off] for mid, off in self.ids.items()]
 
     def _expire(self, horizon: int) -> None:
         runs = self.runs
@@ -199,16 +164,6 @@ class Ingest:
         ids = self.ids
         for mid in list(islice(ids, stale)):
             del ids[mid]
-        starts = self.starts
-        if starts:  # the runs before the oldest id left aged out whole (runs expire whole)
-            if not ids:
-                starts.clear()
-                return
-            oldest = next(iter(ids.values()))
-            for start in list(islice(starts, len(starts))):
-                if start >= oldest:
-                    break
-                del starts[start]
 
     def add_ids(self, ids, offset: int, time_ns: int) -> None:
         """``ids[i]`` (None: no id) was stored at ``offset + i`` (none of them is in
@@ -227,28 +182,24 @@ class Ingest:
         once stored), after dropping the ids that aged out.  False, with the table
         as it was, if one of them is in the table or repeats within ``ids``.
 
-        One C pass: ``setdefault`` of each id with ``offset``, the run's first
-        offset (one int for the run, none built per id; the run is kept in
-        ``starts``, see ``_offset``).  It enters a new id and leaves an id in the
-        table, or a repeat within the run, as it was; so the table grows by
-        ``count`` exactly when every id is new.  Else the ids entered now are taken
-        back: the only ones with ``offset`` as value (the table's other values
-        are below it: it only holds offsets below the stream's next one).  One
-        lookup and insert per id, instead of a lookup, then an insert. O(ids)."""
+        One C pass: ``setdefault`` of each id with its offset, summed.  It gives
+        back ``offset + i`` for a new id (entered), and less for any other: an id
+        in the table was stored below ``offset`` (the table only holds offsets
+        below the stream's next one), a repeat gets the offset of its first
+        entry in the run.  So the sum is ``count * offset + count * (count - 1) / 2``
+        exactly when every id is new; else the ids entered are taken back
+        (one lookup, one insert per id instead of a lookup, then an insert). O(ids)."""
         table = self.ids
         if table:
             runs = self.runs
             if runs[0][0] <= now_ns - window_ns:
                 self._expire(now_ns - window_ns)
         count = len(ids)
-        before = len(table)
-        sum(map(table.setdefault, ids, repeat(offset, count)))  # (the sum is not used: one C pass)
-        if len(table) - before == count:
-            self.starts[offset] = ids
+        if sum(map(table.setdefault, ids, range(offset, offset + count))) == count * offset + (count * count - count) // 2:
             return True
         get = table.get
-        for mid in ids:  # an id stored or repeated: take back the ones entered now
-            if get(mid) == offset:  # (the table's other values are all below offset)
+        for i, mid in enumerate(ids):  # an id stored or repeated: take back the ones entered now
+            if get(mid) == offset + i:
                 del table[mid]
         return False
 

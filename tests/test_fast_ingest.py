@@ -573,34 +573,6 @@ class TestMessageIds:
         ingest.note_run(1100, 2)
         assert [ingest.seen(m, 1150, 1000) for m in (b"old", b"a", b"f")] == [5, 2, 6]
 
-    def test_claimed_runs_give_each_id_its_own_offset(self):
-        # A run's ids hold its first offset until one is asked for (a duplicate, a
-        # snapshot): each id's own offset comes out every way, and the runs kept
-        # for that go when their ids age out.
-        ingest = Ingest()
-        assert ingest.claim_run((b"a", b"b", b"c"), 1, 100, 1000)
-        ingest.note_run(100, 3)
-        assert ingest.claim_run((b"d", b"e"), 4, 200, 1000)
-        ingest.note_run(200, 2)
-        ingest.add_ids([b"f", None, b"g"], 6, 300)
-        assert ingest.claim_run((b"h",), 9, 300, 1000)
-        ingest.note_run(300, 1)
-        want = [[b"a", 1], [b"b", 2], [b"c", 3], [b"d", 4], [b"e", 5], [b"f", 6], [b"g", 8], [b"h", 9]]
-        assert ingest.export()["ids"] == want  # before any id was asked for
-        assert ingest.seen(b"e", 400, 1000) == 5 and ingest.seen(b"d", 400, 1000) == 4
-        assert sorted(ingest.starts) == [1, 9]  # the run asked for has its offsets written
-        assert ingest.export()["ids"] == want
-        assert Ingest.load(b"k", ingest.export()).offsets() == want
-        assert not ingest.claim_run((b"x", b"c"), 10, 400, 1000)  # c is stored: nothing entered
-        assert ingest.export()["ids"] == want and sorted(ingest.starts) == [1, 9]
-        assert ingest.seen(b"a", 1150, 1000) is None  # the first run aged out, its start with it
-        assert sorted(ingest.starts) == [9]
-        assert [ingest.seen(m, 1150, 1000) for m in (b"c", b"d", b"g", b"h")] == [None, 4, 8, 9]
-        assert ingest.seen(b"h", 1350, 1000) is None and not ingest.ids and not ingest.starts
-        assert ingest.claim_run((b"a", b"h"), 10, 1400, 1000)  # ids aged out enter again
-        ingest.note_run(1400, 2)
-        assert [ingest.seen(m, 1400, 1000) for m in (b"a", b"h")] == [10, 11]
-
     @pytest.mark.parametrize("how", ["aof", "snapshot"])
     def test_window_survives_a_restart(self, make_server, how):
         args = ("--save", "", "--appendonly", "yes") if how == "aof" else ("--save", "")
