@@ -11,9 +11,10 @@ The window holds ``--ids`` ids (one run of 16 per nanosecond of a window of
 ``ids / 16`` ns); then ``--blocks`` blocks of 1,000 runs are entered, each run
 one nanosecond later than the last, and the CPU time per run of each block is
 printed (microseconds).  A flat row is the cost of the run alone; a row that
-climbs block by block until it drops back shows the expiry walking past the
-ids it deleted earlier (a dict's oldest keys are found by iterating from its
-first slot, past every deleted one, until the dict is resized).
+climbs block by block until it drops back shows an expiry walking past the ids
+it deleted earlier (as before 2026-11-27 round 7, when the oldest ids were
+found by iterating the table: from its first slot, past every deleted one,
+until the dict was resized; now each record drops its own ids).
 """
 
 from __future__ import annotations
