@@ -10,7 +10,11 @@ fast batch or a message id) holds what must survive a restart:
   starts again from the next message after a restart.
 - ``ids``: message id -> the offset it was stored at, in the order stored, for
   the duplicate window (``duplicate_window_ms``): the oldest are dropped as they
-  age out, on the next check.  Keys and values are bytes and ints only, so the
+  age out, on the next check, by the records of ``runs`` (one per write or
+  pipelined run: its time, its ids, their offsets), each deleting exactly its
+  ids that still hold its offsets (an id entered again later keeps its newer
+  entry); never by iterating the table, which would walk past every slot
+  deleted since its last resize: half the window on average.  Keys and values are bytes and ints only, so the
   table is never tracked by the cyclic garbage collector (a full collection does
   not walk it); a pipelined run (``claim_run``) is entered with C passes (one
   lookup and one insert per id, the offsets from a ``range``).
@@ -39,7 +43,6 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from itertools import islice
 
 MAX_ID_LENGTH = 64
 MAX_FLOW = 65535
@@ -113,14 +116,16 @@ class FastBatch:
 class Ingest:
     """A stream's fast batches and message ids (see the module docstring)."""
 
-    __slots__ = ("batches", "ids", "runs")
+    __slots__ = ("batches", "ids", "runs", "_claimed")
 
     def __init__(self) -> None:
         self.batches: dict[bytes, FastBatch] = {}
         self.ids: dict[bytes, int] = {}  # message id -> offset, oldest first
-        # (time_ns, count): the ids of ``ids`` in stretches stored at one time, oldest first
-        # (tuples of ints: the collector untracks them at its first pass)
-        self.runs: deque[tuple[int, int]] = deque()
+        # (time_ns, ids, offsets): the ids entered by one write or run, oldest first;
+        # offsets is the first one (ids[i] at first + i, None: no id) or a tuple
+        # (a snapshot's records). Tuples of bytes and ints: the collector untracks them.
+        self.runs: deque[tuple] = deque()
+        self._claimed: tuple = ((), 0)  # the last run claim_run entered: (ids, offset), for note_run
 
     def batch(self, key: bytes, batch_id: bytes) -> FastBatch:
         """The batch ``batch_id``, created if new."""
@@ -158,23 +163,42 @@ class Ingest:
 
     def _expire(self, horizon: int) -> None:
         runs = self.runs
-        stale = 0
-        while runs and runs[0][0] <= horizon:
-            stale += runs.popleft()[1]
         ids = self.ids
-        for mid in list(islice(ids, stale)):
-            del ids[mid]
+        get = ids.get
+        while runs and runs[0][0] <= horizon:
+            _, rids, first = runs.popleft()
+            if first.__class__ is int:
+                for i, mid in enumerate(rids):
+                    if get(mid) == first + i:  # (None: no id; an id entered again: its newer offset)
+                        del ids[mid]
+            else:
+                for mid, off in zip(rids, first):
+                    if get(mid) == off:
+                        del ids[mid]
+
+    def _live(self) -> tuple[list, list]:
+        """([[id, offset], ...], [[time_ns, count], ...]) of the ids in the table, by
+        record, oldest first. O(ids)."""
+        get = self.ids.get
+        pairs: list = []
+        counts: list = []
+        for time_ns, rids, first in self.runs:
+            offs = range(first, first + len(rids)) if first.__class__ is int else first
+            live = [[mid, off] for mid, off in zip(rids, offs) if mid is not None and get(mid) == off]
+            if live:
+                pairs += live
+                counts.append([time_ns, len(live)])
+        return pairs, counts
 
     def add_ids(self, ids, offset: int, time_ns: int) -> None:
         """``ids[i]`` (None: no id) was stored at ``offset + i`` (none of them is in
         the table: the caller checked them against the window). O(ids)."""
         table = self.ids
-        before = len(table)
         for i, mid in enumerate(ids):
             if mid is not None:
                 table.pop(mid, None)  # (an id the window let go of: the newest last)
                 table[mid] = offset + i
-        self.note_run(time_ns, len(table) - before)
+        self.runs.append((time_ns, tuple(ids), offset))
 
     def claim_run(self, ids: tuple, offset: int, now_ns: int, window_ns: int) -> bool:
         """Enter the ids of a pipelined run (a tuple) as about to be stored from
@@ -196,6 +220,7 @@ class Ingest:
                 self._expire(now_ns - window_ns)
         count = len(ids)
         if sum(map(table.setdefault, ids, range(offset, offset + count))) == count * offset + (count * count - count) // 2:
+            self._claimed = (ids, offset)
             return True
         get = table.get
         for i, mid in enumerate(ids):  # an id stored or repeated: take back the ones entered now
@@ -210,18 +235,19 @@ class Ingest:
             pop(mid, None)
 
     def note_run(self, time_ns: int, count: int) -> None:
-        """``count`` ids claimed were stored at ``time_ns`` (their expiry)."""
-        runs = self.runs
-        if runs and runs[-1][0] == time_ns:
-            runs[-1] = (time_ns, runs[-1][1] + count)
-        elif count > 0:
-            runs.append((time_ns, count))
+        """The first ``count`` ids of the run ``claim_run`` entered last were stored
+        at ``time_ns`` (their expiry; the others were taken back)."""
+        ids, offset = self._claimed
+        self._claimed = ((), 0)
+        if count > 0:
+            self.runs.append((time_ns, ids if count == len(ids) else ids[:count], offset))
 
     # --- snapshots ---------------------------------------------------------------------
 
     def export(self) -> dict:
+        pairs, counts = self._live()
         return {"batches": [[b.id, b.stored, b.last_offset] for b in self.batches.values()],
-                "ids": self.offsets(), "runs": [list(run) for run in self.runs]}
+                "ids": pairs, "runs": counts}
 
     @classmethod
     def load(cls, key: bytes, saved: dict) -> "Ingest":
@@ -231,10 +257,15 @@ class Ingest:
             batch = ingest.batch(key, batch_id)
             batch.last = batch.stored = stored
             batch.last_offset = last_offset
-        for mid, off in saved.get("ids", ()):
+        pairs = [(mid, off) for mid, off in saved.get("ids", ())]
+        for mid, off in pairs:
             ingest.ids[mid] = off
-        ingest.runs.extend((t, count) for t, count in saved.get("runs", ()))
-        if sum(count for _, count in ingest.runs) != len(ingest.ids):
+        at = 0
+        for t, count in saved.get("runs", ()):
+            run = pairs[at:at + count]
+            at += count
+            ingest.runs.append((t, tuple(mid for mid, _ in run), tuple(off for _, off in run)))
+        if at != len(pairs) or len(ingest.ids) != len(pairs):
             raise ValueError("message id runs do not match the ids")
         return ingest
 

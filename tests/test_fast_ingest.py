@@ -643,6 +643,24 @@ class TestMessageIds:
         ingest.note_run(1100, 2)
         assert [ingest.seen(m, 1150, 1000) for m in (b"old", b"a", b"f")] == [5, 2, 6]
 
+    def test_expiry_drops_each_record_s_own_ids(self):
+        # Each write's or run's record drops exactly its ids, never by the table's
+        # order: an id entered again (as the AOF's replay does once the window let it
+        # go) keeps its newer entry; a run stored in part records only what it stored.
+        ingest = Ingest()
+        ingest.add_ids([b"x", None, b"y"], 1, 100)
+        assert ingest.claim_run((b"a", b"b", b"c"), 4, 150, 1000)
+        ingest.note_run(150, 2)  # c was not stored
+        ingest.unclaim_ids((b"c",))
+        ingest.add_ids([b"x"], 6, 200)  # entered again (a replay): its newer offset
+        assert ingest.export()["ids"] == [[b"y", 3], [b"a", 4], [b"b", 5], [b"x", 6]]
+        assert ingest.export()["runs"] == [[100, 1], [150, 2], [200, 1]]
+        loaded = Ingest.load(b"k", ingest.export())
+        for table in (ingest, loaded):
+            assert [table.seen(m, 1120, 1000) for m in (b"x", b"y", b"a", b"c")] == [6, None, 4, None]
+            assert [table.seen(m, 1160, 1000) for m in (b"x", b"a", b"b")] == [6, None, None]
+            assert table.seen(b"x", 1200, 1000) is None and not table.ids and not table.runs
+
     @pytest.mark.parametrize("how", ["aof", "snapshot"])
     def test_window_survives_a_restart(self, make_server, how):
         args = ("--save", "", "--appendonly", "yes") if how == "aof" else ("--save", "")
