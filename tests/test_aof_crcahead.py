@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from tests.test_aof_sealer import batch_log, full_state
-from tests.test_replay_runs import random_log, write_aof
+from tests.test_aof_sealer import batch_log, full_state, mixed_log
+from tests.test_replay_runs import write_aof
 from tstream.engine import Keyspace
 from tstream.persistence import aof, crcahead, effects
 from tstream.persistence.framing import CorruptFile
@@ -121,17 +121,6 @@ def test_a_torn_tail_is_cut_at_its_offset_with_the_helper(tmp_path, helper_alway
     for record in log[:-1]:
         effects.apply(expected, record)
     assert full_state(loaded.keyspace)[0] == full_state(expected)[0]
-
-
-def mixed_log(seed: int) -> list:
-    """Batches of bench/persistence.py's shape among every other kind of record."""
-    rng = random.Random(seed)
-    batches = batch_log(rng, 40, keys=(b"x", b"y"), node_entries=16)
-    log = random_log(rng, 700)
-    for at, record in zip(sorted(rng.sample(range(len(log)), len(batches))), batches):
-        log.insert(at, record)
-    log.sort(key=lambda r: r[1] in (b"x", b"y") and r[0] == effects.CREATE, reverse=True)  # (created first)
-    return log + [[effects.FLUSH]] + batch_log(rng, 10, keys=(b"x", b"y"), node_entries=16)
 
 
 @pytest.mark.parametrize("seed", range(2))

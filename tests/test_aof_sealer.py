@@ -85,16 +85,21 @@ def test_a_load_of_batches_seals_in_the_background_as_at_once(tmp_path, monkeypa
     assert {(True, False), (False, False), (True, True)} <= kinds  # compressed, raw, sealed by bytes
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_a_load_of_every_kind_of_record_seals_as_at_once(tmp_path, seed):
+def mixed_log(seed: int) -> list:
+    """Batches of bench/persistence.py's shape among every other kind of record."""
     rng = random.Random(seed)
     batches = batch_log(rng, 40, keys=(b"x", b"y"), node_entries=16)
     log = random_log(rng, 700)
-    # batches of other keys among them, so that nodes seal (and settle) between other records
     for at, record in zip(sorted(rng.sample(range(len(log)), len(batches))), batches):
         log.insert(at, record)
     log.sort(key=lambda r: r[1] in (b"x", b"y") and r[0] == effects.CREATE, reverse=True)  # (created first)
-    write_aof(tmp_path, log + [[effects.FLUSH]] + batch_log(rng, 10, keys=(b"x", b"y"), node_entries=16))
+    return log + [[effects.FLUSH]] + batch_log(rng, 10, keys=(b"x", b"y"), node_entries=16)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_load_of_every_kind_of_record_seals_as_at_once(tmp_path, seed):
+    # batches of other keys among them, so that nodes seal (and settle) between other records
+    write_aof(tmp_path, mixed_log(seed))
     sync, background = load_both(tmp_path)
     assert full_state(background.keyspace) == full_state(sync.keyspace)
 
