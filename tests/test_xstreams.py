@@ -243,7 +243,13 @@ def test_id_runs_encode_as_each_id_formatted():
     and an XREADGROUP reply encoded from columns (one pair or several) is that
     of its nested lists."""
     from tstream.resp import KeyedReplies, StreamEntries, encode, encode_stream_ids
-    from tstream.resp.xentries import encode_keyed, encode_stream_columns, encode_stream_id_run, encode_stream_pairs
+    from tstream.resp.xentries import (
+        encode_keyed,
+        encode_stream_columns,
+        encode_stream_id_run,
+        encode_stream_packed,
+        encode_stream_pairs,
+    )
 
     for ms in (0, 7, 1764222222222):
         for first in [*range(0, 230), 999, 1000, 12345, (1 << 63) - 5, (1 << 64) - 20]:
@@ -277,3 +283,19 @@ def test_id_runs_encode_as_each_id_formatted():
                 assert encode_stream_pairs(ids2, fields2, [rest, rest]) == want
                 want = encode(StreamEntries([[i, [f, rest[0]]] for i, f in zip(ids2, fields2)]), protocol)
                 assert encode_stream_columns(ids2, fields2, [rest[0], rest[0]]) == want
+    # packed payloads as stored (encode_stream_packed): the payload after its count
+    # copied; None for a msgpack payload, a field past the heads, an id too long
+    from tstream.engine import xids
+    for size in (0, 9, 2047, 2048, 5000):
+        for items in (3, 5, 125, 126, 127):
+            pairs = [b"f" * size] + [b"v" * size] * items
+            payload = xids.pack_pairs(pairs)[1]
+            ids2, fields2 = [b"%d-%d" % tuple(big), b"0-0"], [pairs[0], b"g"]
+            want = encode(StreamEntries([[i, [f, *pairs[1:]]] for i, f in zip(ids2, fields2)]), 2)
+            got = encode_stream_packed(ids2, fields2, [payload, memoryview(payload)])
+            if items <= xids.PACKED_MAX and size < 2048:
+                assert got == want
+            else:
+                assert got is None
+    assert encode_stream_packed([], [], []) == encode(StreamEntries(), 2) == encode(StreamEntries(), 3)
+    assert encode_stream_packed([b"9" * 48], [b"f"], [xids.pack_pairs([b"f", b"1", b"g", b"2"])[1]]) is None
