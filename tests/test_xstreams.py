@@ -299,3 +299,44 @@ def test_id_runs_encode_as_each_id_formatted():
                 assert got is None
     assert encode_stream_packed([], [], []) == encode(StreamEntries(), 2) == encode(StreamEntries(), 3)
     assert encode_stream_packed([b"9" * 48], [b"f"], [xids.pack_pairs([b"f", b"1", b"g", b"2"])[1]]) is None
+
+
+def test_entries_packed_either_way_reply_alike():
+    """A stream holding entries packed as RESP bulk strings (now) and as msgpack
+    lists (before 2026-11-27, replayed from a log) beside one-pair entries:
+    XRANGE's entries (entry_replies: a packed field array as stored, Raw, or
+    unpacked) and XREADGROUP's (encode_stream_packed, else unpacked) are the
+    bytes of the nested lists, in both protocols."""
+    import msgpack
+
+    from tstream.commands import xgroups as xgroup_commands
+    from tstream.commands.xstreams import entry_replies
+    from tstream.engine.stream import Stream
+    from tstream.resp import StreamEntries, encode
+
+    stream = Stream(node_entries=4)
+    want = []
+    for k in range(12):
+        pairs = [b"f%d" % k, b"v" * k] + ([b"g", b"w" * (k * 200)] if k % 3 else [])
+        xid = (1000 + k, 0)
+        if k % 3 == 2:  # packed by msgpack, as an older build logged it
+            xids.replay_add(stream, pairs[0], msgpack.packb(pairs[1:], use_bin_type=True), xid[0] * 1_000_000, xid,
+                            True)
+        else:
+            xids.add(stream, pairs, xid[0] * 1_000_000, xid=xid)
+        want.append([b"%d-%d" % xid, pairs])
+    rows = [[offset, stream.get(offset).tag, stream.get(offset).data] for offset in range(1, 13)]
+    got = entry_replies(stream, rows)
+    for protocol in (2, 3):
+        assert encode(got, protocol) == encode(StreamEntries(want), protocol)
+    packed = [row for k, row in enumerate(rows) if k % 3]
+    texts = [w[0] for k, w in enumerate(want) if k % 3]
+    fields = [row[1] for row in packed]
+    nested = StreamEntries([w for k, w in enumerate(want) if k % 3])
+    assert xgroup_commands.encode_stream_packed(texts, fields, [row[2] for row in packed]) is None  # some msgpack
+    new = [k for k in range(12) if k % 3 == 1]
+    assert xgroup_commands.encode_stream_packed([want[k][0] for k in new], [rows[k][1] for k in new],
+                                                [rows[k][2] for k in new]) == encode(StreamEntries(
+                                                    [want[k] for k in new]), 2)
+    assert xgroup_commands.encode_stream_pairs(texts, fields, xids.unpack_rests([row[2] for row in packed])) \
+        == encode(nested, 3)
