@@ -477,21 +477,19 @@ def unpack_pairs(tag: bytes, payload) -> list:
     return [tag, *_unpack_rest(payload)]
 
 
-_reader = hiredis.Reader()
-
-
 def _unpack_rest(payload) -> list:
-    """The items of one packed payload (either form), bytes. O(size)."""
-    global _reader
+    """The items of one packed payload (either form), bytes: a reader made for
+    the call (no state kept between calls; X* replies copy the payload instead,
+    resp/xentries.py, so this runs only for payloads of both forms in one
+    XREADGROUP reply, and for callers wanting the items). O(size)."""
     n = payload[0]
     if n > PACKED_MAX:  # msgpack (packed before 2026-11-27, or more than PACKED_MAX items)
         return msgpack.unpackb(payload, raw=True, use_list=True)
-    reader = _reader
+    reader = hiredis.Reader()
     reader.feed(_ARRAY_HEADS[n])
     reader.feed(payload, 1)
     items = reader.gets()
     if items.__class__ is not list or reader.has_data():  # (never so for a payload pack_pairs made)
-        _reader = hiredis.Reader()
         raise ValueError("damaged packed field-value pairs")
     return items
 
