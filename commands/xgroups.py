@@ -16,7 +16,7 @@ from time import time_ns
 from tstream.engine import xgroups, xids
 from tstream.persistence.effects import ACK, XCDEL, XCONSUMER, XGDESTROY, XGROUP, XOWN
 from tstream.resp import NO_REPLY, NULL_ARRAY, OK, ErrorReply, KeyedReplies, Raw
-from tstream.resp.xentries import encode_keyed, encode_stream_columns, encode_stream_pairs
+from tstream.resp.xentries import encode_keyed, encode_stream_columns, encode_stream_packed, encode_stream_pairs
 
 from .args import as_int64, to_int
 from .errors import CommandError, SubcommandSyntax, SyntaxErr
@@ -232,8 +232,10 @@ def _deliver_new(server, key: bytes, stream, group, x, consumer: bytes, count: i
     packed = xids.packed_span(stream, offsets[0], offsets[-1] + 1) if offsets else 2
     if packed == 0:
         reply = encode_stream_columns(texts, tags, datas)  # one field-value pair each (the usual case)
-    elif packed == 1:  # every one holds several pairs (bench/xstreams.py's entries)
-        reply = encode_stream_pairs(texts, tags, xids.unpack_rests(datas))
+    elif packed == 1:  # every one holds several pairs (bench/xstreams.py's entries): their payloads as stored
+        reply = encode_stream_packed(texts, tags, datas)
+        if reply is None:  # (payloads packed by msgpack: before 2026-11-27, or of more than 126 items)
+            reply = encode_stream_pairs(texts, tags, xids.unpack_rests(datas))
     else:  # (none, or some entries hold several pairs, some one)
         reply = entry_replies(stream, [list(row) for row in zip(offsets, tags, datas)], texts=texts)
     if server.writes.sinks:  # effect records are built only for the AOF

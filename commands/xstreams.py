@@ -22,11 +22,12 @@ from tstream.resp import (
     NULL_ARRAY,
     OK,
     KeyedReplies,
+    Raw,
     StreamEntries,
     encode,
     encode_error,
 )
-from tstream.resp.xentries import encode_stream_id_run
+from tstream.resp.xentries import encode_packed_fields, encode_stream_id_run
 
 from .args import to_int
 from .errors import CommandError, SyntaxErr, WrongArity
@@ -148,9 +149,15 @@ def entry_replies(stream, rows: list, row_ids: list | None = None, texts: list |
         return StreamEntries([[text, [tag, bytes(data)]] for (_, tag, data), text in zip(rows, texts)])
     if len(packed) != len(rows) or rows[0][0] != low:  # offsets of the span skipped (deleted), or newest first
         packed = [packed[row[0] - low] for row in rows]
-    unpack = xids.unpack_pairs
-    return StreamEntries([[text, unpack(tag, data) if flag else [tag, bytes(data)]]
+    return StreamEntries([[text, _packed_fields(tag, data) if flag else [tag, bytes(data)]]
                           for (_, tag, data), text, flag in zip(rows, texts, packed)])
+
+
+def _packed_fields(tag: bytes, data) -> list | Raw:
+    """The field array of a packed entry: encoded as stored (Raw), or unpacked
+    (a msgpack payload: engine/xids.py)."""
+    fields = encode_packed_fields(tag, data)
+    return xids.unpack_pairs(tag, data) if fields is None else fields
 
 
 def range_offsets(stream, start_id, end_id) -> tuple[int, int]:

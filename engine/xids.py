@@ -35,10 +35,16 @@ gets its :class:`XState` at its first X* write, XSETID or node drop; until
 then its only anchor is the virtual ``0 -> 0-0``.
 
 Entries written with several field-value pairs (XADD) are stored as one entry
-whose tag is the first field and whose payload packs the rest (msgpack list
-``[value1, field2, value2, ...]``); their offsets are kept as runs in
+whose tag is the first field and whose payload packs the rest
+``[value1, field2, value2, ...]``; their offsets are kept as runs in
 ``XState.runs``.  Every other entry reads through X* as the one pair
-``tag -> payload``.
+``tag -> payload``.  The payload (:func:`pack_pairs`) is one byte, the number
+of items packed (3..126), then the items as RESP bulk strings
+(``$<length>\r\n<item>\r\n`` each): XREADGROUP's reply copies it as it is
+(resp/xentries.encode_stream_packed), no item unpacked nor encoded anew.
+Payloads packed before 2026-11-27 (and entries of more than 126 items) are a
+msgpack list, whose first byte is 0x90 or above: :func:`unpack_pairs` and
+:func:`unpack_rests` read both.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from itertools import repeat
 
+import hiredis
 import msgpack
 
 __all__ = ["XState", "MAX_ID", "id_of", "ids_between", "offset_at_or_after", "note_append",
@@ -434,14 +441,57 @@ def note_deleted(stream, xid: tuple[int, int]) -> None:
 
 # -- field-value pairs ------------------------------------------------------------------
 
+# Packed payloads (see the module docstring): at most PACKED_MAX items as RESP
+# bulk strings after their count; the heads of items shorter than 2 KiB made once.
+PACKED_MAX = 126
+_BULK_HEADS = tuple(b"$%d\r\n" % n for n in range(2048))
+_COUNTS = tuple(bytes((n,)) for n in range(PACKED_MAX + 1))
+_ARRAY_HEADS = tuple(b"*%d\r\n" % n for n in range(PACKED_MAX + 1))
+_CRLF = b"\r\n"
+
+
 def pack_pairs(pairs: list) -> tuple[bytes, bytes]:
-    """``(tag, payload)`` of an entry of several field-value pairs. O(size)."""
-    return pairs[0], msgpack.packb(pairs[1:], use_bin_type=True)
+    """``(tag, payload)`` of an entry of several field-value pairs (the payload:
+    see the module docstring). O(size)."""
+    rest = pairs[1:]
+    n = len(rest)
+    if n > PACKED_MAX:
+        return pairs[0], msgpack.packb(rest, use_bin_type=True)
+    heads = _BULK_HEADS
+    try:
+        if n == 3:  # two pairs (the usual case of several)
+            a, b, c = rest
+            return pairs[0], b"".join((_COUNTS[3], heads[len(a)], a, _CRLF, heads[len(b)], b, _CRLF,
+                                      heads[len(c)], c, _CRLF))
+        parts = [_COUNTS[n]]
+        for v in rest:
+            parts += (heads[len(v)], v, _CRLF)
+    except IndexError:  # an item of 2 KiB or more
+        parts = [_COUNTS[n]]
+        parts += [b"$%d\r\n%s\r\n" % (len(v), v) for v in rest]
+    return pairs[0], b"".join(parts)
 
 
 def unpack_pairs(tag: bytes, payload) -> list:
     """The field-value pairs of a packed entry, flat. O(size)."""
-    return [tag, *msgpack.unpackb(payload, raw=True, use_list=True)]
+    return [tag, *_unpack_rest(payload)]
+
+
+def _unpack_rest(payload) -> list:
+    """The items of one packed payload (either form), bytes: a reader made for
+    the call (no state kept between calls; X* replies copy the payload instead,
+    resp/xentries.py, so this runs only for payloads of both forms in one
+    XREADGROUP reply, and for callers wanting the items). O(size)."""
+    n = payload[0]
+    if n > PACKED_MAX:  # msgpack (packed before 2026-11-27, or more than PACKED_MAX items)
+        return msgpack.unpackb(payload, raw=True, use_list=True)
+    reader = hiredis.Reader()
+    reader.feed(_ARRAY_HEADS[n])
+    reader.feed(payload, 1)
+    items = reader.gets()
+    if items.__class__ is not list or reader.has_data():  # (never so for a payload pack_pairs made)
+        raise ValueError("damaged packed field-value pairs")
+    return items
 
 
 def is_packed(stream, offset: int) -> bool:
@@ -474,11 +524,8 @@ def packed_span(stream, start: int, end: int) -> int:
 
 def unpack_rests(payloads: list) -> list:
     """The pairs after the first of each packed entry of ``payloads``
-    (:func:`unpack_pairs` without the tag), flat lists. One C call each (called
-    directly: through ``functools.partial`` each call merged the keywords anew,
-    34.8k instructions for ten entries against 24.1k)."""
-    unpackb = msgpack.unpackb
-    return [unpackb(payload, raw=True, use_list=True) for payload in payloads]
+    (:func:`unpack_pairs` without the tag), flat lists. O(size)."""
+    return list(map(_unpack_rest, payloads))
 
 
 def packed_flags(stream, start: int, end: int) -> list[bool] | None:

@@ -333,7 +333,12 @@ def encode_stream_entries(entries: StreamEntries, resp3: bool) -> bytes:
     out = [b"*%d\r\n" % len(entries)]
     append = out.append
     for xid, fields in entries:
-        if fields.__class__ is not list:  # NULL_ARRAY: an entry deleted since
+        if fields.__class__ is not list:
+            if fields.__class__ is Raw:  # its field array encoded already (packed pairs, resp/xentries.py)
+                append(b"*2\r\n$%d\r\n%s\r\n" % (len(xid), xid))
+                append(fields)
+                continue
+            # NULL_ARRAY: an entry deleted since
             append(b"*2\r\n$%d\r\n%s\r\n%s" % (len(xid), xid, b"_\r\n" if resp3 else b"*-1\r\n"))
             continue
         if len(fields) == 2:  # one field-value pair (a TWRITE, an XADD of one pair): one format

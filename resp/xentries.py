@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .encode import Raw, encode_stream_ids
 
-__all__ = ["encode_keyed", "encode_stream_columns", "encode_stream_pairs", "encode_stream_id_run"]
+__all__ = ["encode_keyed", "encode_packed_fields", "encode_stream_columns", "encode_stream_packed", "encode_stream_pairs", "encode_stream_id_run"]
 
 
 def encode_stream_columns(ids: list, fields: list, values: list) -> Raw:
@@ -55,6 +55,39 @@ def encode_stream_pairs(ids: list, fields: list, rests: list) -> Raw:
     return Raw(b"*%d\r\n%s" % (len(ids), b"".join(parts)))
 
 
+def encode_stream_packed(ids: list, fields: list, payloads: list) -> Raw | None:
+    """:func:`encode_stream_pairs` of entries packed by engine/xids.pack_pairs:
+    each payload is one byte, the number ``n`` of items after the first field
+    (at most 126), then those items as RESP bulk strings, which the reply holds
+    as they are: per entry its id's head, the field array's head (``n + 1``
+    items), the first field's bulk string and the payload after its count, no
+    item unpacked nor encoded.  None when a payload is in another form (a
+    msgpack list, first byte 0x90 or above; or a field or id too long for the
+    tables): the caller unpacks and takes :func:`encode_stream_pairs`."""
+    heads = _BULK_HEADS
+    pairs_heads = _PACKED_HEADS
+    parts: list = []
+    try:
+        for i, f, payload in zip(ids, fields, payloads):
+            parts += (_ENTRY_HEADS[len(i)], i, pairs_heads[payload[0]], heads[len(f)], f, _CRLF, payload[1:])
+    except IndexError:
+        return None
+    return Raw(b"*%d\r\n%s" % (len(ids), b"".join(parts)))
+
+
+def encode_packed_fields(field: bytes, payload) -> Raw | None:
+    """The field array ``[field, *items]`` of one entry packed by
+    engine/xids.pack_pairs (see :func:`encode_stream_packed`), as Raw: its head,
+    the first field's bulk string and the payload after its count, no item
+    unpacked.  None for a payload in another form (a msgpack list)."""
+    n = payload[0]
+    if n > _PACKED_MAX:
+        return None
+    size = len(field)
+    head = _BULK_HEADS[size] if size < 2048 else b"$%d\r\n" % size
+    return Raw(b"".join((_ARRAY_HEADS[n + 1], head, field, _CRLF, payload[1:])))
+
+
 def _format_pairs(ids: list, fields: list, rests: list) -> Raw:
     """:func:`encode_stream_pairs` with one format per entry of two pairs, else
     one per entry and one per field (any sizes)."""
@@ -77,6 +110,11 @@ _BULK_HEADS = tuple(b"$%d\r\n" % n for n in range(2048))
 _ENTRY_HEADS = tuple(b"*2\r\n$%d\r\n" % n for n in range(48))
 _PAIRS_HEADS = tuple(b"\r\n*%d\r\n" % n for n in range(128))
 _CRLF = b"\r\n"
+# By a packed payload's count of items after the first field (at most _PACKED_MAX):
+# its field array's head, after the id's ``\r\n`` or alone.
+_PACKED_HEADS = _PAIRS_HEADS[1:]
+_PACKED_MAX = len(_PACKED_HEADS) - 1
+_ARRAY_HEADS = tuple(head[2:] for head in _PAIRS_HEADS)
 
 _TWO_PAIRS = b"*2\r\n$%d\r\n%s\r\n*4\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
 

@@ -238,3 +238,29 @@ def test_group_deliveries_spell_the_model_ids(seed):
             last = offsets[-1] if offsets else last
             group.purge(stream, i)
             group._check(stream)
+
+
+def test_packed_payloads_are_resp_bulk_strings_and_msgpack_ones_still_read():
+    """An entry of several pairs is packed as its count of items then the items
+    as RESP bulk strings (up to 126 items; more, and payloads packed before
+    2026-11-27, are a msgpack list): both forms unpack to the same items, from
+    bytes or a memoryview, at the edges of the looked-up heads (2 KiB items)."""
+    import msgpack
+
+    for size in (0, 1, 2047, 2048, 5000):
+        for items in (3, 5, 125, 126, 127, 201):
+            pairs = [b"f"] + [b"%d" % k + b"\r\n$" * (size // 3) for k in range(items)]
+            tag, payload = xids.pack_pairs(pairs)
+            assert tag == b"f"
+            if items <= xids.PACKED_MAX:
+                assert payload[0] == items
+                assert payload[1:] == b"".join(b"$%d\r\n%s\r\n" % (len(v), v) for v in pairs[1:])
+            else:
+                assert payload == msgpack.packb(pairs[1:], use_bin_type=True)
+            old = msgpack.packb(pairs[1:], use_bin_type=True)  # a payload packed before 2026-11-27
+            for form in (payload, memoryview(payload), old, memoryview(old)):
+                assert xids.unpack_pairs(tag, form) == pairs
+                assert xids.unpack_rests([form, form]) == [pairs[1:], pairs[1:]]
+    with pytest.raises(ValueError):
+        xids.unpack_pairs(b"f", b"\x03$1\r\na\r\n")  # cut short: refused
+    assert xids.unpack_pairs(b"f", xids.pack_pairs([b"f", b"1", b"g", b"2"])[1]) == [b"f", b"1", b"g", b"2"]

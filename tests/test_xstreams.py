@@ -243,7 +243,13 @@ def test_id_runs_encode_as_each_id_formatted():
     and an XREADGROUP reply encoded from columns (one pair or several) is that
     of its nested lists."""
     from tstream.resp import KeyedReplies, StreamEntries, encode, encode_stream_ids
-    from tstream.resp.xentries import encode_keyed, encode_stream_columns, encode_stream_id_run, encode_stream_pairs
+    from tstream.resp.xentries import (
+        encode_keyed,
+        encode_stream_columns,
+        encode_stream_id_run,
+        encode_stream_packed,
+        encode_stream_pairs,
+    )
 
     for ms in (0, 7, 1764222222222):
         for first in [*range(0, 230), 999, 1000, 12345, (1 << 63) - 5, (1 << 64) - 20]:
@@ -277,3 +283,60 @@ def test_id_runs_encode_as_each_id_formatted():
                 assert encode_stream_pairs(ids2, fields2, [rest, rest]) == want
                 want = encode(StreamEntries([[i, [f, rest[0]]] for i, f in zip(ids2, fields2)]), protocol)
                 assert encode_stream_columns(ids2, fields2, [rest[0], rest[0]]) == want
+    # packed payloads as stored (encode_stream_packed): the payload after its count
+    # copied; None for a msgpack payload, a field past the heads, an id too long
+    from tstream.engine import xids
+    for size in (0, 9, 2047, 2048, 5000):
+        for items in (3, 5, 125, 126, 127):
+            pairs = [b"f" * size] + [b"v" * size] * items
+            payload = xids.pack_pairs(pairs)[1]
+            ids2, fields2 = [b"%d-%d" % tuple(big), b"0-0"], [pairs[0], b"g"]
+            want = encode(StreamEntries([[i, [f, *pairs[1:]]] for i, f in zip(ids2, fields2)]), 2)
+            got = encode_stream_packed(ids2, fields2, [payload, memoryview(payload)])
+            if items <= xids.PACKED_MAX and size < 2048:
+                assert got == want
+            else:
+                assert got is None
+    assert encode_stream_packed([], [], []) == encode(StreamEntries(), 2) == encode(StreamEntries(), 3)
+    assert encode_stream_packed([b"9" * 48], [b"f"], [xids.pack_pairs([b"f", b"1", b"g", b"2"])[1]]) is None
+
+
+def test_entries_packed_either_way_reply_alike():
+    """A stream holding entries packed as RESP bulk strings (now) and as msgpack
+    lists (before 2026-11-27, replayed from a log) beside one-pair entries:
+    XRANGE's entries (entry_replies: a packed field array as stored, Raw, or
+    unpacked) and XREADGROUP's (encode_stream_packed, else unpacked) are the
+    bytes of the nested lists, in both protocols."""
+    import msgpack
+
+    from tstream.commands import xgroups as xgroup_commands
+    from tstream.commands.xstreams import entry_replies
+    from tstream.engine.stream import Stream
+    from tstream.resp import StreamEntries, encode
+
+    stream = Stream(node_entries=4)
+    want = []
+    for k in range(12):
+        pairs = [b"f%d" % k, b"v" * k] + ([b"g", b"w" * (k * 200)] if k % 3 else [])
+        xid = (1000 + k, 0)
+        if k % 3 == 2:  # packed by msgpack, as an older build logged it
+            xids.replay_add(stream, pairs[0], msgpack.packb(pairs[1:], use_bin_type=True), xid[0] * 1_000_000, xid,
+                            True)
+        else:
+            xids.add(stream, pairs, xid[0] * 1_000_000, xid=xid)
+        want.append([b"%d-%d" % xid, pairs])
+    rows = [[offset, stream.get(offset).tag, stream.get(offset).data] for offset in range(1, 13)]
+    got = entry_replies(stream, rows)
+    for protocol in (2, 3):
+        assert encode(got, protocol) == encode(StreamEntries(want), protocol)
+    packed = [row for k, row in enumerate(rows) if k % 3]
+    texts = [w[0] for k, w in enumerate(want) if k % 3]
+    fields = [row[1] for row in packed]
+    nested = StreamEntries([w for k, w in enumerate(want) if k % 3])
+    assert xgroup_commands.encode_stream_packed(texts, fields, [row[2] for row in packed]) is None  # some msgpack
+    new = [k for k in range(12) if k % 3 == 1]
+    assert xgroup_commands.encode_stream_packed([want[k][0] for k in new], [rows[k][1] for k in new],
+                                                [rows[k][2] for k in new]) == encode(StreamEntries(
+                                                    [want[k] for k in new]), 2)
+    assert xgroup_commands.encode_stream_pairs(texts, fields, xids.unpack_rests([row[2] for row in packed])) \
+        == encode(nested, 3)
