@@ -59,16 +59,13 @@ from .strict import StrictRequestParser
 
 # The C parser (resp/_speedups.c), unless it was not built or is turned off:
 # parse_many(data, max_bulk) -> [command, ...] or None, parse_one(data, max_bulk) -> command or None.
-if os.environ.get("TSTREAM_PURE_PYTHON", "") not in ("", "0"):
-    _speedups = None
-else:
-    try:
-        from . import _speedups
-    except ImportError:
-        _speedups = None
-parse_many = _speedups.parse_many if _speedups is not None else None
-parse_one = _speedups.parse_one if _speedups is not None else None
-SPEEDUPS = _speedups is not None  # whether the C parser is in use
+try:
+    if os.environ.get("TSTREAM_PURE_PYTHON", "") not in ("", "0"):
+        raise ImportError("TSTREAM_PURE_PYTHON is set")
+    from ._speedups import parse_many, parse_one
+except ImportError:
+    parse_many = parse_one = None  # type: ignore[assignment]
+SPEEDUPS = parse_many is not None  # whether the C parser is in use
 
 # What hiredis must not be given: a multibulk count of 10,000 or more.  hiredis
 # reserves, and zeroes, the whole list when it reads the header ("*2147483647"

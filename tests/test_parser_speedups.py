@@ -29,7 +29,10 @@ from tstream.resp import ProtocolError, StrictRequestParser
 from tstream.resp import parser as parser_module
 from tstream.resp.parser import RequestParser
 
-speedups = parser_module._speedups
+if parser_module.SPEEDUPS:
+    from tstream.resp import _speedups as speedups
+else:
+    speedups = None
 needs_c = pytest.mark.skipif(speedups is None, reason="the C parser is off (TSTREAM_PURE_PYTHON) or not built")
 EXAMPLES = int(os.environ.get("TSTREAM_FUZZ_EXAMPLES", "0")) or None
 
