@@ -64,9 +64,16 @@ read_header_int(const char **pos, const char *end, long long *value)
 
 /* One multibulk of bulk strings at *pos into *command (a new list); advances
    *pos past it.  UNHANDLED when the bytes there are anything else (or end
-   before it does); FAILED with a Python error set. */
+   before it does); FAILED with a Python error set.
+
+   A word equal to the word at the same place in ``previous`` (the command
+   before it in the read, or NULL) is that same bytes object, not a copy: a
+   pipelined run repeats its command name, key and tag (or BATCH's id, FAST,
+   flow and gap), and an object shared costs an incref where a new one costs
+   an allocation and a free (bytes are immutable: nothing can tell but `is`,
+   which the run paths then find true at once). */
 static int
-parse_command(const char **pos, const char *end, long long max_bulk, PyObject **command)
+parse_command(const char **pos, const char *end, long long max_bulk, PyObject *previous, PyObject **command)
 {
     const char *p = *pos;
     long long count, length;
@@ -86,10 +93,21 @@ parse_command(const char **pos, const char *end, long long max_bulk, PyObject **
             goto unhandled;
         if (p[length] != '\r' || p[length + 1] != '\n')
             goto unhandled;
-        PyObject *word = PyBytes_FromStringAndSize(p, (Py_ssize_t)length);
+        PyObject *word = NULL;
+        if (previous != NULL && i < PyList_GET_SIZE(previous)) {
+            PyObject *same = PyList_GET_ITEM(previous, i);
+            if (PyBytes_GET_SIZE(same) == (Py_ssize_t)length
+                    && memcmp(PyBytes_AS_STRING(same), p, (size_t)length) == 0) {
+                Py_INCREF(same);
+                word = same;
+            }
+        }
         if (word == NULL) {
-            Py_DECREF(list);  /* (the slots not filled yet are NULL: list_dealloc skips them) */
-            return FAILED;
+            word = PyBytes_FromStringAndSize(p, (Py_ssize_t)length);
+            if (word == NULL) {
+                Py_DECREF(list);  /* (the slots not filled yet are NULL: list_dealloc skips them) */
+                return FAILED;
+            }
         }
         PyList_SET_ITEM(list, i, word);
         p += length + 2;
@@ -135,7 +153,8 @@ parse_many(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (commands == NULL)
         goto failed;
     while (p < end) {
-        int status = parse_command(&p, end, max_bulk, &command);
+        /* (the previous command stays alive in ``commands``: a borrowed reference) */
+        int status = parse_command(&p, end, max_bulk, command, &command);
         if (status == UNHANDLED)
             goto unhandled;
         if (status == FAILED)
@@ -167,7 +186,7 @@ parse_one(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     const char *p = (const char *)view.buf, *end = p + view.len;
     PyObject *command = NULL;
-    int status = parse_command(&p, end, max_bulk, &command);
+    int status = parse_command(&p, end, max_bulk, NULL, &command);
     PyBuffer_Release(&view);
     if (status == FAILED)
         return NULL;

@@ -8,7 +8,7 @@ protocol errors, the same state after.  Here both run side by side in one
 process (the module's ``parse_many``/``parse_one`` set to None for the pure
 one) on thousands of random valid, truncated and garbled reads, fed the way
 the server feeds them (``read_one``, else ``read_many``, else ``pull``).
-``TSTREAM_FUZZ_EXAMPLES`` raises the number of cases (a long run).
+``TSTREAM_FUZZ_EXAMPLES`` raises the number of cases (a long run: with ``-o timeout=0``).
 The error paths in C (MemoryError at each allocation) are driven with
 ``_testcapi.set_nomemory``.
 """
@@ -213,6 +213,17 @@ def test_parse_many_returns_whole_reads_and_none_for_anything_else():
     assert speedups.parse_many(b"", 512 << 20) is None
     assert speedups.parse_many(multibulk(b"x" * 17), 16) is None  # over max_bulk: the strict parser's error
     assert speedups.parse_many(multibulk(b"x" * 16), 16) == [[b"x" * 16]]
+
+
+@needs_c
+def test_a_word_repeated_at_the_same_place_is_one_object():
+    """A run's repeated words (name, key, tag) are shared, not copied: equal
+    values either way, and the run paths' ``count``/``is`` tests hit at once."""
+    commands = speedups.parse_many(multibulk(b"TWRITE", b"k", b"t", b"v1") + multibulk(b"TWRITE", b"k", b"u", b"v2")
+                                   + multibulk(b"PING", b"k"), 512 << 20)
+    assert commands == [[b"TWRITE", b"k", b"t", b"v1"], [b"TWRITE", b"k", b"u", b"v2"], [b"PING", b"k"]]
+    assert commands[0][0] is commands[1][0] and commands[0][1] is commands[1][1] is commands[2][1]
+    assert commands[0][3] is not commands[1][3]
 
 
 @needs_c
