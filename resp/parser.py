@@ -36,10 +36,18 @@ more, or such bytes inside a payload: then it only costs speed) goes to the
 strict parser whole, since hiredis reserves a list for the count when it reads
 the header.  Known difference: a simple string (``+OK``) in an argument's place
 is returned by hiredis like a bulk string and taken as one (Redis refuses it).
+
+In front of all this, when it could be built (setup.py, ``optional``), the C
+extension ``resp/_speedups.c`` takes a read that is whole multibulks of bulk
+strings, the usual read, in one call: ``read_one``, ``read_many`` and ``pull``
+ask it first and fall back to the path above for anything it returns None for
+(it handles less than hiredis, never more, so the result is the same either
+way).  ``TSTREAM_PURE_PYTHON=1`` in the environment leaves it out (tests, A/B).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from itertools import chain
 
@@ -48,6 +56,16 @@ import hiredis
 from .errors import ProtocolError
 from .inline import INLINE_MAX_SIZE, split_inline  # noqa: F401  (re-exported)
 from .strict import StrictRequestParser
+
+# The C parser (resp/_speedups.c), unless it was not built or is turned off:
+# parse_many(data, max_bulk) -> [command, ...] or None, parse_one(data, max_bulk) -> command or None.
+try:
+    if os.environ.get("TSTREAM_PURE_PYTHON", "") not in ("", "0"):
+        raise ImportError("TSTREAM_PURE_PYTHON is set")
+    from ._speedups import parse_many, parse_one
+except ImportError:
+    parse_many = parse_one = None  # type: ignore[assignment]
+SPEEDUPS = parse_many is not None  # whether the C parser is in use
 
 # What hiredis must not be given: a multibulk count of 10,000 or more.  hiredis
 # reserves, and zeroes, the whole list when it reads the header ("*2147483647"
@@ -81,11 +99,12 @@ def wire_size(commands: list) -> int:
 
 
 class RequestParser:
-    __slots__ = ("_reader", "_slow", "_slow_mode", "_fresh", "_ready", "_error", "drained")
+    __slots__ = ("_reader", "_slow", "_slow_mode", "_fresh", "_ready", "_error", "drained", "_max_bulk")
 
     def __init__(self, max_bulk: int = 512 << 20) -> None:
         self._reader = hiredis.Reader()
         self._slow = StrictRequestParser(max_bulk=max_bulk)
+        self._max_bulk = max_bulk  # (the C parser's copy of the strict parser's limit)
         self._slow_mode = False  # the strict parser holds the input (see the module docstring)
         self._fresh: list = []  # reads not parsed yet
         self._ready: list = []  # parsed commands not returned yet (next_command)
@@ -102,6 +121,7 @@ class RequestParser:
     @max_bulk.setter
     def max_bulk(self, value: int) -> None:
         self._slow.max_bulk = value
+        self._max_bulk = value
 
     def feed(self, data: bytes) -> None:
         """Add bytes received from the client."""
@@ -117,6 +137,8 @@ class RequestParser:
         nothing consumed: the caller then feeds ``data`` as usual."""
         if self._fresh or self._slow_mode or self._ready or self._error is not None:
             return None
+        if parse_one is not None and (command := parse_one(data, self._max_bulk)) is not None:
+            return command  # (else: the path below, which handles more)
         if data[0] != 0x2A or data[1:6].isdigit():
             return None  # inline text, or a count hiredis must not see
         star = data.find(b"*", 1)
@@ -157,15 +179,19 @@ class RequestParser:
         The scan for huge multibulk counts stays, although no partial state is
         kept: hiredis 3 fills the list it reserves for a header, so
         ``*2147483647`` alone costs seconds and gigabytes (measured: 12 s)."""
-        if (self._fresh or self._slow_mode or self._ready or self._error is not None or data[0] != 0x2A
-                or _BIG_COUNT.search(data) is not None):
+        if self._fresh or self._slow_mode or self._ready or self._error is not None:
             self.feed(data)
+            return None
+        if parse_many is not None and (commands := parse_many(data, self._max_bulk)) is not None:
+            return commands  # (else: the path below, which handles more)
+        if data[0] != 0x2A or _BIG_COUNT.search(data) is not None:
+            self._fresh.append(data)
             return None
         reader = self._reader
         reader.feed(data)
         gets, has_data = reader.gets, reader.has_data
         join = b"".join
-        commands: list = []
+        commands = []
         append = commands.append
         at_boundary = False
         try:
@@ -264,6 +290,9 @@ class RequestParser:
         """``[command]`` when the read ``data`` is exactly one multibulk of bulk
         strings with a small count (an unpipelined client's read, the most
         common), else None and nothing consumed (_parse takes the read)."""
+        if parse_one is not None and (command := parse_one(data, self._max_bulk)) is not None:
+            self._fresh = []
+            return [command]
         if data[0] != 0x2A or data[1:6].isdigit():  # (the caller saw no other "*")
             return None
         reader = self._reader
@@ -296,6 +325,9 @@ class RequestParser:
                 return
             data = fresh[0] if len(fresh) == 1 else b"".join(fresh)
             self._fresh = []
+            if parse_many is not None and (whole := parse_many(data, self._max_bulk)) is not None:
+                out += whole  # the read ended at a command boundary (else: the path below)
+                return
             if data[0] != 0x2A or (_BIG_COUNT.search(data) is not None if data.find(b"*", 1) > 0
                                    else data[1:6].isdigit()):  # one "*": only the first count to look at
                 # Inline text (or a blank line), or what hiredis must not see: the
