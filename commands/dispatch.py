@@ -78,7 +78,10 @@ def execute(client, argv: list) -> bytes | None:  # noqa: C901 (one straight pat
     """
     server = client.server
     table = server.dispatch
-    entry = table.get(argv[0]) or table.get(argv[0].lower())
+    try:
+        entry = table[argv[0]]  # (a subscript, not .get(): no method call on the hot path)
+    except KeyError:
+        entry = table.get(argv[0].lower())
     if entry is None:
         server.stats.errors += 1
         if client.multi is not None:

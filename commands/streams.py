@@ -58,8 +58,9 @@ def twrite(client, argv):
     """
     server = client.server
     if len(argv) == 4 and argv[2] not in KEYWORD_TAGS:  # the simple form, kept short: the hottest path
-        stream = server.streams.get(argv[1])
-        if stream is None:
+        try:
+            stream = server.streams[argv[1]]
+        except KeyError:
             stream = server.create_stream(argv[1])
         first = stream.first
         offset = stream.append(argv[2], argv[3], time_ns())
