@@ -561,7 +561,11 @@ def tack(client, argv):
     if acked:
         # room in a full pending list (as it was before these acks): capped readers may go on
         was_full = group.pending_count + acked >= server.config.values["group-max-pending"]
-        server.writes.acked(argv[1], argv[2], offsets, wake=was_full)
+        writes = server.writes
+        if was_full or writes.sinks or writes.watched or writes.pending:
+            writes.acked(argv[1], argv[2], offsets, wake=was_full)
+        else:  # Writes.acked's own short cut, without the call: counting the change is all
+            server.dirty += 1
     return acked
 
 
