@@ -22,7 +22,7 @@ its first command with the whole run's time.
 from __future__ import annotations
 
 import logging
-from time import perf_counter_ns
+from time import perf_counter
 
 from tstream.resp import NO_REPLY, NULL_ARRAY, QUEUED, Raw, encode, encode_bulk, encode_error, encode_integer
 
@@ -78,7 +78,10 @@ def execute(client, argv: list) -> bytes | None:  # noqa: C901 (one straight pat
     """
     server = client.server
     table = server.dispatch
-    entry = table.get(argv[0]) or table.get(argv[0].lower())
+    try:
+        entry = table[argv[0]]  # (a subscript, not .get(): no method call on the hot path)
+    except KeyError:
+        entry = table.get(argv[0].lower())
     if entry is None:
         server.stats.errors += 1
         if client.multi is not None:
@@ -105,11 +108,13 @@ def execute(client, argv: list) -> bytes | None:  # noqa: C901 (one straight pat
             return refused
         if client.subscriptions is not None:  # its own PUBLISH may reach it: in this reply, in order
             client.pushed = []
-    started = perf_counter_ns()
+    started = perf_counter()
     try:
         reply = handler(client, argv)
         if reply.__class__ is int:  # the common TWRITE/TACK reply, without a trip through encode()
-            out = encode_integer(reply) if reply > 1 or reply < 0 else SMALL_INTEGERS[reply]
+            # (encode_integer(reply), spelled out: the format is a constant here, no call
+            # through the bound __mod__'s wrapper)
+            out = b":%d\r\n" % reply if reply > 1 or reply < 0 else SMALL_INTEGERS[reply]
         elif reply.__class__ is bytes:  # XADD's id, DGET's payload: a bulk string in both protocols
             out = encode_bulk(reply)
         elif reply is NO_REPLY:
@@ -133,11 +138,11 @@ def execute(client, argv: list) -> bytes | None:  # noqa: C901 (one straight pat
         if writes.lost:  # its change could not be logged: not acknowledged (Writes.record_lost)
             writes.lost = False
             out = encode_error(NOT_RECORDED)
-    elapsed = perf_counter_ns() - started
+    elapsed = perf_counter() - started
     stats.calls += 1
-    stats.nanos += elapsed
-    if elapsed >= server.slow_threshold_ns:
-        server.observe_slow(argv, elapsed, client, fast)
+    stats.seconds += elapsed
+    if elapsed >= server.slow_threshold:
+        server.observe_slow(argv, round(elapsed * 1e9), client, fast)
     if rare and (client.reply_mode or client.pushed is not None or server.monitors):
         return _after_running(client, name, argv, command, out)  # CLIENT REPLY, own messages, MONITOR
     return out
@@ -290,7 +295,7 @@ def _refuse(client, name: bytes, stats: CommandStats, message: str) -> bytes:
 
 def _execute_run(client, run, argvs: list, stats: CommandStats, fast: bool) -> bytes:
     server = client.server
-    started = perf_counter_ns()
+    started = perf_counter()
     try:
         out = run(client, argvs)
     except CommandError as exc:  # a run fails as a whole, before any change
@@ -308,9 +313,9 @@ def _execute_run(client, run, argvs: list, stats: CommandStats, fast: bool) -> b
         if writes.lost:  # the run's changes could not be logged: none is acknowledged
             writes.lost = False
             out = encode_error(NOT_RECORDED) * len(argvs)
-    elapsed = perf_counter_ns() - started
+    elapsed = perf_counter() - started
     stats.calls += len(argvs)
-    stats.nanos += elapsed
-    if elapsed >= server.slow_threshold_ns:
-        server.observe_slow(argvs[0], elapsed, client, fast)
+    stats.seconds += elapsed
+    if elapsed >= server.slow_threshold:
+        server.observe_slow(argvs[0], round(elapsed * 1e9), client, fast)
     return out

@@ -109,7 +109,7 @@ def _commandstats(server) -> dict:
     for name, stats in sorted(server.command_stats.items()):
         if not stats.used():  # as Redis: only the commands called since the last reset
             continue
-        usec = stats.nanos // 1000
+        usec = int(stats.seconds * 1_000_000)
         per_call = usec / stats.calls if stats.calls else 0.0
         fields[f"cmdstat_{name.decode()}"] = (f"calls={stats.calls},usec={usec},usec_per_call={per_call:.2f},"
                                               f"rejected_calls={stats.rejected},failed_calls={stats.failed}")

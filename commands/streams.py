@@ -58,12 +58,20 @@ def twrite(client, argv):
     """
     server = client.server
     if len(argv) == 4 and argv[2] not in KEYWORD_TAGS:  # the simple form, kept short: the hottest path
-        stream = server.streams.get(argv[1])
-        if stream is None:
+        try:
+            stream = server.streams[argv[1]]
+        except KeyError:
             stream = server.create_stream(argv[1])
         first = stream.first
         offset = stream.append(argv[2], argv[3], time_ns())
-        server.writes.appended(argv[1], stream, first, offset, argv, 2)
+        writes = server.writes
+        if writes.sinks or writes.waiting or writes.watched or writes.pending or stream._subjects is not None:
+            writes.appended(argv[1], stream, first, offset, argv, 2)
+        else:
+            # Writes.appended's own short cut, without the call: nothing to log, no
+            # reader to wake, no WATCH to break, no per-subject limit, nothing else
+            # described, so counting the change is all there is to commit.
+            server.dirty += 1
         return offset
     if len(argv) == 6 and argv[4].lower() == b"msgid" and argv[2] not in KEYWORD_TAGS:
         return msgid_write(server, argv[1], [argv[2]], [argv[3]], [argv[5]], -1)
@@ -553,7 +561,11 @@ def tack(client, argv):
     if acked:
         # room in a full pending list (as it was before these acks): capped readers may go on
         was_full = group.pending_count + acked >= server.config.values["group-max-pending"]
-        server.writes.acked(argv[1], argv[2], offsets, wake=was_full)
+        writes = server.writes
+        if was_full or writes.sinks or writes.watched or writes.pending:
+            writes.acked(argv[1], argv[2], offsets, wake=was_full)
+        else:  # Writes.acked's own short cut, without the call: counting the change is all
+            server.dirty += 1
     return acked
 
 

@@ -112,7 +112,7 @@ class Server:
         self.time_texts = TimeTexts()  # RFC 3339 texts of DGET/MLAST messages
         self.slowlog = SlowLog()
         self.latency = LatencyMonitor()
-        self.slow_threshold_ns = 0
+        self.slow_threshold = 0.0  # seconds: a command this slow goes to observe_slow (the dispatcher's one test)
         self._configure_observability()
         self.clients: dict[int, object] = {}
         self.next_client_id = 1
@@ -120,6 +120,9 @@ class Server:
         self.batches = BatchRegistry()  # JetStream atomic batches in flight
         self.fast = FastRegistry()  # JetStream fast-ingest batches (commands/ingest.py)
         self.started = time.time()
+        # Refreshed by every housekeeping pass (_cron): what a connection notes as the time
+        # of its last read (ClientConnection.last_interaction), a look at the clock less per read.
+        self.clock = self.started
         self.run_id = os.urandom(20).hex()
         self.port = 0
         self.event_loop_name = "asyncio"
@@ -173,11 +176,11 @@ class Server:
         slowlog = self.config["slowlog-log-slower-than"]
         latency = self.config["latency-monitor-threshold"]
         thresholds = ([slowlog * 1000] if slowlog >= 0 else []) + ([latency * 1_000_000] if latency else [])
-        self.slow_threshold_ns = min(thresholds) if thresholds else 1 << 62
+        self.slow_threshold = min(thresholds) / 1e9 if thresholds else float("inf")
         self.slowlog.resize(self.config["slowlog-max-len"])
 
     def observe_slow(self, argv: list, nanos: int, client, fast: bool) -> None:
-        """A command took at least ``slow_threshold_ns``: slow log and latency events."""
+        """A command took at least ``slow_threshold`` (``nanos``): slow log and latency events."""
         slowlog = self.config["slowlog-log-slower-than"]
         if 0 <= slowlog * 1000 <= nanos:
             self.slowlog.add(argv, nanos // 1000, client)
@@ -260,6 +263,9 @@ class Server:
         loop = asyncio.get_running_loop()
         try:
             now = time.time()
+            # (idle is measured up to the pass before: the reads since then noted its clock,
+            # maybe long ago if the loop was busy, e.g. DEBUG SLEEP, when they were made)
+            idle_until, self.clock = self.clock, now
             self.stats.sample(now)
             # Only the keys whose oldest entry aged out cost anything (engine/agetimers.py),
             # for a few ms at most: what is left is due again at the next pass.
@@ -287,7 +293,7 @@ class Server:
             idle_limit = self.config["timeout"]
             if idle_limit:
                 for client in list(self.clients.values()):
-                    if (now - client.last_interaction > idle_limit and not client.is_blocked()
+                    if (idle_until - client.last_interaction > idle_limit and not client.is_blocked()
                             and client.replica is None):
                         client.kill()
         except Exception:

@@ -156,8 +156,10 @@ class ClientConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        self.last_interaction = time.time()
         server = self.server
+        # The housekeeping pass's clock, not time.time() per read: idle time is shown in
+        # whole seconds (CLIENT LIST) and the idle timeout is checked at that pass's pace.
+        self.last_interaction = server.clock
         stats = server.stats
         size = len(data)
         stats.net_input += size

@@ -9,8 +9,8 @@
   ``aof-fsync-always``) at or above ``latency-monitor-threshold`` milliseconds:
   the latest and the maximum per event and a history of 160 samples.
 
-Every command is timed with ``perf_counter_ns`` by the dispatcher (two calls and
-a few increments per command); one that takes ``slow_threshold_ns`` or more is
+Every command is timed with ``perf_counter`` by the dispatcher (two calls and
+a few increments per command); one that takes ``slow_threshold`` or more is
 reported to ``Server.observe_slow``, which feeds these two.
 """
 

@@ -40,7 +40,7 @@ import gc
 import json
 import os
 from collections import deque
-from time import monotonic_ns, thread_time_ns
+from time import monotonic, monotonic_ns, thread_time_ns
 
 TURN_TOTAL_NS = 1_000_000  # a turn's work after which the connections with a backlog wait for the next turn
 PROBE_ENV = "TSTREAM_TURN_PROBE"  # a file: per-turn timings are appended to it (diagnostics; off by default)
@@ -62,7 +62,9 @@ class TurnEnd:
         self._held: list[tuple[object, bytes, bool]] = []
         self._scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._scheduled_at = 0
+        # monotonic() when this turn's work began: float seconds, whose arithmetic is
+        # cheaper than that of monotonic_ns()'s many-digit ints (over() runs per read)
+        self._scheduled_at = 0.0
         self.busy_ns = 0  # the turns' work, from the first held reply or record to the replies out (average)
         # The same work in the loop thread's CPU time (average), measured while fast batches
         # are active: what the fast-ingest flow control reads (commands/ingest.py).  A loop
@@ -87,7 +89,7 @@ class TurnEnd:
         """Make sure the end of this turn runs (once)."""
         if not self._scheduled:
             self._scheduled = True
-            self._scheduled_at = monotonic_ns()
+            self._scheduled_at = monotonic()
             if self.server.fast.active:
                 self._scheduled_cpu = thread_time_ns()
             if self._loop is None:  # cached: get_running_loop() checks the process id each call
@@ -96,7 +98,7 @@ class TurnEnd:
 
     def over(self, budget_ns: int) -> bool:
         """Whether this turn's work (from its first held reply or record) passed ``budget_ns``."""
-        return self._scheduled and monotonic_ns() - self._scheduled_at > budget_ns
+        return self._scheduled and (monotonic() - self._scheduled_at) * 1e9 > budget_ns
 
     def defer(self, connection) -> None:
         """Run ``connection``'s waiting commands (``_resume_commands``) in a later turn."""
@@ -137,6 +139,19 @@ class TurnEnd:
         """Serve the ready blocked clients and the turn's group reads, commit the
         AOF records, release the replies."""
         server = self.server
+        if not self._scheduled:
+            # Nothing waits for this turn's end: whatever needs it (a held reply, an AOF
+            # record, a ready key, a deferred group read) schedules it.  This call is a
+            # second one in a turn (_drain ran the end first) or a caller's that ends a
+            # turn that had nothing to end: it costs no clock reads, and does not count
+            # a turn's work twice.  What may still wait without having scheduled it is
+            # done as before: replication records (they keep their own timer) are
+            # packed, and an AOF write that failed is tried again (SHUTDOWN's last run).
+            if server.replication.records:
+                server.replication.flush()
+            if server.persistence.file is not None:
+                server.persistence.commit_turn()
+            return
         blocking = server.blocking
         blocking.serve_ready()
         while blocking.deferred:
@@ -144,13 +159,13 @@ class TurnEnd:
             blocking.serve_ready()  # keys written by the commands the reads had held up
         self._scheduled = False
         server.replication.flush()  # the turn's records to the backlog and the replicas (and packed for the AOF)
-        committing = monotonic_ns()
+        committing = monotonic()
         started_cpu = self._scheduled_cpu
         if started_cpu:
             committing_cpu = thread_time_ns()
         persistence = server.persistence
         persistence.commit_turn()
-        committed = monotonic_ns()
+        committed = monotonic()
         if started_cpu:
             committed_cpu = thread_time_ns()
         held, self._held = self._held, []
@@ -165,7 +180,7 @@ class TurnEnd:
             self.release(held)
         # the turn's work, not the wait for the disk (paid once per turn, however much it holds),
         # as a moving average over the last 8 or so turns: one slow turn is not a trend
-        busy = monotonic_ns() - committed + committing - self._scheduled_at
+        busy = int((monotonic() - committed + committing - self._scheduled_at) * 1e9)
         self.busy_ns += (busy - self.busy_ns) >> 3
         if started_cpu:  # (the same, in CPU time: the commit's write and fsync left out as above)
             self._scheduled_cpu = 0
@@ -302,7 +317,7 @@ class _Probe:
         turn_end = self.turn_end
         server = turn_end.server
         start = monotonic_ns()
-        scheduled_at = turn_end._scheduled_at
+        scheduled_at = int(turn_end._scheduled_at * 1e9)  # (monotonic ns, as the probe's other times)
         held = turn_end._held
         connections = len({id(c) for c, _, _ in held})
         count = len(held)
