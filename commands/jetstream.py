@@ -24,7 +24,16 @@ from time import monotonic, time_ns
 from tstream.engine import batches as B
 from tstream.engine.ingest import Ingest
 from tstream.engine.subjects import InvalidSubject, TooManySubjects, held_from, index_of, parse_filter
-from tstream.resp import NULL_ARRAY, OK, Raw, SubjectBulks, encode_message, encode_message_page
+from tstream.resp import (
+    NULL_ARRAY,
+    OK,
+    Raw,
+    SubjectBulks,
+    encode_message,
+    encode_message_page,
+    encode_message_pieces,
+    encode_piece_page,
+)
 
 from .args import to_int
 from .errors import CommandError, SyntaxErr, out_of_memory
@@ -102,6 +111,12 @@ class TimeTexts:
                     return list(map(_NS.__rmod__, times)), list(map(seconds.__getitem__, secs))
         format = self.format
         return [format(t) for t in times], None
+
+    def render(self, seqs, subjects: list, datas: list, times: list) -> list[bytes]:
+        """The messages' pieces (resp.encode_message_pieces) of a block's
+        columns: what Stream.read_pieces keeps for a block read again."""
+        format = self.format
+        return encode_message_pieces(seqs, subjects, [format(t) for t in times], datas)
 
 
 def parse_time(text: bytes) -> int:
@@ -372,6 +387,10 @@ def _direct_get(client, key: bytes, stream, req: Request):  # noqa: C901 (over t
         flt = None  # every subject: read the log itself
     if flt is None:
         pending = held_from(stream, start)
+        if pending:
+            page = _kept_page(client, key, stream, start, req, pending)
+            if page is not None:
+                return page
         fetch = _log_reader(stream, start, None)
     else:
         index = index_of(stream)
@@ -388,6 +407,22 @@ def _direct_get(client, key: bytes, stream, req: Request):  # noqa: C901 (over t
     if not cols[0]:
         return NULL_ARRAY
     return _page(client, key, cols, pending, {})
+
+
+def _kept_page(client, key: bytes, stream, start: int, req: Request, pending: int) -> Raw | None:
+    """The page of up to ``req.batch`` messages from ``start`` on from the
+    pieces the log's blocks keep (Stream.read_pieces: blocks read a second
+    time keep their messages rendered), or None: read it from the columns.
+    Only when the page cannot reach MAX_BYTES (the pieces hold each
+    message's subject and data, and more)."""
+    texts = client.server.time_texts
+    pieces = stream.read_pieces(start, req.batch, texts.render)
+    if pieces is None or sum(map(len, pieces)) >= (req.max_bytes or DEFAULT_MAX_BYTES):
+        return None
+    first = start if start > stream.first else stream.first
+    n = len(pieces)
+    return encode_piece_page(client.protocol, key, pieces, first, pending, 0,
+                             _eob(pending - n, first + n - 1))
 
 
 # Pages are read and encoded in columns (Stream.read_columns), chunks of at most

@@ -910,6 +910,72 @@ class Stream(TagTable):
             offset = stop
         return offsets, tags_out, datas, times_out
 
+    def read_pieces(self, offset: int, count: int, render) -> list | None:
+        """The rendered pieces of the entries ``offset`` .. ``offset + count
+        - 1`` (clamped to those held), one per entry, or None when any of them
+        has none kept: then read them by :meth:`read_columns`.
+
+        A sealed block (of a node without deleted entries, in the decoded
+        cache) renders its pieces the first time readers have asked this
+        method for more entries of it than it holds: on its *second* read, so
+        that a reader that reads each block once (a tail reader) never pays
+        for rendering.  ``render(offsets, tags, datas, times)`` (the block's
+        columns, as :meth:`read_columns` gives them) returns one bytes object
+        per entry; the block keeps them, counted in the decoded-block cache's
+        bound, and drops them with itself (evicted, or its node dropped).
+        Every caller of one keyspace must pass the same rendering (the pieces
+        are kept per block, not per renderer).  Every block of the range is
+        counted (and rendered when due) even when another makes the answer
+        None, so that a range read again is served whole.  O(count) when
+        served (a list slice per block), plus the rendering of blocks due."""
+        if offset < self.first:
+            offset = self.first
+        stop = offset + count
+        if stop > self.next_offset:
+            stop = self.next_offset
+        if offset >= stop:
+            return None
+        nodes = self._nodes
+        cache = self._cache
+        pieces: list | None = []
+        while offset < stop:
+            node = nodes[self._node_index(offset)]
+            if not node.sealed or node.deleted is not None or not node.compressed:
+                # the active node, deleted entries, a raw-stored node's permanent block
+                pieces = None
+                offset = node.cap_end
+                continue
+            p = offset - node.start
+            be = node.block_entries
+            b = p // be
+            blk = node._block(b, cache)
+            i = p - b * be
+            held = len(blk.ends) - 1
+            j = i + stop - offset
+            if j > held:
+                j = held
+            kept = blk.pieces
+            if kept is None:
+                blk.served += j - i
+                if blk.served > held:  # read again: render the block once
+                    first = node.start + b * be
+                    cols = self._block_columns(first, blk.buf, blk.ends, blk.tags, blk.times, held)
+                    kept = render(*cols)
+                    cache.keep_pieces(blk, kept)
+            if pieces is not None:
+                if kept is None:
+                    pieces = None
+                else:
+                    pieces += kept[i:j]
+            offset += j - i
+        return pieces
+
+    def _block_columns(self, first: int, buf, ends, tags, times, n: int) -> tuple[range, list, list, list]:
+        """The columns of a decoded block's ``n`` entries (the first at offset ``first``). O(n)."""
+        e = ends.tolist()
+        return (range(first, first + n), list(map(self._tag_list.__getitem__, tags[:n].tolist())),
+                list(map(buf.__getitem__, starmap(slice, zip(e, islice(e, 1, None))))), times[:n].tolist())
+
     def entries_at(self, wanted: Sequence[int]) -> tuple[list, list, list, list]:
         """The held entries among the offsets ``wanted`` (ascending), as the
         columns of :meth:`read_columns`.  O(len(wanted)), plus at most one
