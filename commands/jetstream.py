@@ -387,11 +387,16 @@ def _direct_get(client, key: bytes, stream, req: Request):  # noqa: C901 (over t
         flt = None  # every subject: read the log itself
     if flt is None:
         pending = held_from(stream, start)
-        if pending:
-            page = _kept_page(client, key, stream, start, req, pending)
-            if page is not None:
-                return page
-        fetch = _log_reader(stream, start, None)
+        cols = None
+        if pending and req.batch <= PAGE_CHUNK:
+            got = stream.read_pieces(start, req.batch, client.server.time_texts.render)
+            if got.__class__ is list:
+                page = _kept_page(client, key, stream, start, req, pending, got)
+                if page is not None:
+                    return page
+            else:  # the columns of the first chunk
+                cols = got
+        fetch = _log_reader(stream, start, None, cols)
     else:
         index = index_of(stream)
         subjects = index.entries(flt)
@@ -409,20 +414,17 @@ def _direct_get(client, key: bytes, stream, req: Request):  # noqa: C901 (over t
     return _page(client, key, cols, pending, {})
 
 
-def _kept_page(client, key: bytes, stream, start: int, req: Request, pending: int) -> Raw | None:
-    """The page of up to ``req.batch`` messages from ``start`` on from the
-    pieces the log's blocks keep (Stream.read_pieces: blocks read a second
-    time keep their messages rendered), or None: read it from the columns.
-    Only when the page cannot reach MAX_BYTES (the pieces hold each
-    message's subject and data, and more)."""
-    texts = client.server.time_texts
-    pieces = stream.read_pieces(start, req.batch, texts.render)
-    if pieces is None or sum(map(len, pieces)) >= (req.max_bytes or DEFAULT_MAX_BYTES):
+def _kept_page(client, key: bytes, stream, start: int, req: Request, pending: int, pieces: list) -> Raw | None:
+    """The page of the messages from ``start`` on whose ``pieces`` the log's
+    blocks keep (Stream.read_pieces: blocks read a second time keep their
+    messages rendered), or None (then read the page from the columns): only
+    when the page cannot reach MAX_BYTES (the pieces hold each message's
+    subject and data, and more)."""
+    if sum(map(len, pieces)) >= (req.max_bytes or DEFAULT_MAX_BYTES):
         return None
     first = start if start > stream.first else stream.first
     n = len(pieces)
-    return encode_piece_page(client.protocol, key, pieces, first, pending, 0,
-                             _eob(pending - n, first + n - 1))
+    return encode_piece_page(client.protocol, key, pieces, first, pending, 0, _eob(pending - n, first + n - 1))
 
 
 # Pages are read and encoded in columns (Stream.read_columns), chunks of at most
@@ -430,15 +432,19 @@ def _kept_page(client, key: bytes, stream, start: int, req: Request, pending: in
 PAGE_CHUNK = 1024
 
 
-def _log_reader(stream, start: int, wanted: set | None):
+def _log_reader(stream, start: int, wanted: set | None, first: tuple | None = None):
     """``fetch(n)``: the columns of the next (at most ``n``) held entries of
-    the log from ``start`` on, of the tags in ``wanted`` only when given."""
+    the log from ``start`` on, of the tags in ``wanted`` only when given;
+    ``first``: the columns of the first fetch, read already."""
     pos = start
 
     def fetch(n: int):
-        nonlocal pos
+        nonlocal pos, first
         while True:
-            cols = stream.read_columns(pos, n)
+            if first is None:
+                cols = stream.read_columns(pos, n)
+            else:
+                cols, first = first, None
             offs = cols[0]
             if not offs:
                 return cols

@@ -910,10 +910,10 @@ class Stream(TagTable):
             offset = stop
         return offsets, tags_out, datas, times_out
 
-    def read_pieces(self, offset: int, count: int, render) -> list | None:
+    def read_pieces(self, offset: int, count: int, render) -> list | tuple[list, list, list, list]:
         """The rendered pieces of the entries ``offset`` .. ``offset + count
-        - 1`` (clamped to those held), one per entry, or None when any of them
-        has none kept: then read them by :meth:`read_columns`.
+        - 1`` (clamped to those held), one per entry, as a list; or, when any
+        of them has none kept, ``read_columns(offset, count)`` (a tuple).
 
         A sealed block (of a node without deleted entries, in the decoded
         cache) renders its pieces the first time readers have asked this
@@ -925,19 +925,22 @@ class Stream(TagTable):
         bound, and drops them with itself (evicted, or its node dropped).
         Every caller of one keyspace must pass the same rendering (the pieces
         are kept per block, not per renderer).  Every block of the range is
-        counted (and rendered when due) even when another makes the answer
-        None, so that a range read again is served whole.  O(count) when
-        served (a list slice per block), plus the rendering of blocks due."""
+        counted (and rendered when due) even when another one sends the read
+        to the columns, so that a range read again is served whole; a block
+        not decoded is left to the columns' read (no decompression twice) and
+        counted once it is.  O(count) when served (a list slice per block),
+        plus the rendering of the blocks due; else O(blocks) plus
+        :meth:`read_columns`."""
+        start = offset
         if offset < self.first:
             offset = self.first
         stop = offset + count
         if stop > self.next_offset:
             stop = self.next_offset
-        if offset >= stop:
-            return None
         nodes = self._nodes
         cache = self._cache
-        pieces: list | None = []
+        pieces: list | None = [] if offset < stop else None
+        undecoded: list = []  # (node, block, entries read) of blocks the columns' read decodes
         while offset < stop:
             node = nodes[self._node_index(offset)]
             if not node.sealed or node.deleted is not None or not node.compressed:
@@ -948,33 +951,48 @@ class Stream(TagTable):
             p = offset - node.start
             be = node.block_entries
             b = p // be
-            blk = node._block(b, cache)
             i = p - b * be
-            held = len(blk.ends) - 1
-            j = i + stop - offset
-            if j > held:
-                j = held
+            held = min(be, node.cap_end - node.start - b * be)  # the block's entries
+            j = min(held, i + stop - offset)
+            offset += j - i
+            blk = node.blocks[b]
+            if blk is None:
+                undecoded.append((node, b, j - i))
+                pieces = None
+                continue
+            cache.touch(blk)
             kept = blk.pieces
             if kept is None:
-                blk.served += j - i
-                if blk.served > held:  # read again: render the block once
-                    first = node.start + b * be
-                    cols = self._block_columns(first, blk.buf, blk.ends, blk.tags, blk.times, held)
-                    kept = render(*cols)
-                    cache.keep_pieces(blk, kept)
+                kept = self._render_when_due(blk, node.start + b * be, j - i, held, render)
             if pieces is not None:
                 if kept is None:
                     pieces = None
                 else:
                     pieces += kept[i:j]
-            offset += j - i
-        return pieces
+        if pieces is not None:
+            return pieces
+        cols = self.read_columns(start, count)
+        for node, b, n in undecoded:
+            blk = node.blocks[b]
+            if blk is not None and blk.lru:
+                blk.served += n
+        return cols
 
-    def _block_columns(self, first: int, buf, ends, tags, times, n: int) -> tuple[range, list, list, list]:
-        """The columns of a decoded block's ``n`` entries (the first at offset ``first``). O(n)."""
-        e = ends.tolist()
-        return (range(first, first + n), list(map(self._tag_list.__getitem__, tags[:n].tolist())),
-                list(map(buf.__getitem__, starmap(slice, zip(e, islice(e, 1, None))))), times[:n].tolist())
+    def _render_when_due(self, blk, first: int, read: int, held: int, render) -> list | None:
+        """Count ``read`` entries read of the decoded block ``blk`` (``held``
+        entries, the first at offset ``first``, no pieces kept yet); once
+        more than it holds have been read, its pieces, rendered now and kept
+        with it (else None).  O(1), or O(block) when rendering."""
+        blk.served += read
+        if blk.served <= held:
+            return None
+        e = blk.ends.tolist()
+        buf = blk.buf
+        pieces = render(range(first, first + held), list(map(self._tag_list.__getitem__, blk.tags[:held].tolist())),
+                        list(map(buf.__getitem__, starmap(slice, zip(e, islice(e, 1, None))))),
+                        blk.times[:held].tolist())
+        self._cache.keep_pieces(blk, pieces)
+        return pieces
 
     def entries_at(self, wanted: Sequence[int]) -> tuple[list, list, list, list]:
         """The held entries among the offsets ``wanted`` (ascending), as the
