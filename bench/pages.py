@@ -22,7 +22,12 @@ pipelined bursts as a client would) is read page by page, every page of
   are read again and again (the 200 warm-up pages read 5,000 entries 4 times
   over), so while the key's blocks fit in the cache, blocks kept rendered
   serve them (with 20,000 entries, 580 blocks, the default 512-block cache
-  evicts each block before it is read again: every read is a first one).
+  evicts each block before it is read again: every read is a first one);
+- ``dget2``: every ``dget`` page read twice in a row, with a cache that holds
+  the whole key: the cost of a block read exactly twice (its first read, then
+  the one that renders it and is served from its pieces), averaged over both.
+  Give ``--entries`` of at least 100 x (200 + ``--large``) / 2 (e.g. 40,000
+  with ``--large 200``, pages of 100) so that no page is read a third time.
 
 Each request goes through ``ClientConnection.data_received`` on the fake
 transport of bench/hotpath.py (parse, dispatch, the handler, the encoding, the
@@ -72,10 +77,14 @@ def make_bench(entries: int, protocol: int, shape: str = ""):
     out.clear()
     if shape in FIRST_READS:
         bench.server.keyspace.cache.set_limits(2, 1 << 30)
+    elif shape == "dget2":
+        bench.server.keyspace.cache.set_limits(1 << 20, 1 << 40)
     return bench, out, request
 
 
 def page_requests(shape: str, entries: int, page: int, request) -> list[bytes]:
+    if shape == "dget2":
+        return [req for req in page_requests("dget", entries, page, request) for req in (req, req)]
     shape = FIRST_READS.get(shape, shape)
     if shape == "mlast":
         return [request(b"MLAST", b"pg", b"SUBJECTS", b"t.*")]
