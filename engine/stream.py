@@ -916,17 +916,17 @@ class Stream(TagTable):
         of them has none kept, ``read_columns(offset, count)`` (a tuple).
 
         A sealed block (of a node without deleted entries, in the decoded
-        cache) renders its pieces the first time readers have asked this
-        method for more entries of it than it holds: on its *second* read, so
-        that a reader that reads each block once (a tail reader) never pays
-        for rendering.  ``render(offsets, tags, datas, times)`` (the block's
+        cache) renders its pieces once readers have asked this method for
+        more entries of it than it holds (a *second* read, so that a reader
+        that reads each block once, a tail reader, never pays for rendering)
+        and a read finds every block of its range read again or rendered: a
+        read served by the columns renders nothing.  ``render(offsets, tags, datas, times)`` (the block's
         columns, as :meth:`read_columns` gives them) returns one bytes object
         per entry; the block keeps them, counted in the decoded-block cache's
         bound, and drops them with itself (evicted, or its node dropped).
         Every caller of one keyspace must pass the same rendering (the pieces
         are kept per block, not per renderer).  Every block of the range is
-        counted (and rendered when due) even when another one sends the read
-        to the columns, so that a range read again is served whole; a block
+        counted even when another one sends the read to the columns; a block
         not decoded is left to the columns' read (no decompression twice) and
         counted once it is.  O(count) when served (a list slice per block),
         plus the rendering of the blocks due; else O(blocks) plus
@@ -961,16 +961,17 @@ class Stream(TagTable):
                 pieces = None
                 continue
             cache.touch(blk)
-            kept = blk.pieces
-            if kept is None:
-                kept = self._render_when_due(blk, node.start + b * be, j - i, held, render)
-            if pieces is not None:
-                if kept is None:
+            if blk.pieces is None:
+                blk.served += j - i
+                if blk.served <= held:  # not read again yet
                     pieces = None
-                else:
-                    pieces += kept[i:j]
+            if pieces is not None:
+                pieces.append((blk, i, j, node.start + b * be, held))
         if pieces is not None:
-            return pieces
+            # every block is read again: render those that keep nothing yet (a
+            # page that the columns serve renders nothing, so that a read of
+            # blocks of which only some are read again pays for one way only)
+            return self._pieces_of(pieces, render)
         cols = self.read_columns(start, count)
         for node, b, n in undecoded:
             blk = node.blocks[b]
@@ -978,20 +979,25 @@ class Stream(TagTable):
                 blk.served += n
         return cols
 
-    def _render_when_due(self, blk, first: int, read: int, held: int, render) -> list | None:
-        """Count ``read`` entries read of the decoded block ``blk`` (``held``
-        entries, the first at offset ``first``, no pieces kept yet); once
-        more than it holds have been read, its pieces, rendered now and kept
-        with it (else None).  O(1), or O(block) when rendering."""
-        blk.served += read
-        if blk.served <= held:
-            return None
+    def _pieces_of(self, parts: list, render) -> list:
+        """The pieces of ``parts`` (``(block, i, j, first offset, entries)``:
+        entries ``i`` .. ``j - 1`` of each block), rendering the blocks that
+        keep none yet. O(entries), plus O(block) per rendering."""
+        out: list = []
+        for blk, i, j, first, held in parts:
+            out += (blk.pieces or self._render(blk, first, held, render))[i:j]
+        return out
+
+    def _render(self, blk, first: int, held: int, render) -> list:
+        """The pieces of the decoded block ``blk`` (``held`` entries, the
+        first at offset ``first``), rendered now and kept with it. O(block)."""
         e = blk.ends.tolist()
         buf = blk.buf
         pieces = render(range(first, first + held), list(map(self._tag_list.__getitem__, blk.tags[:held].tolist())),
                         list(map(buf.__getitem__, starmap(slice, zip(e, islice(e, 1, None))))),
                         blk.times[:held].tolist())
-        self._cache.keep_pieces(blk, pieces)
+        if blk.lru:  # (not when the rendering of another block of the read evicted it)
+            self._cache.keep_pieces(blk, pieces)
         return pieces
 
     def entries_at(self, wanted: Sequence[int]) -> tuple[list, list, list, list]:
