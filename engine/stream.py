@@ -993,9 +993,10 @@ class Stream(TagTable):
         first at offset ``first``), rendered now and kept with it. O(block)."""
         e = blk.ends.tolist()
         buf = blk.buf
-        pieces = render(range(first, first + held), list(map(self._tag_list.__getitem__, blk.tags[:held].tolist())),
-                        list(map(buf.__getitem__, starmap(slice, zip(e, islice(e, 1, None))))),
-                        blk.times[:held].tolist())
+        tag_list = self._tag_list
+        # (comprehensions, not starmap: once per block, and main's read_columns no longer imports it)
+        pieces = render(range(first, first + held), [tag_list[t] for t in blk.tags[:held].tolist()],
+                        [buf[a:b] for a, b in zip(e, islice(e, 1, None))], blk.times[:held].tolist())
         if blk.lru:  # (not when the rendering of another block of the read evicted it)
             self._cache.keep_pieces(blk, pieces)
         return pieces
