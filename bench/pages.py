@@ -15,7 +15,19 @@ pipelined bursts as a client would) is read page by page, every page of
   subject, seq, RFC 3339 time, data, num_pending, last_seq, then the
   end-of-batch map);
 - ``mlast``: ``MLAST key SUBJECTS t.*`` (the newest message of each of the 100
-  tags: a page of 100 messages found through the subject index).
+  tags: a page of 100 messages found through the subject index);
+- ``dget1`` / ``tread1``: ``dget`` / ``tread`` with a decoded-block cache of 2
+  blocks, so that every page decompresses its blocks afresh: each page is a
+  *first* read of its blocks (a tail reader's cost).  In ``dget`` the pages
+  are read again and again (the 200 warm-up pages read 5,000 entries 4 times
+  over), so while the key's blocks fit in the cache, blocks kept rendered
+  serve them (with 20,000 entries, 580 blocks, the default 512-block cache
+  evicts each block before it is read again: every read is a first one);
+- ``dget2``: every ``dget`` page read twice in a row, with a cache that holds
+  the whole key: the cost of a block read exactly twice (its first read, then
+  the one that renders it and is served from its pieces), averaged over both.
+  Give ``--entries`` of at least 100 x (200 + ``--large``) / 2 (e.g. 40,000
+  with ``--large 200``, pages of 100) so that no page is read a third time.
 
 Each request goes through ``ClientConnection.data_received`` on the fake
 transport of bench/hotpath.py (parse, dispatch, the handler, the encoding, the
@@ -43,10 +55,11 @@ import callgrind
 
 HERE = Path(__file__).resolve().parent
 SHAPES = ("tread", "dget", "mlast")
+FIRST_READS = {"dget1": "dget", "tread1": "tread"}  # a 2-block cache: every page decompresses
 PAYLOAD = b'{"id": 12345, "user": "u621", "amount": 345, "note": "some text to make the entry a little longer"}'
 
 
-def make_bench(entries: int, protocol: int):
+def make_bench(entries: int, protocol: int, shape: str = ""):
     sys.path.insert(0, str(HERE))
     import hotpath
 
@@ -62,10 +75,17 @@ def make_bench(entries: int, protocol: int):
         bench.turn_end()
     bench.turn_end()
     out.clear()
+    if shape in FIRST_READS:
+        bench.server.keyspace.cache.set_limits(2, 1 << 30)
+    elif shape == "dget2":
+        bench.server.keyspace.cache.set_limits(1 << 20, 1 << 40)
     return bench, out, request
 
 
 def page_requests(shape: str, entries: int, page: int, request) -> list[bytes]:
+    if shape == "dget2":
+        return [req for req in page_requests("dget", entries, page, request) for req in (req, req)]
+    shape = FIRST_READS.get(shape, shape)
     if shape == "mlast":
         return [request(b"MLAST", b"pg", b"SUBJECTS", b"t.*")]
     verb = ((lambda o: request(b"TREAD", b"pg", b"%d" % o, b"%d" % page)) if shape == "tread"
@@ -81,7 +101,7 @@ def workload(shape: str, count: int, entries: int, page: int, protocol: int) -> 
     """``count`` pages of ``shape`` after a warm-up, in this process (under callgrind)."""
 
     async def main() -> None:
-        bench, out, request = make_bench(entries, protocol)
+        bench, out, request = make_bench(entries, protocol, shape)
         reqs = page_requests(shape, entries, page, request)
         feed, turn_end = bench.feed, bench.turn_end
         for i in range(200 + count):

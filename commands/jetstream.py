@@ -24,7 +24,16 @@ from time import monotonic, time_ns
 from tstream.engine import batches as B
 from tstream.engine.ingest import Ingest
 from tstream.engine.subjects import InvalidSubject, TooManySubjects, held_from, index_of, parse_filter
-from tstream.resp import NULL_ARRAY, OK, Raw, SubjectBulks, encode_message, encode_message_page
+from tstream.resp import (
+    NULL_ARRAY,
+    OK,
+    Raw,
+    SubjectBulks,
+    encode_message,
+    encode_message_page,
+    encode_message_pieces,
+    encode_piece_page,
+)
 
 from .args import to_int
 from .errors import CommandError, SyntaxErr, out_of_memory
@@ -102,6 +111,12 @@ class TimeTexts:
                     return list(map(_NS.__rmod__, times)), list(map(seconds.__getitem__, secs))
         format = self.format
         return [format(t) for t in times], None
+
+    def render(self, seqs, subjects: list, datas: list, times: list) -> list[bytes]:
+        """The messages' pieces (resp.encode_message_pieces) of a block's
+        columns: what Stream.read_pieces keeps for a block read again."""
+        format = self.format
+        return encode_message_pieces(seqs, subjects, [format(t) for t in times], datas)
 
 
 def parse_time(text: bytes) -> int:
@@ -372,7 +387,16 @@ def _direct_get(client, key: bytes, stream, req: Request):  # noqa: C901 (over t
         flt = None  # every subject: read the log itself
     if flt is None:
         pending = held_from(stream, start)
-        fetch = _log_reader(stream, start, None)
+        cols = None
+        if pending and req.batch <= PAGE_CHUNK:
+            got = stream.read_pieces(start, req.batch, client.server.time_texts.render)
+            if got.__class__ is list:
+                page = _kept_page(client, key, stream, start, req, pending, got)
+                if page is not None:
+                    return page
+            else:  # the columns of the first chunk
+                cols = got
+        fetch = _log_reader(stream, start, None, cols)
     else:
         index = index_of(stream)
         subjects = index.entries(flt)
@@ -390,20 +414,37 @@ def _direct_get(client, key: bytes, stream, req: Request):  # noqa: C901 (over t
     return _page(client, key, cols, pending, {})
 
 
+def _kept_page(client, key: bytes, stream, start: int, req: Request, pending: int, pieces: list) -> Raw | None:
+    """The page of the messages from ``start`` on whose ``pieces`` the log's
+    blocks keep (Stream.read_pieces: blocks read a second time keep their
+    messages rendered), or None (then read the page from the columns): only
+    when the page cannot reach MAX_BYTES (the pieces hold each message's
+    subject and data, and more)."""
+    if sum(map(len, pieces)) >= (req.max_bytes or DEFAULT_MAX_BYTES):
+        return None
+    first = start if start > stream.first else stream.first
+    n = len(pieces)
+    return encode_piece_page(client.protocol, key, pieces, first, pending, 0, _eob(pending - n, first + n - 1))
+
+
 # Pages are read and encoded in columns (Stream.read_columns), chunks of at most
 # this many entries at a time: a large BATCH under a small MAX_BYTES reads little more than it sends.
 PAGE_CHUNK = 1024
 
 
-def _log_reader(stream, start: int, wanted: set | None):
+def _log_reader(stream, start: int, wanted: set | None, first: tuple | None = None):
     """``fetch(n)``: the columns of the next (at most ``n``) held entries of
-    the log from ``start`` on, of the tags in ``wanted`` only when given."""
+    the log from ``start`` on, of the tags in ``wanted`` only when given;
+    ``first``: the columns of the first fetch, read already."""
     pos = start
 
     def fetch(n: int):
-        nonlocal pos
+        nonlocal pos, first
         while True:
-            cols = stream.read_columns(pos, n)
+            if first is None:
+                cols = stream.read_columns(pos, n)
+            else:
+                cols, first = first, None
             offs = cols[0]
             if not offs:
                 return cols

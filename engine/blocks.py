@@ -130,9 +130,12 @@ class _Block:
     byte.  ``index`` is the block's number in the node (-1: the whole node,
     see :meth:`Node.decoded`).  ``lru`` tells whether it sits in a
     :class:`BlockCache`; a raw-stored node's single block is permanent instead (and has no
-    ``node`` back reference, so that no cycle keeps a dropped node alive)."""
+    ``node`` back reference, so that no cycle keeps a dropped node alive).
+    ``served`` counts the entries readers of rendered pieces have asked of it
+    and ``pieces`` holds what they rendered once it was read again
+    (:meth:`BlockCache.keep_pieces`; None until then), counted in ``nbytes``."""
 
-    __slots__ = ("node", "index", "buf", "ends", "tags", "times", "nbytes", "lru")
+    __slots__ = ("node", "index", "buf", "ends", "tags", "times", "nbytes", "lru", "served", "pieces")
 
     # memoryviews over the body on little-endian hosts, arrays on big-endian ones
     ends: Any
@@ -161,6 +164,8 @@ class _Block:
         self.buf = raw
         self.nbytes = len(raw) + _BLOCK_OVERHEAD
         self.lru = False
+        self.served = 0
+        self.pieces: list | None = None
 
     @classmethod
     def from_tables(cls, node, index: int, buf: bytes, ends, tags, times) -> "_Block":
@@ -169,6 +174,8 @@ class _Block:
         blk.ends, blk.tags, blk.times = ends, tags, times
         blk.nbytes = (len(buf) + len(ends) * ends.itemsize + 12 * len(tags) + _BLOCK_OVERHEAD)
         blk.lru = False
+        blk.served = 0
+        blk.pieces = None
         return blk
 
 
@@ -176,6 +183,17 @@ class _Block:
 # (+1 for the managed buffer they share), and the bytes object's header.
 _VIEWS_OVERHEAD = _Block.__basicsize__ + 4 * sys.getsizeof(memoryview(b""))
 _BLOCK_OVERHEAD = _VIEWS_OVERHEAD + sys.getsizeof(b"")
+# What a list of n rendered pieces costs besides their bytes: the list (its
+# header and a pointer each) and each bytes object's header.
+_PIECES_LIST = sys.getsizeof([])
+_PIECE_OVERHEAD = sys.getsizeof(b"") + 8
+
+
+def pieces_bytes(pieces: list | None) -> int:
+    """Memory of a block's rendered pieces (0 for None). O(pieces)."""
+    if pieces is None:
+        return 0
+    return sum(map(len, pieces)) + len(pieces) * _PIECE_OVERHEAD + _PIECES_LIST
 
 
 class BlockCache:
@@ -289,6 +307,19 @@ class BlockCache:
     def touch(self, blk: _Block) -> None:
         """A hit: ``blk`` becomes the newest. O(1)."""
         self.lru.move_to_end(blk)
+
+    def keep_pieces(self, blk: _Block, pieces: list) -> None:
+        """Keep ``pieces`` (one bytes object per entry of ``blk``, rendered by
+        a reader: see :meth:`engine.stream.Stream.read_pieces`) with the
+        block, counted in its ``nbytes`` and so in the cache's bound (the
+        oldest blocks make room; the pieces leave with their block).
+        ``blk`` must be in the LRU. O(pieces)."""
+        more = pieces_bytes(pieces) - pieces_bytes(blk.pieces)
+        blk.pieces = pieces
+        blk.nbytes += more
+        self.nbytes += more
+        self.lru.move_to_end(blk)  # the newest: the last to make room
+        self._shrink()
 
     def forget(self, node: SealedNode) -> None:
         """Drop every decoded block of ``node`` from the LRU. O(node's blocks)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 
-from .blocks import _BLOCK_OVERHEAD, _KEEP_SHIFT, BlockCache, _Block, _concat_tables
+from .blocks import _BLOCK_OVERHEAD, _KEEP_SHIFT, BlockCache, _Block, _concat_tables, pieces_bytes
 from .node import ActiveNode, SealedNode, _popcount_range
 from .tags import SMALL_TAGS, TagDict
 
@@ -130,7 +130,8 @@ def _check_sealed(node, cache: BlockCache):
         if node.compressed and blk is not None:
             assert blk.lru and blk in cache.lru and blk.node is node and blk.index == b, \
                 "decoded outside the LRU"
-            assert blk.buf == raw and blk.nbytes == len(raw) + _BLOCK_OVERHEAD
+            assert blk.buf == raw and blk.nbytes == len(raw) + _BLOCK_OVERHEAD + pieces_bytes(blk.pieces)
+            assert blk.pieces is None or len(blk.pieces) == cnt
     assert raw_len == node.raw_len and payload == node.buf_len
     if node.compressed:
         assert len(node.data) <= raw_len - (raw_len >> _KEEP_SHIFT), "useless compression kept"

@@ -916,6 +916,97 @@ class Stream(TagTable):
             offset = stop
         return offsets, tags_out, datas, times_out
 
+    def read_pieces(self, offset: int, count: int, render) -> list | tuple[list, list, list, list]:
+        """The rendered pieces of the entries ``offset`` .. ``offset + count
+        - 1`` (clamped to those held), one per entry, as a list; or, when any
+        of them has none kept, ``read_columns(offset, count)`` (a tuple).
+
+        A sealed block (of a node without deleted entries, in the decoded
+        cache) renders its pieces once readers have asked this method for
+        more entries of it than it holds (a *second* read, so that a reader
+        that reads each block once, a tail reader, never pays for rendering)
+        and a read finds every block of its range read again or rendered: a
+        read served by the columns renders nothing.  ``render(offsets, tags, datas, times)`` (the block's
+        columns, as :meth:`read_columns` gives them) returns one bytes object
+        per entry; the block keeps them, counted in the decoded-block cache's
+        bound, and drops them with itself (evicted, or its node dropped).
+        Every caller of one keyspace must pass the same rendering (the pieces
+        are kept per block, not per renderer).  Every block of the range is
+        counted even when another one sends the read to the columns; a block
+        not decoded is left to the columns' read (no decompression twice) and
+        counted once it is.  O(count) when served (a list slice per block),
+        plus the rendering of the blocks due; else O(blocks) plus
+        :meth:`read_columns`."""
+        start = offset
+        if offset < self.first:
+            offset = self.first
+        stop = offset + count
+        if stop > self.next_offset:
+            stop = self.next_offset
+        nodes = self._nodes
+        cache = self._cache
+        pieces: list | None = [] if offset < stop else None
+        undecoded: list = []  # (node, block, entries read) of blocks the columns' read decodes
+        while offset < stop:
+            node = nodes[self._node_index(offset)]
+            if not node.sealed or node.deleted is not None or not node.compressed:
+                # the active node, deleted entries, a raw-stored node's permanent block
+                pieces = None
+                offset = node.cap_end
+                continue
+            p = offset - node.start
+            be = node.block_entries
+            b = p // be
+            i = p - b * be
+            held = min(be, node.cap_end - node.start - b * be)  # the block's entries
+            j = min(held, i + stop - offset)
+            offset += j - i
+            blk = node.blocks[b]
+            if blk is None:
+                undecoded.append((node, b, j - i))
+                pieces = None
+                continue
+            cache.touch(blk)
+            if blk.pieces is None:
+                blk.served += j - i
+                if blk.served <= held:  # not read again yet
+                    pieces = None
+            if pieces is not None:
+                pieces.append((blk, i, j, node.start + b * be, held))
+        if pieces is not None:
+            # every block is read again: render those that keep nothing yet (a
+            # page that the columns serve renders nothing, so that a read of
+            # blocks of which only some are read again pays for one way only)
+            return self._pieces_of(pieces, render)
+        cols = self.read_columns(start, count)
+        for node, b, n in undecoded:
+            blk = node.blocks[b]
+            if blk is not None and blk.lru:
+                blk.served += n
+        return cols
+
+    def _pieces_of(self, parts: list, render) -> list:
+        """The pieces of ``parts`` (``(block, i, j, first offset, entries)``:
+        entries ``i`` .. ``j - 1`` of each block), rendering the blocks that
+        keep none yet. O(entries), plus O(block) per rendering."""
+        out: list = []
+        for blk, i, j, first, held in parts:
+            out += (blk.pieces or self._render(blk, first, held, render))[i:j]
+        return out
+
+    def _render(self, blk, first: int, held: int, render) -> list:
+        """The pieces of the decoded block ``blk`` (``held`` entries, the
+        first at offset ``first``), rendered now and kept with it. O(block)."""
+        e = blk.ends.tolist()
+        buf = blk.buf
+        tag_list = self._tag_list
+        # (comprehensions, not starmap: once per block, and main's read_columns no longer imports it)
+        pieces = render(range(first, first + held), [tag_list[t] for t in blk.tags[:held].tolist()],
+                        [buf[a:b] for a, b in zip(e, islice(e, 1, None))], blk.times[:held].tolist())
+        if blk.lru:  # (not when the rendering of another block of the read evicted it)
+            self._cache.keep_pieces(blk, pieces)
+        return pieces
+
     def entries_at(self, wanted: Sequence[int]) -> tuple[list, list, list, list]:
         """The held entries among the offsets ``wanted`` (ascending), as the
         columns of :meth:`read_columns`.  O(len(wanted)), plus at most one

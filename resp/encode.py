@@ -273,6 +273,39 @@ def encode_message_page(protocol: int, stream: bytes, seqs: list, subjects: list
     return Raw(b"*%d\r\n" % (n + 1) + (fmt * n) % tuple(args) + encode(tail, protocol))
 
 
+# A message's bytes that no request changes (RESP2 and RESP3 alike): from the
+# subject's key to num_pending's ":" (encode_message_pieces, encode_piece_page).
+_PIECE = (b"$7\r\nsubject\r\n$%d\r\n%s\r\n$3\r\nseq\r\n:%d\r\n$4\r\ntime\r\n$%d\r\n%s\r\n"
+          b"$4\r\ndata\r\n$%d\r\n%s\r\n$11\r\nnum_pending\r\n:")
+
+
+def encode_message_pieces(seqs: Sequence[int], subjects: list, times: list, datas: list) -> list[bytes]:
+    """Each message's piece for :func:`encode_piece_page`: its subject, seq,
+    time (RFC 3339 text) and data as a batched message holds them, up to
+    num_pending's value (the same bytes under RESP2 and RESP3).  A block's
+    pieces are made once and kept (engine Stream.read_pieces)."""
+    return list(map(_PIECE.__mod__, zip(map(len, subjects), subjects, seqs, map(len, times), times,
+                                        map(len, datas), datas)))
+
+
+def encode_piece_page(protocol: int, stream: bytes, pieces: list, first_seq: int, pending: int,
+                      last_seq: int, tail: dict) -> Raw:
+    """``encode_message_page`` of the messages of consecutive seqs
+    ``first_seq``, ``first_seq + 1``, ... whose :func:`encode_message_pieces`
+    are ``pieces``: one format of 3 arguments per message (the piece,
+    num_pending, last_seq: the message's seq - 1, ``last_seq`` for the first)."""
+    head = (_BATCHED_HEAD[protocol] + b"$6\r\nstream\r\n$%d\r\n%s\r\n" % (len(stream), stream)).replace(b"%", b"%%")
+    n = len(pieces)
+    args: list = [0] * (3 * n)
+    args[0::3] = pieces
+    args[1::3] = range(pending - 1, pending - 1 - n, -1)
+    args[5::3] = range(first_seq, first_seq + n - 1)
+    if n:
+        args[2] = last_seq
+    return Raw(b"*%d\r\n" % (n + 1) + ((head + b"%s%d\r\n$8\r\nlast_seq\r\n:%d\r\n") * n) % tuple(args)
+               + encode(tail, protocol))
+
+
 def encode(value, protocol: int) -> bytes:
     """Encode ``value`` as a RESP2 (``protocol`` 2) or RESP3 (3) reply."""
     if value.__class__ is Entries:  # TREAD's reply, the most frequent after integers

@@ -931,6 +931,105 @@ def test_fresh_blocks_are_cached_and_tail_reads_do_not_decompress(small_blocks, 
     assert len(calls) == 4
 
 
+def render_pieces(offsets, tags, datas, times) -> list:
+    """A renderer for Stream.read_pieces: each entry's fields in one bytes object."""
+    return [b"%d|%s|%s|%d" % (o, t, d, tm) for o, t, d, tm in zip(offsets, tags, datas, times)]
+
+
+def read_from_columns(s: Stream, off: int, count: int) -> bool:
+    """True when ``read_pieces`` sends the read to the columns (and they are read_columns')."""
+    got = s.read_pieces(off, count, render_pieces)
+    return got.__class__ is tuple and got == s.read_columns(off, count)
+
+
+def model_pieces(s: Stream, model: dict, off: int, count: int) -> list:
+    off = max(off, s.first)
+    return [b"%d|%s|%s|%d" % (o, *model[o]) for o in range(off, min(off + count, s.next_offset))]
+
+
+def test_read_pieces_renders_a_block_on_its_second_read_only(small_blocks):
+    set_decoded_cache_limits(100, 1 << 30)
+    s, model = blocky()  # nodes of 20 (4 sealed, the active one holds 81..95), blocks of 5
+    # a tail reader, pages of 7 across the sealed nodes: every block read once, none rendered
+    for off in range(1, 81, 7):
+        assert read_from_columns(s, off, 7)
+    assert not any(b.pieces for b in lru())
+    # reading again renders the blocks as they are met: the second read of 1..40 is served whole
+    assert s.read_pieces(1, 40, render_pieces) == model_pieces(s, model, 1, 40)
+    assert all(b.pieces is not None for b in lru() if b.node.start < 41)
+    assert s.read_pieces(3, 9, render_pieces) == model_pieces(s, model, 3, 9)
+    # the active node has no pieces kept: a range reaching it is None
+    assert read_from_columns(s, 75, 10)
+    assert read_from_columns(s, 200, 10)
+    s._check()
+    # random ranges: a list only where every block was read twice, and then the right one
+    rng = random.Random(3)
+    served = 0
+    for _ in range(300):
+        off, count = rng.randrange(-2, 100), rng.randrange(1, 30)
+        got = s.read_pieces(off, count, render_pieces)
+        if got.__class__ is list:
+            served += 1
+            assert got == model_pieces(s, model, off, count)
+        else:
+            assert got == s.read_columns(off, count)
+    assert served > 100
+    s._check()
+    # deleted entries: their node's range is read from the columns again
+    assert s.delete(12)
+    assert read_from_columns(s, 10, 5)
+    assert s.read_pieces(21, 5, render_pieces) == model_pieces(s, model, 21, 5)
+    # evicted up to the middle of a block: from the first held entry on
+    s.evict_through(22)
+    assert s.read_pieces(1, 6, render_pieces) == model_pieces(s, model, 23, 6)
+    s._check()
+
+
+def test_read_pieces_decompresses_no_block_twice(small_blocks, monkeypatch):
+    """A read sent to the columns decodes its blocks there only, even when the
+    cache holds fewer blocks than the read spans (a tail reader pays nothing)."""
+    s, model = blocky()
+    set_decoded_cache_limits(2, 1 << 30)
+    clear_decoded_cache()
+    calls = counting_decompressor(monkeypatch)
+    assert read_from_columns(s, 1, 20)  # 4 blocks
+    assert len(calls) == 8  # read_pieces' 0, then read_columns' 4 (and the check's own read_columns' 4)
+    assert not any(b.pieces for b in lru())
+
+
+def test_rendered_pieces_count_in_the_cache_bound(small_blocks):
+    set_decoded_cache_limits(100, 1 << 30)
+    s, model = blocky()
+    for _ in range(2):
+        s.read_pieces(1, 80, render_pieces)
+    rendered = [b for b in lru() if b.pieces is not None]
+    assert len(rendered) == 16
+    plain = [b for b in lru() if b.pieces is None]
+    assert decoded_cache_bytes() == sum(b.nbytes for b in lru())
+    for b in rendered:
+        assert b.nbytes == len(b.buf) + blocks_mod._BLOCK_OVERHEAD + blocks_mod.pieces_bytes(b.pieces)
+        assert blocks_mod.pieces_bytes(b.pieces) > sum(map(len, b.pieces))
+    assert all(b.nbytes == len(b.buf) + blocks_mod._BLOCK_OVERHEAD for b in plain)
+    s._check()
+    # a byte bound of 3 rendered blocks: pieces make room by evicting, and leave with their block
+    budget = 3 * max(b.nbytes for b in rendered)
+    set_decoded_cache_limits(100, budget)
+    assert decoded_cache_bytes() <= budget
+    for _ in range(3):
+        for off in range(1, 80, 5):
+            s.read_pieces(off, 5, render_pieces)
+            assert decoded_cache_bytes() <= budget
+            assert decoded_cache_bytes() == sum(b.nbytes for b in lru())
+    s._check()
+    kept = {id(b) for b in lru()}
+    dropped = [b for node in s.node_list() if node.sealed for b in node.blocks if b is not None and id(b) not in kept]
+    assert not dropped  # an evicted block is unlinked from its node: its pieces are gone with it
+    clear_decoded_cache()
+    assert decoded_cache_bytes() == 0
+    assert read_from_columns(s, 1, 5)  # decoded afresh: a first read again (the columns' read decodes it)
+    assert s.read_pieces(1, 5, render_pieces) == model_pieces(s, model, 1, 5)  # and counts it: the second renders
+
+
 def test_block_cache_is_bounded_by_count_and_bytes(small_blocks, monkeypatch):
     set_decoded_cache_limits(3, 1 << 30)
     s, model = blocky()

@@ -788,3 +788,72 @@ def test_time_texts_page_forms():
         kinds.add(type(prefix).__name__)
         assert texts_of(fractions, prefix) == [TimeTexts().format(t) for t in times]
     assert kinds == {"bytes", "list", "NoneType"}
+
+
+def raw_exchange(sock, reader, *words) -> tuple[bytes, object]:
+    """Send one request, return its reply's bytes and what hiredis parses of them."""
+    from tstream.resp import encode
+
+    sock.sendall(encode([w if isinstance(w, bytes) else str(w).encode() for w in words], 2))
+    got = b""
+    while True:
+        chunk = sock.recv(1 << 20)
+        assert chunk
+        got += chunk
+        reader.feed(chunk)
+        reply = reader.gets()
+        if reply is not False:
+            return got, reply
+
+
+def check_page(exchange, key: str, messages: dict, start: int, batch: int, held: list) -> None:
+    """``DGET key SEQ start BATCH batch`` holds the held messages from ``start``
+    on as ``messages`` has them, with their num_pending and last_seq."""
+    reply = maps(exchange("DGET", key, "SEQ", start, "BATCH", batch)[1])
+    after = [o for o in held if o >= start]
+    want = after[:batch]
+    assert [m["seq"] for m in reply[:-1]] == want
+    for k, m in enumerate(reply[:-1]):
+        first = messages[m["seq"]]
+        assert (m["subject"], m["data"], m["time"]) == (first["subject"], first["data"], first["time"])
+        assert m["num_pending"] == len(after) - k - 1 and m["last_seq"] == (want[k - 1] if k else 0)
+    assert reply[-1]["num_pending"] == len(after) - len(want) and reply[-1]["last_seq"] == want[-1]
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_pages_read_again_are_their_first_reads_bytes(server, protocol):
+    """DGET pages over sealed nodes: a block read a second time serves its
+    messages from the pieces it keeps rendered (Stream.read_pieces); every page
+    read again is byte for byte its first read (columns), RESP2 and RESP3, pages
+    of other alignments hold the same messages, and deleted or evicted
+    entries are skipped after the blocks were rendered."""
+    import socket
+    from functools import partial
+
+    import hiredis
+
+    client = server.client()
+    key = "pages:%d" % protocol
+    for first in range(0, 2600, 200):
+        write(client, key, *[(f"t.{i % 30}", "x" * (i % 150) + f"-{i}") for i in range(first, first + 200)])
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        exchange = partial(raw_exchange, sock, hiredis.Reader())
+        if protocol == 3:
+            exchange("HELLO", 3)
+        pages = [("SEQ", o, "BATCH", 100) for o in range(1, 2601, 100)] + [("SEQ", 37, "BATCH", 1000)]
+        first = [exchange("DGET", key, *page)[0] for page in pages]
+        for _ in range(3):
+            assert [exchange("DGET", key, *page)[0] for page in pages] == first
+        # every message as its first read gave it (bar num_pending and last_seq)
+        messages = {m["seq"]: m for page in pages for m in maps(exchange("DGET", key, *page)[1])[:-1]}
+        assert sorted(messages) == list(range(1, 2601))
+        for start, batch in [(1, 37), (5, 100), (990, 30), (1, 1), (2590, 50), (1500, 333)]:
+            check_page(exchange, key, messages, start, batch, list(range(1, 2601)))
+        # evicted up to the middle of a block, then deleted entries, after the blocks were rendered
+        client.execute_command("TEVICT", key, 1015)
+        for start, batch in [(1, 100), (1016, 50), (1100, 7)]:
+            check_page(exchange, key, messages, start, batch, list(range(1016, 2601)))
+        client.execute_command("TCONFIG", key, "SET", "max_msgs_per_subject", 40)  # the newest 1,200 are kept
+        for start, batch in [(1, 100), (1200, 300), (1990, 20), (2590, 50)]:
+            check_page(exchange, key, messages, start, batch, list(range(1401, 2601)))
+    client.close()

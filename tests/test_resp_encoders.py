@@ -29,6 +29,8 @@ from tstream.resp import (
     encode_integer_run,
     encode_message,
     encode_message_page,
+    encode_message_pieces,
+    encode_piece_page,
     encode_single_reads,
     encode_stream_entries,
     encode_stream_ids,
@@ -191,6 +193,30 @@ def test_message_page_random_pages():
         # each message's prefix (a page across seconds)
         assert encode_message_page(protocol, b"pg", seqs, subjects, fractions, datas, pending, last_seq, tail,
                                    [text[:-11] for text in texts], kept) == expected
+
+
+def test_piece_pages_are_message_pages():
+    """A page from kept pieces (consecutive seqs) is exactly encode_message_page's
+    page of the same messages, RESP2 and RESP3, any first last_seq, empty
+    pages, payloads and subjects, a stream name with % in it."""
+    rng = random.Random(8)
+    for round_ in range(300):
+        protocol = 2 + round_ % 2
+        n = rng.choice([0, 1, 2, 35, 100, 257])
+        first = rng.choice([1, 2, 999, 10**12, (1 << 63) - 300])
+        seqs = list(range(first, first + n))
+        subjects = [b"t.%d" % rng.randrange(300) if rng.random() < 0.9 else b"" for _ in range(n)]
+        datas = [rng.randbytes(rng.choice([0, 1, 99, 300])) for _ in range(n)]
+        texts = [b"2026-11-27T22:%02d:%02d.%09dZ" % (rng.randrange(60), rng.randrange(60), rng.randrange(10**9))
+                 for _ in range(n)]
+        pending = n + rng.randrange(5)
+        last_seq = rng.choice([0, first - 1, 7])
+        stream = rng.choice([b"pg", b"%d%s%%", b""])
+        tail = {"status": 204, "description": "EOB", "num_pending": pending - n, "last_seq": seqs[-1] if n else 0}
+        pieces = encode_message_pieces(range(first, first + n), subjects, texts, datas)
+        assert len(pieces) == n and all(type(piece) is bytes for piece in pieces)
+        assert encode_piece_page(protocol, stream, pieces, first, pending, last_seq, tail) \
+            == encode_message_page(protocol, stream, seqs, subjects, texts, datas, pending, last_seq, tail)
 
 
 @given(st.text(max_size=40), protocols)
