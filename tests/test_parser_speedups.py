@@ -33,7 +33,15 @@ if parser_module.SPEEDUPS:
     from tstream.resp import _speedups as speedups
 else:
     speedups = None
-needs_c = pytest.mark.skipif(speedups is None, reason="the C parser is off (TSTREAM_PURE_PYTHON) or not built")
+_skip_without_c = pytest.mark.skipif(speedups is None, reason="the C parser is off (TSTREAM_PURE_PYTHON) or not built")
+
+
+def needs_c(test):
+    """A test of the C parser itself: marked ``speedups``, so that the pure-Python
+    pass of .ci/run deselects it (``-m "not slow and not speedups"``) instead of
+    skipping it; elsewhere it is skipped only where the extension is not built,
+    which ``test_the_environment_variable_turns_the_c_parser_off`` refuses."""
+    return pytest.mark.speedups(_skip_without_c(test))
 EXAMPLES = int(os.environ.get("TSTREAM_FUZZ_EXAMPLES", "0")) or None
 
 
