@@ -239,20 +239,21 @@ def _msgid_run(client, argvs: list) -> bytes:
         return b"".join(_twrite_each(client, argvs))
     now = time_ns()
     start = stream.next_offset
-    last_time = stream.last_time  # the append gives the entries max(now, last_time)
-    if not ingest.claim_run(ids, start, now, window_ms * 1_000_000, now if now > last_time else last_time):
+    if not ingest.claim_run(ids, start, now, window_ms * 1_000_000):
         return b"".join(_twrite_each(client, argvs))  # an id stored within the window, or repeated
     first = stream.first
     try:
         offset = stream.append_columns(tags, datas, now)
     except MemoryError:
         stored = stream.next_offset - start
-        ingest.truncate_run(stored)
+        ingest.unclaim_ids(ids[stored:])
         if stored:
+            ingest.note_run(stream.last_time, stored)
             server.writes.ingested(key, stream, first, start, tags[:stored], datas[:stored], None, 0, False,
                                    ids[:stored])
         error = encode_error(out_of_memory(0, 1, 0).message)
         return encode_integer_run(start, stored) + error * (count - stored)
+    ingest.note_run(stream.last_time, count)
     server.writes.ingested(key, stream, first, offset, tags, datas, None, 0, False, ids)
     return encode_integer_run(offset, count)
 

@@ -116,7 +116,7 @@ class FastBatch:
 class Ingest:
     """A stream's fast batches and message ids (see the module docstring)."""
 
-    __slots__ = ("batches", "ids", "runs")
+    __slots__ = ("batches", "ids", "runs", "_claimed")
 
     def __init__(self) -> None:
         self.batches: dict[bytes, FastBatch] = {}
@@ -125,6 +125,7 @@ class Ingest:
         # offsets is the first one (ids[i] at first + i, None: no id) or a tuple
         # (a snapshot's records). Tuples of bytes and ints: the collector untracks them.
         self.runs: deque[tuple] = deque()
+        self._claimed: tuple = ((), 0)  # the last run claim_run entered: (ids, offset), for note_run
 
     def batch(self, key: bytes, batch_id: bytes) -> FastBatch:
         """The batch ``batch_id``, created if new."""
@@ -199,13 +200,11 @@ class Ingest:
                 table[mid] = offset + i
         self.runs.append((time_ns, tuple(ids), offset))
 
-    def claim_run(self, ids: tuple, offset: int, now_ns: int, window_ns: int, stored_ns: int) -> bool:
-        """Enter the ids of a pipelined run (a tuple) as stored from ``offset``
-        (the stream's next offset) on at ``stored_ns`` (the time the append will
-        give them: their expiry), before the append, after dropping the ids that
-        aged out; the run's record is kept at once (``truncate_run`` if the append
-        then stores only part of it).  False, with the table as it was, if one of
-        them is in the table or repeats within ``ids``.
+    def claim_run(self, ids: tuple, offset: int, now_ns: int, window_ns: int) -> bool:
+        """Enter the ids of a pipelined run (a tuple) as about to be stored from
+        ``offset`` (the stream's next offset) on, before the append (``note_run``
+        once stored), after dropping the ids that aged out.  False, with the table
+        as it was, if one of them is in the table or repeats within ``ids``.
 
         One C pass: ``setdefault`` of each id with its offset, summed.  It gives
         back ``offset + i`` for a new id (entered), and less for any other: an id
@@ -221,7 +220,7 @@ class Ingest:
                 self._expire(now_ns - window_ns)
         count = len(ids)
         if sum(map(table.setdefault, ids, range(offset, offset + count))) == count * offset + (count * count - count) // 2:
-            self.runs.append((stored_ns, ids, offset))  # (one call per run: no separate note of the run)
+            self._claimed = (ids, offset)
             return True
         get = table.get
         for i, mid in enumerate(ids):  # an id stored or repeated: take back the ones entered now
@@ -229,16 +228,19 @@ class Ingest:
                 del table[mid]
         return False
 
-    def truncate_run(self, stored: int) -> None:
-        """Only the first ``stored`` entries of the run ``claim_run`` entered last
-        were stored (out of memory): take back the other ids, and keep the record
-        of the stored ones only. O(ids)."""
-        stored_ns, ids, offset = self.runs.pop()
+    def unclaim_ids(self, ids) -> None:
+        """Take back claimed ``ids`` that were not stored. O(ids)."""
         pop = self.ids.pop
-        for mid in ids[stored:]:
+        for mid in ids:
             pop(mid, None)
-        if stored > 0:
-            self.runs.append((stored_ns, ids[:stored], offset))
+
+    def note_run(self, time_ns: int, count: int) -> None:
+        """The first ``count`` ids of the run ``claim_run`` entered last were stored
+        at ``time_ns`` (their expiry; the others were taken back)."""
+        ids, offset = self._claimed
+        self._claimed = ((), 0)
+        if count > 0:
+            self.runs.append((time_ns, ids if count == len(ids) else ids[:count], offset))
 
     # --- snapshots ---------------------------------------------------------------------
 
