@@ -637,7 +637,7 @@ class TestMessageIds:
         assert not ingest.claim_run((b"d", b"e", b"d"), 5, 300, 1000)  # repeated within the run
         assert not ingest.claim_run((b"d", b"b"), 5, 300, 1000)  # stored within the window
         assert ingest.ids == before
-        assert ingest.export()["ids"] == [[b"old", 1], [b"a", 2], [b"b", 3], [b"c", 4]]
+        assert ingest.export()["ids"] == [(b"old", 1), (b"a", 2), (b"b", 3), (b"c", 4)]
         assert Ingest.load(b"k", ingest.export()).seen(b"c", 300, 1000) == 4
         assert ingest.claim_run((b"old", b"f"), 5, 1100, 1000)  # "old" aged out (stored at 100)
         ingest.note_run(1100, 2)
@@ -653,7 +653,7 @@ class TestMessageIds:
         ingest.note_run(150, 2)  # c was not stored
         ingest.unclaim_ids((b"c",))
         ingest.add_ids([b"x"], 6, 200)  # entered again (a replay): its newer offset
-        assert ingest.export()["ids"] == [[b"y", 3], [b"a", 4], [b"b", 5], [b"x", 6]]
+        assert ingest.export()["ids"] == [(b"y", 3), (b"a", 4), (b"b", 5), (b"x", 6)]
         assert ingest.export()["runs"] == [[100, 1], [150, 2], [200, 1]]
         loaded = Ingest.load(b"k", ingest.export())
         for table in (ingest, loaded):
