@@ -15,6 +15,7 @@ The error paths in C (MemoryError at each allocation) are driven with
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import subprocess
@@ -33,15 +34,21 @@ if parser_module.SPEEDUPS:
     from tstream.resp import _speedups as speedups
 else:
     speedups = None
-_skip_without_c = pytest.mark.skipif(speedups is None, reason="the C parser is off (TSTREAM_PURE_PYTHON) or not built")
-
-
 def needs_c(test):
-    """A test of the C parser itself: marked ``speedups``, so that the pure-Python
-    pass of .ci/run deselects it (``-m "not slow and not speedups"``) instead of
-    skipping it; elsewhere it is skipped only where the extension is not built,
-    which ``test_the_environment_variable_turns_the_c_parser_off`` refuses."""
-    return pytest.mark.speedups(_skip_without_c(test))
+    """A test of the C parser itself, marked ``speedups``: the pure-Python pass of
+    .ci/run deselects it (``-m "not slow and not speedups"``); anywhere else it
+    fails, not skips, when the extension is off or not built (the README's
+    install builds it, as ``test_the_environment_variable_turns_the_c_parser_off``
+    checks)."""
+
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        if speedups is None:
+            pytest.fail("the C parser is off (TSTREAM_PURE_PYTHON) or not built: "
+                        "deselect these tests with -m 'not speedups'")
+        return test(*args, **kwargs)
+
+    return pytest.mark.speedups(run)
 EXAMPLES = int(os.environ.get("TSTREAM_FUZZ_EXAMPLES", "0")) or None
 
 
