@@ -30,7 +30,7 @@ from tstream.resp import (
     TABLE_PAGES_IN_C,
     Raw,
     SubjectBulks,
-    encode,
+    encode_eob,
     encode_message,
     encode_message_page,
     encode_message_pieces,
@@ -431,7 +431,7 @@ def _table_page(client, key: bytes, stream, start: int, req: Request, pending: i
         return None
     body, n = encode_table_page(client.protocol, key, tables, stream.tag_list, pending, 0,
                                 req.max_bytes or DEFAULT_MAX_BYTES)
-    return Raw(body + encode(_eob(pending - n, tables[0][6] + n - 1), client.protocol))
+    return Raw(body + encode_eob(client.protocol, pending - n, tables[0][6] + n - 1))
 
 
 def _kept_page(client, key: bytes, stream, start: int, req: Request, pending: int, pieces: list) -> Raw | None:

@@ -211,6 +211,16 @@ def encode_flow_ack(protocol: int, seq: int, ack_msgs: int) -> bytes:
     return _FLOW_ACK[protocol] % (seq, ack_msgs)
 
 
+_EOB = {protocol: head + b"$6\r\nstatus\r\n:204\r\n$11\r\ndescription\r\n$3\r\nEOB\r\n"
+        b"$11\r\nnum_pending\r\n:%d\r\n$8\r\nlast_seq\r\n:%d\r\n" for protocol, head in ((2, b"*8\r\n"), (3, b"%%4\r\n"))}
+
+
+def encode_eob(protocol: int, num_pending: int, last_seq: int) -> bytes:
+    """``encode({"status": 204, "description": "EOB", "num_pending": num_pending,
+    "last_seq": last_seq}, protocol)``: the end-of-batch map of a DGET page."""
+    return _EOB[protocol] % (num_pending, last_seq)
+
+
 class SubjectBulks(dict):
     """subject -> its bulk string (``b"$3\r\nt.1\r\n"``), made on first use:
     the pages of DGET/MLAST repeat their subjects from page to page.  The

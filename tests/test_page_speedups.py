@@ -25,7 +25,7 @@ from array import array
 
 import pytest
 
-from tstream.resp import encode, encode_batched_message, encode_message_page
+from tstream.resp import encode, encode_batched_message, encode_eob, encode_message_page
 from tstream.resp.encode import TABLE_PAGES_IN_C, encode_table_page, encode_table_page_python
 
 if TABLE_PAGES_IN_C:
@@ -230,3 +230,10 @@ def test_table_pages_in_use():
     (tests/test_jetstream.py's pages then check its bytes over TCP)."""
     assert encode_table_page is (c_encode_table_page or encode_table_page_python)
     assert encode_batched_message  # (the fallback's message encoder)
+
+
+def test_encode_eob_is_encode_of_the_map():
+    for protocol in (2, 3):
+        for pending, last in ((0, 0), (5, 7), (1 << 40, 123), (-1, -2)):
+            tail = {"status": 204, "description": "EOB", "num_pending": pending, "last_seq": last}
+            assert encode_eob(protocol, pending, last) == encode(tail, protocol)
