@@ -300,9 +300,9 @@ class Stream(TagTable):
         return self._nodes
 
     @property
-    def tag_list(self) -> list:
-        """The tags by id, as :meth:`read_tables`' tag ids index them (read-only
-        use; the slots of ids no longer used hold None). O(1)."""
+    def tag_list(self) -> Sequence:
+        """The tags by id, as :meth:`read_tables`' tag ids index them (a list
+        or tuple, read-only use; the slots of ids no longer used hold None). O(1)."""
         return self._tag_list
 
     def capture_nodes(self) -> tuple[list, dict, tuple | None]:
