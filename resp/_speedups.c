@@ -1,4 +1,5 @@
-/* tstream.resp._speedups: the request parser's hot path in C (optional).
+/* tstream.resp._speedups: the request parser's hot path in C (optional), and
+   the writer of DGET pages (encode_table_page, further down: separate code).
 
    parse_many(data, max_bulk) -> list of commands (each a list of bytes), or None
    parse_one(data, max_bulk)  -> one command (a list of bytes), or None
@@ -626,7 +627,8 @@ static PyMethodDef speedups_methods[] = {
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     "tstream.resp._speedups",
-    "The request parser's hot path in C (optional: resp/parser.py falls back to Python).",
+    "The request parser's hot path and DGET pages' writer in C (optional: resp/parser.py and\n"
+    "resp/encode.py fall back to Python).",
     0,
     speedups_methods,
     NULL, NULL, NULL, NULL,

@@ -30,7 +30,9 @@ The replies the server sends most have fast encoders here too, each giving
 exactly the bytes ``encode`` would (tests/test_resp_encoders.py checks it):
 ``encode_integer`` (TWRITE, TACK), ``encode_integer_run`` and ``encode_integers`` (pipelined runs of
 TWRITE), ``encode_entries`` (TREAD), ``encode_message`` and
-``encode_batched_message`` (the JetStream message maps of DGET and MLAST).
+``encode_batched_message`` (the JetStream message maps of DGET and MLAST),
+``encode_message_page`` and ``encode_table_page`` (whole DGET pages; the latter
+in C, resp/_speedups.c, from the log's decoded tables), ``encode_eob``.
 Commands never build RESP bytes themselves.
 """
 
