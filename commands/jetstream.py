@@ -27,12 +27,15 @@ from tstream.engine.subjects import InvalidSubject, TooManySubjects, held_from, 
 from tstream.resp import (
     NULL_ARRAY,
     OK,
+    TABLE_PAGES_IN_C,
     Raw,
     SubjectBulks,
+    encode_eob,
     encode_message,
     encode_message_page,
     encode_message_pieces,
     encode_piece_page,
+    encode_table_page,
 )
 
 from .args import to_int
@@ -388,7 +391,11 @@ def _direct_get(client, key: bytes, stream, req: Request):  # noqa: C901 (over t
     if flt is None:
         pending = held_from(stream, start)
         cols = None
-        if pending and req.batch <= PAGE_CHUNK:
+        if pending and req.batch <= PAGE_CHUNK and TABLE_PAGES_IN_C:
+            page = _table_page(client, key, stream, start, req, pending)
+            if page is not None:
+                return page
+        elif pending and req.batch <= PAGE_CHUNK:
             got = stream.read_pieces(start, req.batch, client.server.time_texts.render)
             if got.__class__ is list:
                 page = _kept_page(client, key, stream, start, req, pending, got)
@@ -412,6 +419,19 @@ def _direct_get(client, key: bytes, stream, req: Request):  # noqa: C901 (over t
     if not cols[0]:
         return NULL_ARRAY
     return _page(client, key, cols, pending, {})
+
+
+def _table_page(client, key: bytes, stream, start: int, req: Request, pending: int) -> Raw | None:
+    """The page of the log's messages from ``start`` on written in C from the
+    decoded tables that hold them (Stream.read_tables, resp.encode_table_page:
+    no Python object per message, the times formatted in C), or None when a
+    node of the range has deleted entries (then read the page from the columns)."""
+    tables = stream.read_tables(start, req.batch)
+    if not tables:
+        return None
+    body, n = encode_table_page(client.protocol, key, tables, stream.tag_list, pending, 0,
+                                req.max_bytes or DEFAULT_MAX_BYTES)
+    return Raw(body + encode_eob(client.protocol, pending - n, tables[0][6] + n - 1))
 
 
 def _kept_page(client, key: bytes, stream, start: int, req: Request, pending: int, pieces: list) -> Raw | None:

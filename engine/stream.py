@@ -299,6 +299,12 @@ class Stream(TagTable):
         """The macro nodes, oldest first (read-only use, e.g. snapshots). O(1)."""
         return self._nodes
 
+    @property
+    def tag_list(self) -> Sequence:
+        """The tags by id, as :meth:`read_tables`' tag ids index them (a list
+        or tuple, read-only use; the slots of ids no longer used hold None). O(1)."""
+        return self._tag_list
+
     def capture_nodes(self) -> tuple[list, dict, tuple | None]:
         """A picture of the nodes for a snapshot, cheap enough for any stream size:
         ``(sealed, deleted, active)`` -- the sealed nodes themselves (immutable;
@@ -915,6 +921,36 @@ class Stream(TagTable):
                     times_out.append(times[k])
             offset = stop
         return offsets, tags_out, datas, times_out
+
+    def read_tables(self, offset: int, count: int) -> list | None:
+        """Up to ``count`` held entries from ``offset`` on as the decoded
+        tables that hold them: a list of ``(buf, ends, tags, times, i, j,
+        first)``, entries ``i`` .. ``j - 1`` of each (entry ``k``'s payload
+        ``buf[ends[k]:ends[k + 1]]``, tag id ``tags[k]`` (a subject of
+        :attr:`tag_list`), time ``times[k]``, offset ``first + k - i``), in
+        order and consecutive; or None when a node of the range has deleted
+        entries (then :meth:`read_columns` skips them).  What
+        resp.encode_table_page writes a page from, without a Python object
+        per entry.  The tables are the cache's or the active node's own:
+        read them before anything changes the stream.  O(blocks touched),
+        plus at most one decompression per sealed block touched."""
+        tables: list = []
+        if offset < self.first:
+            offset = self.first
+        stop = offset + count if count > 0 else offset
+        if stop > self.next_offset:
+            stop = self.next_offset
+        nodes = self._nodes
+        cache = self._cache
+        while offset < stop:
+            node = nodes[self._node_index(offset)]
+            if node.deleted is not None:
+                return None
+            buf, ends, tags, times, i = node.tables_at(offset - node.start, cache)
+            j = min(len(ends) - 1, i + stop - offset)  # to the end of these tables, at most to ``stop``
+            tables.append((buf, ends, tags, times, i, j, offset))
+            offset += j - i
+        return tables
 
     def read_pieces(self, offset: int, count: int, render) -> list | tuple[list, list, list, list]:
         """The rendered pieces of the entries ``offset`` .. ``offset + count

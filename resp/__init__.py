@@ -5,6 +5,7 @@ from .encode import (
     NULL_ARRAY,
     OK,
     QUEUED,
+    TABLE_PAGES_IN_C,
     BigNumber,
     Entries,
     ErrorReply,
@@ -20,6 +21,7 @@ from .encode import (
     encode_batched_message,
     encode_bulk,
     encode_entries,
+    encode_eob,
     encode_error,
     encode_flow_ack,
     encode_integer,
@@ -32,6 +34,7 @@ from .encode import (
     encode_single_reads,
     encode_stream_entries,
     encode_stream_ids,
+    encode_table_page,
 )
 from .errors import ProtocolError
 from .parser import RequestParser, split_inline
@@ -39,6 +42,6 @@ from .strict import StrictRequestParser
 
 __all__ = [
     "NO_REPLY", "NULL_ARRAY", "OK", "QUEUED", "BigNumber", "Entries", "ErrorReply", "KeyedReplies", "Push", "Raw", "Set", "Status", "StreamEntries", "SubjectBulks", "Verbatim",
-    "encode", "encode_batched_message", "encode_message_page", "encode_message_pieces", "encode_piece_page", "encode_bulk", "encode_entries", "encode_error", "encode_flow_ack", "encode_integer", "encode_integer_run",
-    "encode_integers", "encode_message", "encode_single_reads", "encode_stream_entries", "encode_stream_ids", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
+    "encode", "encode_batched_message", "encode_message_page", "encode_message_pieces", "encode_piece_page", "encode_bulk", "encode_entries", "encode_eob", "encode_error", "encode_flow_ack", "encode_integer", "encode_integer_run",
+    "encode_integers", "encode_message", "encode_single_reads", "encode_stream_entries", "encode_stream_ids", "encode_table_page", "TABLE_PAGES_IN_C", "ProtocolError", "RequestParser", "StrictRequestParser", "split_inline",
 ]

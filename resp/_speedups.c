@@ -1,4 +1,5 @@
-/* tstream.resp._speedups: the request parser's hot path in C (optional).
+/* tstream.resp._speedups: the request parser's hot path in C (optional), and
+   the writer of DGET pages (encode_table_page, further down: separate code).
 
    parse_many(data, max_bulk) -> list of commands (each a list of bytes), or None
    parse_one(data, max_bulk)  -> one command (a list of bytes), or None
@@ -199,6 +200,417 @@ parse_one(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return command;
 }
 
+/* ------------------------------------------------------------------------
+   encode_table_page: a DGET page from the log's tables, in one buffer
+   (pages10; separate from the parser above: it shares nothing with it).
+
+   encode_table_page(protocol, stream, tables, subjects, pending, last_seq, budget)
+       -> (bytes, n)
+
+   ``tables``: a list of (buf, ends, tags, times, i, j, first_seq), each the
+   decoded tables of a block (or of the active node) as engine Stream.read_tables
+   gives them: entry k (i <= k < j) has the payload buf[ends[k]:ends[k + 1]],
+   the subject subjects[tags[k]] (a list or tuple of bytes), the time times[k] (ns since the epoch) and
+   the seq first_seq + k - i.  ``buf`` is any byte buffer, ``ends`` an array of
+   'I' or 'Q', ``tags`` of 'I', ``times`` of 'q'.  The bytes are
+   ``b"*%d\r\n" % (n + 1)`` then the first n messages as
+   resp.encode_batched_message(protocol, stream, subject, seq, time as RFC 3339
+   with 9 fraction digits, data, pending - k - 1, the previous message's seq
+   (``last_seq`` for the first)) formats them: what resp.encode_message_page
+   writes before the end-of-batch map.  n: the entries taken, in order, while
+   the subjects' and payloads' bytes taken so far are under ``budget``
+   (MAX_BYTES: the entry that reaches it is the last).
+
+   Two passes: the first checks every index and sums the size, the second
+   writes into one bytes object of exactly that size.  The times' second
+   prefixes ("YYYY-MM-DDTHH:MM:SS", a civil date from the days since the
+   epoch) are kept from message to message while the second stays the same.
+   Nothing is kept between calls; the GIL is held throughout.  On a bad
+   argument TypeError/ValueError, on a MemoryError NULL, nothing leaked.
+   ------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject *buf_obj, *ends_obj, *tags_obj, *times_obj;
+    Py_buffer buf, ends, tags, times;
+    int held;  /* how many of the four views are held */
+    Py_ssize_t i, j;
+    long long first_seq;
+    int ends_wide;  /* ends of 8 bytes ('Q'), else 4 ('I') */
+} TableView;
+
+static void
+table_release(TableView *t)
+{
+    if (t->held > 3) PyBuffer_Release(&t->times);
+    if (t->held > 2) PyBuffer_Release(&t->tags);
+    if (t->held > 1) PyBuffer_Release(&t->ends);
+    if (t->held > 0) PyBuffer_Release(&t->buf);
+    t->held = 0;
+}
+
+static int
+array_format_is(const Py_buffer *view, char code, Py_ssize_t itemsize)
+{
+    const char *f = view->format;
+    if (f == NULL || view->itemsize != itemsize || view->ndim != 1)
+        return 0;
+    if (*f == '@' || *f == '=')
+        f++;
+    return f[0] == code && f[1] == '\0';
+}
+
+/* The table ``item`` into ``t`` (its four views held), its indexes checked
+   against its arrays: 0 with an error set. */
+static int
+table_acquire(PyObject *item, TableView *t)
+{
+    t->held = 0;
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 7) {
+        PyErr_SetString(PyExc_TypeError, "a table is a tuple (buf, ends, tags, times, i, j, first_seq)");
+        return 0;
+    }
+    t->i = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 4));
+    if (t->i == -1 && PyErr_Occurred())
+        return 0;
+    t->j = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 5));
+    if (t->j == -1 && PyErr_Occurred())
+        return 0;
+    t->first_seq = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 6));
+    if (t->first_seq == -1 && PyErr_Occurred())
+        return 0;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(item, 0), &t->buf, PyBUF_SIMPLE) < 0)
+        return 0;
+    t->held = 1;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(item, 1), &t->ends, PyBUF_FORMAT | PyBUF_ND) < 0)
+        goto failed;
+    t->held = 2;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(item, 2), &t->tags, PyBUF_FORMAT | PyBUF_ND) < 0)
+        goto failed;
+    t->held = 3;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(item, 3), &t->times, PyBUF_FORMAT | PyBUF_ND) < 0)
+        goto failed;
+    t->held = 4;
+    if (array_format_is(&t->ends, 'I', 4))
+        t->ends_wide = 0;
+    else if (array_format_is(&t->ends, 'Q', 8) || array_format_is(&t->ends, 'L', 8))
+        t->ends_wide = 1;
+    else {
+        PyErr_SetString(PyExc_TypeError, "ends must be an array of 'I' or 'Q'");
+        goto failed;
+    }
+    if (!array_format_is(&t->tags, 'I', 4) || !(array_format_is(&t->times, 'q', 8)
+                                                || array_format_is(&t->times, 'l', 8))) {
+        PyErr_SetString(PyExc_TypeError, "tags must be an array of 'I', times of 'q'");
+        goto failed;
+    }
+    if (t->i < 0 || t->j < t->i || t->j >= t->ends.len / t->ends.itemsize
+            || t->j > t->tags.len / 4 || t->j > t->times.len / 8) {
+        PyErr_SetString(PyExc_ValueError, "a table's range is outside its arrays");
+        goto failed;
+    }
+    return 1;
+failed:
+    table_release(t);
+    return 0;
+}
+
+static inline unsigned long long
+table_end(const TableView *t, Py_ssize_t k)
+{
+    return t->ends_wide ? ((const unsigned long long *)t->ends.buf)[k]
+                        : ((const unsigned int *)t->ends.buf)[k];
+}
+
+static inline int
+decimal_length(long long v)
+{
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    int n = v < 0 ? 2 : 1;
+    while (u >= 10) {
+        u /= 10;
+        n++;
+    }
+    return n;
+}
+
+static inline char *
+write_decimal(char *p, long long v)
+{
+    char digits[24];
+    int n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    if (v < 0)
+        *p++ = '-';
+    do {
+        digits[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    while (n)
+        *p++ = digits[--n];
+    return p;
+}
+
+static inline char *
+write_bytes(char *p, const char *s, size_t n)
+{
+    memcpy(p, s, n);
+    return p + n;
+}
+
+#define WRITE_LITERAL(p, s) write_bytes((p), (s), sizeof(s) - 1)
+
+/* "YYYY-MM-DDTHH:MM:SS" of ``sec`` seconds since the epoch (UTC, proleptic
+   Gregorian: what time.strftime of time.gmtime writes for years 1000-9999;
+   int64 ns reach years 1677-2262 only).  H. Hinnant's days-to-civil. */
+static void
+format_second(long long sec, char out[19])
+{
+    long long days = sec / 86400, sod = sec % 86400;
+    if (sod < 0) {
+        sod += 86400;
+        days--;
+    }
+    long long z = days + 719468;
+    long long era = (z >= 0 ? z : z - 146096) / 146097;
+    long long doe = z - era * 146097;
+    long long yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    long long y = yoe + era * 400;
+    long long doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    long long mp = (5 * doy + 2) / 153;
+    long long d = doy - (153 * mp + 2) / 5 + 1;
+    long long m = mp < 10 ? mp + 3 : mp - 9;
+    if (m <= 2)
+        y++;
+    int hh = (int)(sod / 3600), mm = (int)(sod / 60 % 60), ss = (int)(sod % 60);
+    out[0] = (char)('0' + y / 1000 % 10);
+    out[1] = (char)('0' + y / 100 % 10);
+    out[2] = (char)('0' + y / 10 % 10);
+    out[3] = (char)('0' + y % 10);
+    out[4] = '-';
+    out[5] = (char)('0' + m / 10);
+    out[6] = (char)('0' + m % 10);
+    out[7] = '-';
+    out[8] = (char)('0' + d / 10);
+    out[9] = (char)('0' + d % 10);
+    out[10] = 'T';
+    out[11] = (char)('0' + hh / 10);
+    out[12] = (char)('0' + hh % 10);
+    out[13] = ':';
+    out[14] = (char)('0' + mm / 10);
+    out[15] = (char)('0' + mm % 10);
+    out[16] = ':';
+    out[17] = (char)('0' + ss / 10);
+    out[18] = (char)('0' + ss % 10);
+}
+
+/* A message's bytes but for the head, the subject, the payload and its four
+   integers: "$" "\r\n" (subject) "\r\n$3\r\nseq\r\n:" (seq)
+   "\r\n$4\r\ntime\r\n$30\r\n" (30: the time) "\r\n$4\r\ndata\r\n$" (length)
+   "\r\n" (payload) "\r\n$11\r\nnum_pending\r\n:" (n) "\r\n$8\r\nlast_seq\r\n:" (seq) "\r\n". */
+#define LITERAL_LENGTH(s) ((Py_ssize_t)sizeof(s) - 1)
+#define MESSAGE_FIXED (LITERAL_LENGTH("$\r\n") + LITERAL_LENGTH("\r\n$3\r\nseq\r\n:") \
+                       + LITERAL_LENGTH("\r\n$4\r\ntime\r\n$30\r\n") + 30 \
+                       + LITERAL_LENGTH("\r\n$4\r\ndata\r\n$") + LITERAL_LENGTH("\r\n") \
+                       + LITERAL_LENGTH("\r\n$11\r\nnum_pending\r\n:") \
+                       + LITERAL_LENGTH("\r\n$8\r\nlast_seq\r\n:") + LITERAL_LENGTH("\r\n"))
+
+static PyObject *
+encode_table_page(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "encode_table_page() takes 7 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    long protocol = PyLong_AsLong(args[0]);
+    if (protocol == -1 && PyErr_Occurred())
+        return NULL;
+    if (protocol != 2 && protocol != 3) {
+        PyErr_SetString(PyExc_ValueError, "protocol must be 2 or 3");
+        return NULL;
+    }
+    PyObject *stream = args[1], *tables = args[2], *subjects = args[3];
+    if (!PyBytes_Check(stream) || !PyList_Check(tables) || !(PyList_Check(subjects) || PyTuple_Check(subjects))) {
+        PyErr_SetString(PyExc_TypeError, "stream must be bytes, tables a list, subjects a list or tuple");
+        return NULL;
+    }
+    long long pending = PyLong_AsLongLong(args[4]);
+    if (pending == -1 && PyErr_Occurred())
+        return NULL;
+    long long last_seq = PyLong_AsLongLong(args[5]);
+    if (last_seq == -1 && PyErr_Occurred())
+        return NULL;
+    long long budget = PyLong_AsLongLong(args[6]);
+    if (budget == -1 && PyErr_Occurred())
+        return NULL;
+
+    /* The head of every message: the map's header, the stream, the subject's key. */
+    const char *map_header = protocol == 2 ? "*14\r\n" : "%7\r\n";
+    Py_ssize_t stream_len = PyBytes_GET_SIZE(stream);
+    Py_ssize_t head_len = (Py_ssize_t)strlen(map_header) + LITERAL_LENGTH("$6\r\nstream\r\n$")
+                          + decimal_length(stream_len) + LITERAL_LENGTH("\r\n") + stream_len
+                          + LITERAL_LENGTH("\r\n$7\r\nsubject\r\n");
+
+    /* Pass 1: the entries taken and the size. */
+    Py_ssize_t ntables = PyList_GET_SIZE(tables), nsubjects = PySequence_Fast_GET_SIZE(subjects);
+    Py_ssize_t n = 0;
+    long long used = 0, size = 0, seq = last_seq, left = pending;
+    TableView t;
+    int stop = 0;
+    for (Py_ssize_t x = 0; x < ntables && !stop; x++) {
+        if (!table_acquire(PyList_GET_ITEM(tables, x), &t))
+            return NULL;
+        const unsigned int *tags = (const unsigned int *)t.tags.buf;
+        for (Py_ssize_t k = t.i; k < t.j; k++) {
+            if (used >= budget) {
+                stop = 1;
+                break;
+            }
+            unsigned long long a = table_end(&t, k), b = table_end(&t, k + 1);
+            if (a > b || b > (unsigned long long)t.buf.len) {
+                PyErr_SetString(PyExc_ValueError, "a table's ends are outside its buffer");
+                table_release(&t);
+                return NULL;
+            }
+            unsigned int tag = tags[k];
+            PyObject *subject = tag < (unsigned long long)nsubjects ? PySequence_Fast_GET_ITEM(subjects, tag) : NULL;
+            if (subject == NULL || !PyBytes_Check(subject)) {
+                PyErr_SetString(PyExc_ValueError, "a tag id with no subject (bytes) in subjects");
+                table_release(&t);
+                return NULL;
+            }
+            Py_ssize_t subject_len = PyBytes_GET_SIZE(subject);
+            long long data_len = (long long)(b - a);
+            long long this_seq = t.first_seq + (k - t.i);
+            left--;
+            size += head_len + MESSAGE_FIXED + decimal_length(subject_len) + subject_len
+                    + decimal_length(this_seq) + decimal_length(data_len) + data_len
+                    + decimal_length(left) + decimal_length(seq);
+            seq = this_seq;
+            used += subject_len + data_len;
+            n++;
+        }
+        table_release(&t);
+    }
+    size += 1 + decimal_length(n + 1) + 2;
+    if (size > PY_SSIZE_T_MAX) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+
+    /* Pass 2: the bytes. */
+    PyObject *page = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (page == NULL)
+        return NULL;
+    char *p = PyBytes_AS_STRING(page), *end = p + size;
+    *p++ = '*';
+    p = write_decimal(p, n + 1);
+    p = WRITE_LITERAL(p, "\r\n");
+    Py_ssize_t written = 0;
+    long long prefix_second = 0;
+    int have_prefix = 0;
+    char prefix[19];
+    const char *first_head = NULL;
+    seq = last_seq;
+    left = pending;
+    for (Py_ssize_t x = 0; x < ntables && written < n; x++) {
+        if (!table_acquire(PyList_GET_ITEM(tables, x), &t))
+            goto failed;
+        const unsigned int *tags = (const unsigned int *)t.tags.buf;
+        const long long *times = (const long long *)t.times.buf;
+        const char *buf = (const char *)t.buf.buf;
+        for (Py_ssize_t k = t.i; k < t.j && written < n; k++) {
+            /* (checked again: the allocation could have run a finalizer) */
+            unsigned long long a = table_end(&t, k), b = table_end(&t, k + 1);
+            unsigned int tag = tags[k];
+            PyObject *subject = tag < (unsigned long long)PySequence_Fast_GET_SIZE(subjects)
+                                ? PySequence_Fast_GET_ITEM(subjects, tag) : NULL;
+            if (a > b || b > (unsigned long long)t.buf.len || subject == NULL || !PyBytes_Check(subject))
+                goto changed;
+            Py_ssize_t subject_len = PyBytes_GET_SIZE(subject);
+            long long data_len = (long long)(b - a);
+            long long this_seq = t.first_seq + (k - t.i);
+            left--;
+            long long need = head_len + MESSAGE_FIXED + decimal_length(subject_len) + subject_len
+                             + decimal_length(this_seq) + decimal_length(data_len) + data_len
+                             + decimal_length(left) + decimal_length(seq);
+            if (need > end - p)
+                goto changed;
+            if (first_head == NULL) {  /* the head of the first message, copied for the others */
+                first_head = p;
+                p = write_bytes(p, map_header, strlen(map_header));
+                p = WRITE_LITERAL(p, "$6\r\nstream\r\n$");
+                p = write_decimal(p, stream_len);
+                p = WRITE_LITERAL(p, "\r\n");
+                p = write_bytes(p, PyBytes_AS_STRING(stream), (size_t)stream_len);
+                p = WRITE_LITERAL(p, "\r\n$7\r\nsubject\r\n");
+            }
+            else {
+                p = write_bytes(p, first_head, (size_t)head_len);
+            }
+            *p++ = '$';
+            p = write_decimal(p, subject_len);
+            p = WRITE_LITERAL(p, "\r\n");
+            p = write_bytes(p, PyBytes_AS_STRING(subject), (size_t)subject_len);
+            p = WRITE_LITERAL(p, "\r\n$3\r\nseq\r\n:");
+            p = write_decimal(p, this_seq);
+            p = WRITE_LITERAL(p, "\r\n$4\r\ntime\r\n$30\r\n");
+            long long ns = times[k];
+            long long second = ns / 1000000000, fraction = ns % 1000000000;
+            if (fraction < 0) {
+                fraction += 1000000000;
+                second--;
+            }
+            if (!have_prefix || second != prefix_second) {
+                format_second(second, prefix);
+                prefix_second = second;
+                have_prefix = 1;
+            }
+            p = write_bytes(p, prefix, 19);
+            *p++ = '.';
+            for (int d = 8; d >= 0; d--) {
+                p[d] = (char)('0' + fraction % 10);
+                fraction /= 10;
+            }
+            p += 9;
+            *p++ = 'Z';
+            p = WRITE_LITERAL(p, "\r\n$4\r\ndata\r\n$");
+            p = write_decimal(p, data_len);
+            p = WRITE_LITERAL(p, "\r\n");
+            p = write_bytes(p, buf + a, (size_t)data_len);
+            p = WRITE_LITERAL(p, "\r\n$11\r\nnum_pending\r\n:");
+            p = write_decimal(p, left);
+            p = WRITE_LITERAL(p, "\r\n$8\r\nlast_seq\r\n:");
+            p = write_decimal(p, seq);
+            p = WRITE_LITERAL(p, "\r\n");
+            seq = this_seq;
+            written++;
+        }
+        table_release(&t);
+    }
+    if (written != n || p != end) {
+        PyErr_SetString(PyExc_RuntimeError, "encode_table_page: the tables changed while encoding");
+        goto failed;
+    }
+    PyObject *count = PyLong_FromSsize_t(n);
+    if (count == NULL)
+        goto failed;
+    PyObject *result = PyTuple_New(2);
+    if (result == NULL) {
+        Py_DECREF(count);
+        goto failed;
+    }
+    PyTuple_SET_ITEM(result, 0, page);
+    PyTuple_SET_ITEM(result, 1, count);
+    return result;
+changed:
+    table_release(&t);
+    PyErr_SetString(PyExc_RuntimeError, "encode_table_page: the tables changed while encoding");
+failed:
+    Py_DECREF(page);
+    return NULL;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"parse_many", (PyCFunction)(void (*)(void))parse_many, METH_FASTCALL,
      "parse_many(data, max_bulk) -> list of commands (lists of bytes) when data is whole\n"
@@ -206,13 +618,17 @@ static PyMethodDef speedups_methods[] = {
     {"parse_one", (PyCFunction)(void (*)(void))parse_one, METH_FASTCALL,
      "parse_one(data, max_bulk) -> the command (a list of bytes) when data is exactly one\n"
      "RESP multibulk of bulk strings, else None."},
+    {"encode_table_page", (PyCFunction)(void (*)(void))encode_table_page, METH_FASTCALL,
+     "encode_table_page(protocol, stream, tables, subjects, pending, last_seq, budget) -> (bytes, n):\n"
+     "a DGET page's messages from the log's tables (engine Stream.read_tables), in one buffer."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     "tstream.resp._speedups",
-    "The request parser's hot path in C (optional: resp/parser.py falls back to Python).",
+    "The request parser's hot path and DGET pages' writer in C (optional: resp/parser.py and\n"
+    "resp/encode.py fall back to Python).",
     0,
     speedups_methods,
     NULL, NULL, NULL, NULL,

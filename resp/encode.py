@@ -30,12 +30,16 @@ The replies the server sends most have fast encoders here too, each giving
 exactly the bytes ``encode`` would (tests/test_resp_encoders.py checks it):
 ``encode_integer`` (TWRITE, TACK), ``encode_integer_run`` and ``encode_integers`` (pipelined runs of
 TWRITE), ``encode_entries`` (TREAD), ``encode_message`` and
-``encode_batched_message`` (the JetStream message maps of DGET and MLAST).
+``encode_batched_message`` (the JetStream message maps of DGET and MLAST),
+``encode_message_page`` and ``encode_table_page`` (whole DGET pages; the latter
+in C, resp/_speedups.c, from the log's decoded tables), ``encode_eob``.
 Commands never build RESP bytes themselves.
 """
 
 from __future__ import annotations
 
+import os
+import time as _time
 from itertools import chain
 from typing import Sequence
 
@@ -209,6 +213,16 @@ def encode_flow_ack(protocol: int, seq: int, ack_msgs: int) -> bytes:
     return _FLOW_ACK[protocol] % (seq, ack_msgs)
 
 
+_EOB = {protocol: head + b"$6\r\nstatus\r\n:204\r\n$11\r\ndescription\r\n$3\r\nEOB\r\n"
+        b"$11\r\nnum_pending\r\n:%d\r\n$8\r\nlast_seq\r\n:%d\r\n" for protocol, head in ((2, b"*8\r\n"), (3, b"%%4\r\n"))}
+
+
+def encode_eob(protocol: int, num_pending: int, last_seq: int) -> bytes:
+    """``encode({"status": 204, "description": "EOB", "num_pending": num_pending,
+    "last_seq": last_seq}, protocol)``: the end-of-batch map of a DGET page."""
+    return _EOB[protocol] % (num_pending, last_seq)
+
+
 class SubjectBulks(dict):
     """subject -> its bulk string (``b"$3\r\nt.1\r\n"``), made on first use:
     the pages of DGET/MLAST repeat their subjects from page to page.  The
@@ -304,6 +318,72 @@ def encode_piece_page(protocol: int, stream: bytes, pieces: list, first_seq: int
         args[2] = last_seq
     return Raw(b"*%d\r\n" % (n + 1) + ((head + b"%s%d\r\n$8\r\nlast_seq\r\n:%d\r\n") * n) % tuple(args)
                + encode(tail, protocol))
+
+
+_SECOND_TEXTS: dict[int, bytes] = {}  # second -> b"YYYY-MM-DDTHH:MM:SS", for the fallback below
+
+
+def _time_text(ns: int) -> bytes:
+    """``ns`` since the epoch as RFC 3339 in UTC with 9 fraction digits (the
+    text of commands/jetstream.py's TimeTexts.format)."""
+    sec, frac = divmod(ns, 1_000_000_000)
+    prefix = _SECOND_TEXTS.get(sec)
+    if prefix is None:
+        if len(_SECOND_TEXTS) >= 4096:
+            _SECOND_TEXTS.clear()
+        prefix = _SECOND_TEXTS[sec] = _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(sec)).encode()
+    return b"%s.%09dZ" % (prefix, frac)
+
+
+def encode_table_page_python(protocol: int, stream: bytes, tables: list, subjects: list, pending: int,
+                             last_seq: int, budget: int) -> tuple[bytes, int]:
+    """:func:`encode_table_page` in Python: the reference the C one is tested
+    against (and what runs where the extension is missing or turned off)."""
+    if protocol not in (2, 3):
+        raise ValueError("protocol must be 2 or 3")
+    out: list[bytes] = []
+    used = 0
+    seq = last_seq
+    for buf, ends, tags, times, i, j, first_seq in tables:
+        if not 0 <= i <= j or j >= len(ends) or j > len(tags) or j > len(times):
+            raise ValueError("a table's range is outside its arrays")
+        for k in range(i, j):
+            if used >= budget:
+                break
+            subject = subjects[tags[k]]
+            data = bytes(buf[ends[k]:ends[k + 1]])
+            this_seq = first_seq + k - i
+            out.append(encode_batched_message(protocol, stream, subject, this_seq, _time_text(times[k]), data,
+                                              pending - len(out) - 1, seq))
+            seq = this_seq
+            used += len(subject) + len(data)
+        else:
+            continue
+        break
+    return b"*%d\r\n" % (len(out) + 1) + b"".join(out), len(out)
+
+
+# encode_table_page(protocol, stream, tables, subjects, pending, last_seq, budget) -> (bytes, n):
+# a DGET page's messages written from the log's decoded tables (engine
+# Stream.read_tables) in one pass: b"*%d\r\n" % (n + 1), then the first n
+# entries of ``tables`` (each (buf, ends, tags, times, i, j, first_seq): entry k
+# in i .. j - 1 has the payload buf[ends[k]:ends[k + 1]], the subject
+# subjects[tags[k]], the time times[k], the seq first_seq + k - i) as
+# encode_batched_message writes them (the time as RFC 3339, num_pending
+# pending - k - 1, last_seq the previous message's seq, ``last_seq`` for the
+# first): what encode_message_page writes before the end-of-batch map.  n:
+# the entries taken while the subjects' and payloads' bytes taken so far are
+# under ``budget`` (MAX_BYTES: the entry that reaches it is the last).  In C
+# (resp/_speedups.c) unless the extension was not built or is turned off
+# (TSTREAM_PURE_PYTHON=1), then encode_table_page_python.
+try:
+    if os.environ.get("TSTREAM_PURE_PYTHON", "") not in ("", "0"):
+        raise ImportError("TSTREAM_PURE_PYTHON is set")
+    from ._speedups import encode_table_page
+    TABLE_PAGES_IN_C = True  # whether encode_table_page is the C one
+except ImportError:
+    encode_table_page = encode_table_page_python
+    TABLE_PAGES_IN_C = False
 
 
 def encode(value, protocol: int) -> bytes:

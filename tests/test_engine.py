@@ -997,6 +997,38 @@ def test_read_pieces_decompresses_no_block_twice(small_blocks, monkeypatch):
     assert not any(b.pieces for b in lru())
 
 
+def table_entries(s: Stream, tables: list) -> list:
+    """The entries ``tables`` (Stream.read_tables) hold, checked consecutive."""
+    out = []
+    at = tables[0][6] if tables else None
+    for buf, ends, tags, times, i, j, first in tables:
+        assert first == at and 0 <= i <= j < len(ends)
+        out += [(first + k - i, s.tag_list[tags[k]], bytes(buf[ends[k]:ends[k + 1]]), times[k]) for k in range(i, j)]
+        at = first + j - i
+    return out
+
+
+def test_read_tables_hold_what_read_columns_reads(small_blocks):
+    """Sealed nodes of several blocks, the active node, a head evicted to the
+    middle of a block, a small cache (blocks decoded again): read_tables'
+    tables hold read_columns' entries; None once a node of the range has a
+    deleted entry (read_columns skips it)."""
+    s, model = blocky()
+    rng = random.Random(5)
+    for cache_blocks in (100, 2):
+        set_decoded_cache_limits(cache_blocks, 1 << 30)
+        for _ in range(300):
+            off, count = rng.randrange(-2, 100), rng.choice((0, 1, 3, 7, 20, 40, 120))
+            assert table_entries(s, s.read_tables(off, count)) == list(zip(*s.read_columns(off, count)))
+    s.evict_through(12)
+    for off in range(0, 100, 3):
+        assert table_entries(s, s.read_tables(off, 9)) == list(zip(*s.read_columns(off, 9)))
+    assert s.delete(50)
+    assert s.read_tables(41, 5) is None and s.read_tables(30, 30) is None
+    assert table_entries(s, s.read_tables(61, 30)) == list(zip(*s.read_columns(61, 30)))
+    s._check()
+
+
 def test_rendered_pieces_count_in_the_cache_bound(small_blocks):
     set_decoded_cache_limits(100, 1 << 30)
     s, model = blocky()

@@ -857,3 +857,55 @@ def test_pages_read_again_are_their_first_reads_bytes(server, protocol):
         for start, batch in [(1, 100), (1200, 300), (1990, 20), (2590, 50)]:
             check_page(exchange, key, messages, start, batch, list(range(1401, 2601)))
     client.close()
+
+
+def test_pages_written_in_c_are_the_pure_python_servers_bytes(make_server, tmp_path, monkeypatch):
+    """DGET pages written in C from the log's tables (resp.encode_table_page)
+    are, byte for byte, the pages of a server running the pure-Python path
+    (TSTREAM_PURE_PYTHON=1: columns, encode_message_page) on the same data (its
+    snapshot): sealed nodes of several blocks, the active node, every alignment
+    of pages of 1-1,024, MAX_BYTES cuts, RESP2 and RESP3, then after TEVICT to
+    the middle of a block and after deletions (whose nodes go the columns' way
+    in both)."""
+    import random
+    import shutil
+    import socket
+    from functools import partial
+
+    import hiredis
+
+    (tmp_path / "c").mkdir()
+    c_server = make_server("--save", "", directory=tmp_path / "c")
+    client = c_server.client()
+    for first in range(0, 3000, 250):
+        write(client, "k", *[(f"t.{i % 37}" + "x" * (i % 5), "y" * (i * 7 % 300) + f"-{i}") for i in range(first, first + 250)])
+    write(client, "k%", ("s", "1"), ("s", "2"))
+    client.execute_command("SAVE")
+    shutil.copytree(tmp_path / "c", tmp_path / "py", ignore=shutil.ignore_patterns("server.log"))
+    monkeypatch.setenv("TSTREAM_PURE_PYTHON", "1")
+    py_server = make_server("--save", "", directory=tmp_path / "py")
+    rng = random.Random(11)
+    with socket.create_connection(("127.0.0.1", c_server.port)) as c_sock, \
+            socket.create_connection(("127.0.0.1", py_server.port)) as py_sock:
+        c_exchange = partial(raw_exchange, c_sock, hiredis.Reader())
+        py_exchange = partial(raw_exchange, py_sock, hiredis.Reader())
+
+        def same(*words):
+            got = c_exchange(*words)[0]
+            assert got == py_exchange(*words)[0], words
+            return got
+
+        for protocol in (2, 3, 2):
+            c_exchange("HELLO", protocol)  # (the replies hold each server's client id)
+            py_exchange("HELLO", protocol)
+            for _ in range(120):
+                page = ["SEQ", rng.randrange(0, 3010), "BATCH", rng.choice((1, 2, 37, 100, 1000, 1024))]
+                if rng.random() < 0.3:
+                    page += ["MAX_BYTES", rng.choice((1, 100, 2000, 30_000))]
+                same("DGET", "k", *page)
+            same("DGET", "k%", "SEQ", 1, "BATCH", 5)
+            same("DGET", "k", "SEQ", 2990, "BATCH", 1024)
+        for words in (("TEVICT", "k", 1003), ("TCONFIG", "k", "SET", "max_msgs_per_subject", 50)):
+            same(*words)
+            for _ in range(60):
+                same("DGET", "k", "SEQ", rng.randrange(0, 3010), "BATCH", rng.choice((1, 100, 1024)))
