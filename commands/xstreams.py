@@ -383,22 +383,30 @@ def xadd(client, argv):
     Appends an entry; replies its id. O(1) amortised (plus trimming)."""
     if len(argv) == 5 and argv[2] == b"*":  # XADD key * field value: the common form, kept short
         server = client.server
-        stream = server.streams.get(argv[1])
-        if stream is None:
+        try:
+            stream = server.streams[argv[1]]
+        except KeyError:
             stream = server.create_stream(argv[1])
-        first = stream.first
         x = stream._x
-        if x is None or x.top == xids.MAX_ID:  # (xids.add_auto, inlined but for these cases)
+        first = stream.first
+        if x is None or x.top[0] == _U64:  # no ids kept yet, or the last millisecond taken (XSETID)
             try:
                 offset, own = xids.add_auto(stream, argv[3], argv[4], time_ns())
             except xids.IdError as exc:
                 raise CommandError(str(exc)) from None
-        else:
-            offset = stream.append(argv[3], argv[4], time_ns())  # xids.note_append gives it the auto id
-            own = x.last
+            server.writes.appended(argv[1], stream, first, offset, argv, 3)  # (as below)
+            return b"%d-%d" % own
+        offset = stream.append(argv[3], argv[4], time_ns())  # Stream.append gives it the auto id
         # Logged as a TWRITE's append: replayed, it takes the same auto id.
-        server.writes.appended(argv[1], stream, first, offset, argv, 3)
-        return b"%d-%d" % own
+        writes = server.writes
+        if writes.sinks or writes.waiting or writes.watched or writes.pending or stream._subjects is not None:
+            writes.appended(argv[1], stream, first, offset, argv, 3)
+        else:
+            server.dirty += 1  # Writes.appended's own short cut, without the call (as TWRITE's)
+        ms, seq = x.last
+        if ms == _ID_HEAD[0] and seq < _SEQ_TEXT_COUNT:  # the "ms-" of this millisecond, made once
+            return _ID_HEAD[1] + _SEQ_TEXTS[seq]
+        return _id_text(ms, seq)
     trim, nomkstream, xid, ms, pairs = parse_xadd(argv)
     server = client.server
     key = argv[1]
@@ -417,6 +425,23 @@ def xadd(client, argv):
     if trim.maxlen is not None or trim.minid is not None:
         apply_trim(stream, trim)
     return format_id(own)
+
+
+# XADD's reply is its id, ``ms-seq``: the ids of one millisecond share their
+# ``ms-``, made once (``_ID_HEAD``: the millisecond and its text), and the
+# sequence's digits come from a table, so that an id is one concatenation and
+# not a format of two integers.  (Keyed by the millisecond itself: right for any
+# stream, and for several servers in one process.)
+_SEQ_TEXT_COUNT = 1024
+_SEQ_TEXTS = [b"%d" % n for n in range(_SEQ_TEXT_COUNT)]
+_ID_HEAD: list = [-1, b""]
+
+
+def _id_text(ms: int, seq: int) -> bytes:
+    """``b"%d-%d" % (ms, seq)``, the millisecond's text kept for the next ids."""
+    head = b"%d-" % ms
+    _ID_HEAD[0], _ID_HEAD[1] = ms, head
+    return head + _SEQ_TEXTS[seq] if seq < _SEQ_TEXT_COUNT else b"%s%d" % (head, seq)
 
 
 def xtrim(client, argv):
