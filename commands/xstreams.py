@@ -27,7 +27,7 @@ from tstream.resp import (
     encode,
     encode_error,
 )
-from tstream.resp.xentries import encode_packed_fields, encode_stream_id_run
+from tstream.resp.xentries import encode_packed_fields, encode_stream_id_run_u64
 
 from .args import to_int
 from .errors import CommandError, SyntaxErr, WrongArity
@@ -321,21 +321,23 @@ def xadd_run(client, argvs: list) -> bytes:
     key, appended at once (one record, ids consecutive in one millisecond);
     any other shape runs command by command.  O(entries)."""
     _, keys, stars, fields, values = zip(*argvs)
+    count = len(argvs)
     server = client.server
     key = keys[0]
     stream = server.streams.get(key)
-    if (stars.count(b"*") != len(argvs) or keys.count(key) != len(argvs)
-            or (stream is not None and stream._x is not None and stream._x.top[1] > xids.MAX_ID[1] - len(argvs))):
+    x = stream._x if stream is not None else None
+    if (stars.count(b"*") != count or keys.count(key) != count
+            or (x is not None and x.top[1] > _U64 - count)):  # (no room for the run's ids in one ms)
         return b"".join(_xadd_each(client, argvs))
     if stream is None:
         stream = server.create_stream(key)
-    if stream._x is None:
-        xids.state_of(stream)
+    if x is None:
+        x = xids.state_of(stream)
     first = stream.first
     offset = stream.append_columns(fields, values, time_ns())  # auto ids (engine/xids.note_append)
     server.writes.appended_columns(key, stream, first, offset, fields, values)
-    ms, last_seq = stream._x.last
-    return encode_stream_id_run(ms, last_seq - len(argvs) + 1, len(argvs))
+    ms, last_seq = x.last
+    return encode_stream_id_run_u64(ms, last_seq - count + 1, count)  # (in C: ms and seqs are 64-bit)
 
 
 def _xadd_each(client, argvs: list):
