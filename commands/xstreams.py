@@ -27,7 +27,7 @@ from tstream.resp import (
     encode,
     encode_error,
 )
-from tstream.resp.xentries import encode_packed_fields, encode_stream_id_run
+from tstream.resp.xentries import encode_packed_fields, encode_stream_id_run_u64
 
 from .args import to_int
 from .errors import CommandError, SyntaxErr, WrongArity
@@ -321,21 +321,23 @@ def xadd_run(client, argvs: list) -> bytes:
     key, appended at once (one record, ids consecutive in one millisecond);
     any other shape runs command by command.  O(entries)."""
     _, keys, stars, fields, values = zip(*argvs)
+    count = len(argvs)
     server = client.server
     key = keys[0]
     stream = server.streams.get(key)
-    if (stars.count(b"*") != len(argvs) or keys.count(key) != len(argvs)
-            or (stream is not None and stream._x is not None and stream._x.top[1] > xids.MAX_ID[1] - len(argvs))):
+    x = stream._x if stream is not None else None
+    if (stars.count(b"*") != count or keys.count(key) != count
+            or (x is not None and x.top[1] > _U64 - count)):  # (no room for the run's ids in one ms)
         return b"".join(_xadd_each(client, argvs))
     if stream is None:
         stream = server.create_stream(key)
-    if stream._x is None:
-        xids.state_of(stream)
+    if x is None:
+        x = xids.state_of(stream)
     first = stream.first
     offset = stream.append_columns(fields, values, time_ns())  # auto ids (engine/xids.note_append)
     server.writes.appended_columns(key, stream, first, offset, fields, values)
-    ms, last_seq = stream._x.last
-    return encode_stream_id_run(ms, last_seq - len(argvs) + 1, len(argvs))
+    ms, last_seq = x.last
+    return encode_stream_id_run_u64(ms, last_seq - count + 1, count)  # (in C: ms and seqs are 64-bit)
 
 
 def _xadd_each(client, argvs: list):
@@ -383,22 +385,30 @@ def xadd(client, argv):
     Appends an entry; replies its id. O(1) amortised (plus trimming)."""
     if len(argv) == 5 and argv[2] == b"*":  # XADD key * field value: the common form, kept short
         server = client.server
-        stream = server.streams.get(argv[1])
-        if stream is None:
+        try:
+            stream = server.streams[argv[1]]
+        except KeyError:
             stream = server.create_stream(argv[1])
-        first = stream.first
         x = stream._x
-        if x is None or x.top == xids.MAX_ID:  # (xids.add_auto, inlined but for these cases)
+        first = stream.first
+        if x is None or x.top[0] == _U64:  # no ids kept yet, or the last millisecond taken (XSETID)
             try:
                 offset, own = xids.add_auto(stream, argv[3], argv[4], time_ns())
             except xids.IdError as exc:
                 raise CommandError(str(exc)) from None
-        else:
-            offset = stream.append(argv[3], argv[4], time_ns())  # xids.note_append gives it the auto id
-            own = x.last
+            server.writes.appended(argv[1], stream, first, offset, argv, 3)  # (as below)
+            return b"%d-%d" % own
+        offset = stream.append(argv[3], argv[4], time_ns())  # Stream.append gives it the auto id
         # Logged as a TWRITE's append: replayed, it takes the same auto id.
-        server.writes.appended(argv[1], stream, first, offset, argv, 3)
-        return b"%d-%d" % own
+        writes = server.writes
+        if writes.sinks or writes.waiting or writes.watched or writes.pending or stream._subjects is not None:
+            writes.appended(argv[1], stream, first, offset, argv, 3)
+        else:
+            server.dirty += 1  # Writes.appended's own short cut, without the call (as TWRITE's)
+        ms, seq = x.last
+        if ms == _ID_HEAD[0] and seq < _SEQ_TEXT_COUNT:  # the "ms-" of this millisecond, made once
+            return _ID_HEAD[1] + _SEQ_TEXTS[seq]
+        return _id_text(ms, seq)
     trim, nomkstream, xid, ms, pairs = parse_xadd(argv)
     server = client.server
     key = argv[1]
@@ -417,6 +427,23 @@ def xadd(client, argv):
     if trim.maxlen is not None or trim.minid is not None:
         apply_trim(stream, trim)
     return format_id(own)
+
+
+# XADD's reply is its id, ``ms-seq``: the ids of one millisecond share their
+# ``ms-``, made once (``_ID_HEAD``: the millisecond and its text), and the
+# sequence's digits come from a table, so that an id is one concatenation and
+# not a format of two integers.  (Keyed by the millisecond itself: right for any
+# stream, and for several servers in one process.)
+_SEQ_TEXT_COUNT = 1024
+_SEQ_TEXTS = [b"%d" % n for n in range(_SEQ_TEXT_COUNT)]
+_ID_HEAD: list = [-1, b""]
+
+
+def _id_text(ms: int, seq: int) -> bytes:
+    """``b"%d-%d" % (ms, seq)``, the millisecond's text kept for the next ids."""
+    head = b"%d-" % ms
+    _ID_HEAD[0], _ID_HEAD[1] = ms, head
+    return head + _SEQ_TEXTS[seq] if seq < _SEQ_TEXT_COUNT else b"%s%d" % (head, seq)
 
 
 def xtrim(client, argv):

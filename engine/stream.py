@@ -104,7 +104,7 @@ from .ingest import Ingest
 from .node import ActiveNode, Node, SealedNode, _popcount_range
 from .subjects import enforce_subject_limit  # JetStream per-subject limit (max_msgs_per_subject)
 from .tags import TagTable
-from .xids import XState, before_drop, id_of, note_append
+from .xids import MAX_ID, XState, before_drop, id_of, note_append
 
 __all__ = ["BLOB_PREFIX", "DEFAULT_CONFIG", "NODE_MAX_BYTES", "Entry", "Node", "Stream", "StreamConfig"]
 
@@ -112,6 +112,7 @@ NODE_MAX_BYTES = 1 << 20  # default payload bytes of a node before it is sealed 
 _NO_BYTE_LIMIT = 1 << 62  # node_max_bytes 0: a bound no node reaches
 _node_start = attrgetter("start")
 _NO_GROUPS: Mapping = MappingProxyType({})  # read-only: the groups of a stream that has none
+_LAST_SEQ = MAX_ID[1] - 1  # note_append's bound for one more id in the same millisecond
 
 
 @dataclass(slots=True)
@@ -529,8 +530,22 @@ class Stream(TagTable):
                 self._seal_active()
             except MemoryError:  # the entry is stored; the next append seals first
                 self._owe_seal()
-        if self._x is not None:  # --- Redis ids (engine/xids.py): once it has stored ones ---
-            note_append(self, offset, 1, now_ns)
+        x = self._x
+        if x is not None:  # --- Redis ids (engine/xids.py): once it has stored ones ---
+            # note_append(self, offset, 1, now_ns)'s two derived cases, inlined (every
+            # XADD key * f v takes one): the clock ahead of every id (t-0), or one more
+            # in the millisecond of the last id.  Anything else (a forced id, the
+            # clock behind, a sequence about to overflow) takes the call.
+            top = x.top
+            t = now_ns // 1_000_000
+            if x.forced is not None:
+                note_append(self, offset, 1, now_ns)
+            elif t > top[0]:
+                x.last = x.top = (t, 0)
+            elif t == top[0] and top is x.last and top[1] < _LAST_SEQ:
+                x.last = x.top = (t, top[1] + 1)
+            else:
+                note_append(self, offset, 1, now_ns)
         # --- JetStream subject index hook (engine/subjects.py): once built only ---
         if self._subjects is not None:
             self._subjects.appended(tag, offset)
@@ -584,7 +599,10 @@ class Stream(TagTable):
         finally:
             jview.release()
         if self._x is not None:  # --- Redis ids (engine/xids.py): once it has stored ones ---
-            self._note_times(first_offset, npairs, now_ns, times)
+            if times is None:  # (a pipelined XADD run: one call less)
+                note_append(self, first_offset, npairs, now_ns)
+            else:
+                self._note_times(first_offset, npairs, now_ns, times)
         # --- JetStream subject index hook (engine/subjects.py): once built only ---
         if self._subjects is not None:
             self._subjects.appended_many(tags, first_offset)

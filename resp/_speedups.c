@@ -1,5 +1,6 @@
-/* tstream.resp._speedups: the request parser's hot path in C (optional), and
-   the writer of DGET pages (encode_table_page, further down: separate code).
+/* tstream.resp._speedups: the request parser's hot path in C (optional), the
+   writer of DGET pages (encode_table_page) and the replies of a pipelined XADD
+   run (encode_stream_id_run), each further down and separate code.
 
    parse_many(data, max_bulk) -> list of commands (each a list of bytes), or None
    parse_one(data, max_bulk)  -> one command (a list of bytes), or None
@@ -611,6 +612,119 @@ failed:
     return NULL;
 }
 
+/* ---- encode_stream_id_run: the replies of a pipelined run of XADD (helper xadd10) ----
+
+   encode_stream_id_run(ms, first_seq, count) -> bytes: the stream ids
+   "ms-first_seq", "ms-(first_seq + 1)", ... (count of them) as RESP bulk
+   strings, concatenated; b"" when count <= 0.  ms and first_seq are unsigned
+   64-bit integers and so is the last sequence number (else OverflowError /
+   ValueError, and the caller's pure-Python encoder is the reference:
+   resp/xentries.py).  One allocation, the result; nothing is kept. */
+
+/* The number of decimal digits of v (1 for 0). */
+static inline int
+id_digit_width(unsigned long long v)
+{
+    int width = 1;
+    while (v >= 10) {
+        v /= 10;
+        width++;
+    }
+    return width;
+}
+
+/* Write v's `width` decimal digits at out. */
+static inline void
+write_id_digits(char *out, unsigned long long v, int width)
+{
+    char *p = out + width;
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+}
+
+static PyObject *
+encode_stream_id_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "encode_stream_id_run(ms, first_seq, count) takes 3 arguments");
+        return NULL;
+    }
+    unsigned long long ms = PyLong_AsUnsignedLongLong(args[0]);
+    if (ms == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    unsigned long long first = PyLong_AsUnsignedLongLong(args[1]);
+    if (first == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t count = PyLong_AsSsize_t(args[2]);
+    if (count == -1 && PyErr_Occurred())
+        return NULL;
+    if (count <= 0)
+        return PyBytes_FromStringAndSize("", 0);
+    if ((unsigned long long)(count - 1) > ~0ULL - first) {
+        PyErr_SetString(PyExc_ValueError, "encode_stream_id_run: the last sequence number is over 64 bits");
+        return NULL;
+    }
+    unsigned long long last = first + (unsigned long long)(count - 1);
+    int ms_width = id_digit_width(ms);
+    /* Every id's bulk string: "$" len "\r\n" ms "-" seq "\r\n"; the sizes by width of seq. */
+    Py_ssize_t size = 0;
+    {
+        unsigned long long seq = first;
+        int width = id_digit_width(seq);
+        unsigned long long bound = 1;  /* 10**width, or 0 past 64 bits */
+        for (int i = 0; i < width; i++)
+            bound = (bound > ~0ULL / 10) ? 0 : bound * 10;
+        for (;;) {
+            unsigned long long stop = (bound == 0 || bound - 1 > last) ? last : bound - 1;
+            unsigned long long n = stop - seq + 1;
+            int id_len = ms_width + 1 + width;
+            Py_ssize_t each = 1 + id_digit_width((unsigned long long)id_len) + 2 + id_len + 2;
+            if ((unsigned long long)n > (unsigned long long)((PY_SSIZE_T_MAX - size) / each))
+                return PyErr_NoMemory();
+            size += (Py_ssize_t)n * each;
+            if (stop == last)
+                break;
+            seq = stop + 1;
+            width++;
+            bound = (bound > ~0ULL / 10) ? 0 : bound * 10;
+        }
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL)
+        return NULL;
+    char *p = PyBytes_AS_STRING(out);
+    char head[48];  /* "$" len "\r\n" ms "-": at most 1 + 2 + 2 + 20 + 1 */
+    int head_len = 0, head_width = -1;
+    for (unsigned long long seq = first;; seq++) {
+        int width = id_digit_width(seq);
+        if (width != head_width) {  /* the head changes with the id's length only */
+            int id_len = ms_width + 1 + width;
+            int len_width = id_digit_width((unsigned long long)id_len);
+            head[0] = '$';
+            write_id_digits(head + 1, (unsigned long long)id_len, len_width);
+            head[1 + len_width] = '\r';
+            head[2 + len_width] = '\n';
+            write_id_digits(head + 3 + len_width, ms, ms_width);
+            head[3 + len_width + ms_width] = '-';
+            head_len = 4 + len_width + ms_width;
+            head_width = width;
+        }
+        memcpy(p, head, (size_t)head_len);
+        p += head_len;
+        write_id_digits(p, seq, width);
+        p += width;
+        p[0] = '\r';
+        p[1] = '\n';
+        p += 2;
+        if (seq == last)
+            break;
+    }
+    return out;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"parse_many", (PyCFunction)(void (*)(void))parse_many, METH_FASTCALL,
      "parse_many(data, max_bulk) -> list of commands (lists of bytes) when data is whole\n"
@@ -621,14 +735,17 @@ static PyMethodDef speedups_methods[] = {
     {"encode_table_page", (PyCFunction)(void (*)(void))encode_table_page, METH_FASTCALL,
      "encode_table_page(protocol, stream, tables, subjects, pending, last_seq, budget) -> (bytes, n):\n"
      "a DGET page's messages from the log's tables (engine Stream.read_tables), in one buffer."},
+    {"encode_stream_id_run", (PyCFunction)(void (*)(void))encode_stream_id_run, METH_FASTCALL,
+     "encode_stream_id_run(ms, first_seq, count) -> the ids ms-first_seq, ms-(first_seq+1), ...\n"
+     "(count of them) as RESP bulk strings, concatenated (resp/xentries.py's, in C)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     "tstream.resp._speedups",
-    "The request parser's hot path and DGET pages' writer in C (optional: resp/parser.py and\n"
-    "resp/encode.py fall back to Python).",
+    "The request parser's hot path, DGET pages' writer and XADD runs' id replies in C (optional:\n"
+    "resp/parser.py, resp/encode.py and resp/xentries.py fall back to Python).",
     0,
     speedups_methods,
     NULL, NULL, NULL, NULL,

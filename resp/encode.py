@@ -132,8 +132,18 @@ QUEUED = Raw(b"+QUEUED\r\n")  # a command kept for EXEC (MULTI)
 encode_integer = b":%d\r\n".__mod__
 
 def encode_bulk(value: bytes) -> bytes:
-    """``encode(value, protocol)`` of bytes: a bulk string, the same in both protocols."""
-    return b"$%d\r\n%s\r\n" % (len(value), value)
+    """``encode(value, protocol)`` of bytes: a bulk string, the same in both protocols.
+    A short one (XADD's id) is its looked-up head, the value and CRLF joined (a
+    ``%d`` format costs more than the join); a long one one format (one copy)."""
+    size = len(value)
+    if size < _SHORT_BULK:
+        return b"".join((_SHORT_BULK_HEADS[size], value, b"\r\n"))
+    return b"$%d\r\n%s\r\n" % (size, value)
+
+
+# The heads (``$<length>\r\n``) of the bulk strings encode_bulk joins, made once.
+_SHORT_BULK = 256
+_SHORT_BULK_HEADS = tuple(b"$%d\r\n" % n for n in range(_SHORT_BULK))
 
 
 # Format strings of runs of up to 64 integers, made once.

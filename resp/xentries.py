@@ -4,9 +4,12 @@ entries): the same bytes as ``encode`` of the ``StreamEntries``
 
 from __future__ import annotations
 
+import os
+
 from .encode import Raw, encode_stream_ids
 
-__all__ = ["encode_keyed", "encode_packed_fields", "encode_stream_columns", "encode_stream_packed", "encode_stream_pairs", "encode_stream_id_run"]
+__all__ = ["encode_keyed", "encode_packed_fields", "encode_stream_columns", "encode_stream_packed", "encode_stream_pairs",
+           "encode_stream_id_run", "encode_stream_id_run_u64"]
 
 
 def encode_stream_columns(ids: list, fields: list, values: list) -> Raw:
@@ -156,3 +159,15 @@ def encode_stream_id_run(ms: int, first_seq: int, count: int) -> bytes:
         pieces.append(lead + (b"\r\n" + lead).join(digits) + b"\r\n")
         seq = end + 1
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+# encode_stream_id_run_u64(ms, first_seq, count): :func:`encode_stream_id_run` where
+# ms and every sequence number are unsigned 64-bit integers (a pipelined XADD run's
+# ids always are), in C (resp/_speedups.c: one allocation, no format; outside that
+# range it raises) unless the extension is off, missing or older than it.
+try:
+    if os.environ.get("TSTREAM_PURE_PYTHON", "") not in ("", "0"):
+        raise ImportError("TSTREAM_PURE_PYTHON is set")
+    from ._speedups import encode_stream_id_run as encode_stream_id_run_u64
+except ImportError:
+    encode_stream_id_run_u64 = encode_stream_id_run

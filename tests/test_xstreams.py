@@ -340,3 +340,27 @@ def test_entries_packed_either_way_reply_alike():
                                                     [want[k] for k in new]), 2)
     assert xgroup_commands.encode_stream_pairs(texts, fields, xids.unpack_rests([row[2] for row in packed])) \
         == encode(nested, 3)
+
+
+def test_xadd_short_form_replies_its_id_on_every_path(r2):
+    """``XADD key * field value`` (commands.xstreams.xadd's short form): the id
+    replied is the id stored, whether derived from the clock (the same
+    millisecond's ``ms-`` reused), after an id ahead of the clock (sequence
+    numbers past the digit table, 1024), after XSETID to the last millisecond
+    (the add_auto path) or at the last possible id (refused, nothing stored)."""
+    from tstream.commands import xstreams
+
+    replies = [r2.xadd("s", {"f": str(i)}) for i in range(300)]
+    assert replies == [e[0] for e in r2.xrange("s")]
+    r2.xadd("h", {"f": "0"}, id="99999999999999-1020")  # ahead of the clock: its sequence goes on
+    ahead = [r2.xadd("h", {"f": str(i)}) for i in range(10)]
+    assert ahead == [b"99999999999999-%d" % s for s in range(1021, 1031)]
+    assert xstreams._id_text(7, 5) == b"7-5" and xstreams._id_text(7, 5000) == b"7-5000"
+    u64 = (1 << 64) - 1
+    r2.xadd("top", {"f": "0"})
+    r2.execute_command("XSETID", "top", f"{u64}-5")
+    assert r2.xadd("top", {"f": "1"}) == b"%d-6" % u64
+    r2.execute_command("XSETID", "top", f"{u64}-{u64}")
+    with pytest.raises(redis.ResponseError, match="exhausted the last possible ID"):
+        r2.xadd("top", {"f": "2"})
+    assert r2.xlen("top") == 2
