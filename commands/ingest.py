@@ -366,7 +366,7 @@ def batch_run(client, argvs: list) -> bytes:
     batch = ingest.batches.get(batch_id) if ingest is not None else None
     count = len(argvs)
     if (batch is None or batch.flow_arg != flow_arg or batch.gap_arg != gap_arg
-            or not stream.settings.allow_batched or fast_word.lower() != b"fast"):
+            or not stream.settings.allow_batched or fast_word != b"FAST" and fast_word.lower() != b"fast"):
         return _each(client, argvs)
     _, keys, ids, seqs, subjects, datas, fasts, flows, gaps = zip(*argvs)
     lo = batch.last + 1
