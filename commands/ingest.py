@@ -370,9 +370,11 @@ def batch_run(client, argvs: list) -> bytes:
         return _each(client, argvs)
     _, keys, ids, seqs, subjects, datas, fasts, flows, gaps = zip(*argvs)
     lo = batch.last + 1
-    if (keys.count(key) != count or ids.count(batch_id) != count or fasts.count(fast_word) != count
-            or flows.count(flow_arg) != count or gaps.count(gap_arg) != count
-            or not consecutive(seqs, lo)):
+    in_order = decimal_run(seqs, lo) if decimal_run is not None else None  # (consecutive(), inlined)
+    if in_order is None:
+        in_order = consecutive_python(seqs, lo)
+    if (not in_order or keys.count(key) != count or ids.count(batch_id) != count
+            or fasts.count(fast_word) != count or flows.count(flow_arg) != count or gaps.count(gap_arg) != count):
         return _each(client, argvs)
     if subjects.count(subjects[0]) == count:  # one subject: the engine then compares by identity
         subjects = (subjects[0],) * count
