@@ -1,6 +1,7 @@
-/* tstream.resp._speedups: the request parser's hot path in C (optional), the
-   writer of DGET pages (encode_table_page) and the replies of a pipelined XADD
-   run (encode_stream_id_run), each further down and separate code.
+/* tstream.resp._speedups: the request parser's hot path in C (optional), and,
+   each further down and separate code, the writer of DGET pages
+   (encode_table_page), the replies of a pipelined XADD run
+   (encode_stream_id_run) and a fast batch run's batch-seq check (decimal_run).
 
    parse_many(data, max_bulk) -> list of commands (each a list of bytes), or None
    parse_one(data, max_bulk)  -> one command (a list of bytes), or None
@@ -725,6 +726,66 @@ encode_stream_id_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* ---- decimal_run: fast10's addition (commands/ingest.py's batch-seq check), separate from the parser ----
+
+   decimal_run(seqs, lo) -> True when the tuple ``seqs`` of bytes is exactly
+   b"%d" % lo, b"%d" % (lo + 1), ... (plain decimal: no sign, no leading zero,
+   nothing else), False when it is not, None when this cannot decide (``lo``
+   under 1 or past 10**17, an element that is not bytes): the caller's
+   pure-Python check decides then.  The expected number is kept as decimal
+   digits and incremented in place (amortised O(1) a seq), each seq compared
+   with one memcmp: O(total length), no allocation (nothing here can raise a
+   MemoryError), the GIL held throughout. */
+
+#define DECIMAL_RUN_MAX_LO 100000000000000000LL  /* 10**17: lo + len(seqs) stays under 10**18 */
+
+static PyObject *
+decimal_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "decimal_run() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *seqs = args[0];
+    if (!PyTuple_CheckExact(seqs)) {
+        PyErr_SetString(PyExc_TypeError, "decimal_run() takes a tuple of bytes");
+        return NULL;
+    }
+    int overflow = 0;
+    long long lo = PyLong_AsLongLongAndOverflow(args[1], &overflow);
+    if (lo == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(seqs);
+    if (overflow || lo < 1 || lo > DECIMAL_RUN_MAX_LO || count > DECIMAL_RUN_MAX_LO)
+        Py_RETURN_NONE;
+    /* The expected seq's digits, right-aligned in digits[]: digits + start .. end. */
+    char digits[24];
+    char *end = digits + sizeof(digits);
+    char *start = end;
+    long long v = lo;
+    do {
+        *--start = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *seq = PyTuple_GET_ITEM(seqs, i);
+        if (!PyBytes_CheckExact(seq))
+            Py_RETURN_NONE;
+        Py_ssize_t width = end - start;
+        if (PyBytes_GET_SIZE(seq) != width || memcmp(PyBytes_AS_STRING(seq), start, (size_t)width) != 0)
+            Py_RETURN_FALSE;
+        char *digit = end - 1;  /* the next number: + 1 with its carry */
+        while (digit >= start && *digit == '9')
+            *digit-- = '0';
+        if (digit >= start)
+            (*digit)++;
+        else
+            *--start = '1';  /* (at most 18 digits: lo + count < 10**18) */
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"parse_many", (PyCFunction)(void (*)(void))parse_many, METH_FASTCALL,
      "parse_many(data, max_bulk) -> list of commands (lists of bytes) when data is whole\n"
@@ -738,14 +799,17 @@ static PyMethodDef speedups_methods[] = {
     {"encode_stream_id_run", (PyCFunction)(void (*)(void))encode_stream_id_run, METH_FASTCALL,
      "encode_stream_id_run(ms, first_seq, count) -> the ids ms-first_seq, ms-(first_seq+1), ...\n"
      "(count of them) as RESP bulk strings, concatenated (resp/xentries.py's, in C)."},
+    {"decimal_run", (PyCFunction)(void (*)(void))decimal_run, METH_FASTCALL,
+     "decimal_run(seqs, lo) -> True if the tuple of bytes seqs is b'%d' % lo, b'%d' % (lo + 1), ...,\n"
+     "False if not, None when it cannot tell (lo < 1 or > 10**17, an element not bytes)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     "tstream.resp._speedups",
-    "The request parser's hot path, DGET pages' writer and XADD runs' id replies in C (optional:\n"
-    "resp/parser.py, resp/encode.py and resp/xentries.py fall back to Python).",
+    "The request parser's hot path, DGET pages' writer, XADD runs' id replies and FAST runs'\n"
+    "batch-seq check in C (optional: each caller falls back to Python).",
     0,
     speedups_methods,
     NULL, NULL, NULL, NULL,

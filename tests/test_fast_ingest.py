@@ -299,7 +299,7 @@ class TestFlow:
         formatted seqs: only ``lo, lo + 1, ...`` in plain decimal pass."""
         import random
 
-        from tstream.commands.ingest import consecutive
+        from tstream.commands.ingest import consecutive, consecutive_python
 
         def formatted(seqs, lo):
             return list(seqs) == [b"%d" % i for i in range(lo, lo + len(seqs))]
@@ -315,7 +315,9 @@ class TestFlow:
                                       b" " + seqs[i][1:], seqs[i][:1] + b"_" + seqs[i][1:], b"%d" % (lo + i + 1),
                                       seqs[i - 1], seqs[i] + b" "])
             start = lo + rng.choice([0, 0, 0, -1, 1]) or 1
-            assert consecutive(tuple(seqs), start) == formatted(seqs, start), (seqs[:3], start)
+            expected = formatted(seqs, start)
+            assert consecutive(tuple(seqs), start) == expected, (seqs[:3], start)
+            assert consecutive_python(tuple(seqs), start) == expected, (seqs[:3], start)
             passed += formatted(seqs, start)
         assert 1000 < passed < 4000
 
@@ -808,3 +810,80 @@ class TestTurnBudget:
         for i in range(4):  # each batch's messages in its order
             mine = [d for d in datas if d.startswith(b"%d-" % i)]
             assert mine == [b"%d-%d" % (i, j) for j in range(1, n + 1)]
+
+
+def _c_decimal_run():
+    """resp/_speedups.c's ``decimal_run``; fails (not skips) where the extension is
+    off or not built, as the C parser's own tests do (marked ``speedups``)."""
+    from tstream.commands import ingest
+    if ingest.decimal_run is None:
+        pytest.fail("the C extension is off (TSTREAM_PURE_PYTHON) or not built: deselect with -m 'not speedups'")
+    return ingest.decimal_run
+
+
+@pytest.mark.speedups
+def test_the_c_batch_seq_check_agrees_with_the_python_one():
+    """decimal_run (C) against consecutive_python on random runs, right and
+    wrong (a digit changed, a sign, a leading zero, a seq cut or lengthened,
+    two swapped, the run off by one), across powers of ten and up to 10**19:
+    True/False exactly as the Python check, None only where it may not decide."""
+    import random
+
+    from tstream.commands.ingest import consecutive_python
+    decimal_run = _c_decimal_run()
+    rng = random.Random(16)
+    decided = passed = 0
+    for _ in range(20000):
+        lo = max(1, rng.choice([rng.randint(1, 10 ** rng.randint(1, 19)),
+                                10 ** rng.randint(0, 18) - rng.randint(0, 700)]))
+        seqs = [b"%d" % i for i in range(lo, lo + rng.choice([1, 2, 3, 16, 64, 128, 700]))]
+        for _ in range(rng.choice([0, 0, 1, 2])):
+            i = rng.randrange(len(seqs))
+            seq = bytearray(seqs[i])
+            seq[rng.randrange(len(seq))] = rng.choice(b"0123456789 +-x")
+            seqs[i] = bytes(seq)
+        if rng.random() < 0.2:
+            i = rng.randrange(len(seqs))
+            seqs[i] = rng.choice([b"0" + seqs[i], b"+" + seqs[i], seqs[i][:-1], seqs[i] + b"0", b"", seqs[i - 1]])
+        start = max(1, lo + rng.choice([0, 0, 0, -1, 1]))
+        expected = consecutive_python(tuple(seqs), start)
+        answer = decimal_run(tuple(seqs), start)
+        if answer is None:
+            assert start > 10 ** 17
+            continue
+        assert answer is expected, (seqs[:3], start)
+        decided += 1
+        passed += expected
+    assert decided > 15000 and 3000 < passed < decided - 3000
+    # What it leaves to Python: a start it does not count from, an element that is not bytes.
+    assert decimal_run((b"0", b"1"), 0) is None and decimal_run((b"1",), 10 ** 17 + 1) is None
+    assert decimal_run((b"1", bytearray(b"2")), 1) is None and decimal_run((b"1", "2"), 1) is None
+    assert decimal_run((b"1", b"2"), -5) is None and decimal_run((b"1",), 1 << 80) is None
+    assert decimal_run((b"9", b"10", b"11"), 9) is True and decimal_run((b"99", b"100"), 99) is True
+    assert decimal_run((b"9", b"010"), 9) is False and decimal_run((), 1) is True
+    with pytest.raises(TypeError):
+        decimal_run([b"1"], 1)
+    with pytest.raises(TypeError):
+        decimal_run((b"1",), b"1")
+
+
+@pytest.mark.speedups
+def test_the_c_batch_seq_check_allocates_nothing():
+    """decimal_run allocates no memory (the expected seq is a counter on the C
+    stack): with every allocation failing it still answers, and rightly."""
+    _testcapi = pytest.importorskip("_testcapi")
+    decimal_run = _c_decimal_run()
+    seqs = tuple(b"%d" % i for i in range(99_990, 100_120))
+    wrong = seqs[:5] + (b"99996",) + seqs[6:]
+    lo = 99_990
+    answers = []
+    for start in range(0, 8):
+        right = bad = None
+        _testcapi.set_nomemory(start, 0)  # every allocation from the start-th on fails
+        try:
+            right = decimal_run(seqs, lo)
+            bad = decimal_run(wrong, lo)
+        finally:
+            _testcapi.remove_mem_hooks()
+        answers.append((right, bad))
+    assert answers == [(True, False)] * 8
