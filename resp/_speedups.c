@@ -199,6 +199,67 @@ parse_one(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return command;
 }
 
+/* parse_read(data, max_bulk): one call for a read whichever its shape, so that a
+   pipelined read is not parsed twice (parse_one's attempt, then parse_many's).
+   The command (a list of bytes, as parse_one) when ``data`` is exactly one
+   multibulk of bulk strings; a 1-tuple holding the list of its commands (as
+   parse_many, words shared the same way) when it is several; else None.
+   (The tuple makes the two results tell apart by their type alone.) */
+static PyObject *
+parse_read(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    long long max_bulk;
+    (void)module;
+    if (!read_arguments(args, nargs, "parse_read", &view, &max_bulk))
+        return NULL;
+    const char *p = (const char *)view.buf, *end = p + view.len;
+    PyObject *commands = NULL, *command = NULL, *result;
+    int status = parse_command(&p, end, max_bulk, NULL, &command);
+    if (status == UNHANDLED)
+        goto unhandled;
+    if (status == FAILED)
+        goto failed;
+    if (p == end) {  /* the unpipelined client's read */
+        PyBuffer_Release(&view);
+        return command;
+    }
+    commands = PyList_New(1);
+    if (commands == NULL) {
+        Py_DECREF(command);
+        goto failed;
+    }
+    PyList_SET_ITEM(commands, 0, command);  /* (stolen: ``commands`` holds it) */
+    while (p < end) {
+        /* (the previous command stays alive in ``commands``: a borrowed reference) */
+        status = parse_command(&p, end, max_bulk, command, &command);
+        if (status == UNHANDLED)
+            goto unhandled;
+        if (status == FAILED)
+            goto failed;
+        status = PyList_Append(commands, command);
+        Py_DECREF(command);
+        if (status < 0)
+            goto failed;
+    }
+    PyBuffer_Release(&view);
+    result = PyTuple_New(1);
+    if (result == NULL) {
+        Py_DECREF(commands);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, commands);
+    return result;
+unhandled:
+    Py_XDECREF(commands);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+failed:
+    Py_XDECREF(commands);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"parse_many", (PyCFunction)(void (*)(void))parse_many, METH_FASTCALL,
      "parse_many(data, max_bulk) -> list of commands (lists of bytes) when data is whole\n"
@@ -206,6 +267,9 @@ static PyMethodDef speedups_methods[] = {
     {"parse_one", (PyCFunction)(void (*)(void))parse_one, METH_FASTCALL,
      "parse_one(data, max_bulk) -> the command (a list of bytes) when data is exactly one\n"
      "RESP multibulk of bulk strings, else None."},
+    {"parse_read", (PyCFunction)(void (*)(void))parse_read, METH_FASTCALL,
+     "parse_read(data, max_bulk) -> the command when data is exactly one RESP multibulk of\n"
+     "bulk strings, (list of commands,) when it is several, else None."},
     {NULL, NULL, 0, NULL},
 };
 
