@@ -260,6 +260,57 @@ failed:
     return NULL;
 }
 
+/* run_end(commands, at): the index after the run of commands that starts at
+   ``at`` in the list ``commands``: those after it with as many words and the
+   same first word (==; a run's name is usually one shared object, tested by
+   identity first).  A pipelined run's detection (commands/dispatch.py), one
+   C loop instead of one interpreted turn per command.  An element that is not
+   a non-empty list ends the run. */
+static PyObject *
+run_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "run_end(commands: list, at: int)");
+        return NULL;
+    }
+    PyObject *commands = args[0];
+    Py_ssize_t at = PyLong_AsSsize_t(args[1]);
+    if (at == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(commands);
+    if (at < 0 || at >= count) {
+        PyErr_SetString(PyExc_IndexError, "run_end: at out of range");
+        return NULL;
+    }
+    PyObject *first = PyList_GET_ITEM(commands, at);
+    if (!PyList_Check(first) || PyList_GET_SIZE(first) < 1)
+        return PyLong_FromSsize_t(at + 1);
+    Py_ssize_t words = PyList_GET_SIZE(first);
+    PyObject *name = PyList_GET_ITEM(first, 0);
+    Py_INCREF(name);  /* (a comparison may run Python code that changes the lists) */
+    Py_ssize_t end = at + 1;
+    for (; end < PyList_GET_SIZE(commands); end++) {
+        PyObject *other = PyList_GET_ITEM(commands, end);
+        if (!PyList_Check(other) || PyList_GET_SIZE(other) != words)
+            break;
+        PyObject *word = PyList_GET_ITEM(other, 0);
+        if (word == name)
+            continue;
+        Py_INCREF(word);
+        int same = PyObject_RichCompareBool(word, name, Py_EQ);
+        Py_DECREF(word);
+        if (same < 0) {
+            Py_DECREF(name);
+            return NULL;
+        }
+        if (!same)
+            break;
+    }
+    Py_DECREF(name);
+    return PyLong_FromSsize_t(end);
+}
+
 static PyMethodDef speedups_methods[] = {
     {"parse_many", (PyCFunction)(void (*)(void))parse_many, METH_FASTCALL,
      "parse_many(data, max_bulk) -> list of commands (lists of bytes) when data is whole\n"
@@ -270,6 +321,9 @@ static PyMethodDef speedups_methods[] = {
     {"parse_read", (PyCFunction)(void (*)(void))parse_read, METH_FASTCALL,
      "parse_read(data, max_bulk) -> the command when data is exactly one RESP multibulk of\n"
      "bulk strings, (list of commands,) when it is several, else None."},
+    {"run_end", (PyCFunction)(void (*)(void))run_end, METH_FASTCALL,
+     "run_end(commands, at) -> the index after the run of commands starting at ``at``\n"
+     "(as many words, the same first word)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -72,6 +72,31 @@ try:  # (separate: an extension built before parse_read existed still gives the 
     from ._speedups import parse_read
 except ImportError:
     parse_read = None  # type: ignore[assignment]
+
+
+def _run_end(commands: list, at: int) -> int:
+    """The index after the run of commands that starts at ``at`` (those after it
+    with as many words and the same first word): commands/dispatch.py's run
+    detection.  resp/_speedups.c's ``run_end`` when built, this otherwise."""
+    argv = commands[at]
+    if argv.__class__ is not list or not argv:
+        return at + 1
+    name, words = argv[0], len(argv)
+    end = at + 1
+    while end < len(commands):
+        other = commands[end]
+        if other.__class__ is not list or len(other) != words or not (other[0] is name or other[0] == name):
+            break
+        end += 1
+    return end
+
+
+run_end = _run_end
+if parse_read is not None:
+    try:
+        from ._speedups import run_end  # type: ignore[no-redef,assignment]  # noqa: F401 (re-exported: commands.dispatch)
+    except ImportError:  # an extension built before run_end existed
+        pass
 SPEEDUPS = parse_many is not None  # whether the C parser is in use
 
 # What hiredis must not be given: a multibulk count of 10,000 or more.  hiredis

@@ -285,6 +285,26 @@ def test_parse_read_is_parse_one_else_parse_many():
 
 
 @needs_c
+def test_run_end_finds_the_run_the_python_loop_finds():
+    """run_end (C) against the plain-Python fallback on random command lists:
+    the run of commands with as many words and the same first word."""
+    from tstream.resp.parser import _run_end
+    assert speedups.run_end([[b"TWRITE", b"k", b"t", b"v"]] * 16, 0) == 16
+    assert speedups.run_end([[b"A", b"k"], [b"A", b"k"], [b"a", b"k"], [b"A"]], 0) == 2
+    assert speedups.run_end([[b"A"], [], "x", [b"A"]], 0) == 1
+    with pytest.raises(IndexError):
+        speedups.run_end([[b"A"]], 1)
+    with pytest.raises(TypeError):
+        speedups.run_end(([b"A"],), 0)
+    rng = random.Random(11)
+    names = [b"TWRITE", b"twrite", b"TREAD", bytearray(b"TWRITE"), b"TWRITE"[:3] + b"ITE"]
+    for _ in range(3000):
+        commands = [[rng.choice(names)] + [b"w"] * rng.choice([3, 3, 3, 5]) for _ in range(rng.randrange(1, 20))]
+        at = rng.randrange(len(commands))
+        assert speedups.run_end(commands, at) == _run_end(commands, at), (commands, at)
+
+
+@needs_c
 def test_bad_arguments_raise():
     with pytest.raises(TypeError):
         speedups.parse_many(b"*1\r\n$1\r\nx\r\n")
