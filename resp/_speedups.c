@@ -5,6 +5,8 @@
 
    parse_many(data, max_bulk) -> list of commands (each a list of bytes), or None
    parse_one(data, max_bulk)  -> one command (a list of bytes), or None
+   (and parse_read / run_end, near the end: one call for a read of either shape,
+   and where a run of like commands ends)
 
    Both take a read that is made of whole RESP multibulk requests of bulk strings
    and nothing else (parse_one: exactly one), in one call, as hiredis + the
@@ -786,6 +788,120 @@ decimal_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_TRUE;
 }
 
+/* ---- parse_read and run_end: the parser's, for pipelined reads (helper run10) ----
+
+   parse_read(data, max_bulk): one call for a read whichever its shape, so that a
+   pipelined read is not parsed twice (parse_one's attempt, then parse_many's).
+   The command (a list of bytes, as parse_one) when ``data`` is exactly one
+   multibulk of bulk strings; a 1-tuple holding the list of its commands (as
+   parse_many, words shared the same way) when it is several; else None.
+   (The tuple makes the two results tell apart by their type alone.) */
+static PyObject *
+parse_read(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    long long max_bulk;
+    (void)module;
+    if (!read_arguments(args, nargs, "parse_read", &view, &max_bulk))
+        return NULL;
+    const char *p = (const char *)view.buf, *end = p + view.len;
+    PyObject *commands = NULL, *command = NULL, *result;
+    int status = parse_command(&p, end, max_bulk, NULL, &command);
+    if (status == UNHANDLED)
+        goto unhandled;
+    if (status == FAILED)
+        goto failed;
+    if (p == end) {  /* the unpipelined client's read */
+        PyBuffer_Release(&view);
+        return command;
+    }
+    commands = PyList_New(1);
+    if (commands == NULL) {
+        Py_DECREF(command);
+        goto failed;
+    }
+    PyList_SET_ITEM(commands, 0, command);  /* (stolen: ``commands`` holds it) */
+    while (p < end) {
+        /* (the previous command stays alive in ``commands``: a borrowed reference) */
+        status = parse_command(&p, end, max_bulk, command, &command);
+        if (status == UNHANDLED)
+            goto unhandled;
+        if (status == FAILED)
+            goto failed;
+        status = PyList_Append(commands, command);
+        Py_DECREF(command);
+        if (status < 0)
+            goto failed;
+    }
+    PyBuffer_Release(&view);
+    result = PyTuple_New(1);
+    if (result == NULL) {
+        Py_DECREF(commands);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, commands);
+    return result;
+unhandled:
+    Py_XDECREF(commands);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+failed:
+    Py_XDECREF(commands);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* run_end(commands, at): the index after the run of commands that starts at
+   ``at`` in the list ``commands``: those after it with as many words and the
+   same first word (==; a run's name is usually one shared object, tested by
+   identity first).  A pipelined run's detection (commands/dispatch.py), one
+   C loop instead of one interpreted turn per command.  An element that is not
+   a non-empty list ends the run. */
+static PyObject *
+run_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "run_end(commands: list, at: int)");
+        return NULL;
+    }
+    PyObject *commands = args[0];
+    Py_ssize_t at = PyLong_AsSsize_t(args[1]);
+    if (at == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(commands);
+    if (at < 0 || at >= count) {
+        PyErr_SetString(PyExc_IndexError, "run_end: at out of range");
+        return NULL;
+    }
+    PyObject *first = PyList_GET_ITEM(commands, at);
+    if (!PyList_Check(first) || PyList_GET_SIZE(first) < 1)
+        return PyLong_FromSsize_t(at + 1);
+    Py_ssize_t words = PyList_GET_SIZE(first);
+    PyObject *name = PyList_GET_ITEM(first, 0);
+    Py_INCREF(name);  /* (a comparison may run Python code that changes the lists) */
+    Py_ssize_t end = at + 1;
+    for (; end < PyList_GET_SIZE(commands); end++) {
+        PyObject *other = PyList_GET_ITEM(commands, end);
+        if (!PyList_Check(other) || PyList_GET_SIZE(other) != words)
+            break;
+        PyObject *word = PyList_GET_ITEM(other, 0);
+        if (word == name)
+            continue;
+        Py_INCREF(word);
+        int same = PyObject_RichCompareBool(word, name, Py_EQ);
+        Py_DECREF(word);
+        if (same < 0) {
+            Py_DECREF(name);
+            return NULL;
+        }
+        if (!same)
+            break;
+    }
+    Py_DECREF(name);
+    return PyLong_FromSsize_t(end);
+}
+
 static PyMethodDef speedups_methods[] = {
     {"parse_many", (PyCFunction)(void (*)(void))parse_many, METH_FASTCALL,
      "parse_many(data, max_bulk) -> list of commands (lists of bytes) when data is whole\n"
@@ -802,6 +918,12 @@ static PyMethodDef speedups_methods[] = {
     {"decimal_run", (PyCFunction)(void (*)(void))decimal_run, METH_FASTCALL,
      "decimal_run(seqs, lo) -> True if the tuple of bytes seqs is b'%d' % lo, b'%d' % (lo + 1), ...,\n"
      "False if not, None when it cannot tell (lo < 1 or > 10**17, an element not bytes)."},
+    {"parse_read", (PyCFunction)(void (*)(void))parse_read, METH_FASTCALL,
+     "parse_read(data, max_bulk) -> the command when data is exactly one RESP multibulk of\n"
+     "bulk strings, (list of commands,) when it is several, else None."},
+    {"run_end", (PyCFunction)(void (*)(void))run_end, METH_FASTCALL,
+     "run_end(commands, at) -> the index after the run of commands starting at ``at``\n"
+     "(as many words, the same first word)."},
     {NULL, NULL, 0, NULL},
 };
 

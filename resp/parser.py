@@ -58,13 +58,45 @@ from .inline import INLINE_MAX_SIZE, split_inline  # noqa: F401  (re-exported)
 from .strict import StrictRequestParser
 
 # The C parser (resp/_speedups.c), unless it was not built or is turned off:
-# parse_many(data, max_bulk) -> [command, ...] or None, parse_one(data, max_bulk) -> command or None.
+# parse_many(data, max_bulk) -> [command, ...] or None, parse_one(data, max_bulk) -> command or None,
+# parse_read(data, max_bulk) -> command, or ([command, ...],) for several, or None.
 try:
     if os.environ.get("TSTREAM_PURE_PYTHON", "") not in ("", "0"):
         raise ImportError("TSTREAM_PURE_PYTHON is set")
     from ._speedups import parse_many, parse_one
 except ImportError:
     parse_many = parse_one = None  # type: ignore[assignment]
+try:  # (separate: an extension built before parse_read existed still gives the other two)
+    if parse_many is None:
+        raise ImportError("no C parser")
+    from ._speedups import parse_read
+except ImportError:
+    parse_read = None  # type: ignore[assignment]
+
+
+def _run_end(commands: list, at: int) -> int:
+    """The index after the run of commands that starts at ``at`` (those after it
+    with as many words and the same first word): commands/dispatch.py's run
+    detection.  resp/_speedups.c's ``run_end`` when built, this otherwise."""
+    argv = commands[at]
+    if argv.__class__ is not list or not argv:
+        return at + 1
+    name, words = argv[0], len(argv)
+    end = at + 1
+    while end < len(commands):
+        other = commands[end]
+        if other.__class__ is not list or len(other) != words or not (other[0] is name or other[0] == name):
+            break
+        end += 1
+    return end
+
+
+run_end = _run_end
+if parse_read is not None:
+    try:
+        from ._speedups import run_end  # type: ignore[no-redef,assignment]  # noqa: F401 (re-exported: commands.dispatch)
+    except ImportError:  # an extension built before run_end existed
+        pass
 SPEEDUPS = parse_many is not None  # whether the C parser is in use
 
 # What hiredis must not be given: a multibulk count of 10,000 or more.  hiredis
@@ -139,6 +171,23 @@ class RequestParser:
             return None
         if parse_one is not None and (command := parse_one(data, self._max_bulk)) is not None:
             return command  # (else: the path below, which handles more)
+        return self._read_one_slow(data)
+
+    def read_first(self, data: bytes) -> list | tuple | None:
+        """``read_one``, or (when the C parser is in use) the read's commands in a
+        1-tuple ``(commands,)`` when it is several whole multibulks of bulk
+        strings: a pipelining client's read is then parsed once, not tried as one
+        command first and parsed again by ``read_many``.  None, with nothing
+        consumed, for anything else (the caller then goes on as after
+        ``read_one``)."""
+        if self._fresh or self._slow_mode or self._ready or self._error is not None:
+            return None
+        if parse_read is not None and (parsed := parse_read(data, self._max_bulk)) is not None:
+            return parsed
+        return self._read_one_slow(data)
+
+    def _read_one_slow(self, data: bytes) -> list | None:
+        """``read_one`` for what the C parser does not take (or without it)."""
         if data[0] != 0x2A or data[1:6].isdigit():
             return None  # inline text, or a count hiredis must not see
         star = data.find(b"*", 1)

@@ -58,6 +58,10 @@ class StrictRequestParser:
         """See RequestParser.read_one: never taken here (every read is fed)."""
         return None
 
+    def read_first(self, data: bytes) -> None:
+        """See RequestParser.read_first: never taken here (every read is fed)."""
+        return None
+
     def read_many(self, data: bytes) -> None:
         """See RequestParser.read_many: never taken here (every read is fed)."""
         self.feed(data)

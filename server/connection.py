@@ -170,8 +170,8 @@ class ClientConnection(asyncio.Protocol):
             # (Nothing is queued when the client is neither blocked nor paused nor
             # waiting for its next turn, see _run_many.  A read over 64 KiB takes the
             # usual path, so that the query buffer limit sees it as before.)
-            argv = self.parser.read_one(data) if size <= 65536 else None
-            if argv is not None:
+            argv = self.parser.read_first(data) if size <= 65536 else None
+            if argv.__class__ is list:
                 # _run_one(argv), inlined: a call less on the server's hottest path.
                 reply = execute(self, argv)
                 self.last_argv = argv
@@ -189,6 +189,9 @@ class ClientConnection(asyncio.Protocol):
                         self._check_output_limit()
                 if self.closing:
                     self.transport.close()
+                return
+            if argv is not None:  # (commands,): a pipelined read, parsed already (redis-benchmark -P 16)
+                self._run_parsed(argv[0])
                 return
             self._read_commands(data, size)
             return
@@ -215,7 +218,15 @@ class ClientConnection(asyncio.Protocol):
                 self.parser.feed(data)
             if self._measured(size):
                 self._run_commands()
-        elif len(queue) <= CLOCK_EVERY:
+        else:
+            self._run_parsed(queue)
+
+    def _run_parsed(self, queue: list) -> None:
+        """Execute the commands of a read parsed whole (``_read_commands``, or
+        ``read_first`` in data_received), with nothing queued before them.  Once
+        the turn's total is spent they only wait for a later turn (``_run_many``
+        defers them)."""
+        if len(queue) <= CLOCK_EVERY and not self.server.turn_end.over(TURN_TOTAL_NS):
             self._run_few(queue)
         else:
             if len(queue) > WINDOW:

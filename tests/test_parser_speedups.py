@@ -55,12 +55,12 @@ EXAMPLES = int(os.environ.get("TSTREAM_FUZZ_EXAMPLES", "0")) or None
 @contextmanager
 def pure_python():
     """The module's C entry points set aside: parsers run the plain-Python path."""
-    saved = parser_module.parse_many, parser_module.parse_one
-    parser_module.parse_many = parser_module.parse_one = None
+    saved = parser_module.parse_many, parser_module.parse_one, parser_module.parse_read
+    parser_module.parse_many = parser_module.parse_one = parser_module.parse_read = None
     try:
         yield
     finally:
-        parser_module.parse_many, parser_module.parse_one = saved
+        parser_module.parse_many, parser_module.parse_one, parser_module.parse_read = saved
 
 
 def multibulk(*words: bytes) -> bytes:
@@ -68,12 +68,15 @@ def multibulk(*words: bytes) -> bytes:
 
 
 class Served:
-    """A parser fed as server/connection.py feeds it: ``read_one``, else
-    ``read_many``, else (fed) ``pull`` until it has nothing; records every
-    command and the first protocol error's text."""
+    """A parser fed as server/connection.py feeds it: ``read_first`` (one
+    command, or a pipelined read's commands), else ``read_many``, else (fed)
+    ``pull`` until it has nothing; records every command and the first protocol
+    error's text.  ``first=False``: ``read_one`` in its place (the two must
+    agree)."""
 
-    def __init__(self, max_bulk: int = 512 << 20) -> None:
+    def __init__(self, max_bulk: int = 512 << 20, first: bool = True) -> None:
         self.parser = RequestParser(max_bulk=max_bulk)
+        self.first = first
         self.commands: list = []
         self.error: str | None = None
         self.taken: list = []  # the commands read_one/read_many took at once (or None), read by read
@@ -82,7 +85,11 @@ class Served:
         if self.error is not None:
             return
         parser = self.parser
-        one = parser.read_one(data)
+        one = parser.read_first(data) if self.first else parser.read_one(data)
+        if one.__class__ is tuple:  # (commands,): several, parsed at once
+            self.taken.append(one[0])
+            self.commands += one[0]
+            return
         if one is not None:
             self.taken.append([one])
             self.commands.append(one)
@@ -111,8 +118,12 @@ def run_both(reads: list[bytes], max_bulk: int = 512 << 20) -> tuple[Served, Ser
     fast = Served(max_bulk)
     with pure_python():
         pure = Served(max_bulk)
+    by_one = Served(max_bulk, first=False)  # the C path through read_one: the same again
     for data in reads:
         fast.read(data)
+        by_one.read(data)
+        assert by_one.commands == fast.commands and by_one.error == fast.error
+        assert by_one.state() == fast.state() and by_one.taken == fast.taken
         with pure_python():
             pure.read(data)
         assert fast.commands == pure.commands
@@ -251,6 +262,49 @@ def test_parse_one_takes_exactly_one_command():
 
 
 @needs_c
+def test_parse_read_is_parse_one_else_parse_many():
+    """parse_read: the command when the read is exactly one, ``(commands,)`` when
+    it is several whole ones (words shared as parse_many shares them), else None."""
+    assert speedups.parse_read(multibulk(b"PING"), 512 << 20) == [b"PING"]
+    data = multibulk(b"TWRITE", b"k", b"t", b"v1") * 2 + multibulk(b"PING", b"k")
+    parsed = speedups.parse_read(data, 512 << 20)
+    assert parsed.__class__ is tuple and parsed == (speedups.parse_many(data, 512 << 20),)
+    assert parsed[0][0][1] is parsed[0][1][1] is parsed[0][2][1]
+    assert speedups.parse_read(b"", 512 << 20) is None
+    assert speedups.parse_read(multibulk(b"PING") + b"\r\n", 512 << 20) is None
+    assert speedups.parse_read(b"*2147483647\r\n$1\r\nx\r\n", 512 << 20) is None
+    assert speedups.parse_read(multibulk(b"x" * 17) * 2, 16) is None
+    rng = random.Random(7)
+    for _ in range(3000):
+        read = b"".join(random_read(rng) for _ in range(rng.randrange(1, 4)))
+        for data in split_randomly(rng, read):
+            max_bulk = rng.choice([512 << 20, 16])
+            one, many = speedups.parse_one(data, max_bulk), speedups.parse_many(data, max_bulk)
+            expected = one if one is not None else (many,) if many is not None else None
+            assert speedups.parse_read(data, max_bulk) == expected, data
+
+
+@needs_c
+def test_run_end_finds_the_run_the_python_loop_finds():
+    """run_end (C) against the plain-Python fallback on random command lists:
+    the run of commands with as many words and the same first word."""
+    from tstream.resp.parser import _run_end
+    assert speedups.run_end([[b"TWRITE", b"k", b"t", b"v"]] * 16, 0) == 16
+    assert speedups.run_end([[b"A", b"k"], [b"A", b"k"], [b"a", b"k"], [b"A"]], 0) == 2
+    assert speedups.run_end([[b"A"], [], "x", [b"A"]], 0) == 1
+    with pytest.raises(IndexError):
+        speedups.run_end([[b"A"]], 1)
+    with pytest.raises(TypeError):
+        speedups.run_end(([b"A"],), 0)
+    rng = random.Random(11)
+    names = [b"TWRITE", b"twrite", b"TREAD", bytearray(b"TWRITE"), b"TWRITE"[:3] + b"ITE"]
+    for _ in range(3000):
+        commands = [[rng.choice(names)] + [b"w"] * rng.choice([3, 3, 3, 5]) for _ in range(rng.randrange(1, 20))]
+        at = rng.randrange(len(commands))
+        assert speedups.run_end(commands, at) == _run_end(commands, at), (commands, at)
+
+
+@needs_c
 def test_bad_arguments_raise():
     with pytest.raises(TypeError):
         speedups.parse_many(b"*1\r\n$1\r\nx\r\n")
@@ -258,6 +312,8 @@ def test_bad_arguments_raise():
         speedups.parse_one("*1\r\n$1\r\nx\r\n", 10)
     with pytest.raises(TypeError):
         speedups.parse_many(b"*1\r\n$1\r\nx\r\n", "10")
+    with pytest.raises(TypeError):
+        speedups.parse_read(b"*1\r\n$1\r\nx\r\n")
     with pytest.raises(OverflowError):
         speedups.parse_one(b"*1\r\n$1\r\nx\r\n", 1 << 70)
 
@@ -272,8 +328,9 @@ def test_memory_errors_at_every_allocation_leave_no_damage():
     expected = speedups.parse_many(data, 512 << 20)
     failures = 0
     for start in range(0, 60):
-        for call in (speedups.parse_many, speedups.parse_one):
-            argument = data if call is speedups.parse_many else multibulk(b"TWRITE", b"key", b"tag", b"value")
+        for call, argument in ((speedups.parse_many, data), (speedups.parse_read, data),
+                               (speedups.parse_one, multibulk(b"TWRITE", b"key", b"tag", b"value")),
+                               (speedups.parse_read, multibulk(b"TWRITE", b"key", b"tag", b"value"))):
             _testcapi.set_nomemory(start, start + 1)
             try:
                 call(argument, 512 << 20)
@@ -283,6 +340,7 @@ def test_memory_errors_at_every_allocation_leave_no_damage():
                 _testcapi.remove_mem_hooks()
     assert failures > 0
     assert speedups.parse_many(data, 512 << 20) == expected
+    assert speedups.parse_read(data, 512 << 20) == (expected,)
 
 
 def test_the_environment_variable_turns_the_c_parser_off():
