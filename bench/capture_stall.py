@@ -89,13 +89,21 @@ def probed(port: int, count: int = 0, during=None) -> list:
     INFO polling, and read a reply late whenever the polling thread held the GIL
     while it waited for a core (100 ms under load: bench/capture_trace.py)."""
     pairs = in_probe_process(probe, port, count, during)
-    since = probed.since if during is not None else 0.0  # type: ignore[attr-defined]
-    rtts = sorted(pairs[i + 1] for i in range(0, len(pairs), 2) if pairs[i] >= since)
-    return rtts
+    since = probed.since if during is not None else pairs[0]  # type: ignore[attr-defined]
+    # (rtt ms, when it was sent: ms from the BGSAVE, or from the first idle probe)
+    return sorted((pairs[i + 1], (pairs[i] - since) * 1000) for i in range(0, len(pairs), 2) if pairs[i] >= since)
 
 
-def figures(rtts: list, seconds: float = 0.0) -> dict:
-    return {"max_ms": rtts[-1], "p99_ms": percentile(rtts, 99), "probes": len(rtts), "seconds": seconds}
+def figures(samples: list, seconds: float = 0.0) -> dict:
+    """Max, p99, count; and the three longest waits with when each began (ms from
+    the BGSAVE): at the start, in the middle, or at the end of the save."""
+    rtts = [rtt for rtt, _ in samples]
+    return {"max_ms": rtts[-1], "p99_ms": percentile(rtts, 99), "probes": len(rtts), "seconds": seconds,
+            "worst": [[round(rtt, 2), round(at, 1)] for rtt, at in samples[:-4:-1]]}
+
+
+def worst(result: dict) -> str:
+    return ", ".join(f"{rtt:.2f} ms at t={at:.0f}" for rtt, at in result["worst"])
 
 
 def measure(server) -> dict:
@@ -137,6 +145,8 @@ def main() -> None:
                       f"{result['bgsave']['max_ms']:.2f} ms p99 {result['bgsave']['p99_ms']:.2f} ms "
                       f"(idle, {result['idle']['probes']} probes: max {result['idle']['max_ms']:.2f} ms "
                       f"p99 {result['idle']['p99_ms']:.2f} ms)", flush=True)
+                print(f"{'':17s} longest during the save (t: ms from the BGSAVE, which lasted "
+                      f"{result['bgsave']['seconds'] * 1000:.0f} ms): {worst(result['bgsave'])}", flush=True)
             if kind == "tstream":
                 # the machine's own worst wait: a bare uvloop PING server, as many probes
                 with servers(("ceiling", [])) as (bare,):

@@ -436,7 +436,7 @@ def traced_save(args, trace_path: str) -> dict:
         (load_many_keys if args.shape == "many" else load_one_key)(server, args.keys if args.shape == "many"
                                                                    else args.entries)
         control = Client(server.port)
-        time.sleep(1.0)
+        time.sleep(args.settle)
 
         def save():
             out["t0"], out["steal0"] = time.perf_counter_ns(), steal_ms()
@@ -484,6 +484,8 @@ def bench() -> None:
     parser.add_argument("--entries", type=int, default=10_000_000)
     parser.add_argument("--over", type=float, default=3.0, help="explain samples longer than this (ms)")
     parser.add_argument("--no-ceiling", action="store_true")
+    parser.add_argument("--settle", type=float, default=1.0,
+                        help="seconds between the load and the BGSAVE (capture_stall.py: none)")
     parser.add_argument("--perf", action="store_true",
                         help="perf sched record the save: who ran on the loop's core while it waited for one")
     parser.add_argument("--yield", dest="yield_", action="store_true",
