@@ -16,8 +16,9 @@ fast batch or a message id) holds what must survive a restart:
   entry); never by iterating the table, which would walk past every slot
   deleted since its last resize: half the window on average.  Keys and values are bytes and ints only, so the
   table is never tracked by the cyclic garbage collector (a full collection does
-  not walk it); a pipelined run (``claim_run``) is entered with C passes (one
-  lookup and one insert per id, the offsets from a ``range``).
+  not walk it); a pipelined run (``claim_run``) is entered in one C call
+  (``claim_ids`` of resp/_speedups.c: one probe per id; without the extension,
+  one C pass of ``setdefault``).
 
 The AOF logs both with the INGEST effect record (persistence/effects.py) and
 snapshots carry ``Ingest.export()`` in the stream's metadata, so after a crash a
@@ -41,8 +42,40 @@ messages in flight and runs at the round-trip rate.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
+
+
+def _claim_ids_python(table: dict, ids: tuple, offset: int) -> bool:
+    """``ids[i]`` entered into ``table`` as ``offset + i`` when none is in it nor
+    repeated within ``ids``: True; else the table unchanged and False.  (The C
+    ``claim_ids`` of resp/_speedups.c does the same; this is its fallback.)
+
+    One C pass: ``setdefault`` of each id with its offset, summed.  It gives back
+    ``offset + i`` for a new id (entered), and less for any other: an id in the
+    table was stored below ``offset`` (the table only holds offsets below the
+    stream's next one), a repeat gets the offset of its first entry in the run.
+    So the sum is ``count * offset + count * (count - 1) / 2`` exactly when every
+    id is new; else the ids entered are taken back."""
+    count = len(ids)
+    if sum(map(table.setdefault, ids, range(offset, offset + count))) == count * offset + (count * count - count) // 2:
+        return True
+    get = table.get
+    for i, mid in enumerate(ids):  # an id stored or repeated: take back the ones entered now
+        if get(mid) == offset + i:
+            del table[mid]
+    return False
+
+
+# The C claim (resp/_speedups.c claim_ids), unless it was not built or is turned off
+# (TSTREAM_PURE_PYTHON=1, as for the C parser).
+claim_ids = _claim_ids_python
+if os.environ.get("TSTREAM_PURE_PYTHON", "") in ("", "0"):
+    try:
+        from ..resp._speedups import claim_ids  # type: ignore[no-redef]
+    except ImportError:  # (an older build of the extension, or none)
+        pass
 
 MAX_ID_LENGTH = 64
 MAX_FLOW = 65535
@@ -217,26 +250,16 @@ class Ingest:
         once stored), after dropping the ids that aged out.  False, with the table
         as it was, if one of them is in the table or repeats within ``ids``.
 
-        One C pass: ``setdefault`` of each id with its offset, summed.  It gives
-        back ``offset + i`` for a new id (entered), and less for any other: an id
-        in the table was stored below ``offset`` (the table only holds offsets
-        below the stream's next one), a repeat gets the offset of its first
-        entry in the run.  So the sum is ``count * offset + count * (count - 1) / 2``
-        exactly when every id is new; else the ids entered are taken back
-        (one lookup, one insert per id instead of a lookup, then an insert). O(ids)."""
+        ``claim_ids``: in C, one dict probe (lookup and insert) per id; its
+        fallback is one C pass of ``setdefault`` (see ``_claim_ids_python``). O(ids)."""
         table = self.ids
         if table:
             runs = self.runs
             if runs[0][0] <= now_ns - window_ns:
                 self._expire(now_ns - window_ns)
-        count = len(ids)
-        if sum(map(table.setdefault, ids, range(offset, offset + count))) == count * offset + (count * count - count) // 2:
+        if claim_ids(table, ids, offset):
             self._claimed = (ids, offset)
             return True
-        get = table.get
-        for i, mid in enumerate(ids):  # an id stored or repeated: take back the ones entered now
-            if get(mid) == offset + i:
-                del table[mid]
         return False
 
     def unclaim_ids(self, ids) -> None:

@@ -20,6 +20,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <string.h>
 
 /* The smallest element: "$0\r\n\r\n". */
@@ -199,6 +200,79 @@ parse_one(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return command;
 }
 
+/* ---- The duplicate window's run claim (engine/ingest.py Ingest.claim_run) ----------
+
+   claim_ids(table, ids, offset) -> True or False
+
+   Enters ``ids`` (a tuple of message ids) into ``table`` (the window's dict: id ->
+   offset), ``ids[i]`` with the value ``offset + i``, when none of them is in the
+   table and none repeats within ``ids``: True.  Else the table is left as it was
+   and False.  The pure-Python fallback (engine/ingest.py) is
+   ``sum(map(table.setdefault, ids, range(offset, offset + n))) == n * offset + n * (n - 1) / 2``,
+   then the same taking back.
+
+   One PyDict_SetDefault per id: the lookup and the insert in one probe; the id
+   was new exactly when the table grew by one.  At the first id already there (stored before, or repeated in the
+   run: the value is another object), the ids entered so far are deleted again, in
+   order; they were all new, so each is the key entered now.  On an error (memory:
+   the int, or the table's resize; an unhashable id) the same taking back, then the
+   error.  Deleting a key whose hash is cached allocates nothing. */
+
+static void
+take_back(PyObject *table, PyObject *ids, Py_ssize_t entered)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);  /* (an error being raised survives the deletes) */
+    for (Py_ssize_t j = 0; j < entered; j++) {
+        if (PyDict_DelItem(table, PyTuple_GET_ITEM(ids, j)) < 0)
+            PyErr_Clear();  /* (cannot happen: the key is there, its hash known) */
+    }
+    PyErr_Restore(type, value, traceback);
+}
+
+static PyObject *
+claim_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "claim_ids() takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *table = args[0], *ids = args[1];
+    if (!PyDict_CheckExact(table) || !PyTuple_CheckExact(ids)) {
+        PyErr_SetString(PyExc_TypeError, "claim_ids() takes a dict and a tuple");
+        return NULL;
+    }
+    long long offset = PyLong_AsLongLong(args[2]);
+    if (offset == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(ids);
+    if (offset < 0 || offset > LLONG_MAX - count) {
+        PyErr_SetString(PyExc_OverflowError, "claim_ids() offset out of range");
+        return NULL;
+    }
+    Py_ssize_t size = PyDict_GET_SIZE(table);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *value = PyLong_FromLongLong(offset + i);
+        if (value == NULL) {
+            take_back(table, ids, i);
+            return NULL;
+        }
+        PyObject *found = PyDict_SetDefault(table, PyTuple_GET_ITEM(ids, i), value);  /* (borrowed) */
+        Py_DECREF(value);  /* (the table holds it when entered) */
+        if (found == NULL) {
+            take_back(table, ids, i);
+            return NULL;
+        }
+        if (PyDict_GET_SIZE(table) == size) {  /* in the table already, or repeated within ids */
+            take_back(table, ids, i);
+            Py_RETURN_FALSE;
+        }
+        size++;
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"parse_many", (PyCFunction)(void (*)(void))parse_many, METH_FASTCALL,
      "parse_many(data, max_bulk) -> list of commands (lists of bytes) when data is whole\n"
@@ -206,6 +280,9 @@ static PyMethodDef speedups_methods[] = {
     {"parse_one", (PyCFunction)(void (*)(void))parse_one, METH_FASTCALL,
      "parse_one(data, max_bulk) -> the command (a list of bytes) when data is exactly one\n"
      "RESP multibulk of bulk strings, else None."},
+    {"claim_ids", (PyCFunction)(void (*)(void))claim_ids, METH_FASTCALL,
+     "claim_ids(table, ids, offset) -> True with ids[i] entered as offset + i when no id of the\n"
+     "tuple ids is in the dict table nor repeated; else False, the table unchanged."},
     {NULL, NULL, 0, NULL},
 };
 
