@@ -47,9 +47,10 @@ import time
 from collections import deque
 
 
-def _claim_ids_python(table: dict, ids: tuple, offset: int) -> bool:
-    """``ids[i]`` entered into ``table`` as ``offset + i`` when none is in it nor
-    repeated within ``ids``: True; else the table unchanged and False.  (The C
+def _claim_ids_python(table: dict, ids: tuple, offset: int, runs: deque, stored_ns: int) -> bool:
+    """``ids[i]`` entered into ``table`` as ``offset + i`` and the run's record
+    ``(stored_ns, ids, offset)`` appended to ``runs`` when no id is in the table
+    nor repeated within ``ids``: True; else both unchanged and False.  (The C
     ``claim_ids`` of resp/_speedups.c does the same; this is its fallback.)
 
     One C pass: ``setdefault`` of each id with its offset, summed.  It gives back
@@ -60,6 +61,7 @@ def _claim_ids_python(table: dict, ids: tuple, offset: int) -> bool:
     id is new; else the ids entered are taken back."""
     count = len(ids)
     if sum(map(table.setdefault, ids, range(offset, offset + count))) == count * offset + (count * count - count) // 2:
+        runs.append((stored_ns, ids, offset))
         return True
     get = table.get
     for i, mid in enumerate(ids):  # an id stored or repeated: take back the ones entered now
@@ -73,7 +75,7 @@ def _claim_ids_python(table: dict, ids: tuple, offset: int) -> bool:
 claim_ids = _claim_ids_python
 if os.environ.get("TSTREAM_PURE_PYTHON", "") in ("", "0"):
     try:
-        from ..resp._speedups import claim_ids  # type: ignore[no-redef]
+        from ..resp._speedups import claim_ids  # type: ignore[assignment]
     except ImportError:  # (an older build of the extension, or none)
         pass
 
@@ -149,7 +151,7 @@ class FastBatch:
 class Ingest:
     """A stream's fast batches and message ids (see the module docstring)."""
 
-    __slots__ = ("batches", "ids", "runs", "_claimed")
+    __slots__ = ("batches", "ids", "runs")
 
     def __init__(self) -> None:
         self.batches: dict[bytes, FastBatch] = {}
@@ -158,7 +160,6 @@ class Ingest:
         # offsets is the first one (ids[i] at first + i, None: no id) or a tuple
         # (a snapshot's records). Tuples of bytes and ints: the collector untracks them.
         self.runs: deque[tuple] = deque()
-        self._claimed: tuple = ((), 0)  # the last run claim_run entered: (ids, offset), for note_run
 
     def batch(self, key: bytes, batch_id: bytes) -> FastBatch:
         """The batch ``batch_id``, created if new."""
@@ -244,37 +245,34 @@ class Ingest:
                 table[mid] = offset + i
         self.runs.append((time_ns, tuple(ids), offset))
 
-    def claim_run(self, ids: tuple, offset: int, now_ns: int, window_ns: int) -> bool:
-        """Enter the ids of a pipelined run (a tuple) as about to be stored from
-        ``offset`` (the stream's next offset) on, before the append (``note_run``
-        once stored), after dropping the ids that aged out.  False, with the table
-        as it was, if one of them is in the table or repeats within ``ids``.
+    def claim_run(self, ids: tuple, offset: int, now_ns: int, window_ns: int, stored_ns: int) -> bool:
+        """Enter the ids of a pipelined run (a tuple) as stored from ``offset``
+        (the stream's next offset) on at ``stored_ns`` (the time the append will
+        give them: their expiry), before the append, after dropping the ids that
+        aged out; the run's record is kept at once (``truncate_run`` if the append
+        then stores only part of it).  False, with the table as it was, if one of
+        them is in the table or repeats within ``ids``.
 
-        ``claim_ids``: in C, one dict probe (lookup and insert) per id; its
-        fallback is one C pass of ``setdefault`` (see ``_claim_ids_python``). O(ids)."""
+        ``claim_ids``: in C, one dict probe (lookup and insert) per id and the
+        record appended, in one call; its fallback is one C pass of
+        ``setdefault`` (``_claim_ids_python``). O(ids)."""
         table = self.ids
         if table:
             runs = self.runs
             if runs[0][0] <= now_ns - window_ns:
                 self._expire(now_ns - window_ns)
-        if claim_ids(table, ids, offset):
-            self._claimed = (ids, offset)
-            return True
-        return False
+        return claim_ids(table, ids, offset, self.runs, stored_ns)
 
-    def unclaim_ids(self, ids) -> None:
-        """Take back claimed ``ids`` that were not stored. O(ids)."""
+    def truncate_run(self, stored: int) -> None:
+        """Only the first ``stored`` entries of the run ``claim_run`` entered last
+        were stored (out of memory): take back the other ids, and keep the record
+        of the stored ones only. O(ids)."""
+        stored_ns, ids, offset = self.runs.pop()
         pop = self.ids.pop
-        for mid in ids:
+        for mid in ids[stored:]:
             pop(mid, None)
-
-    def note_run(self, time_ns: int, count: int) -> None:
-        """The first ``count`` ids of the run ``claim_run`` entered last were stored
-        at ``time_ns`` (their expiry; the others were taken back)."""
-        ids, offset = self._claimed
-        self._claimed = ((), 0)
-        if count > 0:
-            self.runs.append((time_ns, ids if count == len(ids) else ids[:count], offset))
+        if stored > 0:
+            self.runs.append((stored_ns, ids[:stored], offset))
 
     # --- snapshots ---------------------------------------------------------------------
 
