@@ -17,7 +17,7 @@ fast batch or a message id) holds what must survive a restart:
   deleted since its last resize: half the window on average.  Keys and values are bytes and ints only, so the
   table is never tracked by the cyclic garbage collector (a full collection does
   not walk it); a pipelined run (``claim_run``) is entered in one C call
-  (``claim_ids`` of resp/_speedups.c: one probe per id; without the extension,
+  (``claim_ids`` of engine/_window.c: one probe per id; without the extension,
   one C pass of ``setdefault``).
 
 The AOF logs both with the INGEST effect record (persistence/effects.py) and
@@ -51,7 +51,7 @@ def _claim_ids_python(table: dict, ids: tuple, offset: int, runs: deque, stored_
     """``ids[i]`` entered into ``table`` as ``offset + i`` and the run's record
     ``(stored_ns, ids, offset)`` appended to ``runs`` when no id is in the table
     nor repeated within ``ids``: True; else both unchanged and False.  (The C
-    ``claim_ids`` of resp/_speedups.c does the same; this is its fallback.)
+    ``claim_ids`` of engine/_window.c does the same; this is its fallback.)
 
     One C pass: ``setdefault`` of each id with its offset, summed.  It gives back
     ``offset + i`` for a new id (entered), and less for any other: an id in the
@@ -70,12 +70,12 @@ def _claim_ids_python(table: dict, ids: tuple, offset: int, runs: deque, stored_
     return False
 
 
-# The C claim (resp/_speedups.c claim_ids), unless it was not built or is turned off
+# The C claim (engine/_window.c claim_ids), unless it was not built or is turned off
 # (TSTREAM_PURE_PYTHON=1, as for the C parser).
 claim_ids = _claim_ids_python
 if os.environ.get("TSTREAM_PURE_PYTHON", "") in ("", "0"):
     try:
-        from ..resp._speedups import claim_ids  # type: ignore[assignment]
+        from ._window import claim_ids  # type: ignore[assignment]
     except ImportError:  # (an older build of the extension, or none)
         pass
 

@@ -1,4 +1,4 @@
-"""The duplicate window's run claim in C (``claim_ids`` of resp/_speedups.c)
+"""The duplicate window's run claim in C (``claim_ids`` of engine/_window.c)
 against its pure-Python fallback (engine/ingest.py ``_claim_ids_python``): on
 random tables and runs (new ids, ids stored before, ids repeated within the
 run, empty runs), the same answer, the same table afterwards, in the same
@@ -24,7 +24,7 @@ from tstream.engine import ingest as ingest_module
 from tstream.engine.ingest import Ingest, _claim_ids_python
 
 try:
-    from tstream.resp._speedups import claim_ids as c_claim_ids
+    from tstream.engine._window import claim_ids as c_claim_ids
 except ImportError:
     c_claim_ids = None
 
