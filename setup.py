@@ -1,8 +1,13 @@
-"""The optional C request parser and DGET page writer (resp/_speedups.c); everything else is in pyproject.toml.
+"""The optional C extensions: the request parser's hot path, the DGET page writer,
+the XADD id-run replies and the FAST batch-seq check (resp/_speedups.c), and the
+MSGID duplicate window's run claim (engine/_window.c); everything else is in
+pyproject.toml.
 
-``optional=True``: where it cannot be compiled (no compiler, no Python headers),
-the install goes on without it and resp/parser.py runs its plain-Python path."""
+``optional=True``: where one cannot be compiled (no compiler, no Python headers),
+the install goes on without it and its callers (resp/, commands/ingest.py,
+engine/ingest.py) run their plain-Python paths."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("tstream.resp._speedups", ["resp/_speedups.c"], optional=True)])
+setup(ext_modules=[Extension("tstream.resp._speedups", ["resp/_speedups.c"], optional=True),
+                   Extension("tstream.engine._window", ["engine/_window.c"], optional=True)])

@@ -30,6 +30,15 @@ one connection, each slice's messages built before its clock starts.  Figures: e
 ratio (all listed) and their median; the ratio of the totals (all messages / all
 seconds); and the server process's CPU time per message (``/proc/<pid>/stat``, every
 thread; load moves it less than wall time), totalled over the slices of each kind.
+That server runs with the automatic AOF rewrite off (``--auto-aof-rewrite-percentage
+0``): with it on, a rewrite starts each time the AOF grows by 64 MB (every ~600,000
+messages of 100 bytes, a few slices) and its CPU (on the loop: the export of the
+duplicate window, a million ids by the end) lands in whichever slice runs then, of
+either kind (2026-11-27: slices at 51-146k msg/s and 6-19 us of server CPU per
+message against 1.7-2.8 us), which the median of a few dozen pairs does not
+absorb.  Sizing the runs to stay under 64 MB instead would leave 40 slices of
+~15,000 messages, each under 50 ms: too short to time.  The rewrite's own cost is
+measured apart (bench/rewrite_cost.py, bench/RESULTS-capture.md).
 
     flock /tmp/tstream-bench.lock .venv/bin/python bench/fast_ingest.py [--rounds 3] [--messages 200000]
 
@@ -359,7 +368,7 @@ def run(args) -> dict:
                           + (f"  TREAD p99 {got['fast']['tread_ms']['p99']:.2f} ms (fast), "
                              f"{got['twrite']['tread_ms']['p99']:.2f} ms (twrite)" if pubs == 16 else ""),
                           flush=True)
-    with servers(("tstream", ["--appendonly", "yes", "--appendfsync", "no"])) as (ts,):
+    with servers(("tstream", ["--appendonly", "yes", "--appendfsync", "no", *MSGID_SERVER_OPTIONS])) as (ts,):
         facts = machine_facts(ts)  # (its loadavg_at_start: before the MSGID slices)
         if args.only in (None, "msgid"):
             results["msgid"] = msgid_slices(ts.port, ts.pid, args.msgid_slices, args.msgid_per_slice)
@@ -412,6 +421,9 @@ def msgid_summary(rows: list[dict]) -> dict:
             "cpu_us": {kind: 1e6 * cpu[kind] / messages for kind in cpu},
             "cpu_ratio": cpu["twrite"] / cpu["msgid"] if cpu["msgid"] else 0.0}
 
+
+# The MSGID slices' server: no automatic AOF rewrite (see the module docstring).
+MSGID_SERVER_OPTIONS = ["--auto-aof-rewrite-percentage", "0"]
 
 NATS_WINDOWS = (64, 256, 1024)
 FAST_FLOWS = (64, 256)  # the fast publisher's flow (its largest ack interval) in the nats comparison

@@ -10,7 +10,9 @@ transport of bench/hotpath.py (no sockets): its reads are run ``--small`` and
 ``--large`` times in two processes under callgrind, and the difference of the
 two totals divided by the difference of the counts is the cost of one read
 (start-up and warm-up cancel out; hash randomization is off, so that two
-runs lay their dicts out alike).  Instructions are not time: cache and branch
+runs lay their dicts out alike; address-space randomization off, and the
+server's wall-time turn budgets off, see ``_without_aslr`` and
+``_no_turn_budgets``).  Instructions are not time: cache and branch
 misses are not counted (``--cache-sim`` in callgrind shows them), so a figure
 here backs a timing, it does not replace one (bench/before_after.py).
 
@@ -21,7 +23,8 @@ in a read, and the consumer-group loop (``TREAD k - 10 GROUP g RETRY ...`` then
 the same in both builds, is counted too), and its Redis Streams form
 (``XREADGROUP GROUP g c COUNT 10 STREAMS k >`` then ``XACK`` of the ten ids);
 16 ``TWRITE k t v MSGID id`` on one key in one read (every id new: MSGID's
-cost against ``twrite16_one_key``), 16 messages of one fast batch in one
+cost against ``twrite16_one_key``; the stream's window set to a day first, so
+that no id ages out during a count, whatever its wall time), 16 messages of one fast batch in one
 read (``BATCH k b seq t v FAST 64 ok``), and 16 one-entry reads ``TREAD k o 1``
 in one read (offsets 61 apart in a key of 2,000 entries); ``xgroup_loop_pairs``:
 the X* loop on bench/xstreams.py's entries (``seq n payload <100 bytes>``: two
@@ -37,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +53,7 @@ SHAPES = ("twrite", "twrite16_one_key", "twrite16_keys", "xadd", "xadd16", "grou
 # Shapes whose reads differ (new ids, batch-seqs): the same number of reads is built
 # in every run, so that building them cancels out of the difference of two runs.
 BUILT_READS = 2600
+MSGID_WINDOW_MS = 86_400_000  # msgid16_one_key's duplicate window: a day, longer than any count
 
 
 def workload(shape: str, count: int, fill: int = 0) -> None:  # noqa: C901 (one branch per kind of shape)
@@ -59,6 +64,7 @@ def workload(shape: str, count: int, fill: int = 0) -> None:  # noqa: C901 (one 
 
     async def main() -> None:  # noqa: C901
         bench = hotpath.Bench()
+        _no_turn_budgets()
         out: list[bytes] = []
         bench.transport.write = lambda data: out.append(bytes(data))  # type: ignore[method-assign]
         feed, turn_end, request = bench.feed, bench.turn_end, hotpath.request
@@ -130,11 +136,31 @@ def workload(shape: str, count: int, fill: int = 0) -> None:  # noqa: C901 (one 
     asyncio.run(main())
 
 
+def _no_turn_budgets() -> None:
+    """Turn off the server's wall-time budgets (a connection's 1 ms per turn, the
+    turn's 1 ms in all; server/connection.py, server/turns.py) in this process.
+    Under callgrind a read of 16 commands takes milliseconds of wall time, so the
+    budgets cut the read's run short and defer the rest to the next turn, more or
+    less often as the machine is more or less loaded: the figure moved with the
+    load (twrite16_one_key by ~2,500 a read, msgid16_one_key by ~1,300, in
+    opposite directions).  Without them every run does the same work."""
+    for name, module in list(sys.modules.items()):
+        if name.endswith(("server.connection", "server.turns")):
+            for budget in ("TURN_BUDGET_NS", "TURN_TOTAL_NS"):
+                if hasattr(module, budget):
+                    setattr(module, budget, 1 << 62)
+
+
 def _varied_reads(shape: str, count: int, feed, request) -> list[bytes]:
     """BUILT_READS reads of a shape whose reads differ (whatever ``count``)."""
     if count + 300 > BUILT_READS:
         raise SystemExit(f"at most {BUILT_READS - 300} reads of {shape}")
     if shape == "msgid16_one_key":  # 16 TWRITE k t v MSGID id, every id new
+        # A window of a day: no id ages out within any count.  With the default
+        # (120 s) the expiry started inside the count whenever callgrind's run
+        # lasted over 120 s, so the figure moved with the machine's load (by
+        # ~6,000 a read): now every run enters the same ids into the same table.
+        feed(request(b"TCONFIG", b"hp:m", b"SET", b"duplicate_window_ms", b"%d" % MSGID_WINDOW_MS))
         return [b"".join(request(b"TWRITE", b"hp:m", b"tag", b"value", b"MSGID", b"id-%d" % i)
                          for i in range(r * 16, r * 16 + 16)) for r in range(BUILT_READS)]
     # 16 messages of one fast batch (flow 64, gap ok), consecutive batch-seqs
@@ -165,11 +191,23 @@ def main() -> None:
     if args.run:
         workload(args.run[0], int(args.run[1]), int(args.run[2]))
         return
+    _without_aslr()
     builds = {"this": args.this} if not args.base else {"base": args.base, "this": args.this}
     shapes = [shape for shape in args.shapes.split(",")
               if not (shape in ("xadd", "xadd16") and args.base and not _has_xadd(args.base))]
     callgrind.compare(builds, shapes, lambda python, shape: per_read(python, shape, args.small, args.large),
                    "instructions/read", out=args.out)
+
+
+def _without_aslr() -> None:
+    """Run again under ``setarch -R`` (once; the counted processes inherit it):
+    with the address space laid out at random, the dicts and sets keyed by
+    object identity collide differently in each run, and a figure moved by
+    ~1,000-2,500 instructions per read between two runs of the same build."""
+    if os.environ.get("TSTREAM_BENCH_NO_ASLR") or not shutil.which("setarch"):
+        return
+    os.environ["TSTREAM_BENCH_NO_ASLR"] = "1"
+    os.execvp("setarch", ["setarch", "-R", sys.executable, *sys.argv])
 
 
 def _has_xadd(python: str) -> bool:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""MSGID's duplicate window when it is full: the CPU of ``Ingest.claim_run`` (plus
-``note_run``) per pipelined run of 16 new ids, in process, while every run ages
+"""MSGID's duplicate window when it is full: the CPU of ``Ingest.claim_run`` (its
+record kept with it) per pipelined run of 16 new ids, in process, while every run ages
 the oldest one out -- the steady state of a publisher that writes longer than
 ``duplicate_window_ms``, which bench/fast_ingest.py and bench/instructions.py
 never reach (their runs last seconds; the default window is 120 s).
@@ -34,8 +34,7 @@ def main() -> None:
     window = args.ids // 16
     offset = 1
     for t in range(window):
-        assert ingest.claim_run(tuple(b"id-%d" % i for i in range(offset, offset + 16)), offset, t, window)
-        ingest.note_run(t, 16)
+        assert ingest.claim_run(tuple(b"id-%d" % i for i in range(offset, offset + 16)), offset, t, window, t)
         offset += 16
     now = window
     per_run = []
@@ -44,9 +43,8 @@ def main() -> None:
         start = time.process_time()
         for ids in runs:
             now += 1
-            if not ingest.claim_run(ids, offset, now, window):
+            if not ingest.claim_run(ids, offset, now, window, now):
                 raise SystemExit("a new id was refused")
-            ingest.note_run(now, 16)
             offset += 16
         per_run.append((time.process_time() - start) / 1000 * 1e6)
     print(f"window of {args.ids:,} ids ({len(ingest.ids):,} held at the end): CPU us per run of 16, "

@@ -215,8 +215,8 @@ def twrite_run(client, argvs: list) -> bytes:
 def _msgid_run(client, argvs: list) -> bytes:
     """A run of ``TWRITE key tag entry MSGID id``: on one key with new ids (none
     stored within the window, none repeated), one append and one record; else
-    command by command.  The ids are checked and entered with C passes
-    (``Ingest.claim_run``)."""
+    command by command.  The ids are checked and entered, and the run's record
+    kept, in one C call (``Ingest.claim_run``)."""
     server = client.server
     _, keys, tags, datas, words, ids = zip(*argvs)
     count = len(argvs)
@@ -239,21 +239,20 @@ def _msgid_run(client, argvs: list) -> bytes:
         return b"".join(_twrite_each(client, argvs))
     now = time_ns()
     start = stream.next_offset
-    if not ingest.claim_run(ids, start, now, window_ms * 1_000_000):
+    last_time = stream.last_time  # the append gives the entries max(now, last_time): their expiry
+    if not ingest.claim_run(ids, start, now, window_ms * 1_000_000, now if now > last_time else last_time):
         return b"".join(_twrite_each(client, argvs))  # an id stored within the window, or repeated
     first = stream.first
     try:
         offset = stream.append_columns(tags, datas, now)
     except MemoryError:
         stored = stream.next_offset - start
-        ingest.unclaim_ids(ids[stored:])
+        ingest.truncate_run(stored)
         if stored:
-            ingest.note_run(stream.last_time, stored)
             server.writes.ingested(key, stream, first, start, tags[:stored], datas[:stored], None, 0, False,
                                    ids[:stored])
         error = encode_error(out_of_memory(0, 1, 0).message)
         return encode_integer_run(start, stored) + error * (count - stored)
-    ingest.note_run(stream.last_time, count)
     server.writes.ingested(key, stream, first, offset, tags, datas, None, 0, False, ids)
     return encode_integer_run(offset, count)
 

@@ -16,8 +16,9 @@ fast batch or a message id) holds what must survive a restart:
   entry); never by iterating the table, which would walk past every slot
   deleted since its last resize: half the window on average.  Keys and values are bytes and ints only, so the
   table is never tracked by the cyclic garbage collector (a full collection does
-  not walk it); a pipelined run (``claim_run``) is entered with C passes (one
-  lookup and one insert per id, the offsets from a ``range``).
+  not walk it); a pipelined run (``claim_run``) is entered in one C call
+  (``claim_ids`` of engine/_window.c: one probe per id; without the extension,
+  one C pass of ``setdefault``).
 
 The AOF logs both with the INGEST effect record (persistence/effects.py) and
 snapshots carry ``Ingest.export()`` in the stream's metadata, so after a crash a
@@ -41,8 +42,42 @@ messages in flight and runs at the round-trip rate.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
+
+
+def _claim_ids_python(table: dict, ids: tuple, offset: int, runs: deque, stored_ns: int) -> bool:
+    """``ids[i]`` entered into ``table`` as ``offset + i`` and the run's record
+    ``(stored_ns, ids, offset)`` appended to ``runs`` when no id is in the table
+    nor repeated within ``ids``: True; else both unchanged and False.  (The C
+    ``claim_ids`` of engine/_window.c does the same; this is its fallback.)
+
+    One C pass: ``setdefault`` of each id with its offset, summed.  It gives back
+    ``offset + i`` for a new id (entered), and less for any other: an id in the
+    table was stored below ``offset`` (the table only holds offsets below the
+    stream's next one), a repeat gets the offset of its first entry in the run.
+    So the sum is ``count * offset + count * (count - 1) / 2`` exactly when every
+    id is new; else the ids entered are taken back."""
+    count = len(ids)
+    if sum(map(table.setdefault, ids, range(offset, offset + count))) == count * offset + (count * count - count) // 2:
+        runs.append((stored_ns, ids, offset))
+        return True
+    get = table.get
+    for i, mid in enumerate(ids):  # an id stored or repeated: take back the ones entered now
+        if get(mid) == offset + i:
+            del table[mid]
+    return False
+
+
+# The C claim (engine/_window.c claim_ids), unless it was not built or is turned off
+# (TSTREAM_PURE_PYTHON=1, as for the C parser).
+claim_ids = _claim_ids_python
+if os.environ.get("TSTREAM_PURE_PYTHON", "") in ("", "0"):
+    try:
+        from ._window import claim_ids  # type: ignore[assignment]
+    except ImportError:  # (an older build of the extension, or none)
+        pass
 
 MAX_ID_LENGTH = 64
 MAX_FLOW = 65535
@@ -116,7 +151,7 @@ class FastBatch:
 class Ingest:
     """A stream's fast batches and message ids (see the module docstring)."""
 
-    __slots__ = ("batches", "ids", "runs", "_claimed")
+    __slots__ = ("batches", "ids", "runs")
 
     def __init__(self) -> None:
         self.batches: dict[bytes, FastBatch] = {}
@@ -125,7 +160,6 @@ class Ingest:
         # offsets is the first one (ids[i] at first + i, None: no id) or a tuple
         # (a snapshot's records). Tuples of bytes and ints: the collector untracks them.
         self.runs: deque[tuple] = deque()
-        self._claimed: tuple = ((), 0)  # the last run claim_run entered: (ids, offset), for note_run
 
     def batch(self, key: bytes, batch_id: bytes) -> FastBatch:
         """The batch ``batch_id``, created if new."""
@@ -211,47 +245,34 @@ class Ingest:
                 table[mid] = offset + i
         self.runs.append((time_ns, tuple(ids), offset))
 
-    def claim_run(self, ids: tuple, offset: int, now_ns: int, window_ns: int) -> bool:
-        """Enter the ids of a pipelined run (a tuple) as about to be stored from
-        ``offset`` (the stream's next offset) on, before the append (``note_run``
-        once stored), after dropping the ids that aged out.  False, with the table
-        as it was, if one of them is in the table or repeats within ``ids``.
+    def claim_run(self, ids: tuple, offset: int, now_ns: int, window_ns: int, stored_ns: int) -> bool:
+        """Enter the ids of a pipelined run (a tuple) as stored from ``offset``
+        (the stream's next offset) on at ``stored_ns`` (the time the append will
+        give them: their expiry), before the append, after dropping the ids that
+        aged out; the run's record is kept at once (``truncate_run`` if the append
+        then stores only part of it).  False, with the table as it was, if one of
+        them is in the table or repeats within ``ids``.
 
-        One C pass: ``setdefault`` of each id with its offset, summed.  It gives
-        back ``offset + i`` for a new id (entered), and less for any other: an id
-        in the table was stored below ``offset`` (the table only holds offsets
-        below the stream's next one), a repeat gets the offset of its first
-        entry in the run.  So the sum is ``count * offset + count * (count - 1) / 2``
-        exactly when every id is new; else the ids entered are taken back
-        (one lookup, one insert per id instead of a lookup, then an insert). O(ids)."""
+        ``claim_ids``: in C, one dict probe (lookup and insert) per id and the
+        record appended, in one call; its fallback is one C pass of
+        ``setdefault`` (``_claim_ids_python``). O(ids)."""
         table = self.ids
         if table:
             runs = self.runs
             if runs[0][0] <= now_ns - window_ns:
                 self._expire(now_ns - window_ns)
-        count = len(ids)
-        if sum(map(table.setdefault, ids, range(offset, offset + count))) == count * offset + (count * count - count) // 2:
-            self._claimed = (ids, offset)
-            return True
-        get = table.get
-        for i, mid in enumerate(ids):  # an id stored or repeated: take back the ones entered now
-            if get(mid) == offset + i:
-                del table[mid]
-        return False
+        return claim_ids(table, ids, offset, self.runs, stored_ns)
 
-    def unclaim_ids(self, ids) -> None:
-        """Take back claimed ``ids`` that were not stored. O(ids)."""
+    def truncate_run(self, stored: int) -> None:
+        """Only the first ``stored`` entries of the run ``claim_run`` entered last
+        were stored (out of memory): take back the other ids, and keep the record
+        of the stored ones only. O(ids)."""
+        stored_ns, ids, offset = self.runs.pop()
         pop = self.ids.pop
-        for mid in ids:
+        for mid in ids[stored:]:
             pop(mid, None)
-
-    def note_run(self, time_ns: int, count: int) -> None:
-        """The first ``count`` ids of the run ``claim_run`` entered last were stored
-        at ``time_ns`` (their expiry; the others were taken back)."""
-        ids, offset = self._claimed
-        self._claimed = ((), 0)
-        if count > 0:
-            self.runs.append((time_ns, ids if count == len(ids) else ids[:count], offset))
+        if stored > 0:
+            self.runs.append((stored_ns, ids[:stored], offset))
 
     # --- snapshots ---------------------------------------------------------------------
 

@@ -632,17 +632,16 @@ class TestMessageIds:
     def test_claim_run_enters_a_run_or_nothing(self):
         ingest = Ingest()
         ingest.add_ids([b"old"], 1, 100)
-        assert ingest.claim_run((b"a", b"b", b"c"), 2, 200, 1000)
-        ingest.note_run(200, 3)
+        assert ingest.claim_run((b"a", b"b", b"c"), 2, 200, 1000, 200)
         assert [ingest.seen(m, 300, 1000) for m in (b"old", b"a", b"b", b"c", b"d")] == [1, 2, 3, 4, None]
         before = dict(ingest.ids)
-        assert not ingest.claim_run((b"d", b"e", b"d"), 5, 300, 1000)  # repeated within the run
-        assert not ingest.claim_run((b"d", b"b"), 5, 300, 1000)  # stored within the window
-        assert ingest.ids == before
+        runs = list(ingest.runs)
+        assert not ingest.claim_run((b"d", b"e", b"d"), 5, 300, 1000, 300)  # repeated within the run
+        assert not ingest.claim_run((b"d", b"b"), 5, 300, 1000, 300)  # stored within the window
+        assert ingest.ids == before and list(ingest.runs) == runs
         assert ingest.export()["ids"] == [(b"old", 1), (b"a", 2), (b"b", 3), (b"c", 4)]
         assert Ingest.load(b"k", ingest.export()).seen(b"c", 300, 1000) == 4
-        assert ingest.claim_run((b"old", b"f"), 5, 1100, 1000)  # "old" aged out (stored at 100)
-        ingest.note_run(1100, 2)
+        assert ingest.claim_run((b"old", b"f"), 5, 1100, 1000, 1100)  # "old" aged out (stored at 100)
         assert [ingest.seen(m, 1150, 1000) for m in (b"old", b"a", b"f")] == [5, 2, 6]
 
     def test_expiry_drops_each_record_s_own_ids(self):
@@ -651,9 +650,8 @@ class TestMessageIds:
         # go) keeps its newer entry; a run stored in part records only what it stored.
         ingest = Ingest()
         ingest.add_ids([b"x", None, b"y"], 1, 100)
-        assert ingest.claim_run((b"a", b"b", b"c"), 4, 150, 1000)
-        ingest.note_run(150, 2)  # c was not stored
-        ingest.unclaim_ids((b"c",))
+        assert ingest.claim_run((b"a", b"b", b"c"), 4, 150, 1000, 150)
+        ingest.truncate_run(2)  # c was not stored
         ingest.add_ids([b"x"], 6, 200)  # entered again (a replay): its newer offset
         assert ingest.export()["ids"] == [(b"y", 3), (b"a", 4), (b"b", 5), (b"x", 6)]
         assert ingest.export()["runs"] == [[100, 1], [150, 2], [200, 1]]
