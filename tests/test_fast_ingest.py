@@ -461,14 +461,19 @@ class TestDurableResume:
 # Exactly once across SIGKILL
 # ---------------------------------------------------------------------------
 
-def _publisher(port: int, n: int, total: int, stop, done: dict) -> None:
+def _publisher(port: int, n: int, total: int, stop, done: dict, kills_done=None) -> None:
     """Publisher ``n``: messages 1..total of batch ``p{n}`` (gap fail), resuming with PING
-    after every reconnect; records what it saw in ``done[n]``."""
+    after every reconnect; records what it saw in ``done[n]``.
+
+    With ``kills_done`` (an Event) the publisher paces its chunks and holds its final
+    EOB until the test has finished killing the server, so that every publisher
+    lives through the kills (a fast publisher would otherwise finish before the
+    first one and never resume)."""
     import random
 
     key, bid, subject = "s", f"p{n}", f"p{n}"
     rng = random.Random(n)
-    nxt, pings = 1, 0
+    nxt, pings, resumed_mid_batch = 1, 0, 0
     c = None
     while not stop.is_set():
         try:
@@ -479,13 +484,17 @@ def _publisher(port: int, n: int, total: int, stop, done: dict) -> None:
                     ping = as_map(c.execute_command("BATCH", key, bid, max(nxt - 1, 1), "FAST", 64, "fail", "PING"))
                     nxt = ping["seq"] + 1
                     pings += 1
+                    resumed_mid_batch += nxt <= total
                 except redis.ResponseError as exc:
                     if "10206" not in str(exc):
                         raise
                     nxt = 1  # nothing of the batch was stored
             if nxt > total:
+                if kills_done is not None and not kills_done.is_set():
+                    time.sleep(0.02)
+                    continue
                 ack = as_map(c.execute_command("BATCH", key, bid, total + 1, "FAST", 64, "fail", "EOB"))
-                done[n] = (ack, pings)
+                done[n] = (ack, pings, resumed_mid_batch)
                 return
             if nxt == 1:
                 first = as_map(c.execute_command("BATCH", key, bid, 1, subject, "1", "FAST", 64, "fail"))
@@ -500,6 +509,8 @@ def _publisher(port: int, n: int, total: int, stop, done: dict) -> None:
                 if not is_ok(reply):
                     assert isinstance(reply, (dict, list)) and as_map(reply)["type"] in ("ack", "duplicate"), reply
             nxt = chunk[-1] + 1
+            if kills_done is not None:
+                time.sleep(rng.uniform(0, 0.05))
         except (redis.ConnectionError, redis.TimeoutError, ConnectionResetError):
             c = None
             time.sleep(0.05)
@@ -511,10 +522,10 @@ def test_sigkill_every_message_stored_exactly_once_in_order(make_server, tmp_pat
     import threading
 
     proc = make_server("--save", "", "--appendonly", "yes", "--appendfsync", "always")
-    stop = threading.Event()
+    stop, kills_done = threading.Event(), threading.Event()
     done: dict = {}
     total = 4000
-    threads = [threading.Thread(target=_publisher, args=(proc.port, n, total, stop, done), daemon=True)
+    threads = [threading.Thread(target=_publisher, args=(proc.port, n, total, stop, done, kills_done), daemon=True)
                for n in range(8)]
     for t in threads:
         t.start()
@@ -524,6 +535,7 @@ def test_sigkill_every_message_stored_exactly_once_in_order(make_server, tmp_pat
             time.sleep(rng.uniform(0.1, 0.6))
             proc.kill()
             proc.start()
+        kills_done.set()
         deadline = time.time() + 120
         while len(done) < 8 and time.time() < deadline:
             time.sleep(0.1)
@@ -539,9 +551,11 @@ def test_sigkill_every_message_stored_exactly_once_in_order(make_server, tmp_pat
         per.setdefault(subject, []).append(int(data))
     for n in range(8):
         assert per[b"p%d" % n] == list(range(1, total + 1)), n
-        ack, pings = done[n]
+        ack, pings, resumed_mid_batch = done[n]
         assert ack["count"] == total
-    assert all(p >= 1 for _, p in done.values())  # each resumed with PING
+    assert all(pings >= 1 for _, pings, _ in done.values())  # each resumed with PING
+    # and the kills fell inside the batches: every publisher resumed mid-batch at least once
+    assert sum(mid >= 1 for _, _, mid in done.values()) == 8, done
     check = subprocess.run([sys.executable, "-m", "tstream.persistence.check", str(tmp_path / "appendonlydir")],
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
