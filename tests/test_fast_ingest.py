@@ -461,12 +461,12 @@ class TestDurableResume:
 # Exactly once across SIGKILL
 # ---------------------------------------------------------------------------
 
-def _publisher(port: int, n: int, total: int, stop, done: dict, kills_done=None) -> None:
+def _publisher(port: int, n: int, total: int, stop, done: dict, kills_done) -> None:
     """Publisher ``n``: messages 1..total of batch ``p{n}`` (gap fail), resuming with PING
     after every reconnect; records what it saw in ``done[n]``.
 
-    With ``kills_done`` (an Event) the publisher paces its chunks and holds its final
-    EOB until the test has finished killing the server, so that every publisher
+    The publisher paces its chunks and holds its final EOB until ``kills_done`` (an
+    Event) is set, when the test has finished killing the server, so that every publisher
     lives through the kills (a fast publisher would otherwise finish before the
     first one and never resume)."""
     import random
@@ -490,7 +490,7 @@ def _publisher(port: int, n: int, total: int, stop, done: dict, kills_done=None)
                         raise
                     nxt = 1  # nothing of the batch was stored
             if nxt > total:
-                if kills_done is not None and not kills_done.is_set():
+                if not kills_done.is_set():
                     time.sleep(0.02)
                     continue
                 ack = as_map(c.execute_command("BATCH", key, bid, total + 1, "FAST", 64, "fail", "EOB"))
@@ -509,8 +509,7 @@ def _publisher(port: int, n: int, total: int, stop, done: dict, kills_done=None)
                 if not is_ok(reply):
                     assert isinstance(reply, (dict, list)) and as_map(reply)["type"] in ("ack", "duplicate"), reply
             nxt = chunk[-1] + 1
-            if kills_done is not None:
-                time.sleep(rng.uniform(0, 0.05))
+            time.sleep(rng.uniform(0, 0.05))
         except (redis.ConnectionError, redis.TimeoutError, ConnectionResetError):
             c = None
             time.sleep(0.05)
