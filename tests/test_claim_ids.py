@@ -12,10 +12,7 @@ as tests/test_parser_speedups.py's); the fallback's own tests run in both passes
 from __future__ import annotations
 
 import gc
-import os
 import random
-import subprocess
-import sys
 from collections import deque
 
 import pytest
@@ -23,12 +20,14 @@ import pytest
 from tstream.engine import ingest as ingest_module
 from tstream.engine.ingest import Ingest, _claim_ids_python
 
+from . import c_extensions
+
 try:
     from tstream.engine._window import claim_ids as c_claim_ids
 except ImportError:
     c_claim_ids = None
 
-needs_c = pytest.mark.speedups
+needs_c = c_extensions.needs_c(c_claim_ids)
 
 
 def _c():
@@ -171,14 +170,9 @@ def test_memory_errors_at_every_allocation_leave_the_table_as_it_was():
 def test_claim_run_uses_the_c_claim_unless_turned_off():
     probe = ("import tstream.engine.ingest as i; "
              "print(i.claim_ids is i._claim_ids_python)")
-    env = {k: v for k, v in os.environ.items() if k != "TSTREAM_PURE_PYTHON"}
-    off = subprocess.run([sys.executable, "-c", probe], env=dict(env, TSTREAM_PURE_PYTHON="1"),
-                         capture_output=True, text=True, check=True).stdout.split()
-    assert off == ["True"]
+    assert c_extensions.probe_words(probe, pure=True) == ["True"]
     if c_claim_ids is not None:
-        on = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
-                            check=True).stdout.split()
-        assert on == ["False"]
+        assert c_extensions.probe_words(probe, pure=False) == ["False"]
 
 
 @pytest.mark.parametrize("claim", ["c", "python"])

@@ -15,11 +15,7 @@ here too; the pages over TCP are tests/test_jetstream.py's.
 
 from __future__ import annotations
 
-import functools
-import os
 import random
-import subprocess
-import sys
 import time
 from array import array
 
@@ -28,25 +24,15 @@ import pytest
 from tstream.resp import encode, encode_batched_message, encode_eob, encode_message_page
 from tstream.resp.encode import TABLE_PAGES_IN_C, encode_table_page, encode_table_page_python
 
+from . import c_extensions
+
 if TABLE_PAGES_IN_C:
     from tstream.resp._speedups import encode_table_page as c_encode_table_page
 else:
     c_encode_table_page = None
 
 
-def needs_c(test):
-    """A test of the C encoder itself, marked ``speedups`` (deselected by the
-    pure-Python pass of .ci/run); it fails, not skips, where the extension is
-    off or not built."""
-
-    @functools.wraps(test)
-    def run(*args, **kwargs):
-        if c_encode_table_page is None:
-            pytest.fail("the C extension is off (TSTREAM_PURE_PYTHON) or not built: "
-                        "deselect these tests with -m 'not speedups'")
-        return test(*args, **kwargs)
-
-    return pytest.mark.speedups(run)
+needs_c = c_extensions.needs_c(c_encode_table_page)
 
 
 INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -193,7 +179,6 @@ def test_bad_arguments_raise():
 def test_memory_errors_at_every_allocation_leave_no_damage():
     """A MemoryError at each allocation the C encoder makes: raised, never a
     crash, and the same call then gives the same bytes."""
-    _testcapi = pytest.importorskip("_testcapi")
     rng = random.Random(7)
     subjects = random_subjects(rng)
     tables = []
@@ -201,28 +186,15 @@ def test_memory_errors_at_every_allocation_leave_no_damage():
         tables = random_tables(rng, subjects)
     args = (3, b"pg", tables, subjects, 500, 0, 1 << 20)
     expected = c_encode_table_page(*args)
-    failures = 0
-    for start in range(0, 40):
-        _testcapi.set_nomemory(start, start + 1)
-        try:
-            c_encode_table_page(*args)
-        except MemoryError:
-            failures += 1
-        finally:
-            _testcapi.remove_mem_hooks()
-    assert failures > 0
+    assert c_extensions.memory_error_count(lambda: c_encode_table_page(*args), 40) > 0
     assert c_encode_table_page(*args) == expected
 
 
 def test_the_environment_variable_turns_the_c_encoder_off():
     probe = ("import importlib; e = importlib.import_module('tstream.resp.encode'); "
              "print(e.TABLE_PAGES_IN_C, e.encode_table_page is e.encode_table_page_python)")
-    env = {k: v for k, v in os.environ.items() if k != "TSTREAM_PURE_PYTHON"}
-    off = subprocess.run([sys.executable, "-c", probe], env=dict(env, TSTREAM_PURE_PYTHON="1"),
-                         capture_output=True, text=True, check=True).stdout.split()
-    assert off == ["False", "True"]
-    on = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout.split()
-    assert on == ["True", "False"]  # (the README's install builds the extension)
+    assert c_extensions.probe_words(probe, pure=True) == ["False", "True"]
+    assert c_extensions.probe_words(probe, pure=False) == ["True", "False"]  # (the README's install builds the extension)
 
 
 def test_table_pages_in_use():

@@ -15,11 +15,8 @@ The error paths in C (MemoryError at each allocation) are driven with
 
 from __future__ import annotations
 
-import functools
 import os
 import random
-import subprocess
-import sys
 from contextlib import contextmanager
 
 import pytest
@@ -30,25 +27,14 @@ from tstream.resp import ProtocolError, StrictRequestParser
 from tstream.resp import parser as parser_module
 from tstream.resp.parser import RequestParser
 
+from . import c_extensions
+
 if parser_module.SPEEDUPS:
     from tstream.resp import _speedups as speedups
 else:
     speedups = None
-def needs_c(test):
-    """A test of the C parser itself, marked ``speedups``: the pure-Python pass of
-    .ci/run deselects it (``-m "not slow and not speedups"``); anywhere else it
-    fails, not skips, when the extension is off or not built (the README's
-    install builds it, as ``test_the_environment_variable_turns_the_c_parser_off``
-    checks)."""
+needs_c = c_extensions.needs_c(speedups)
 
-    @functools.wraps(test)
-    def run(*args, **kwargs):
-        if speedups is None:
-            pytest.fail("the C parser is off (TSTREAM_PURE_PYTHON) or not built: "
-                        "deselect these tests with -m 'not speedups'")
-        return test(*args, **kwargs)
-
-    return pytest.mark.speedups(run)
 EXAMPLES = int(os.environ.get("TSTREAM_FUZZ_EXAMPLES", "0")) or None
 
 
@@ -323,35 +309,21 @@ def test_memory_errors_at_every_allocation_leave_no_damage():
     """MemoryError at each allocation the C parser makes: raised, never a crash,
     and the same call then succeeds (refcounts intact: PYTHONMALLOC=debug and a
     debug build would catch a double free)."""
-    _testcapi = pytest.importorskip("_testcapi")
     data = multibulk(b"TWRITE", b"key", b"tag", b"value") * 4 + multibulk(b"BATCH", *[b"w%d" % i for i in range(8)])
     expected = speedups.parse_many(data, 512 << 20)
-    failures = 0
-    for start in range(0, 60):
-        for call, argument in ((speedups.parse_many, data), (speedups.parse_read, data),
-                               (speedups.parse_one, multibulk(b"TWRITE", b"key", b"tag", b"value")),
-                               (speedups.parse_read, multibulk(b"TWRITE", b"key", b"tag", b"value"))):
-            _testcapi.set_nomemory(start, start + 1)
-            try:
-                call(argument, 512 << 20)
-            except MemoryError:
-                failures += 1
-            finally:
-                _testcapi.remove_mem_hooks()
-    assert failures > 0
+    one = multibulk(b"TWRITE", b"key", b"tag", b"value")
+    for call, argument in ((speedups.parse_many, data), (speedups.parse_read, data),
+                           (speedups.parse_one, one), (speedups.parse_read, one)):
+        assert c_extensions.memory_error_count(lambda: call(argument, 512 << 20), 60) > 0  # noqa: B023 (called at once)
     assert speedups.parse_many(data, 512 << 20) == expected
     assert speedups.parse_read(data, 512 << 20) == (expected,)
 
 
 def test_the_environment_variable_turns_the_c_parser_off():
     probe = "import tstream.resp.parser as p; print(p.SPEEDUPS, p.parse_many is None)"
-    env = {k: v for k, v in os.environ.items() if k != "TSTREAM_PURE_PYTHON"}
-    off = subprocess.run([sys.executable, "-c", probe], env=dict(env, TSTREAM_PURE_PYTHON="1"),
-                         capture_output=True, text=True, check=True).stdout.split()
-    assert off == ["False", "True"]
-    on = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert c_extensions.probe_words(probe, pure=True) == ["False", "True"]
     # The README's install builds it (setup.py); a machine without a compiler runs without it.
-    assert on == ["True", "False"]
+    assert c_extensions.probe_words(probe, pure=False) == ["True", "False"]
 
 
 def test_the_strict_parser_agrees_on_whole_reads():

@@ -12,16 +12,16 @@ with ``_testcapi.set_nomemory``.
 
 from __future__ import annotations
 
-import functools
 import os
 import random
-import subprocess
 import sys
 
 import pytest
 
 from tstream.resp import encode_stream_ids, xentries
 from tstream.resp.xentries import encode_stream_id_run, encode_stream_id_run_u64
+
+from . import c_extensions
 
 try:
     if os.environ.get("TSTREAM_PURE_PYTHON", "") not in ("", "0"):
@@ -33,17 +33,7 @@ except ImportError:
 U64 = (1 << 64) - 1
 
 
-def needs_c(test):
-    """A test of the C encoder itself (marked ``speedups``, see the module docstring)."""
-
-    @functools.wraps(test)
-    def run(*args, **kwargs):
-        if c_encode_stream_id_run is None:
-            pytest.fail("the C extension is off (TSTREAM_PURE_PYTHON) or not built: "
-                        "deselect these tests with -m 'not speedups'")
-        return test(*args, **kwargs)
-
-    return pytest.mark.speedups(run)
+needs_c = c_extensions.needs_c(c_encode_stream_id_run)
 
 
 def formatted(ms: int, first: int, count: int) -> bytes:
@@ -108,25 +98,12 @@ def test_the_c_encoder_refuses_what_is_not_64_bits():
 def test_the_c_encoder_survives_memory_errors():
     """MemoryError at its one allocation: raised, never a crash, and the same call
     then succeeds."""
-    _testcapi = pytest.importorskip("_testcapi")
     expected = formatted(1764222222222, 95, 16)
-    failures = 0
-    for start in range(0, 8):
-        _testcapi.set_nomemory(start, start + 1)
-        try:
-            c_encode_stream_id_run(1764222222222, 95, 16)
-        except MemoryError:
-            failures += 1
-        finally:
-            _testcapi.remove_mem_hooks()
-    assert failures > 0
+    assert c_extensions.memory_error_count(lambda: c_encode_stream_id_run(1764222222222, 95, 16), 8) > 0
     assert c_encode_stream_id_run(1764222222222, 95, 16) == expected
 
 
 def test_the_environment_variable_turns_the_c_encoder_off():
     probe = ("import tstream.resp.xentries as x; "
              "print(x.encode_stream_id_run_u64 is x.encode_stream_id_run)")
-    env = {k: v for k, v in os.environ.items() if k != "TSTREAM_PURE_PYTHON"}
-    off = subprocess.run([sys.executable, "-c", probe], env=dict(env, TSTREAM_PURE_PYTHON="1"),
-                         capture_output=True, text=True, check=True).stdout.split()
-    assert off == ["True"]
+    assert c_extensions.probe_words(probe, pure=True) == ["True"]
