@@ -43,6 +43,7 @@ from .errors import CommandError, SyntaxErr, out_of_memory
 from .ingest import fast_batch, invalid_pattern, is_fast, message_options
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # nats-server's default max_pending
+MAX_PAGE_BUDGET = (1 << 63) - 1  # the largest max_bytes the C page writer takes
 MULTI_LAST_LIMIT = 1024
 MERGE_SUBJECTS = 32  # batches over more matching subjects than this scan the log instead
 
@@ -429,8 +430,10 @@ def _table_page(client, key: bytes, stream, start: int, req: Request, pending: i
     tables = stream.read_tables(start, req.batch)
     if not tables:
         return None
-    body, n = encode_table_page(client.protocol, key, tables, stream.tag_list, pending, 0,
-                                req.max_bytes or DEFAULT_MAX_BYTES)
+    # (max_bytes may be up to 2**64 - 1 in the JSON form; the C writer takes a signed
+    # 64-bit budget, and no page comes near 2**63 bytes)
+    budget = min(req.max_bytes or DEFAULT_MAX_BYTES, MAX_PAGE_BUDGET)
+    body, n = encode_table_page(client.protocol, key, tables, stream.tag_list, pending, 0, budget)
     return Raw(body + encode_eob(client.protocol, pending - n, tables[0][6] + n - 1))
 
 

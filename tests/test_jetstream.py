@@ -207,6 +207,9 @@ class TestDirectGet:
         assert eob(reply)["num_pending"] == 7 and eob(reply)["last_seq"] == 3
         assert seqs(dget(r, "s", '{"seq":1,"batch":10,"max_bytes":200,"next_by_subj":"foo"}')) == [1, 2]
         assert seqs(dget(r, "s", "SEQ", 1, "BATCH", 10, "MAX_BYTES", 1)) == [1]
+        # the JSON form takes max_bytes up to 2**64 - 1: a budget the C page writer caps
+        for huge in (1 << 63, (1 << 64) - 1):
+            assert seqs(dget(r, "s", '{"seq":1,"batch":10,"max_bytes":%d}' % huge)) == list(range(1, 11))
 
     def test_batch_over_many_subjects(self, r):
         pairs = [(f"kv.{i % 40}", str(i)) for i in range(200)]
