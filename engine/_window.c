@@ -50,7 +50,10 @@ claim_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *table = args[0], *ids = args[1], *runs = args[3], *stored_ns = args[4];
-    if (!PyDict_CheckExact(table) || !PyTuple_CheckExact(ids) || !PyLong_CheckExact(stored_ns)) {
+    /* (exact ints: the record below, kept untracked by the collector, must not hold
+       an object that could reach back to it) */
+    if (!PyDict_CheckExact(table) || !PyTuple_CheckExact(ids) || !PyLong_CheckExact(args[2])
+            || !PyLong_CheckExact(stored_ns)) {
         PyErr_SetString(PyExc_TypeError, "claim_ids() takes a dict, a tuple, an int, a deque and an int");
         return NULL;
     }

@@ -269,7 +269,10 @@ static int
 table_acquire(PyObject *item, TableView *t)
 {
     t->held = 0;
-    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 7) {
+    /* Exact ints only: converting anything else could run Python code (__index__)
+       that changes the list of tables while it is read through borrowed references. */
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 7 || !PyLong_CheckExact(PyTuple_GET_ITEM(item, 4))
+            || !PyLong_CheckExact(PyTuple_GET_ITEM(item, 5)) || !PyLong_CheckExact(PyTuple_GET_ITEM(item, 6))) {
         PyErr_SetString(PyExc_TypeError, "a table is a tuple (buf, ends, tags, times, i, j, first_seq)");
         return 0;
     }
@@ -307,7 +310,8 @@ table_acquire(PyObject *item, TableView *t)
         PyErr_SetString(PyExc_TypeError, "tags must be an array of 'I', times of 'q'");
         goto failed;
     }
-    if (t->i < 0 || t->j < t->i || t->j >= t->ends.len / t->ends.itemsize
+    if (t->i < 0 || t->j < t->i || t->first_seq < 0 || t->first_seq > LLONG_MAX - (t->j - t->i)
+            || t->j >= t->ends.len / t->ends.itemsize
             || t->j > t->tags.len / 4 || t->j > t->times.len / 8) {
         PyErr_SetString(PyExc_ValueError, "a table's range is outside its arrays");
         goto failed;

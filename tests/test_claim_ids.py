@@ -124,6 +124,14 @@ def test_bad_arguments_raise():
         claim({}, [b"a"], 1, runs, 0)
     with pytest.raises(TypeError):
         claim({}, (b"a",), 1, runs)
+
+    class Offset:  # an __index__ object could reach the record the collector no longer sees
+        def __index__(self):
+            return 1
+
+    for offset in (Offset(), True, 1.0):  # only an exact int is an offset
+        with pytest.raises(TypeError):
+            claim({}, (b"a",), offset, runs, 0)
     with pytest.raises(OverflowError):
         claim({}, (b"a",), -1, runs, 0)
     with pytest.raises(OverflowError):

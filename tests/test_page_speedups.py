@@ -165,6 +165,9 @@ def test_bad_arguments_raise():
         ((2, b"s", [good[:3] + (array("d", [5, 6]),) + good[4:]], subjects, 2, 0, 100), TypeError),
         ((2, b"s", [(object(),) + good[1:]], subjects, 2, 0, 100), TypeError),
         ((2, b"s", [good], subjects, 1 << 70, 0, 100), OverflowError),
+        ((2, b"s", [good[:4] + (False, 2, 1)], subjects, 2, 0, 100), TypeError),  # ints only, exact
+        ((2, b"s", [good[:6] + ((1 << 63) - 2,)], subjects, 2, 0, 100), ValueError),  # a seq past 2**63-1
+        ((2, b"s", [good[:6] + (-1,)], subjects, 2, 0, 100), ValueError),
         ((2, b"s", [good], subjects, 2, 0), TypeError),
     ]
     for args, error in cases:
