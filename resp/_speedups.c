@@ -367,6 +367,16 @@ write_bytes(char *p, const char *s, size_t n)
 
 #define WRITE_LITERAL(p, s) write_bytes((p), (s), sizeof(s) - 1)
 
+/* v (0-99) as two digits, then ``after`` unless it is 0. */
+static inline void
+put_two_digits(char *out, int v, char after)
+{
+    out[0] = (char)('0' + v / 10);
+    out[1] = (char)('0' + v % 10);
+    if (after)
+        out[2] = after;
+}
+
 /* "YYYY-MM-DDTHH:MM:SS" of ``sec`` seconds since the epoch (UTC, proleptic
    Gregorian: what time.strftime of time.gmtime writes for years 1000-9999;
    int64 ns reach years 1677-2262 only).  H. Hinnant's days-to-civil. */
@@ -392,23 +402,12 @@ format_second(long long sec, char out[19])
     int hh = (int)(sod / 3600), mm = (int)(sod / 60 % 60), ss = (int)(sod % 60);
     out[0] = (char)('0' + y / 1000 % 10);
     out[1] = (char)('0' + y / 100 % 10);
-    out[2] = (char)('0' + y / 10 % 10);
-    out[3] = (char)('0' + y % 10);
-    out[4] = '-';
-    out[5] = (char)('0' + m / 10);
-    out[6] = (char)('0' + m % 10);
-    out[7] = '-';
-    out[8] = (char)('0' + d / 10);
-    out[9] = (char)('0' + d % 10);
-    out[10] = 'T';
-    out[11] = (char)('0' + hh / 10);
-    out[12] = (char)('0' + hh % 10);
-    out[13] = ':';
-    out[14] = (char)('0' + mm / 10);
-    out[15] = (char)('0' + mm % 10);
-    out[16] = ':';
-    out[17] = (char)('0' + ss / 10);
-    out[18] = (char)('0' + ss % 10);
+    put_two_digits(out + 2, (int)(y % 100), '-');
+    put_two_digits(out + 5, (int)m, '-');
+    put_two_digits(out + 8, (int)d, 'T');
+    put_two_digits(out + 11, hh, ':');
+    put_two_digits(out + 14, mm, ':');
+    put_two_digits(out + 17, ss, 0);
 }
 
 /* A message's bytes but for the head, the subject, the payload and its four
