@@ -142,6 +142,30 @@ read_arguments(PyObject *const *args, Py_ssize_t nargs, const char *name, Py_buf
     return 1;
 }
 
+/* The commands from *pos to ``end`` appended to the list ``commands``, whose last
+   item ``previous`` (or NULL) may share its words with the next one: PARSED
+   (then *pos is ``end``), UNHANDLED or FAILED (an error set); what was appended
+   stays in ``commands`` either way, for the caller to release. */
+static int
+append_commands(const char **pos, const char *end, long long max_bulk, PyObject *commands,
+                PyObject *previous)
+{
+    const char *p = *pos;
+    PyObject *command = previous;
+    while (p < end) {
+        /* (the previous command stays alive in ``commands``: a borrowed reference) */
+        int status = parse_command(&p, end, max_bulk, command, &command);
+        if (status != PARSED)
+            return status;
+        status = PyList_Append(commands, command);
+        Py_DECREF(command);
+        if (status < 0)
+            return FAILED;
+    }
+    *pos = p;
+    return PARSED;
+}
+
 static PyObject *
 parse_many(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -151,24 +175,17 @@ parse_many(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (!read_arguments(args, nargs, "parse_many", &view, &max_bulk))
         return NULL;
     const char *p = (const char *)view.buf, *end = p + view.len;
-    PyObject *commands = NULL, *command = NULL;
+    PyObject *commands = NULL;
     if (p >= end)
         goto unhandled;
     commands = PyList_New(0);
     if (commands == NULL)
         goto failed;
-    while (p < end) {
-        /* (the previous command stays alive in ``commands``: a borrowed reference) */
-        int status = parse_command(&p, end, max_bulk, command, &command);
-        if (status == UNHANDLED)
-            goto unhandled;
-        if (status == FAILED)
-            goto failed;
-        status = PyList_Append(commands, command);
-        Py_DECREF(command);
-        if (status < 0)
-            goto failed;
-    }
+    int status = append_commands(&p, end, max_bulk, commands, NULL);
+    if (status == UNHANDLED)
+        goto unhandled;
+    if (status == FAILED)
+        goto failed;
     PyBuffer_Release(&view);
     return commands;
 unhandled:
@@ -824,18 +841,11 @@ parse_read(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto failed;
     }
     PyList_SET_ITEM(commands, 0, command);  /* (stolen: ``commands`` holds it) */
-    while (p < end) {
-        /* (the previous command stays alive in ``commands``: a borrowed reference) */
-        status = parse_command(&p, end, max_bulk, command, &command);
-        if (status == UNHANDLED)
-            goto unhandled;
-        if (status == FAILED)
-            goto failed;
-        status = PyList_Append(commands, command);
-        Py_DECREF(command);
-        if (status < 0)
-            goto failed;
-    }
+    status = append_commands(&p, end, max_bulk, commands, command);
+    if (status == UNHANDLED)
+        goto unhandled;
+    if (status == FAILED)
+        goto failed;
     PyBuffer_Release(&view);
     result = PyTuple_New(1);
     if (result == NULL) {
