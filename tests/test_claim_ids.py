@@ -150,7 +150,7 @@ def test_memory_errors_at_every_allocation_leave_the_table_as_it_was():
     """MemoryError at each allocation (the ints, the table's resizes): raised, never a
     crash, the table as before; the same call then succeeds."""
     claim = _c()
-    _testcapi = pytest.importorskip("_testcapi")
+    import _testcapi
     run = tuple(b"fresh-%d" % i for i in range(40))  # enough to resize a table of 5
     failures = 0
     for start in range(0, 80):
@@ -183,16 +183,16 @@ def test_claim_run_uses_the_c_claim_unless_turned_off():
         assert c_extensions.probe_words(probe, pure=False) == ["False"]
 
 
-@pytest.mark.parametrize("claim", ["c", "python"])
-def test_an_ingest_claims_runs_and_expires_them(claim, monkeypatch):
-    """Ingest.claim_run with either claim: new runs entered, a run with an id
-    within the window refused, the ids aged out dropped first."""
-    if claim == "c":
-        if c_claim_ids is None:
-            pytest.skip("the C extension is not built")
-        monkeypatch.setattr(ingest_module, "claim_ids", c_claim_ids)
-    else:
-        monkeypatch.setattr(ingest_module, "claim_ids", _claim_ids_python)
+@needs_c
+def test_an_ingest_claims_runs_and_expires_them_in_c(monkeypatch):
+    test_an_ingest_claims_runs_and_expires_them(monkeypatch, c_claim_ids)
+
+
+def test_an_ingest_claims_runs_and_expires_them(monkeypatch, claim=_claim_ids_python):
+    """Ingest.claim_run with either claim (the Python one here, the C one above):
+    new runs entered, a run with an id within the window refused, the ids aged
+    out dropped first."""
+    monkeypatch.setattr(ingest_module, "claim_ids", claim)
     ingest = Ingest()
     window = 1000
     assert ingest.claim_run((b"a", b"b"), 1, 0, window, 0)
