@@ -16,7 +16,14 @@ from time import time_ns
 from tstream.engine import xgroups, xids
 from tstream.persistence.effects import ACK, XCDEL, XCONSUMER, XGDESTROY, XGROUP, XOWN
 from tstream.resp import NO_REPLY, NULL_ARRAY, OK, ErrorReply, KeyedReplies, Raw
-from tstream.resp.xentries import encode_keyed, encode_stream_columns, encode_stream_packed, encode_stream_pairs
+from tstream.resp.xentries import (
+    STREAM_TABLES_IN_C,
+    encode_keyed,
+    encode_stream_columns,
+    encode_stream_packed,
+    encode_stream_pairs,
+    encode_stream_tables,
+)
 
 from .args import as_int64, to_int
 from .errors import CommandError, SubcommandSyntax, SyntaxErr
@@ -238,6 +245,12 @@ def _deliver_new(server, key: bytes, stream, group, x, consumer: bytes, count: i
             reply = encode_stream_pairs(texts, tags, xids.unpack_rests(datas))
     else:  # (none, or some entries hold several pairs, some one)
         reply = entry_replies(stream, [list(row) for row in zip(offsets, tags, datas)], texts=texts)
+    _log_delivery(server, key, stream, group, owner, offsets, now, noack)
+    return reply
+
+
+def _log_delivery(server, key: bytes, stream, group, owner, offsets: list, now: int, noack: bool) -> None:
+    """The change of a delivery of new entries described to the write path."""
     if server.writes.sinks:  # effect records are built only for the AOF
         records = [[XCONSUMER, key, group.name, owner.name, now], _group_record(key, group)]
         if offsets and not noack:  # (_owned_record of the entries, each delivered once, now)
@@ -246,7 +259,35 @@ def _deliver_new(server, key: bytes, stream, group, x, consumer: bytes, count: i
         server.writes.xgroup_changed(key, stream, records)
     else:
         server.writes.xgroup_changed(key, stream, [])
-    return reply
+
+
+def _deliver_tables(client, key: bytes, stream, group, x, consumer: bytes, count: int, now: int):
+    """``XREADGROUP GROUP group consumer COUNT count STREAMS key >``'s whole
+    reply (keyed, in the client's protocol) written in one C call from the
+    log's tables (resp's ``encode_stream_tables``: no column lists, the ids
+    derived from the entries' times while their bytes are written), when the
+    entries follow the last one handed out with nothing stored between
+    (engine xgroups.new_tables) and hold one pair each or every one packed
+    pairs; else None, nothing changed (the caller takes ``_deliver_new``).
+    The same bytes and the same changes as ``_deliver_new``."""
+    count = count or stream.next_offset
+    found = xgroups.new_tables(stream, group, count)
+    if found is None:
+        return None
+    tables, start, end = found
+    packed = xids.packed_span(stream, start, end)
+    if packed == 2:
+        return None
+    last_ms, last_seq = x.last_id
+    made = encode_stream_tables(client.protocol, key, tables, stream.tag_list, last_ms, last_seq, packed)
+    if made is None:
+        return None
+    reply, texts, row_ids = made
+    owner = x.consumers.get(consumer) or xgroups.consumer(group, consumer, now)
+    owner.seen_ms = now
+    offsets = xgroups.deliver_derived(stream, group, owner, start, end, count, row_ids, texts, now, False)
+    _log_delivery(client.server, key, stream, group, owner, offsets, now, False)
+    return Raw(reply)
 
 
 def _history(stream, group, owner, after, count: int, now: int, key: bytes, records: list) -> list:
@@ -355,7 +396,12 @@ def _read_new(client, key: bytes, group_name: bytes, consumer: bytes, count: int
     x = group.x or xgroups.state(stream, group)
     if not (stream.length and group.next < stream.next_offset and xids.top_id(stream) > x.last_id):
         return NULL_ARRAY
-    reply = _deliver_new(server, key, stream, group, x, consumer, count, _now_ms(), False)
+    now = _now_ms()
+    if STREAM_TABLES_IN_C:  # (in Python the columns' encoders are the faster)
+        reply = _deliver_tables(client, key, stream, group, x, consumer, count, now)
+        if reply is not None:
+            return reply
+    reply = _deliver_new(server, key, stream, group, x, consumer, count, now, False)
     if reply.__class__ is Raw:
         return encode_keyed(client.protocol, key, reply)
     found = KeyedReplies()

@@ -33,7 +33,7 @@ from .groups import INVALID, NEVER, SLACK, Consumer, Group, Pending, XGroupState
 from .xids import MAX_ID, entries_added, id_of, ids_between, offset_at_or_after, top_id
 
 __all__ = ["NEVER", "INVALID", "Consumer", "XGroupState", "state", "create", "consumer",
-           "deliver", "deliver_columns", "take_pending", "owned", "delete_consumer", "first_id", "lag", "estimate_read",
+           "deliver", "deliver_columns", "new_tables", "deliver_derived", "take_pending", "owned", "delete_consumer", "first_id", "lag", "estimate_read",
            "has_tombstones_after"]
 
 
@@ -178,6 +178,55 @@ def deliver_columns(stream, group: Group, owner: Consumer, count: int, now_ms: i
             ids = ids_between(stream, low, end)
         row_ids = [ids[offset - low] for offset in offsets] if len(ids) != n else ids
         texts = [b"%d-%d" % xid for xid in row_ids]
+    _handed_out(stream, group, x, owner, offsets, row_ids, texts, now_ms, noack)
+    return offsets, tags, datas, texts
+
+
+def new_tables(stream, group: Group, count: int) -> tuple[list, int, int] | None:
+    """XREADGROUP ``>``'s next (up to ``count``) entries as the decoded tables
+    that hold them (``Stream.read_tables``), when their ids can be derived from
+    their times alone: they follow the last entry handed out, with no gap, no
+    deleted entry and no stored id among them.  ``(tables, start, end)``, the
+    offsets ``[start, end)``; else None (then :func:`deliver_columns`).
+    Nothing changes: :func:`deliver_derived` hands the entries out once their
+    ids are known (resp's ``encode_stream_tables`` derives them while it
+    writes the reply).  O(blocks touched), plus at most one decompression per
+    sealed block."""
+    x = group.x or state(stream, group)
+    start = max(group.next, stream.first)
+    last = x.last_entry
+    if last is None or last[0] != start - 1 or last[1] != x.last_id or start >= stream.next_offset:
+        return None
+    tables = stream.read_tables(start, count)
+    if not tables:
+        return None
+    _buf, _ends, _tags, _times, i, j, first = tables[-1]
+    end = first + j - i
+    sx = stream._x
+    if sx is not None and bisect_right(sx.offs, end - 1) != bisect_right(sx.offs, start - 1):
+        return None  # (a stored id in the range)
+    return tables, start, end
+
+
+def deliver_derived(stream, group: Group, owner: Consumer, start: int, end: int, count: int, row_ids: list,
+                    texts: list, now_ms: int, noack: bool) -> list:
+    """:func:`deliver_columns`' changes for the entries ``[start, end)`` that
+    :func:`new_tables` found, their ids ``row_ids`` (spelt ``texts``) derived
+    from their times: the group moved past them, their pending entries owned
+    by ``owner`` (unless ``noack``).  Returns their offsets. O(end - start)."""
+    offsets = list(range(start, end))
+    group.next = end if end - start == count else max(start, stream.next_offset)
+    _handed_out(stream, group, group.x, owner, offsets, row_ids, texts, now_ms, noack)
+    return offsets
+
+
+def _handed_out(stream, group: Group, x: XGroupState, owner: Consumer, offsets: list, row_ids: list, texts: list,
+                now_ms: int, noack: bool) -> None:
+    """The group's bookkeeping of the entries ``offsets`` (ids ``row_ids``,
+    spelt ``texts``) just handed out to ``owner``: entries-read, the last id,
+    their pending entries (unless ``noack``), the ids' map. O(len(offsets))."""
+    n = len(offsets)
+    sx = stream._x
     if x.entries_read != INVALID and (sx is None or sx.max_deleted == (0, 0) or stream.length == 0):
         x.entries_read += n  # no tombstone anywhere: one more per entry (_count_reads, inlined)
     else:
@@ -194,7 +243,6 @@ def deliver_columns(stream, group: Group, owner: Consumer, count: int, now_ms: i
             compact_ids(group)
     x.last_entry = (offsets[-1], x.last_id)
     group.delivered += n
-    return offsets, tags, datas, texts
 
 
 def _ids_from_times(times: list, before: tuple[int, int]) -> tuple[list, list] | None:

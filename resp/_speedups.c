@@ -915,6 +915,290 @@ run_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(end);
 }
 
+/* ---- encode_stream_tables: XREADGROUP's new entries (helper xloop11), separate from the above ----
+
+   encode_stream_tables(protocol, key, tables, subjects, last_ms, last_seq, packed)
+       -> (reply, texts, ids), or None
+
+   The reply of ``XREADGROUP ... STREAMS key >`` handing out the entries of
+   ``tables`` (engine Stream.read_tables: consecutive entries, none deleted,
+   none with a stored id), with their ids derived from their times as
+   engine/xgroups._ids_from_times does: the entry after the id
+   (last_ms, last_seq) written in millisecond ms = time // 10**6 has the id
+   ms-(last_seq + 1) if ms == last_ms, else ms-0, and so on from entry to
+   entry.  ``reply`` is the bytes of ``encode(KeyedReplies({key: entries}),
+   protocol)`` (``key`` None: of the entries alone), each entry
+   ``[id, [subject, *items]]``: with ``packed`` 0 an entry holds one pair (its
+   subject subjects[tags[k]], its payload the value); with ``packed`` 1 its
+   payload is engine/xids.pack_pairs' (one byte, the number c <= 126 of the
+   items after the first field, then those items as RESP bulk strings, copied
+   as they are).  ``texts`` are the ids as the reply spells them (b"ms-seq"),
+   ``ids`` the (ms, seq) tuples.  None (nothing allocated) when an id cannot be
+   derived so (a time before the last id's millisecond or before the epoch, a
+   sequence past 64 bits) or a payload is not in the packed form (empty, or a
+   first byte over 126: a msgpack list): the caller takes its Python path.
+   resp/xentries.encode_stream_tables is the reference.
+
+   Pass 1 checks every index and sums the size; pass 2 writes the reply into
+   one bytes object of exactly that size and makes each id's text and tuple
+   (checking the space left at each entry: an allocation could run a
+   finalizer).  The GIL is held throughout; nothing is kept between calls.
+   On a bad argument TypeError/ValueError/OverflowError, on a MemoryError
+   NULL, nothing leaked. */
+
+#define STREAM_ID_MAX_TEXT 41  /* 20 digits, "-", 20 digits */
+
+/* The next entry's id from its time ``ns`` and the previous id (*ms, *seq):
+   0 when it cannot be derived. */
+static inline int
+next_stream_id(long long ns, unsigned long long *ms, unsigned long long *seq)
+{
+    if (ns < 0)
+        return 0;
+    unsigned long long this_ms = (unsigned long long)ns / 1000000ULL;
+    if (this_ms < *ms)
+        return 0;
+    if (this_ms == *ms) {
+        if (*seq == ~0ULL)
+            return 0;
+        *seq += 1;
+    }
+    else {
+        *ms = this_ms;
+        *seq = 0;
+    }
+    return 1;
+}
+
+/* The bytes of one entry: "*2\r\n$" L "\r\n" id "\r\n*" items "\r\n$" L "\r\n" subject "\r\n",
+   then "$" L "\r\n" value "\r\n" (one pair) or the payload after its count (packed). */
+static inline long long
+stream_entry_size(int id_len, Py_ssize_t subject_len, long long data_len, int packed, int items)
+{
+    long long size = LITERAL_LENGTH("*2\r\n$") + decimal_length(id_len) + 2 + id_len + LITERAL_LENGTH("\r\n*")
+                     + decimal_length(items) + LITERAL_LENGTH("\r\n$") + decimal_length(subject_len) + 2
+                     + subject_len + 2;
+    if (packed)
+        return size + data_len - 1;
+    return size + 1 + decimal_length(data_len) + 2 + data_len + 2;
+}
+
+static PyObject *
+encode_stream_tables(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "encode_stream_tables() takes 7 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    long protocol = PyLong_AsLong(args[0]);
+    if (protocol == -1 && PyErr_Occurred())
+        return NULL;
+    if (protocol != 2 && protocol != 3) {
+        PyErr_SetString(PyExc_ValueError, "protocol must be 2 or 3");
+        return NULL;
+    }
+    PyObject *key = args[1], *tables = args[2], *subjects = args[3];
+    if (!(key == Py_None || PyBytes_Check(key)) || !PyList_Check(tables)
+            || !(PyList_Check(subjects) || PyTuple_Check(subjects))) {
+        PyErr_SetString(PyExc_TypeError, "key must be bytes or None, tables a list, subjects a list or tuple");
+        return NULL;
+    }
+    unsigned long long last_ms = PyLong_AsUnsignedLongLong(args[4]);
+    if (last_ms == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    unsigned long long last_seq = PyLong_AsUnsignedLongLong(args[5]);
+    if (last_seq == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    long packed = PyLong_AsLong(args[6]);
+    if (packed == -1 && PyErr_Occurred())
+        return NULL;
+    if (packed != 0 && packed != 1) {
+        PyErr_SetString(PyExc_ValueError, "packed must be 0 or 1");
+        return NULL;
+    }
+
+    /* Pass 1: the entries' ids (is every one derivable?), their payloads' form, the size. */
+    Py_ssize_t ntables = PyList_GET_SIZE(tables), nsubjects = PySequence_Fast_GET_SIZE(subjects);
+    Py_ssize_t n = 0;
+    long long size = 0;
+    unsigned long long ms = last_ms, seq = last_seq;
+    char text[STREAM_ID_MAX_TEXT + 1];
+    TableView t;
+    for (Py_ssize_t x = 0; x < ntables; x++) {
+        if (!table_acquire(PyList_GET_ITEM(tables, x), &t))
+            return NULL;
+        const unsigned int *tags = (const unsigned int *)t.tags.buf;
+        const long long *times = (const long long *)t.times.buf;
+        const unsigned char *buf = (const unsigned char *)t.buf.buf;
+        for (Py_ssize_t k = t.i; k < t.j; k++) {
+            unsigned long long a = table_end(&t, k), b = table_end(&t, k + 1);
+            if (a > b || b > (unsigned long long)t.buf.len) {
+                PyErr_SetString(PyExc_ValueError, "a table's ends are outside its buffer");
+                table_release(&t);
+                return NULL;
+            }
+            unsigned int tag = tags[k];
+            PyObject *subject = tag < (unsigned long long)nsubjects ? PySequence_Fast_GET_ITEM(subjects, tag) : NULL;
+            if (subject == NULL || !PyBytes_Check(subject)) {
+                PyErr_SetString(PyExc_ValueError, "a tag id with no subject (bytes) in subjects");
+                table_release(&t);
+                return NULL;
+            }
+            int items = 2;
+            if (packed) {
+                if (a == b || buf[a] > 126) {  /* not the packed form: the caller's path */
+                    table_release(&t);
+                    Py_RETURN_NONE;
+                }
+                items = buf[a] + 1;
+            }
+            if (!next_stream_id(times[k], &ms, &seq)) {
+                table_release(&t);
+                Py_RETURN_NONE;
+            }
+            int id_len = id_digit_width(ms) + 1 + id_digit_width(seq);
+            size += stream_entry_size(id_len, PyBytes_GET_SIZE(subject), (long long)(b - a), (int)packed, items);
+            n++;
+        }
+        table_release(&t);
+    }
+    Py_ssize_t key_len = key == Py_None ? 0 : PyBytes_GET_SIZE(key);
+    if (key != Py_None)  /* RESP3 "%1\r\n$" L "\r\n" key "\r\n", RESP2 "*1\r\n*2\r\n$" L "\r\n" key "\r\n" */
+        size += (protocol == 3 ? LITERAL_LENGTH("%1\r\n$") : LITERAL_LENGTH("*1\r\n*2\r\n$"))
+                + decimal_length(key_len) + 2 + key_len + 2;
+    size += 1 + decimal_length(n) + 2;
+    if (size > PY_SSIZE_T_MAX) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+
+    /* Pass 2: the bytes, the texts and the ids. */
+    PyObject *reply = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (reply == NULL)
+        return NULL;
+    PyObject *texts = PyList_New(n), *ids = NULL, *ms_obj = NULL, *result = NULL;
+    if (texts == NULL)
+        goto failed;
+    ids = PyList_New(n);
+    if (ids == NULL)
+        goto failed;
+    char *p = PyBytes_AS_STRING(reply), *end = p + size;
+    if (key != Py_None) {
+        if (protocol == 3)
+            p = WRITE_LITERAL(p, "%1\r\n$");
+        else
+            p = WRITE_LITERAL(p, "*1\r\n*2\r\n$");
+        p = write_decimal(p, key_len);
+        p = WRITE_LITERAL(p, "\r\n");
+        p = write_bytes(p, PyBytes_AS_STRING(key), (size_t)key_len);
+        p = WRITE_LITERAL(p, "\r\n");
+    }
+    *p++ = '*';
+    p = write_decimal(p, n);
+    p = WRITE_LITERAL(p, "\r\n");
+    Py_ssize_t written = 0;
+    unsigned long long ms_of_obj = 0;
+    ms = last_ms;
+    seq = last_seq;
+    for (Py_ssize_t x = 0; x < PyList_GET_SIZE(tables) && written < n; x++) {
+        if (!table_acquire(PyList_GET_ITEM(tables, x), &t))
+            goto failed;
+        const unsigned int *tags = (const unsigned int *)t.tags.buf;
+        const long long *times = (const long long *)t.times.buf;
+        const unsigned char *buf = (const unsigned char *)t.buf.buf;
+        for (Py_ssize_t k = t.i; k < t.j && written < n; k++) {
+            /* (checked again: an allocation could have run a finalizer) */
+            unsigned long long a = table_end(&t, k), b = table_end(&t, k + 1);
+            unsigned int tag = tags[k];
+            PyObject *subject = tag < (unsigned long long)PySequence_Fast_GET_SIZE(subjects)
+                                ? PySequence_Fast_GET_ITEM(subjects, tag) : NULL;
+            if (a > b || b > (unsigned long long)t.buf.len || subject == NULL || !PyBytes_Check(subject)
+                    || (packed && (a == b || buf[a] > 126)) || !next_stream_id(times[k], &ms, &seq))
+                goto changed;
+            int items = packed ? buf[a] + 1 : 2;
+            int ms_width = id_digit_width(ms), seq_width = id_digit_width(seq);
+            int id_len = ms_width + 1 + seq_width;
+            Py_ssize_t subject_len = PyBytes_GET_SIZE(subject);
+            long long data_len = (long long)(b - a);
+            if (stream_entry_size(id_len, subject_len, data_len, (int)packed, items) > end - p)
+                goto changed;
+            write_id_digits(text, ms, ms_width);
+            text[ms_width] = '-';
+            write_id_digits(text + ms_width + 1, seq, seq_width);
+            p = WRITE_LITERAL(p, "*2\r\n$");
+            p = write_decimal(p, id_len);
+            p = WRITE_LITERAL(p, "\r\n");
+            p = write_bytes(p, text, (size_t)id_len);
+            p = WRITE_LITERAL(p, "\r\n*");
+            p = write_decimal(p, items);
+            p = WRITE_LITERAL(p, "\r\n$");
+            p = write_decimal(p, subject_len);
+            p = WRITE_LITERAL(p, "\r\n");
+            p = write_bytes(p, PyBytes_AS_STRING(subject), (size_t)subject_len);
+            p = WRITE_LITERAL(p, "\r\n");
+            if (packed) {
+                p = write_bytes(p, (const char *)buf + a + 1, (size_t)(data_len - 1));
+            }
+            else {
+                *p++ = '$';
+                p = write_decimal(p, data_len);
+                p = WRITE_LITERAL(p, "\r\n");
+                p = write_bytes(p, (const char *)buf + a, (size_t)data_len);
+                p = WRITE_LITERAL(p, "\r\n");
+            }
+            /* The id's text and tuple (the millisecond's int shared by its ids). */
+            PyObject *item = PyBytes_FromStringAndSize(text, id_len);
+            if (item == NULL)
+                goto failed_table;
+            PyList_SET_ITEM(texts, written, item);
+            if (ms_obj == NULL || ms_of_obj != ms) {
+                Py_XDECREF(ms_obj);
+                ms_obj = PyLong_FromUnsignedLongLong(ms);
+                if (ms_obj == NULL)
+                    goto failed_table;
+                ms_of_obj = ms;
+            }
+            PyObject *seq_obj = PyLong_FromUnsignedLongLong(seq);
+            if (seq_obj == NULL)
+                goto failed_table;
+            PyObject *pair = PyTuple_New(2);
+            if (pair == NULL) {
+                Py_DECREF(seq_obj);
+                goto failed_table;
+            }
+            Py_INCREF(ms_obj);
+            PyTuple_SET_ITEM(pair, 0, ms_obj);
+            PyTuple_SET_ITEM(pair, 1, seq_obj);
+            PyList_SET_ITEM(ids, written, pair);
+            written++;
+        }
+        table_release(&t);
+    }
+    if (written != n || p != end) {
+        PyErr_SetString(PyExc_RuntimeError, "encode_stream_tables: the tables changed while encoding");
+        goto failed;
+    }
+    result = PyTuple_New(3);
+    if (result == NULL)
+        goto failed;
+    Py_XDECREF(ms_obj);
+    PyTuple_SET_ITEM(result, 0, reply);
+    PyTuple_SET_ITEM(result, 1, texts);
+    PyTuple_SET_ITEM(result, 2, ids);
+    return result;
+changed:
+    PyErr_SetString(PyExc_RuntimeError, "encode_stream_tables: the tables changed while encoding");
+failed_table:
+    table_release(&t);
+failed:
+    Py_XDECREF(ms_obj);
+    Py_XDECREF(ids);
+    Py_XDECREF(texts);
+    Py_DECREF(reply);
+    return NULL;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"parse_many", (PyCFunction)(void (*)(void))parse_many, METH_FASTCALL,
      "parse_many(data, max_bulk) -> list of commands (lists of bytes) when data is whole\n"
@@ -937,6 +1221,10 @@ static PyMethodDef speedups_methods[] = {
     {"run_end", (PyCFunction)(void (*)(void))run_end, METH_FASTCALL,
      "run_end(commands, at) -> the index after the run of commands starting at ``at``\n"
      "(as many words, the same first word)."},
+    {"encode_stream_tables", (PyCFunction)(void (*)(void))encode_stream_tables, METH_FASTCALL,
+     "encode_stream_tables(protocol, key, tables, subjects, last_ms, last_seq, packed) -> (reply, texts, ids)\n"
+     "or None: XREADGROUP's new entries from the log's tables, their ids derived from their times\n"
+     "(resp/xentries.py's, in C)."},
     {NULL, NULL, 0, NULL},
 };
 

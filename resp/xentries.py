@@ -9,7 +9,8 @@ import os
 from .encode import Raw, encode_stream_ids
 
 __all__ = ["encode_keyed", "encode_packed_fields", "encode_stream_columns", "encode_stream_packed", "encode_stream_pairs",
-           "encode_stream_id_run", "encode_stream_id_run_u64"]
+           "encode_stream_id_run", "encode_stream_id_run_u64", "encode_stream_tables", "encode_stream_tables_python",
+           "STREAM_TABLES_IN_C"]
 
 
 def encode_stream_columns(ids: list, fields: list, values: list) -> Raw:
@@ -171,3 +172,77 @@ try:
     from ._speedups import encode_stream_id_run as encode_stream_id_run_u64
 except ImportError:
     encode_stream_id_run_u64 = encode_stream_id_run
+
+
+_U64_MAX = (1 << 64) - 1
+
+
+def encode_stream_tables_python(protocol: int, key: bytes | None, tables: list, subjects, last_ms: int, last_seq: int,
+                                packed: int) -> tuple[bytes, list, list] | None:
+    """XREADGROUP's reply of the new entries of ``tables`` (engine
+    ``Stream.read_tables``: consecutive entries, none deleted, none with a stored
+    id), their ids derived from their times (engine/xgroups._ids_from_times:
+    after the id ``(last_ms, last_seq)``, an entry written in millisecond
+    ``ms = time // 10**6`` has ``ms-(seq + 1)`` if ``ms`` is the previous id's,
+    else ``ms-0``): ``(reply, texts, ids)``, the reply being ``encode(
+    KeyedReplies({key: entries}), protocol)`` (``key`` None: the entries'
+    array alone), ``texts`` the ids as it spells them (``b"ms-seq"``), ``ids``
+    the ``(ms, seq)`` tuples.  ``packed`` 0: each entry one pair (the subject
+    ``subjects[tags[k]]``, the payload its value); 1: payloads of
+    engine/xids.pack_pairs (see :func:`encode_stream_packed`).  None when an id
+    cannot be derived so (a time before the previous id's millisecond or the
+    epoch, a sequence past 64 bits) or a payload is not packed so: the caller
+    takes its other path.  The reference of resp/_speedups.c's
+    ``encode_stream_tables`` (the same results, the same refusals)."""
+    if protocol not in (2, 3):
+        raise ValueError("protocol must be 2 or 3")
+    if packed not in (0, 1):
+        raise ValueError("packed must be 0 or 1")
+    ms, seq = last_ms, last_seq
+    if not (0 <= ms <= _U64_MAX and 0 <= seq <= _U64_MAX):
+        raise OverflowError("the last id is not two unsigned 64-bit integers")
+    parts: list = []
+    texts: list = []
+    ids: list = []
+    for buf, ends, tags, times, i, j, _first in tables:
+        for k in range(i, j):
+            a, b = ends[k], ends[k + 1]
+            if not 0 <= a <= b <= len(buf):
+                raise ValueError("a table's ends are outside its buffer")
+            tag = tags[k]
+            subject = subjects[tag] if tag < len(subjects) else None
+            if subject.__class__ is not bytes:
+                raise ValueError("a tag id with no subject (bytes) in subjects")
+            payload = bytes(buf[a:b])
+            if packed and (not payload or payload[0] > _PACKED_MAX):
+                return None
+            ns = times[k]
+            this_ms = ns // 1_000_000
+            if ns < 0 or this_ms < ms or (this_ms == ms and seq == _U64_MAX):
+                return None
+            seq = seq + 1 if this_ms == ms else 0
+            ms = this_ms
+            text = b"%d-%d" % (ms, seq)
+            texts.append(text)
+            ids.append((ms, seq))
+            if packed:
+                parts.append(b"*2\r\n$%d\r\n%s\r\n*%d\r\n$%d\r\n%s\r\n%s" % (
+                    len(text), text, payload[0] + 1, len(subject), subject, payload[1:]))
+            else:
+                parts.append(b"*2\r\n$%d\r\n%s\r\n*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
+                    len(text), text, len(subject), subject, len(payload), payload))
+    head = b"" if key is None else (b"%%1\r\n$%d\r\n%s\r\n" if protocol == 3 else b"*1\r\n*2\r\n$%d\r\n%s\r\n") % (
+        len(key), key)
+    return b"%s*%d\r\n%s" % (head, len(texts), b"".join(parts)), texts, ids
+
+
+# encode_stream_tables(protocol, key, tables, subjects, last_ms, last_seq, packed): in C
+# (resp/_speedups.c) unless the extension is off, missing or older than it.
+try:
+    if os.environ.get("TSTREAM_PURE_PYTHON", "") not in ("", "0"):
+        raise ImportError("TSTREAM_PURE_PYTHON is set")
+    from ._speedups import encode_stream_tables
+    STREAM_TABLES_IN_C = True
+except ImportError:
+    encode_stream_tables = encode_stream_tables_python
+    STREAM_TABLES_IN_C = False
