@@ -216,7 +216,7 @@ def deliver_derived(stream, group: Group, owner: Consumer, start: int, end: int,
     by ``owner`` (unless ``noack``).  Returns their offsets. O(end - start)."""
     offsets = list(range(start, end))
     group.next = end if end - start == count else max(start, stream.next_offset)
-    _handed_out(stream, group, group.x, owner, offsets, row_ids, texts, now_ms, noack)
+    _handed_out(stream, group, group.x or state(stream, group), owner, offsets, row_ids, texts, now_ms, noack)
     return offsets
 
 
