@@ -301,3 +301,58 @@ def test_reads_from_the_tables_reply_and_change_what_the_columns_do(seed, monkey
         assert tables == columns, (k, tables[:300], columns[:300])
     assert records_tables == records_columns
     assert digest_tables == digest_columns
+
+
+# --- against redis-server: auto ids, as the consumer loop reads them ------------------------
+
+
+def _auto_id_loop(port: int, protocol: int, seed: int) -> int:
+    """On one server: entries with auto ids (one pair, two, three, mixed), read
+    by ``XREADGROUP ... COUNT n STREAMS s >`` and acknowledged.  Each read's
+    bytes must be the keyed head then XRANGE's bytes of the same ids (Redis's
+    reply is that by definition; tstream's XRANGE is checked byte for byte
+    against redis by the oracle tests above).  Returns the entries read."""
+    import hiredis
+
+    from .test_transactions import Raw
+
+    rng = random.Random(seed)
+    conn = Raw(port, protocol)
+    read_total = 0
+    try:
+        conn.call("FLUSHALL")
+        conn.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
+        head = b"%1\r\n$1\r\ns\r\n" if protocol == 3 else b"*1\r\n*2\r\n$1\r\ns\r\n"
+        for _ in range(40):
+            for _ in range(rng.choice([1, 10, 16, 40])):
+                shape = rng.random()
+                if shape < 0.3:
+                    conn.call("XADD", "s", "*", "f", "v" * rng.choice([0, 100, 2100]))
+                elif shape < 0.9:
+                    conn.call("XADD", "s", "*", "seq", str(rng.randrange(10**6)), "payload", "x" * 100)
+                else:
+                    conn.call("XADD", "s", "*", "a", "1", "b", "", "c", "3")
+            while True:
+                count = rng.choice([1, 10, 10, 25])
+                reply = conn.call("XREADGROUP", "GROUP", "g", f"c{rng.randrange(4)}", "COUNT", str(count),
+                                  "STREAMS", "s", ">")
+                if reply in (b"*-1\r\n", b"_\r\n"):
+                    break
+                reader = hiredis.Reader()
+                reader.feed(reply)
+                decoded = reader.gets()
+                entries = decoded[b"s"] if protocol == 3 else decoded[0][1]
+                ids = [entry[0] for entry in entries]
+                assert 0 < len(ids) <= count
+                assert reply == head + conn.call("XRANGE", "s", ids[0], ids[-1])
+                assert conn.call("XACK", "s", "g", *ids) == b":%d\r\n" % len(ids)
+                read_total += len(ids)
+        assert conn.call("XPENDING", "s", "g") in (b"*4\r\n:0\r\n$-1\r\n$-1\r\n*-1\r\n", b"*4\r\n:0\r\n_\r\n_\r\n_\r\n")
+    finally:
+        conn.close()
+    return read_total
+
+
+@pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
+def test_auto_id_reads_match_xrange_on_both_servers(server, redis_oracle, protocol):
+    assert _auto_id_loop(server.port, protocol, 5) == _auto_id_loop(redis_oracle, protocol, 5) > 500
