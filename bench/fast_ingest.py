@@ -272,6 +272,12 @@ def _publisher(port: int, kind: str, key: bytes, n: int, barrier, out) -> None:
         c.close()
 
 
+def _run_queue_wait() -> int:
+    """This thread's time runnable but not running (ns, cumulative: /proc/thread-self/schedstat)."""
+    with open("/proc/thread-self/schedstat") as f:
+        return int(f.read().split()[1])
+
+
 def _reader(port: int, key: bytes, stop, out) -> None:
     if PIN:
         os.sched_setaffinity(0, {PIN[0]})
@@ -282,15 +288,18 @@ def _reader(port: int, key: bytes, stop, out) -> None:
     lat = []
     sent = []
     while not stop.is_set():
+        if probe:  # (this process's run-queue wait, read before the clock starts: the reader's own wait for a core)
+            waited = _run_queue_wait()
         t0 = time.perf_counter()
         s0 = time.monotonic_ns()
         c.execute("TREAD", key, 1, 10)
         lat.append((time.perf_counter() - t0) * 1000)
         if probe:
-            sent.append((s0, time.monotonic_ns()))
+            sent.append((s0, time.monotonic_ns(), _run_queue_wait() - waited))
         time.sleep(0.001)
     c.close()
-    if probe:  # the client's side of each TREAD, next to the server's file: [sent, received] (monotonic ns)
+    if probe:  # the client's side of each TREAD, next to the server's file:
+        # [sent, received, the reader's run-queue wait meanwhile] (ns)
         with open(probe + ".reader", "a") as f:
             f.write(json.dumps(sent) + "\n")
     lat.sort()

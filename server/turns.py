@@ -247,10 +247,11 @@ class _Probe:
     [scheduled_at, start, commit_ns, end, held replies, their connections, commands, gc_ns,
     select_ns, gc_passes] per turn (monotonic ns; ``gc_ns``, ``select_ns``: the collector's
     and the loop's select's time since the last turn; ``gc_passes``: one byte per
-    generation), and ``probe``: [executed_at, released_at] of each command of the client
-    named ``turn-probe`` (a reply sent at once, a read ``Persistence.settled`` lets go
-    before the fsync, counts as [executed_at, executed_at]); each turn ends with the
-    thread's CPU and run-queue wait times (/proc/thread-self/schedstat, cumulative ns)."""
+    generation), and ``probe``: [executed_at, released_at, cpu, run_queue] of each command
+    of the client named ``turn-probe`` (a reply sent at once, a read ``Persistence.settled``
+    lets go before the fsync, counts as [executed_at, executed_at, ...]; cpu and run_queue:
+    the thread's schedstat when it executed); each turn ends with the thread's CPU and
+    run-queue wait times (/proc/thread-self/schedstat, cumulative ns)."""
 
     def __init__(self, turn_end: TurnEnd, path: str) -> None:
         self.turn_end = turn_end
@@ -265,6 +266,7 @@ class _Probe:
         self.last_dump = monotonic_ns()
         self.commands = 0
         self.commit_ns = 0
+        self.own_cpu = 0  # the thread's CPU spent writing the probe's file (left out of the turns')
         self._run = turn_end.run
         self._hold = turn_end.hold
         turn_end.run = self.run  # type: ignore[method-assign]
@@ -315,13 +317,13 @@ class _Probe:
             return False
         if client.name == PROBE_NAME:
             now = monotonic_ns()
-            self.waits.append([now, now])
+            self.waits.append([now, now, *self._stat()])
             self.turn_end.schedule()  # (a turn, to dump the waits when nothing else runs)
         return True
 
     def hold(self, connection, data: bytes, close: bool) -> None:
         if connection.name == PROBE_NAME:
-            self.pending.append(monotonic_ns())
+            self.pending.append([monotonic_ns(), *self._stat()])
         self._hold(connection, data, close)
 
     def run(self) -> None:
@@ -340,12 +342,21 @@ class _Probe:
         commands = server.stats.commands - self.commands
         self.commands = server.stats.commands
         self.turns.append([scheduled_at, start, self.commit_ns, end, count, connections, commands, self.gc_ns,
-                           self.select_ns, self.gc_passes, *_schedstat()])
+                           self.select_ns, self.gc_passes, *self._stat()])
         self.gc_ns = self.select_ns = self.gc_passes = self.commit_ns = 0
-        for executed in pending:
-            self.waits.append([executed, end])
+        for executed, cpu, run_queue in pending:
+            self.waits.append([executed, end, cpu, run_queue])
         if end - self.last_dump > 1_000_000_000:
             self.last_dump = end
+            dumping = thread_time_ns()
             with open(self.path, "a") as f:
                 f.write(json.dumps({"turns": self.turns, "probe": self.waits}) + "\n")
             self.turns, self.waits = [], []
+            self.own_cpu += thread_time_ns() - dumping
+
+    def _stat(self) -> list:
+        """``_schedstat()`` with the probe's own dumps left out of the CPU time (a dump
+        of a second's turns takes a few ms: counted, it would make the turn after it
+        look long)."""
+        cpu, run_queue = _schedstat()
+        return [cpu - self.own_cpu, run_queue]
