@@ -249,9 +249,10 @@ class _Probe:
     and the loop's select's time since the last turn; ``gc_passes``: one byte per
     generation), and ``probe``: [executed_at, released_at, cpu, run_queue] of each command
     of the client named ``turn-probe`` (a reply sent at once, a read ``Persistence.settled``
-    lets go before the fsync, counts as [executed_at, executed_at, ...]; cpu and run_queue:
-    the thread's schedstat when it executed); each turn ends with the thread's CPU and
-    run-queue wait times (/proc/thread-self/schedstat, cumulative ns)."""
+    lets go before the fsync, counts as [executed_at, executed_at, ...]; cpu and run_queue
+    as below, when it executed); each turn ends with the thread's CPU time
+    (thread_time_ns, the probe's dumps left out) and run-queue wait time
+    (/proc/thread-self/schedstat), cumulative ns."""
 
     def __init__(self, turn_end: TurnEnd, path: str) -> None:
         self.turn_end = turn_end
@@ -355,8 +356,9 @@ class _Probe:
             self.own_cpu += thread_time_ns() - dumping
 
     def _stat(self) -> list:
-        """``_schedstat()`` with the probe's own dumps left out of the CPU time (a dump
-        of a second's turns takes a few ms: counted, it would make the turn after it
-        look long)."""
-        cpu, run_queue = _schedstat()
-        return [cpu - self.own_cpu, run_queue]
+        """[the thread's CPU time, its run-queue wait] (ns).  The CPU time is
+        thread_time_ns(), exact when read: schedstat's is brought up to date only at the
+        scheduler's ticks and switches (4 ms apart), too coarse for turns of a
+        millisecond.  The probe's own dumps are left out of it (a dump of a second's
+        turns takes a few ms: counted, it would make the turn after it look long)."""
+        return [thread_time_ns() - self.own_cpu, _schedstat()[1]]
