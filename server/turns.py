@@ -42,7 +42,13 @@ import os
 from collections import deque
 from time import monotonic, monotonic_ns, thread_time_ns
 
-TURN_TOTAL_NS = 1_000_000  # a turn's work after which the connections with a backlog wait for the next turn
+# A turn's work after which the connections with a backlog wait for the next turn.  An
+# interactive client's command that arrives during a turn waits for the rest of it, plus
+# the end of the turn and one window of commands that started before the total was spent
+# (a FAST run of up to 256 messages): with 0.5 ms, about 1 ms of server CPU (1 ms: turns
+# of 1.8-1.9 ms of CPU at p99 under 16 fast publishers, 1.3-1.4 ms with 0.5 ms;
+# bench/RESULTS-fast-ingest.md, "p99" section of 2026-11-28).
+TURN_TOTAL_NS = 500_000
 PROBE_ENV = "TSTREAM_TURN_PROBE"  # a file: per-turn timings are appended to it (diagnostics; off by default)
 PROBE_NAME = b"turn-probe"  # CLIENT SETNAME of the client whose commands the probe follows
 
