@@ -232,6 +232,34 @@ def _fast(c: Client, msgs: list[bytes], key: bytes) -> None:
 
 NICE = 0  # --nice: the publishers' niceness (the server and the TREAD client keep theirs)
 PIN: tuple[int, int] | None = None  # --pin: (the server's and TREAD client's core, the publishers' core)
+SLICE_NS = 0  # --slice-us: the EEVDF slice asked for the server's threads and the TREAD client (0: the kernel's)
+
+
+def set_slice(tid: int, slice_ns: int) -> None:
+    """Ask the kernel's EEVDF scheduler (Linux 6.12+) for a slice of ``slice_ns`` for the
+    thread ``tid`` (0: this one), its policy and niceness kept: sched_setattr(2) with
+    SCHED_OTHER and sched_runtime, which needs no privilege.  A task with a shorter slice
+    than the running one preempts it when it wakes up (instead of waiting up to a 4 ms
+    scheduler tick for the core); its share of the CPU stays what its weight gives it."""
+    import ctypes
+    import struct
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    nice = os.getpriority(os.PRIO_PROCESS, tid)
+    # struct sched_attr (SCHED_ATTR_SIZE_VER1): size, policy, flags, nice, priority,
+    # runtime, deadline, period, util_min, util_max
+    attr = ctypes.create_string_buffer(struct.pack("IIQiIQQQII", 56, 0, 0, nice, 0, slice_ns, 0, 0, 0, 0), 56)
+    if libc.syscall(314, tid, attr, 0) != 0:  # SYS_sched_setattr on x86_64
+        raise OSError(ctypes.get_errno(), "sched_setattr")
+
+
+def slice_process(pid: int, slice_ns: int) -> None:
+    """Every thread of ``pid`` (threads started later inherit it from theirs)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            set_slice(int(tid), slice_ns)
+        except ProcessLookupError:
+            pass
 
 
 def _pin_cores() -> tuple[int, int]:
@@ -272,9 +300,17 @@ def _publisher(port: int, kind: str, key: bytes, n: int, barrier, out) -> None:
         c.close()
 
 
+def _run_queue_wait() -> int:
+    """This thread's time runnable but not running (ns, cumulative: /proc/thread-self/schedstat)."""
+    with open("/proc/thread-self/schedstat") as f:
+        return int(f.read().split()[1])
+
+
 def _reader(port: int, key: bytes, stop, out) -> None:
     if PIN:
         os.sched_setaffinity(0, {PIN[0]})
+    if SLICE_NS:
+        set_slice(0, SLICE_NS)
     c = Client(port)
     probe = os.environ.get("TSTREAM_TURN_PROBE")  # the server's turn probe (server/turns.py) is on
     if probe:
@@ -282,15 +318,18 @@ def _reader(port: int, key: bytes, stop, out) -> None:
     lat = []
     sent = []
     while not stop.is_set():
+        if probe:  # (this process's run-queue wait, read before the clock starts: the reader's own wait for a core)
+            waited = _run_queue_wait()
         t0 = time.perf_counter()
         s0 = time.monotonic_ns()
         c.execute("TREAD", key, 1, 10)
         lat.append((time.perf_counter() - t0) * 1000)
         if probe:
-            sent.append((s0, time.monotonic_ns()))
+            sent.append((s0, time.monotonic_ns(), _run_queue_wait() - waited))
         time.sleep(0.001)
     c.close()
-    if probe:  # the client's side of each TREAD, next to the server's file: [sent, received] (monotonic ns)
+    if probe:  # the client's side of each TREAD, next to the server's file:
+        # [sent, received, the reader's run-queue wait meanwhile] (ns)
         with open(probe + ".reader", "a") as f:
             f.write(json.dumps(sent) + "\n")
     lat.sort()
@@ -348,6 +387,8 @@ def run(args) -> dict:
         with servers(("tstream", extra)) as (ts,):
             if PIN:
                 pin_process(ts.pid, PIN[0])
+            if SLICE_NS:
+                slice_process(ts.pid, SLICE_NS)
             for pubs in args.pubs:
                 per = max(1000, args.messages // pubs)
                 for rnd in range(args.rounds):
@@ -356,7 +397,7 @@ def run(args) -> dict:
                     for kind in order:
                         got[kind] = phase(ts.port, kind, pubs, per, f"{fsync}{pubs}r{rnd}",
                                           reader=pubs == 16, pid=ts.pid)
-                    row = {"appendfsync": fsync, "fsync_thread": bool(args.fsync_thread), "pinned": bool(PIN), "publishers": pubs, "messages": pubs * per, "round": rnd + 1,
+                    row = {"appendfsync": fsync, "fsync_thread": bool(args.fsync_thread), "pinned": bool(PIN), "slice_us": SLICE_NS // 1000, "publishers": pubs, "messages": pubs * per, "round": rnd + 1,
                            "order": "/".join(order), "twrite": got["twrite"], "fast": got["fast"],
                            "ratio": got["fast"]["msgs_per_s"] / got["twrite"]["msgs_per_s"]}
                     results["ingest"].append(row)
@@ -506,7 +547,9 @@ def report(results: dict, args) -> str:
              "CPU us/msg: the publishers' process time and the server's (every thread), per message, "
              "TWRITE / FAST."
              + (f" **Pinned** (--pin): publishers on core {PIN[1]}, the server and the TREAD client on core "
-                f"{PIN[0]}." if PIN else ""),
+                f"{PIN[0]}." if PIN else "")
+             + (f" **Slices** (--slice-us): {SLICE_NS // 1000} us for the server's threads and the TREAD client."
+                if SLICE_NS else ""),
              "", "| appendfsync | publishers | messages | round | order | TWRITE msg/s | FAST msg/s | ratio | "
              "client CPU us/msg | server CPU us/msg | TREAD p50/p99/max ms during FAST | during TWRITE |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -595,12 +638,17 @@ def main() -> None:
     parser.add_argument("--pin", action="store_true",
                         help="publishers on one core, the server (every thread) and the TREAD client on "
                              "another (as with publishers on other hosts); default: not pinned")
+    parser.add_argument("--slice-us", type=int, default=0,
+                        help="ask Linux's EEVDF scheduler (6.12+) for slices of this many us for the server's "
+                             "threads and the TREAD client (sched_setattr, no privilege needed): woken up, they "
+                             "preempt a publisher instead of waiting for a scheduler tick; default: the kernel's")
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per nats-server run")
     parser.add_argument("--msgid-slices", type=int, default=40, help="MSGID: interleaved slices of each kind")
     parser.add_argument("--msgid-per-slice", type=int, default=25_000, help="MSGID: messages per slice")
     args = parser.parse_args()
-    global NICE, PIN
+    global NICE, PIN, SLICE_NS
     NICE = args.nice
+    SLICE_NS = args.slice_us * 1000
     PIN = _pin_cores() if args.pin else None
     results = run(args)
     if args.nats:

@@ -16,7 +16,7 @@ Limits, so that a hostile or broken client cannot make the server allocate:
   rest of its parsed input stays queued, reading from it pauses, and it resumes
   in a later loop turn (server.turns.TurnEnd.defer, round robin), after the other
   ready connections had theirs.  Once the turn's work (all connections,
-  server.turns) passes ``TURN_TOTAL_NS`` (1 ms), a connection running a pipelined
+  server.turns) passes ``TURN_TOTAL_NS`` (0.5 ms), a connection running a pipelined
   read stops at its next look at the clock and one starting one waits for the
   next turn the same way, so that many pipelining clients share a short turn
   (16 busy publishers get about TURN_TOTAL_NS / 16 each) and an unpipelined

@@ -42,7 +42,13 @@ import os
 from collections import deque
 from time import monotonic, monotonic_ns, thread_time_ns
 
-TURN_TOTAL_NS = 1_000_000  # a turn's work after which the connections with a backlog wait for the next turn
+# A turn's work after which the connections with a backlog wait for the next turn.  An
+# interactive client's command that arrives during a turn waits for the rest of it, plus
+# the end of the turn and one window of commands that started before the total was spent
+# (a FAST run of up to 256 messages): with 0.5 ms, about 1 ms of server CPU (1 ms: turns
+# of 1.8-1.9 ms of CPU at p99 under 16 fast publishers, 1.3-1.4 ms with 0.5 ms;
+# bench/RESULTS-fast-ingest.md, "p99" section of 2026-11-28).
+TURN_TOTAL_NS = 500_000
 PROBE_ENV = "TSTREAM_TURN_PROBE"  # a file: per-turn timings are appended to it (diagnostics; off by default)
 PROBE_NAME = b"turn-probe"  # CLIENT SETNAME of the client whose commands the probe follows
 
@@ -247,10 +253,12 @@ class _Probe:
     [scheduled_at, start, commit_ns, end, held replies, their connections, commands, gc_ns,
     select_ns, gc_passes] per turn (monotonic ns; ``gc_ns``, ``select_ns``: the collector's
     and the loop's select's time since the last turn; ``gc_passes``: one byte per
-    generation), and ``probe``: [executed_at, released_at] of each command of the client
-    named ``turn-probe`` (a reply sent at once, a read ``Persistence.settled`` lets go
-    before the fsync, counts as [executed_at, executed_at]); each turn ends with the
-    thread's CPU and run-queue wait times (/proc/thread-self/schedstat, cumulative ns)."""
+    generation), and ``probe``: [executed_at, released_at, cpu, run_queue] of each command
+    of the client named ``turn-probe`` (a reply sent at once, a read ``Persistence.settled``
+    lets go before the fsync, counts as [executed_at, executed_at, ...]; cpu and run_queue
+    as below, when it executed); each turn ends with the thread's CPU time
+    (thread_time_ns, the probe's dumps left out) and run-queue wait time
+    (/proc/thread-self/schedstat), cumulative ns."""
 
     def __init__(self, turn_end: TurnEnd, path: str) -> None:
         self.turn_end = turn_end
@@ -265,6 +273,7 @@ class _Probe:
         self.last_dump = monotonic_ns()
         self.commands = 0
         self.commit_ns = 0
+        self.own_cpu = 0  # the thread's CPU spent writing the probe's file (left out of the turns')
         self._run = turn_end.run
         self._hold = turn_end.hold
         turn_end.run = self.run  # type: ignore[method-assign]
@@ -315,13 +324,13 @@ class _Probe:
             return False
         if client.name == PROBE_NAME:
             now = monotonic_ns()
-            self.waits.append([now, now])
+            self.waits.append([now, now, *self._stat()])
             self.turn_end.schedule()  # (a turn, to dump the waits when nothing else runs)
         return True
 
     def hold(self, connection, data: bytes, close: bool) -> None:
         if connection.name == PROBE_NAME:
-            self.pending.append(monotonic_ns())
+            self.pending.append([monotonic_ns(), *self._stat()])
         self._hold(connection, data, close)
 
     def run(self) -> None:
@@ -340,12 +349,22 @@ class _Probe:
         commands = server.stats.commands - self.commands
         self.commands = server.stats.commands
         self.turns.append([scheduled_at, start, self.commit_ns, end, count, connections, commands, self.gc_ns,
-                           self.select_ns, self.gc_passes, *_schedstat()])
+                           self.select_ns, self.gc_passes, *self._stat()])
         self.gc_ns = self.select_ns = self.gc_passes = self.commit_ns = 0
-        for executed in pending:
-            self.waits.append([executed, end])
+        for executed, cpu, run_queue in pending:
+            self.waits.append([executed, end, cpu, run_queue])
         if end - self.last_dump > 1_000_000_000:
             self.last_dump = end
+            dumping = thread_time_ns()
             with open(self.path, "a") as f:
                 f.write(json.dumps({"turns": self.turns, "probe": self.waits}) + "\n")
             self.turns, self.waits = [], []
+            self.own_cpu += thread_time_ns() - dumping
+
+    def _stat(self) -> list:
+        """[the thread's CPU time, its run-queue wait] (ns).  The CPU time is
+        thread_time_ns(), exact when read: schedstat's is brought up to date only at the
+        scheduler's ticks and switches (4 ms apart), too coarse for turns of a
+        millisecond.  The probe's own dumps are left out of it (a dump of a second's
+        turns takes a few ms: counted, it would make the turn after it look long)."""
+        return [thread_time_ns() - self.own_cpu, _schedstat()[1]]

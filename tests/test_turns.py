@@ -30,7 +30,10 @@ def test_turn_probe_records_turns_and_the_probe_clients_waits(make_server, tmp_p
     assert turns and waits
     for scheduled_at, start, commit_ns, end, held, conns, *_, cpu, _ in turns:
         assert scheduled_at <= start <= end and held >= conns >= 0 and commit_ns >= 0 and cpu > 0
-    assert all(executed <= released for executed, released in waits)
+    # each wait: [executed, released, the loop thread's CPU and run-queue wait when it executed]
+    assert all(executed <= released and cpu > 0 and run_queue >= 0 for executed, released, cpu, run_queue in waits)
+    cpus = [t[-2] for t in sorted(turns, key=lambda t: t[3])]
+    assert cpus == sorted(cpus)  # cumulative thread CPU (thread_time_ns, the probe's dumps left out)
 
 
 
