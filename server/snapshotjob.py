@@ -66,6 +66,20 @@ class SnapshotJob:
         self.written = 0  # bytes the writer has written (set by the writer thread)
         self.pauses = 0  # times the walk waited for the writer
 
+    @staticmethod
+    def start_writer_thread() -> None:
+        """Start the loop's default executor's first thread now (at startup, on the
+        loop), so that a BGSAVE finds it waiting: the first job started it in its
+        own turn, and ``Thread.start`` waits until the new thread runs (3-4 ms of
+        the BGSAVE command's turn on a busy machine: bench/RESULTS-capture.md).
+        Each job takes an idle thread, or the executor starts one (two at once:
+        a BGSAVE and a replica's sync).  Nothing without a running loop."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        loop.run_in_executor(None, int)  # (the thread then waits for work, the GIL released)
+
     def start(self) -> asyncio.Future:
         """Start capturing and writing; the future gives the file's size."""
         self.loop = asyncio.get_running_loop()
