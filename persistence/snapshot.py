@@ -62,10 +62,11 @@ import sys
 import time
 import zlib
 from array import array
+from bisect import bisect_left
 from collections import deque
 from dataclasses import asdict, fields
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Callable, Iterable, Iterator, Union
 
 import msgpack
@@ -91,6 +92,7 @@ KIND_STREAM, KIND_NODE, KIND_GROUP, KIND_END = b"S", b"N", b"G", b"E"
 # Readers that stop at the end record (pipeline.snapshot_reader) never see it.
 KIND_AUX = b"A"
 _SCAN_HEAD = 2  # a SCAN chunk's header: its number, its count of live keys (engine/keyspace.py)
+_chunk_number = itemgetter(0)
 _NODE_PREFIX = struct.Struct("<I")
 # Bytes read at the start of a record: enough for its frame header and, for an
 # N record, usually its prefix, bitmap and node blob header (more is read when
@@ -271,6 +273,7 @@ def file_header(created_ms: int | None = None) -> bytes:
 # page fault each 4 KiB: 1 MiB took 0.8-2.3 ms, 256 KiB takes 0.2-0.6 ms;
 # bench/RESULTS-capture.md); the writer hands written ones back for reuse.
 FRAMER_CHUNK = 256 << 10
+_NO_BUFFER = memoryview(b"")  # a Framer's view between two buffers (none taken yet)
 
 
 class Framer:
@@ -285,7 +288,9 @@ class Framer:
     handed back by ``recycle``, once written: the pages of a buffer reused
     are already mapped, a fresh one faults on each of them as ``bytearray``
     zero-fills it, in the step that takes it: ``FRAMER_CHUNK``), or a record
-    bigger than a chunk as ``bytes``.  They hold the file header, the records
+    bigger than a chunk as ``bytes``, and first the file header by itself, as
+    ``bytes`` (no buffer is taken before the first record: ``__init__`` stays
+    O(1), it is the BGSAVE command's turn).  They hold the file header, the records
     (node bodies copied in: a memcpy; no checksum left for the writer), and
     from ``finish`` the end record, the aux record (``aux``, see ``write``)
     and the footer with the checksum of every byte before it, computed here
@@ -301,15 +306,17 @@ class Framer:
         self.chunk = chunk
         self.aux = aux
         self.free: deque[bytearray] = deque()  # written buffers (appended by the writer thread)
-        self.view = memoryview(bytearray(chunk))
+        # The buffer being filled: none yet, the first record takes one (its
+        # zero fill is not the BGSAVE command's: that turn stays O(1)).
+        self.view = _NO_BUFFER
         self._pack = msgpack.Packer(use_bin_type=True).pack  # (_packb's bytes; a Packer per call costs)
         self.pos = 0
-        self.crc = 0
         self.items: deque[StreamCapture] = deque()
         self.current: Iterator[None] | None = None
         self.count = 0  # streams added
+        self.header: bytes | None = file_header(created_ms)  # handed over by itself, by the first flush
+        self.crc = zlib.crc32(self.header)
         self.sent = 0
-        self._add(file_header(created_ms))
 
     def add(self, item: StreamCapture) -> None:
         self.items.append(item)
@@ -348,12 +355,13 @@ class Framer:
         """Copy ``data`` into the current buffer (checksummed by the caller)."""
         pos = self.pos
         end = pos + len(data)
-        if end > self.chunk:
+        if end > len(self.view):
             self.flush()
             if len(data) > self.chunk:  # bigger than a buffer: by itself
                 self.sent += len(data)
                 self.out(data)
                 return
+            self.view = memoryview(self.free.popleft() if self.free else bytearray(self.chunk))
             pos, end = 0, len(data)
         self.view[pos:end] = data
         self.pos = end
@@ -417,10 +425,14 @@ class Framer:
             yield
 
     def flush(self) -> None:
-        """Hand the current buffer's bytes over, and take another buffer."""
+        """Hand the current buffer's bytes over (the next record takes another buffer)."""
+        if self.header is not None:  # (the first record: no buffer taken before it)
+            header, self.header = self.header, None
+            self.sent += len(header)
+            self.out(header)
         if self.pos:
             view, n = self.view, self.pos
-            self.view = memoryview(self.free.popleft() if self.free else bytearray(self.chunk))
+            self.view = _NO_BUFFER
             self.pos = 0
             self.sent += n
             self.out(view[:n])
@@ -441,15 +453,18 @@ class IncrementalCapture:
     and AOF rewrites never hold the event loop for more than a few ms whatever
     the number of keys (copy-on-write at the key level)::
 
-        start   the picture's moment: the SCAN chunks are copied (O(keys / 128)),
-                the ids below ``limit`` are the keys that existed then
+        start   the picture's moment: O(1), the ids below ``limit`` are the
+                keys that existed then (the walk reads the keyspace's SCAN
+                chunks as they are: a chunk dropped meanwhile held only keys
+                deleted since, each captured first by ``before_change``)
         step()  captures keys in SCAN order for about ``budget_ns`` (call it
                 again until it returns True); each goes to ``emit``
         before_change(key)   called before anything changes a key: a key the
                 walk has not reached yet is captured first, as it still is; a
                 big key's lazy capture still being framed is settled
         before_flush()       FLUSHALL: the keys not captured yet are kept aside
-                (a dict copy, O(keys) in C) and the walk goes on over them
+                (copies of the dict and the chunk list, O(keys) in C) and the
+                walk goes on over them
         owes()  a lazy capture is still being framed: keep handing keys over
                 after the walk is done, until it returns False
 
@@ -469,14 +484,19 @@ class IncrementalCapture:
         self.keyspace = keyspace
         self.emit = emit  # called with each StreamCapture, in the order taken
         self.source = keyspace.streams  # where the walk finds streams (a copy after FLUSHALL)
-        self.chunks = list(keyspace._chunks)
+        # The SCAN chunks the walk goes through: the keyspace's own list, not a
+        # copy (a copy made the BGSAVE command's turn O(keys / 128): 0.6 ms at
+        # 1M keys, bench/RESULTS-capture.md); a copy after FLUSHALL.
+        self.chunks = keyspace._chunks
         self.limit = keyspace._next_id
         self.early: set[bytes] = set()
         # Lazy captures (big streams, see StreamCapture) whose nodes are not all
         # framed yet: settled by before_change, before their key changes.
         self.owing: dict[bytes, StreamCapture] = {}
         self.count = 0
-        self._chunk = 0  # walk position: chunk index, and the next slot in it
+        # Walk position: the number of the chunk the walk is in (chunks are found
+        # by number: the list may lose chunks between steps), the next slot in it.
+        self._number = 0
         self._slot = _SCAN_HEAD
         self.done = False
         self.abandoned = False  # set by the writer thread when it failed: the walk stops
@@ -485,9 +505,9 @@ class IncrementalCapture:
 
     def position(self) -> int:
         """The id of the next key the walk looks at."""
-        if self._chunk >= len(self.chunks):
+        if self.done:
             return self.limit
-        return self.chunks[self._chunk][0] * _SCAN_CHUNK + self._slot - _SCAN_HEAD + 1
+        return min(self.limit, self._number * _SCAN_CHUNK + self._slot - _SCAN_HEAD + 1)
 
     def _take(self, key: bytes, stream: Stream) -> None:
         item = StreamCapture(key, stream, lazy=True)
@@ -511,14 +531,18 @@ class IncrementalCapture:
             self.owes()  # (drops the lazy captures framed since: they hold their node lists)
         chunks, source, early, limit = self.chunks, self.source, self.early, self.limit
         clock = time.perf_counter_ns
-        while self._chunk < len(chunks):
-            chunk = chunks[self._chunk]
-            base = chunk[0] * _SCAN_CHUNK - _SCAN_HEAD + 1  # id of slot j: base + j
+        # (the walk's chunk, or the next one if it was dropped since the last step)
+        i = bisect_left(chunks, self._number, key=_chunk_number)
+        while i < len(chunks):
+            chunk = chunks[i]
+            number = chunk[0]
+            if number != self._number:  # the walk moves on to this chunk
+                self._number, self._slot = number, _SCAN_HEAD
+            base = number * _SCAN_CHUNK - _SCAN_HEAD + 1  # id of slot j: base + j
             end = len(chunk)
             slot = self._slot
             while slot < end:
                 if base + slot >= limit:
-                    self._chunk = len(chunks)
                     break
                 key = chunk[slot]
                 slot += 1
@@ -531,10 +555,10 @@ class IncrementalCapture:
                     self._slot = slot
                     return False
             else:
-                self._chunk += 1
-                self._slot = _SCAN_HEAD
+                i += 1
+                self._number, self._slot = number + 1, _SCAN_HEAD
                 continue
-            break
+            break  # (the first id created after the start: the walk is over)
         self.done = True
         return True
 
@@ -568,6 +592,7 @@ class IncrementalCapture:
         self.owing.clear()
         if not self.done and self.source is self.keyspace.streams:
             self.source = dict(self.source)
+            self.chunks = list(self.chunks)  # (the keyspace's list is emptied, its chunks kept)
 
     def release(self) -> None:
         """The picture is written (or abandoned): dropped nodes may be cleared again."""

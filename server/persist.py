@@ -227,6 +227,7 @@ class Persistence:
                                                   and bool(self.server.config["aof-fsync-in-thread"]))
         if not self.tracking:
             self.key_turns.clear()
+        SnapshotJob.start_writer_thread()  # (not in a BGSAVE's turn)
 
     # --- the effect log (handlers call server.aof.log) ---------------------------
 

@@ -23,8 +23,19 @@ When the writer falls behind by ``MAX_QUEUED`` bytes the walk pauses for 1 ms
 (the loop idles: the writer runs; the keys the walk has not reached are still
 captured before they change).  Until the writer is done the garbage collector
 is off (the capture makes a few objects per key, freed by reference counting
-once framed), and while a writer runs Python hands the GIL over every 0.5 ms
-instead of every 5 ms (the writer takes it back between two writes).
+once framed).
+
+The GIL: the writer needs it for a few microseconds after each write (its
+Python between two writes), and takes it when the loop lets go of it between
+two callbacks (uvloop runs libuv without it), about every step.  A writer that
+waited longer than the switch interval forces the loop to hand it over in the
+middle of a step, and the loop then waits until the writer thread is running
+again (CPython's forced switch): on a busy machine, until the OS gives it a
+core.  The interval stays at Python's 5 ms during a save: 0.5 ms (the interval
+of earlier builds, chosen when the writer framed records in Python) made the
+loop wait for the GIL 3-30 times as often (bench/RESULTS-capture.md).  The
+writer thread is started with the server (``start_writer_thread``): a thread
+started by the BGSAVE command made its turn wait for the new thread to run.
 """
 
 from __future__ import annotations
@@ -40,7 +51,7 @@ from tstream.persistence.framing import PersistenceError
 
 CAPTURE_SLICE_NS = 1_000_000  # loop time the capture and framing take per turn
 WALK_SHARE = 3  # the walk takes at most 1/WALK_SHARE of what is left of a slice (framing the rest)
-WRITER_SWITCH_INTERVAL = 0.0005  # sys.setswitchinterval while a writer thread runs
+WRITER_SWITCH_INTERVAL = 0.005  # sys.setswitchinterval while a writer thread runs (Python's default)
 MAX_QUEUED = 16 << 20  # framed bytes the writer may be behind before the walk waits for it
 _FAILED = object()  # put on the queue when the walk failed: the writer gives up
 
@@ -65,6 +76,20 @@ class SnapshotJob:
         self.ended = False  # the writer took the end of the queue
         self.written = 0  # bytes the writer has written (set by the writer thread)
         self.pauses = 0  # times the walk waited for the writer
+
+    @staticmethod
+    def start_writer_thread() -> None:
+        """Start the loop's default executor's first thread now (at startup, on the
+        loop), so that a BGSAVE finds it waiting: the first job started it in its
+        own turn, and ``Thread.start`` waits until the new thread runs (3-4 ms of
+        the BGSAVE command's turn on a busy machine: bench/RESULTS-capture.md).
+        Each job takes an idle thread, or the executor starts one (two at once:
+        a BGSAVE and a replica's sync).  Nothing without a running loop."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        loop.run_in_executor(None, int)  # (the thread then waits for work, the GIL released)
 
     def start(self) -> asyncio.Future:
         """Start capturing and writing; the future gives the file's size."""

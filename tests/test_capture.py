@@ -113,6 +113,42 @@ def test_an_incremental_capture_is_the_keyspace_at_its_start(tmp_path, seed):
         stream._check()
 
 
+@pytest.mark.parametrize("flush", [False, True])
+def test_the_walk_goes_on_over_chunks_dropped_under_it(tmp_path, flush):
+    """The walk reads the keyspace's own SCAN chunk list (no copy at the start):
+    whole chunks dropped between two steps, the one the walk is in included,
+    keys created after the start (new chunks), then FLUSHALL: every key of the
+    start is captured exactly once, as it was."""
+    keyspace = Keyspace()
+    for k in range(1000):  # ids 1..1000: chunks 0..7 of 128
+        keyspace.get_or_create(b"k%d" % k, 10).append(b"t", b"v%d" % k, 1_000 + k)
+    expected = state(keyspace.streams)
+    taken: list = []
+    capture = snapshot.IncrementalCapture(keyspace, taken.append)
+    assert len(keyspace._chunks) == 8
+    while len(taken) < 300:  # into chunk 2 (ids 257..384)
+        assert not capture.step(budget_ns=0)
+    for k in [*range(256, 384), *range(640, 768)]:  # chunk 2 (the walk's) and chunk 5, whole
+        capture.before_change(b"k%d" % k)
+        keyspace.delete(b"k%d" % k)
+    assert len(keyspace._chunks) == 6
+    for k in range(2000, 2300):  # new keys, new chunks: not in the picture
+        capture.before_change(b"k%d" % k)
+        keyspace.get_or_create(b"k%d" % k, 10).append(b"t", b"new", 9_000)
+    for _ in range(200):
+        assert not capture.step(budget_ns=0)
+    if flush:
+        capture.before_flush()
+        keyspace.flush()
+    while not capture.step(budget_ns=0):
+        pass
+    assert sorted(item.key for item in taken) == sorted(expected)  # each once
+    path = str(tmp_path / "dump.tsr")
+    snapshot.write(taken, path)
+    capture.release()
+    assert state(snapshot.load_file(path, check=True)) == expected
+
+
 def test_a_pinned_cache_keeps_dropped_nodes_whole_until_released():
     keyspace = Keyspace()
     stream = keyspace.get_or_create(b"k", 10)
@@ -149,6 +185,7 @@ def test_a_framer_writes_the_file_write_writes(tmp_path):
     expected = state(keyspace.streams)
     out: list = []
     framer = snapshot.Framer(out.append, chunk=4096, aux={"repl-id": "x"}, created_ms=1234)
+    assert not out and not framer.view  # nothing handed over, no buffer taken before the first record
     capture = snapshot.IncrementalCapture(keyspace, framer.add)
     while not capture.step(budget_ns=0):  # one key a turn, one record framed: the walk ends first
         framer.run(0)
@@ -194,7 +231,7 @@ def test_a_lazy_capture_keeps_the_bitmaps_of_its_start(tmp_path):
 
     framer = snapshot.Framer(written, chunk=4096)
     capture = snapshot.IncrementalCapture(keyspace, framer.add)
-    assert capture.step()
+    assert capture.step(budget_ns=10**9)  # (both keys: a 1 ms budget is not enough on a busy machine)
     for _ in range(60):  # the S record and some nodes
         framer.run(0)
     assert capture.owes()
@@ -250,6 +287,24 @@ def wait_for_bgsave(client: redis.Redis) -> None:
     while client.info("persistence")["rdb_bgsave_in_progress"]:
         assert time.monotonic() < deadline
         time.sleep(0.02)
+
+
+def test_bgsave_finds_its_writer_thread_started(tmp_path):
+    """The writer thread is started with the server, not by BGSAVE: the
+    command's turn does not wait for a new thread to run (Thread.start), and
+    the job's start is O(1) (no buffer, no copy of the SCAN chunk list)."""
+    from tstream.server.embed import ServerThread
+
+    with ServerThread(port=0, dir=tmp_path, save="") as srv:
+        client = redis.Redis(port=srv.port)
+        for k in range(300):
+            client.execute_command("TWRITE", f"k{k}", "t", "v")
+        threads = threading.active_count()
+        assert client.bgsave()
+        wait_for_bgsave(client)
+        assert threading.active_count() == threads
+        client.close()
+    assert (tmp_path / "dump.tsr").exists()
 
 
 @pytest.mark.slow
