@@ -11,12 +11,16 @@
 
    Layout (no Python object is kept):
 
-   - ``entries``: one byte buffer, the ids in the order entered, each an ``Entry``
-     header (offset, hash, length, live) followed by its bytes (padded to 8).  An
-     entry is named by its absolute position (``pos``, which only grows); the
-     buffer holds the positions [head, tail) at ``pos - base``.  Expiry moves head
-     on; an append that finds no room at the end moves the live part to the front
-     (when it is at most half the buffer) or doubles the buffer.
+   - ``chunks``: the ids in the order entered, each an ``Entry`` header (offset,
+     hash, length, live) followed by its bytes (padded to 8), in blocks of 64 KiB.
+     An entry is named by its position (``pos``, which only grows): block
+     ``pos >> 16`` (counted from ``first_chunk``), byte ``pos & 0xffff``.  An entry
+     never straddles two blocks: one that does not fit in the rest of a block
+     starts the next one (a ``PAD_LENGTH`` header marks the rest, when there is
+     room for a header), and an entry longer than a block has a block of its own,
+     as long as it, at the next block's position.  Expiry frees the blocks before
+     the oldest record: the memory is the ids' own plus at most a block, and
+     nothing is ever moved.
    - ``slots``: an open-addressing table (linear probing, power-of-two size, load
      at most 0.7, deletion by backward shift: no tombstones) of (hash, pos).  The
      hash is a wyhash-style mix of the id's bytes keyed per window (from the
@@ -51,6 +55,11 @@ typedef struct {
 } Slot;
 
 typedef struct {
+    unsigned char *data;
+    size_t size;          /* CHUNK, or more: one entry longer than CHUNK */
+} Chunk;
+
+typedef struct {
     int64_t time_ns;
     uint64_t start, end;  /* entries [start, end) */
 } Record;
@@ -61,16 +70,23 @@ typedef struct {
     Slot *slots;
     size_t mask;          /* slots - 1 (0: no table yet) */
     size_t count;         /* ids in the table */
-    unsigned char *entries;
-    size_t capacity;      /* bytes of entries */
-    uint64_t base, head, tail;
+    Chunk *chunks;        /* blocks first_chunk, first_chunk + 1, ... */
+    size_t chunks_count, chunks_capacity;
+    uint64_t first_chunk;
+    uint64_t head, tail;  /* the positions of the records' entries: [head, tail) */
     Record *records;
     size_t records_mask;  /* ring size - 1 (0: none yet) */
     size_t first, records_count;
 } Window;
 
 #define ENTRY_SIZE(length) (sizeof(Entry) + (((size_t)(length) + 7) & ~(size_t)7))
-#define ENTRY_AT(w, pos) ((Entry *)((w)->entries + ((pos) - (w)->base)))
+#define CHUNK_SHIFT 16
+#define CHUNK ((uint64_t)1 << CHUNK_SHIFT)
+#define CHUNK_MASK (CHUNK - 1)
+#define NEXT_CHUNK(pos) (((pos) + CHUNK_MASK) & ~CHUNK_MASK)
+#define PAD_LENGTH UINT32_MAX  /* the header of a block's unused rest */
+#define ENTRY_AT(w, pos) \
+    ((Entry *)((w)->chunks[((pos) >> CHUNK_SHIFT) - (w)->first_chunk].data + ((pos) & CHUNK_MASK)))
 #define RECORD(w, i) (&(w)->records[((w)->first + (i)) & (w)->records_mask])
 #define MIN_SLOTS 64
 
@@ -227,38 +243,122 @@ reserve_slots(Window *w, size_t more)
     return 0;
 }
 
-/* Room for ``bytes`` more bytes of entries after tail. -1: MemoryError. */
-static int
-reserve_entries(Window *w, size_t bytes)
+/* Where an entry of ``size`` bytes goes, the next position being ``pos``: there, or
+   at the next block when it does not fit in the rest of this one (an entry longer
+   than a block starts one, and the one after it starts the next). */
+static inline uint64_t
+place(uint64_t pos, size_t size)
 {
-    size_t used = (size_t)(w->tail - w->head);
-    if ((size_t)(w->tail - w->base) + bytes <= w->capacity)
-        return 0;
-    if (used + bytes <= w->capacity / 2) {  /* the live part to the front */
-        memmove(w->entries, w->entries + (w->head - w->base), used);
-        w->base = w->head;
+    return size > CHUNK - (pos & CHUNK_MASK) ? NEXT_CHUNK(pos) : pos;
+}
+
+static inline uint64_t
+after(uint64_t pos, size_t size)
+{
+    return size > CHUNK ? pos + CHUNK : pos + size;
+}
+
+/* The entry at or after ``pos`` (below a record's end: there is one). */
+static inline uint64_t
+entry_start(Window *w, uint64_t pos)
+{
+    if (CHUNK - (pos & CHUNK_MASK) < sizeof(Entry) || ENTRY_AT(w, pos)->length == PAD_LENGTH)
+        return NEXT_CHUNK(pos);
+    return pos;
+}
+
+/* Block ``number`` there, of at least ``size`` bytes. -1: MemoryError (the blocks
+   made so far stay, empty, for the next entries: the window is the same). */
+static int
+reserve_chunk(Window *w, uint64_t number, size_t size)
+{
+    if (!w->chunks_count)
+        w->first_chunk = number;
+    size_t index = (size_t)(number - w->first_chunk);
+    if (number < w->first_chunk || index > w->chunks_count) {  /* (cannot happen: placed in order) */
+        PyErr_SetString(PyExc_SystemError, "window block out of order");
+        return -1;
+    }
+    if (index < w->chunks_count) {
+        Chunk *c = &w->chunks[index];
+        if (c->size < size) {  /* (a block left by a refused run, now for a long entry) */
+            unsigned char *data = PyMem_Realloc(c->data, size);
+            if (data == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            c->data = data;
+            c->size = size;
+        }
         return 0;
     }
-    size_t capacity = w->capacity ? w->capacity : 4096;
-    while (capacity < 2 * (used + bytes)) {
-        if (capacity > PY_SSIZE_T_MAX / 4) {
+    if (w->chunks_count == w->chunks_capacity) {
+        size_t capacity = w->chunks_capacity ? 2 * w->chunks_capacity : 8;
+        if (capacity > PY_SSIZE_T_MAX / sizeof(Chunk)) {
             PyErr_NoMemory();
             return -1;
         }
-        capacity <<= 1;
+        Chunk *chunks = PyMem_Realloc(w->chunks, capacity * sizeof(Chunk));
+        if (chunks == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        w->chunks = chunks;
+        w->chunks_capacity = capacity;
     }
-    unsigned char *entries = PyMem_Malloc(capacity);
-    if (entries == NULL) {
+    unsigned char *data = PyMem_Malloc(size);
+    if (data == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    if (used)
-        memcpy(entries, w->entries + (w->head - w->base), used);
-    PyMem_Free(w->entries);
-    w->entries = entries;
-    w->capacity = capacity;
-    w->base = w->head;
+    w->chunks[w->chunks_count].data = data;
+    w->chunks[w->chunks_count].size = size;
+    w->chunks_count++;
     return 0;
+}
+
+/* The blocks for the entries of ``items`` (``size_of`` each: 0, no entry) from tail
+   on, placed as ``enter`` will place them. -1: MemoryError. */
+static int
+reserve_entries(Window *w, PyObject *const *items, Py_ssize_t n, size_t (*size_of)(PyObject *))
+{
+    uint64_t pos = w->tail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        size_t size = size_of(items[i]);
+        if (!size)
+            continue;
+        uint64_t at = place(pos, size);
+        if (reserve_chunk(w, at >> CHUNK_SHIFT, size > CHUNK ? size : CHUNK) < 0)
+            return -1;
+        pos = after(at, size);
+    }
+    return 0;
+}
+
+static size_t
+size_of_id(PyObject *mid)
+{
+    return mid == Py_None ? 0 : ENTRY_SIZE(PyBytes_GET_SIZE(mid));
+}
+
+static size_t
+size_of_pair(PyObject *pair)
+{
+    return ENTRY_SIZE(PyBytes_GET_SIZE(PyTuple_GET_ITEM(pair, 0)));
+}
+
+/* Free the blocks before head's. */
+static void
+free_chunks(Window *w)
+{
+    size_t done = 0;
+    while (done < w->chunks_count && w->first_chunk + done < (w->head >> CHUNK_SHIFT))
+        PyMem_Free(w->chunks[done++].data);
+    if (done) {
+        w->chunks_count -= done;
+        memmove(w->chunks, w->chunks + done, w->chunks_count * sizeof(Chunk));
+        w->first_chunk += done;
+    }
 }
 
 /* Room for one more record. -1: MemoryError. */
@@ -291,7 +391,11 @@ reserve_record(Window *w)
 static inline void
 enter(Window *w, size_t slot, uint64_t hash, const char *bytes, size_t length, int64_t offset)
 {
-    Entry *e = ENTRY_AT(w, w->tail);
+    size_t size = ENTRY_SIZE(length);
+    uint64_t at = place(w->tail, size);
+    if (at != w->tail && CHUNK - (w->tail & CHUNK_MASK) >= sizeof(Entry))
+        ENTRY_AT(w, w->tail)->length = PAD_LENGTH;
+    Entry *e = ENTRY_AT(w, at);
     e->offset = offset;
     e->hash = hash;
     e->length = (uint32_t)length;
@@ -302,8 +406,8 @@ enter(Window *w, size_t slot, uint64_t hash, const char *bytes, size_t length, i
     else
         w->count++;
     w->slots[slot].hash = hash;
-    w->slots[slot].pos = w->tail;
-    w->tail += ENTRY_SIZE(length);
+    w->slots[slot].pos = at;
+    w->tail = after(at, size);
 }
 
 static inline void
@@ -321,12 +425,13 @@ static void
 drop_entries(Window *w, uint64_t start, uint64_t end)
 {
     for (uint64_t pos = start; pos < end;) {
+        pos = entry_start(w, pos);
         Entry *e = ENTRY_AT(w, pos);
         if (e->live) {
             e->live = 0;
             delete_slot(w, slot_of(w, e->hash, pos));
         }
-        pos += ENTRY_SIZE(e->length);
+        pos = after(pos, ENTRY_SIZE(e->length));
     }
 }
 
@@ -340,14 +445,11 @@ expire_to(Window *w, int64_t horizon)
         w->records_count--;
         w->head = w->records_count ? w->records[w->first].start : w->tail;
     }
-    if (!w->records_count && w->capacity > 4096) {  /* emptied: give the memory back */
+    free_chunks(w);
+    if (!w->records_count && w->mask >= 4096) {  /* emptied: the table's memory back */
         PyMem_Free(w->slots);
         w->slots = NULL;
         w->mask = 0;
-        PyMem_Free(w->entries);
-        w->entries = NULL;
-        w->capacity = 0;
-        w->base = w->head = w->tail;
     }
 }
 
@@ -361,7 +463,7 @@ id_bytes(PyObject *mid, const char **bytes, size_t *length)
     }
     *bytes = PyBytes_AS_STRING(mid);
     *length = (size_t)PyBytes_GET_SIZE(mid);
-    if (*length > UINT32_MAX) {
+    if (*length >= PAD_LENGTH) {
         PyErr_SetString(PyExc_OverflowError, "message id too long");
         return -1;
     }
@@ -401,14 +503,16 @@ static void
 window_clear_all(Window *w)
 {
     PyMem_Free(w->slots);
-    PyMem_Free(w->entries);
+    for (size_t i = 0; i < w->chunks_count; i++)
+        PyMem_Free(w->chunks[i].data);
+    PyMem_Free(w->chunks);
     PyMem_Free(w->records);
     w->slots = NULL;
-    w->entries = NULL;
+    w->chunks = NULL;
     w->records = NULL;
-    w->mask = w->count = w->capacity = 0;
+    w->mask = w->count = w->chunks_count = w->chunks_capacity = 0;
     w->records_mask = w->first = w->records_count = 0;
-    w->base = w->head = w->tail = 0;
+    w->first_chunk = w->head = w->tail = 0;
 }
 
 static void
@@ -453,17 +557,16 @@ window_claim(Window *w, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_OverflowError, "claim() offset out of range");
         return NULL;
     }
-    size_t bytes = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         const char *data;
         size_t length;
         if (id_bytes(PyTuple_GET_ITEM(ids, i), &data, &length) < 0)
             return NULL;
-        bytes += ENTRY_SIZE(length);
     }
     if (w->count)  /* (as the fallback: records left with no id wait for the next id) */
         expire_to(w, horizon);
-    if (reserve_slots(w, (size_t)n) < 0 || reserve_entries(w, bytes) < 0 || reserve_record(w) < 0)
+    if (reserve_slots(w, (size_t)n) < 0 || reserve_entries(w, &PyTuple_GET_ITEM(ids, 0), n, size_of_id) < 0
+            || reserve_record(w) < 0)
         return NULL;
     uint64_t start = w->tail;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -497,7 +600,7 @@ window_add(Window *w, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(ids);
     PyObject **items = PySequence_Fast_ITEMS(ids);
-    size_t bytes = 0, entered = 0;
+    size_t entered = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         const char *data;
         size_t length;
@@ -505,14 +608,13 @@ window_add(Window *w, PyObject *const *args, Py_ssize_t nargs)
             continue;
         if (id_bytes(items[i], &data, &length) < 0)
             goto error;
-        bytes += ENTRY_SIZE(length);
         entered++;
     }
     if (offset < 0 || offset > INT64_MAX - n) {
         PyErr_SetString(PyExc_OverflowError, "add() offset out of range");
         goto error;
     }
-    if (reserve_slots(w, entered) < 0 || reserve_entries(w, bytes) < 0 || reserve_record(w) < 0)
+    if (reserve_slots(w, entered) < 0 || reserve_entries(w, items, n, size_of_id) < 0 || reserve_record(w) < 0)
         goto error;
     uint64_t start = w->tail;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -588,8 +690,10 @@ window_truncate(Window *w, PyObject *arg)
     }
     Record *r = RECORD(w, w->records_count - 1);
     uint64_t pos = r->start;
-    for (Py_ssize_t i = 0; i < stored && pos < r->end; i++)
-        pos += ENTRY_SIZE(ENTRY_AT(w, pos)->length);
+    for (Py_ssize_t i = 0; i < stored && pos < r->end; i++) {
+        pos = entry_start(w, pos);
+        pos = after(pos, ENTRY_SIZE(ENTRY_AT(w, pos)->length));
+    }
     drop_entries(w, pos, r->end);
     w->tail = r->end = pos;
     if (stored <= 0) {
@@ -612,6 +716,7 @@ window_live(Window *w, PyObject *Py_UNUSED(ignored))
         Record *r = RECORD(w, i);
         Py_ssize_t live = 0;
         for (uint64_t pos = r->start; pos < r->end;) {
+            pos = entry_start(w, pos);
             Entry *e = ENTRY_AT(w, pos);
             if (e->live) {
                 if (at >= (Py_ssize_t)w->count) {
@@ -625,7 +730,7 @@ window_live(Window *w, PyObject *Py_UNUSED(ignored))
                 PyList_SET_ITEM(pairs, at++, pair);
                 live++;
             }
-            pos += ENTRY_SIZE(e->length);
+            pos = after(pos, ENTRY_SIZE(e->length));
         }
         if (live) {
             PyObject *count = Py_BuildValue("[Ln]", (long long)r->time_ns, live);
@@ -667,7 +772,6 @@ window_restore(Window *w, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(pairs), total = 0;
-    size_t bytes = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *pair = PyList_GET_ITEM(pairs, i);
         const char *data;
@@ -679,7 +783,6 @@ window_restore(Window *w, PyObject *const *args, Py_ssize_t nargs)
         }
         if (id_bytes(PyTuple_GET_ITEM(pair, 0), &data, &length) < 0 || as_int64(PyTuple_GET_ITEM(pair, 1), &off) < 0)
             return NULL;
-        bytes += ENTRY_SIZE(length);
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(counts); i++) {
         PyObject *record = PyList_GET_ITEM(counts, i);
@@ -700,8 +803,10 @@ window_restore(Window *w, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "message id runs do not match the ids");
         return NULL;
     }
-    if (reserve_slots(w, (size_t)n) < 0 || reserve_entries(w, bytes) < 0)
+    if (reserve_slots(w, (size_t)n) < 0 || reserve_entries(w, &PyList_GET_ITEM(pairs, 0), n, size_of_pair) < 0) {
+        window_clear_all(w);
         return NULL;
+    }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(counts); i++) {
         if (reserve_record(w) < 0) {
             window_clear_all(w);

@@ -124,6 +124,37 @@ def test_a_large_window_expires_as_the_fallback():
     assert windows[0].live() == windows[1].live() == ([(b"again", offset)], [[10_001, 1]])
 
 
+@needs_c
+@pytest.mark.parametrize("seed", range(3))
+def test_ids_about_and_over_a_block_as_the_fallback(seed):
+    """Ids near and over the C window's block (64 KiB: an entry never straddles two;
+    a longer one has a block of its own), claimed, added, truncated, expired and
+    loaded, as the fallback does."""
+    rng = random.Random(seed)
+    windows = [PyWindow(), CWindow()]
+    offset = 1
+    for t in range(120):
+        lengths = [rng.choice((1, 40, 30_000, 65_000, 65_488, 65_511, 65_512, 65_513, 65_536, 70_000, 200_000))
+                   for _ in range(rng.randrange(1, 5))]
+        ids = tuple(bytes([rng.randrange(256)]) * n + b"%d" % (offset + i) for i, n in enumerate(lengths))
+        if rng.random() < 0.7:
+            answers = [w.claim(ids, offset, t - 30, t) for w in windows]
+            if answers[0] and rng.random() < 0.2:
+                stored = rng.randrange(len(ids) + 1)
+                for w in windows:
+                    w.truncate(stored)
+        else:
+            answers = [w.add(list(ids) + [None, ids[0]], offset, t) for w in windows]
+        assert answers[0] == answers[1]
+        offset += len(ids) + 2
+        assert _state(windows[0]) == _state(windows[1])
+        assert [w.seen(ids[-1], t - 30) for w in windows] == [windows[0].get(ids[-1])] * 2
+    pairs, counts = windows[1].live()
+    loaded = CWindow()
+    loaded.restore(pairs, [tuple(c) for c in counts])
+    assert loaded.live() == windows[0].live()
+
+
 def _enters_new_ids_and_refuses_any_other(window) -> None:
     window.add([b"a", b"b"], 1, 5)
     assert window.claim((b"c", b"d"), 3, 0, 10) is True
@@ -224,6 +255,12 @@ def test_memory_errors_at_every_allocation_leave_the_window_as_it_was():
                 failures = _memory_errors_leave_the_window(lambda w: w.add(list(run), 2000, 7), window)
             assert failures > 0
             assert len(window) == prefill + 60 and window.get(b"fresh-59") == 2059
+    window = CWindow()
+    window.claim((b"a" * 70_000,), 1, 0, 1)
+    window.truncate(0)  # (its block stays, to be made longer)
+    long_run = (b"b" * 200_000, b"c" * 100, b"d" * 65_500)
+    assert _memory_errors_leave_the_window(lambda w: w.claim(long_run, 2, 0, 3), window) > 0
+    assert window.live() == ([(long_run[0], 2), (long_run[1], 3), (long_run[2], 4)], [[3, 3]])
     source = CWindow()
     source.claim(run, 1, 0, 3)
     pairs, counts = source.live()
