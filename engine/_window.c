@@ -317,12 +317,15 @@ reserve_chunk(Window *w, uint64_t number, size_t size)
     return 0;
 }
 
-/* The blocks for the entries of ``items`` (``size_of`` each: 0, no entry) from tail
-   on, placed as ``enter`` will place them. -1: MemoryError. */
+/* The blocks for the entries of ``items`` (``size_of`` each: 0, no entry; ``bytes``
+   in all) from tail on, placed as ``enter`` will place them. -1: MemoryError. */
 static int
-reserve_entries(Window *w, PyObject *const *items, Py_ssize_t n, size_t (*size_of)(PyObject *))
+reserve_entries(Window *w, PyObject *const *items, Py_ssize_t n, size_t (*size_of)(PyObject *), size_t bytes)
 {
     uint64_t pos = w->tail;
+    if (bytes <= CHUNK - (pos & CHUNK_MASK) && (pos >> CHUNK_SHIFT) - w->first_chunk < w->chunks_count
+            && (pos >> CHUNK_SHIFT) >= w->first_chunk)
+        return 0;  /* (the usual run: all in the rest of tail's block) */
     for (Py_ssize_t i = 0; i < n; i++) {
         size_t size = size_of(items[i]);
         if (!size)
@@ -557,15 +560,17 @@ window_claim(Window *w, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_OverflowError, "claim() offset out of range");
         return NULL;
     }
+    size_t bytes = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         const char *data;
         size_t length;
         if (id_bytes(PyTuple_GET_ITEM(ids, i), &data, &length) < 0)
             return NULL;
+        bytes += ENTRY_SIZE(length);
     }
     if (w->count)  /* (as the fallback: records left with no id wait for the next id) */
         expire_to(w, horizon);
-    if (reserve_slots(w, (size_t)n) < 0 || reserve_entries(w, &PyTuple_GET_ITEM(ids, 0), n, size_of_id) < 0
+    if (reserve_slots(w, (size_t)n) < 0 || reserve_entries(w, &PyTuple_GET_ITEM(ids, 0), n, size_of_id, bytes) < 0
             || reserve_record(w) < 0)
         return NULL;
     uint64_t start = w->tail;
@@ -600,7 +605,7 @@ window_add(Window *w, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(ids);
     PyObject **items = PySequence_Fast_ITEMS(ids);
-    size_t entered = 0;
+    size_t entered = 0, bytes = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         const char *data;
         size_t length;
@@ -609,12 +614,13 @@ window_add(Window *w, PyObject *const *args, Py_ssize_t nargs)
         if (id_bytes(items[i], &data, &length) < 0)
             goto error;
         entered++;
+        bytes += ENTRY_SIZE(length);
     }
     if (offset < 0 || offset > INT64_MAX - n) {
         PyErr_SetString(PyExc_OverflowError, "add() offset out of range");
         goto error;
     }
-    if (reserve_slots(w, entered) < 0 || reserve_entries(w, items, n, size_of_id) < 0 || reserve_record(w) < 0)
+    if (reserve_slots(w, entered) < 0 || reserve_entries(w, items, n, size_of_id, bytes) < 0 || reserve_record(w) < 0)
         goto error;
     uint64_t start = w->tail;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -803,7 +809,7 @@ window_restore(Window *w, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "message id runs do not match the ids");
         return NULL;
     }
-    if (reserve_slots(w, (size_t)n) < 0 || reserve_entries(w, &PyList_GET_ITEM(pairs, 0), n, size_of_pair) < 0) {
+    if (reserve_slots(w, (size_t)n) < 0 || reserve_entries(w, &PyList_GET_ITEM(pairs, 0), n, size_of_pair, SIZE_MAX) < 0) {
         window_clear_all(w);
         return NULL;
     }
