@@ -44,7 +44,7 @@ def main() -> None:
             pipe.execute()
         ingest = st.server.keyspace.get(b"k")._ingest
         if ingest is not None:
-            print(f"message ids {len(ingest.ids)} in {len(ingest.runs)} records", flush=True)
+            print(f"message ids {len(ingest.window)} in {ingest.window.records()} records", flush=True)
         persist = st.server.persistence
         for n in range(args.repeat):
             prof = cProfile.Profile()

@@ -216,7 +216,8 @@ def _msgid_run(client, argvs: list) -> bytes:
     """A run of ``TWRITE key tag entry MSGID id``: on one key with new ids (none
     stored within the window, none repeated), one append and one record; else
     command by command.  The ids are checked and entered, and the run's record
-    kept, in one C call (``Ingest.claim_run``)."""
+    kept, in one call of the stream's window (``Window.claim`` of engine/_window.c,
+    or its fallback ``PyWindow.claim``: ``Ingest.claim_run`` without its frame)."""
     server = client.server
     _, keys, tags, datas, words, ids = zip(*argvs)
     count = len(argvs)
@@ -240,14 +241,15 @@ def _msgid_run(client, argvs: list) -> bytes:
     now = time_ns()
     start = stream.next_offset
     last_time = stream.last_time  # the append gives the entries max(now, last_time): their expiry
-    if not ingest.claim_run(ids, start, now, window_ms * 1_000_000, now if now > last_time else last_time):
+    window = ingest.window
+    if not window.claim(ids, start, now - window_ms * 1_000_000, now if now > last_time else last_time):
         return b"".join(_twrite_each(client, argvs))  # an id stored within the window, or repeated
     first = stream.first
     try:
         offset = stream.append_columns(tags, datas, now)
     except MemoryError:
         stored = stream.next_offset - start
-        ingest.truncate_run(stored)
+        window.truncate(stored)
         if stored:
             server.writes.ingested(key, stream, first, start, tags[:stored], datas[:stored], None, 0, False,
                                    ids[:stored])

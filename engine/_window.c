@@ -1,136 +1,917 @@
-/* tstream.engine._window: the duplicate window's run claim in C (optional;
-   engine/ingest.py Ingest.claim_run, with ``_claim_ids_python`` as its fallback).
+/* tstream.engine._window: the MSGID duplicate window in C (optional; engine/ingest.py
+   ``Ingest.window``, with ``PyWindow`` of engine/ingest.py as its fallback).
 
-   claim_ids(table, ids, offset, runs, stored_ns) -> True or False
+   A ``Window`` holds the message ids stored within a stream's duplicate window, each
+   with the offset it was stored at, and the expiry records (one per write or
+   pipelined run: its time and its ids, oldest first).  Its methods are those of
+   ``PyWindow`` (a dict id -> offset and a deque of record tuples), which it replaces
+   because a million ids in a dict, their bytes objects, int offsets and record
+   tuples spread over the heap: every claim and every expiry missed the CPU caches
+   several times per id (bench/RESULTS-fast-ingest.md, round 11).
 
-   Enters ``ids`` (a tuple of message ids) into ``table`` (the window's dict: id ->
-   offset), ``ids[i]`` with the value ``offset + i``, when none of them is in the
-   table and none repeats within ``ids``, and appends the run's expiry record
-   ``(stored_ns, ids, offset)`` to ``runs`` (a deque): True.  Else the table is
-   left as it was, nothing appended, and False.  The pure-Python fallback is
-   engine/ingest.py ``_claim_ids_python``.
+   Layout (no Python object is kept):
 
-   One PyDict_SetDefault per id: the lookup and the insert in one probe; the id
-   was new exactly when the table grew by one.  At the first id already there
-   (stored before, or repeated in the run), the ids entered so far are deleted
-   again; they were all new, so each is the key entered now.  On an error
-   (memory: an int, the table's resize, the record; an unhashable id) the same
-   taking back, then the error.  Deleting a key whose hash is cached allocates
-   nothing.
+   - ``chunks``: the ids in the order entered, each an ``Entry`` header (offset,
+     hash, length, live) followed by its bytes (padded to 8), in blocks of 64 KiB.
+     An entry is named by its position (``pos``, which only grows): block
+     ``pos >> 16`` (counted from ``first_chunk``), byte ``pos & 0xffff``.  An entry
+     never straddles two blocks: one that does not fit in the rest of a block
+     starts the next one (a ``PAD_LENGTH`` header marks the rest, when there is
+     room for a header), and an entry longer than a block has a block of its own,
+     as long as it, at the next block's position.  Expiry frees the blocks before
+     the oldest record: the memory is the ids' own plus at most a block, and
+     nothing is ever moved.
+   - ``slots``: an open-addressing table (linear probing, power-of-two size, load
+     at most 0.7, deletion by backward shift: no tombstones) of (hash, pos).  The
+     hash is a wyhash-style mix of the id's bytes keyed per window (from the
+     interpreter's hash secret and a counter: PYTHONHASHSEED fixes it), so
+     colliding ids cannot be made without the key.  Slots store the full 64-bit
+     hash: a probe reads an entry's bytes only when the hashes are equal.
+   - ``records``: a ring of (time_ns, start, end): the entries of one write or run
+     are contiguous.  Expiry pops the records at or before the horizon and deletes
+     each of their entries still live (an id entered again later has its slot on
+     the newer entry and the older one marked not live), finding its slot by hash
+     and position: no bytes compared.
 
-   The record and ``ids`` are kept for the window's length and hold only bytes
-   and ints, which cannot be part of a reference cycle: they are untracked by
-   the cyclic collector at once (what a collection would do to them, as
-   _PyTuple_MaybeUntrack, after walking them first). */
+   Every method that enters ids makes room first (entries, slots, records), so a
+   MemoryError leaves the window as it was; after that nothing allocates. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <limits.h>
+#include <stdint.h>
+#include <string.h>
 
-static PyObject *append_name;  /* "append", interned (module init) */
+typedef struct {
+    int64_t offset;
+    uint64_t hash;
+    uint32_t length;
+    uint32_t live;     /* 1 while the table's slot for this id points here */
+} Entry;               /* followed by ``length`` bytes, padded to 8 */
 
-static void
-take_back(PyObject *table, PyObject *ids, Py_ssize_t entered)
+typedef struct {
+    uint64_t hash;     /* 0: empty */
+    uint64_t pos;
+} Slot;
+
+typedef struct {
+    unsigned char *data;
+    size_t size;          /* CHUNK, or more: one entry longer than CHUNK */
+} Chunk;
+
+typedef struct {
+    int64_t time_ns;
+    uint64_t start, end;  /* entries [start, end) */
+} Record;
+
+typedef struct {
+    PyObject_HEAD
+    uint64_t key;
+    Slot *slots;
+    size_t mask;          /* slots - 1 (0: no table yet) */
+    size_t count;         /* ids in the table */
+    Chunk *chunks;        /* blocks first_chunk, first_chunk + 1, ... */
+    size_t chunks_count, chunks_capacity;
+    uint64_t first_chunk;
+    uint64_t head, tail;  /* the positions of the records' entries: [head, tail) */
+    Record *records;
+    size_t records_mask;  /* ring size - 1 (0: none yet) */
+    size_t first, records_count;
+} Window;
+
+#define ENTRY_SIZE(length) (sizeof(Entry) + (((size_t)(length) + 7) & ~(size_t)7))
+#define CHUNK_SHIFT 16
+#define CHUNK ((uint64_t)1 << CHUNK_SHIFT)
+#define CHUNK_MASK (CHUNK - 1)
+#define NEXT_CHUNK(pos) (((pos) + CHUNK_MASK) & ~CHUNK_MASK)
+#define PAD_LENGTH UINT32_MAX  /* the header of a block's unused rest */
+#define ENTRY_AT(w, pos) \
+    ((Entry *)((w)->chunks[((pos) >> CHUNK_SHIFT) - (w)->first_chunk].data + ((pos) & CHUNK_MASK)))
+#define RECORD(w, i) (&(w)->records[((w)->first + (i)) & (w)->records_mask])
+#define MIN_SLOTS 64
+
+static uint64_t window_counter;
+
+/* --- the hash: wyhash's mix (64x64 -> 128 multiply, halves folded) ------------------ */
+
+static inline uint64_t
+mum(uint64_t a, uint64_t b)
 {
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);  /* (an error being raised survives the deletes) */
-    for (Py_ssize_t j = 0; j < entered; j++) {
-        if (PyDict_DelItem(table, PyTuple_GET_ITEM(ids, j)) < 0)
-            PyErr_Clear();  /* (cannot happen: the key is there, its hash known) */
-    }
-    PyErr_Restore(type, value, traceback);
+    __uint128_t r = (__uint128_t)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
 }
 
-static PyObject *
-claim_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+static inline uint64_t
+read8(const unsigned char *p)
 {
-    (void)module;
-    if (nargs != 5) {
-        PyErr_Format(PyExc_TypeError, "claim_ids() takes 5 arguments (%zd given)", nargs);
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline uint64_t
+read4(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+#define S0 0xa0761d6478bd642full
+#define S1 0xe7037ed1a0b428dbull
+#define S2 0x8ebc6af09c88c6e3ull
+
+static inline uint64_t
+hash_bytes(const unsigned char *p, size_t length, uint64_t seed)
+{
+    uint64_t a, b;
+    if (length <= 16) {
+        if (length >= 4) {
+            size_t shift = (length >> 3) << 2;
+            a = (read4(p) << 32) | read4(p + shift);
+            b = (read4(p + length - 4) << 32) | read4(p + length - 4 - shift);
+        }
+        else if (length > 0) {
+            a = ((uint64_t)p[0] << 16) | ((uint64_t)p[length >> 1] << 8) | p[length - 1];
+            b = 0;
+        }
+        else {
+            a = b = 0;
+        }
+    }
+    else {
+        size_t i = length;
+        const unsigned char *q = p;
+        while (i > 16) {
+            seed = mum(read8(q) ^ S1, read8(q + 8) ^ seed);
+            q += 16;
+            i -= 16;
+        }
+        a = read8(q + i - 16);
+        b = read8(q + i - 8);
+    }
+    uint64_t h = mum(S1 ^ length, mum(a ^ S1, b ^ seed));
+    return h ? h : 1;  /* (0 marks an empty slot) */
+}
+
+/* --- the table ------------------------------------------------------------------------ */
+
+static inline int
+entry_is(Window *w, uint64_t pos, const char *bytes, size_t length)
+{
+    Entry *e = ENTRY_AT(w, pos);
+    return e->length == length && memcmp((char *)(e + 1), bytes, length) == 0;
+}
+
+/* The slot of the id, or of the empty slot where it would go. */
+static inline size_t
+find_slot(Window *w, uint64_t hash, const char *bytes, size_t length)
+{
+    size_t i = hash & w->mask;
+    while (w->slots[i].hash) {
+        if (w->slots[i].hash == hash && entry_is(w, w->slots[i].pos, bytes, length))
+            return i;
+        i = (i + 1) & w->mask;
+    }
+    return i;
+}
+
+/* The slot pointing at the entry at ``pos`` (there is one: the entry is live). */
+static inline size_t
+slot_of(Window *w, uint64_t hash, uint64_t pos)
+{
+    size_t i = hash & w->mask;
+    while (!(w->slots[i].hash == hash && w->slots[i].pos == pos))
+        i = (i + 1) & w->mask;
+    return i;
+}
+
+/* Empty slot i, shifting back the slots after it whose probe passed it. */
+static void
+delete_slot(Window *w, size_t i)
+{
+    size_t mask = w->mask;
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (!w->slots[j].hash)
+            break;
+        size_t home = w->slots[j].hash & mask;
+        /* (slot j may move to i when i lies cyclically in [home, j)) */
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            w->slots[i] = w->slots[j];
+            i = j;
+        }
+    }
+    w->slots[i].hash = 0;
+    w->count--;
+}
+
+/* Room in the table for ``more`` ids (a bigger table, rehashed). -1: MemoryError. */
+static int
+reserve_slots(Window *w, size_t more)
+{
+    size_t needed = w->count + more;
+    size_t size = w->mask ? w->mask + 1 : 0;
+    if (size && needed * 10 <= size * 7)
+        return 0;
+    size_t new_size = MIN_SLOTS;
+    while (needed * 10 > new_size * 7) {
+        if (new_size > PY_SSIZE_T_MAX / (2 * sizeof(Slot))) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        new_size <<= 1;
+    }
+    Slot *slots = PyMem_Calloc(new_size, sizeof(Slot));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t mask = new_size - 1;
+    for (size_t k = 0; k < size; k++) {
+        if (w->slots[k].hash) {
+            size_t i = w->slots[k].hash & mask;
+            while (slots[i].hash)
+                i = (i + 1) & mask;
+            slots[i] = w->slots[k];
+        }
+    }
+    PyMem_Free(w->slots);
+    w->slots = slots;
+    w->mask = mask;
+    return 0;
+}
+
+/* Where an entry of ``size`` bytes goes, the next position being ``pos``: there, or
+   at the next block when it does not fit in the rest of this one (an entry longer
+   than a block starts one, and the one after it starts the next). */
+static inline uint64_t
+place(uint64_t pos, size_t size)
+{
+    return size > CHUNK - (pos & CHUNK_MASK) ? NEXT_CHUNK(pos) : pos;
+}
+
+static inline uint64_t
+after(uint64_t pos, size_t size)
+{
+    return size > CHUNK ? pos + CHUNK : pos + size;
+}
+
+/* The entry at or after ``pos`` (below a record's end: there is one). */
+static inline uint64_t
+entry_start(Window *w, uint64_t pos)
+{
+    if (CHUNK - (pos & CHUNK_MASK) < sizeof(Entry) || ENTRY_AT(w, pos)->length == PAD_LENGTH)
+        return NEXT_CHUNK(pos);
+    return pos;
+}
+
+/* Block ``number`` there, of at least ``size`` bytes. -1: MemoryError (the blocks
+   made so far stay, empty, for the next entries: the window is the same). */
+static int
+reserve_chunk(Window *w, uint64_t number, size_t size)
+{
+    if (!w->chunks_count)
+        w->first_chunk = number;
+    size_t index = (size_t)(number - w->first_chunk);
+    if (number < w->first_chunk || index > w->chunks_count) {  /* (cannot happen: placed in order) */
+        PyErr_SetString(PyExc_SystemError, "window block out of order");
+        return -1;
+    }
+    if (index < w->chunks_count) {
+        Chunk *c = &w->chunks[index];
+        if (c->size < size) {  /* (a block left by a refused run, now for a long entry) */
+            unsigned char *data = PyMem_Realloc(c->data, size);
+            if (data == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            c->data = data;
+            c->size = size;
+        }
+        return 0;
+    }
+    if (w->chunks_count == w->chunks_capacity) {
+        size_t capacity = w->chunks_capacity ? 2 * w->chunks_capacity : 8;
+        if (capacity > PY_SSIZE_T_MAX / sizeof(Chunk)) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        Chunk *chunks = PyMem_Realloc(w->chunks, capacity * sizeof(Chunk));
+        if (chunks == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        w->chunks = chunks;
+        w->chunks_capacity = capacity;
+    }
+    unsigned char *data = PyMem_Malloc(size);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    w->chunks[w->chunks_count].data = data;
+    w->chunks[w->chunks_count].size = size;
+    w->chunks_count++;
+    return 0;
+}
+
+/* The blocks for the entries of ``items`` (``size_of`` each: 0, no entry; ``bytes``
+   in all) from tail on, placed as ``enter`` will place them. -1: MemoryError. */
+static int
+reserve_entries(Window *w, PyObject *const *items, Py_ssize_t n, size_t (*size_of)(PyObject *), size_t bytes)
+{
+    uint64_t pos = w->tail;
+    if (bytes <= CHUNK - (pos & CHUNK_MASK) && (pos >> CHUNK_SHIFT) - w->first_chunk < w->chunks_count
+            && (pos >> CHUNK_SHIFT) >= w->first_chunk)
+        return 0;  /* (the usual run: all in the rest of tail's block) */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        size_t size = size_of(items[i]);
+        if (!size)
+            continue;
+        uint64_t at = place(pos, size);
+        if (reserve_chunk(w, at >> CHUNK_SHIFT, size > CHUNK ? size : CHUNK) < 0)
+            return -1;
+        pos = after(at, size);
+    }
+    return 0;
+}
+
+static size_t
+size_of_id(PyObject *mid)
+{
+    return mid == Py_None ? 0 : ENTRY_SIZE(PyBytes_GET_SIZE(mid));
+}
+
+static size_t
+size_of_pair(PyObject *pair)
+{
+    return ENTRY_SIZE(PyBytes_GET_SIZE(PyTuple_GET_ITEM(pair, 0)));
+}
+
+/* Free the blocks before head's. */
+static void
+free_chunks(Window *w)
+{
+    size_t done = 0;
+    while (done < w->chunks_count && w->first_chunk + done < (w->head >> CHUNK_SHIFT))
+        PyMem_Free(w->chunks[done++].data);
+    if (done) {
+        w->chunks_count -= done;
+        memmove(w->chunks, w->chunks + done, w->chunks_count * sizeof(Chunk));
+        w->first_chunk += done;
+    }
+}
+
+/* Room for one more record. -1: MemoryError. */
+static int
+reserve_record(Window *w)
+{
+    size_t size = w->records_mask ? w->records_mask + 1 : 0;
+    if (w->records_count < size)
+        return 0;
+    size_t new_size = size ? size * 2 : 16;
+    if (new_size > PY_SSIZE_T_MAX / sizeof(Record)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Record *records = PyMem_Malloc(new_size * sizeof(Record));
+    if (records == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < w->records_count; i++)
+        records[i] = *RECORD(w, i);
+    PyMem_Free(w->records);
+    w->records = records;
+    w->records_mask = new_size - 1;
+    w->first = 0;
+    return 0;
+}
+
+/* Append an entry at tail and its slot at ``slot`` (empty, or the id's older entry). */
+static inline void
+enter(Window *w, size_t slot, uint64_t hash, const char *bytes, size_t length, int64_t offset)
+{
+    size_t size = ENTRY_SIZE(length);
+    uint64_t at = place(w->tail, size);
+    if (at != w->tail && CHUNK - (w->tail & CHUNK_MASK) >= sizeof(Entry))
+        ENTRY_AT(w, w->tail)->length = PAD_LENGTH;
+    Entry *e = ENTRY_AT(w, at);
+    e->offset = offset;
+    e->hash = hash;
+    e->length = (uint32_t)length;
+    e->live = 1;
+    memcpy((char *)(e + 1), bytes, length);
+    if (w->slots[slot].hash)
+        ENTRY_AT(w, w->slots[slot].pos)->live = 0;  /* (entered again: the newer entry holds it) */
+    else
+        w->count++;
+    w->slots[slot].hash = hash;
+    w->slots[slot].pos = at;
+    w->tail = after(at, size);
+}
+
+static inline void
+push_record(Window *w, int64_t time_ns, uint64_t start)
+{
+    Record *r = RECORD(w, w->records_count);
+    r->time_ns = time_ns;
+    r->start = start;
+    r->end = w->tail;
+    w->records_count++;
+}
+
+/* Delete the live entries in [start, end) from the table. */
+static void
+drop_entries(Window *w, uint64_t start, uint64_t end)
+{
+    for (uint64_t pos = start; pos < end;) {
+        pos = entry_start(w, pos);
+        Entry *e = ENTRY_AT(w, pos);
+        if (e->live) {
+            e->live = 0;
+            delete_slot(w, slot_of(w, e->hash, pos));
+        }
+        pos = after(pos, ENTRY_SIZE(e->length));
+    }
+}
+
+static void
+expire_to(Window *w, int64_t horizon)
+{
+    while (w->records_count && w->records[w->first].time_ns <= horizon) {
+        Record *r = &w->records[w->first];
+        drop_entries(w, r->start, r->end);
+        w->first = (w->first + 1) & w->records_mask;
+        w->records_count--;
+        w->head = w->records_count ? w->records[w->first].start : w->tail;
+    }
+    free_chunks(w);
+    if (!w->records_count && w->mask >= 4096) {  /* emptied: the table's memory back */
+        PyMem_Free(w->slots);
+        w->slots = NULL;
+        w->mask = 0;
+    }
+}
+
+/* The bytes of an id (bytes only: what the server's parser and the files give). */
+static inline int
+id_bytes(PyObject *mid, const char **bytes, size_t *length)
+{
+    if (!PyBytes_Check(mid)) {
+        PyErr_Format(PyExc_TypeError, "a message id must be bytes, not %.100s", Py_TYPE(mid)->tp_name);
+        return -1;
+    }
+    *bytes = PyBytes_AS_STRING(mid);
+    *length = (size_t)PyBytes_GET_SIZE(mid);
+    if (*length >= PAD_LENGTH) {
+        PyErr_SetString(PyExc_OverflowError, "message id too long");
+        return -1;
+    }
+    return 0;
+}
+
+static int
+as_int64(PyObject *value, int64_t *out)
+{
+    if (!PyLong_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "an int is required, not %.100s", Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    long long v = PyLong_AsLongLong(value);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* --- methods -------------------------------------------------------------------------- */
+
+static PyObject *
+window_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if (!_PyArg_NoPositional("Window", args) || !_PyArg_NoKeywords("Window", kwargs))
+        return NULL;
+    Window *w = (Window *)type->tp_alloc(type, 0);
+    if (w == NULL)
+        return NULL;
+    window_counter++;
+    w->key = mum(_Py_HashSecret.siphash.k0 ^ S0, (_Py_HashSecret.siphash.k1 + window_counter) ^ S2);
+    return (PyObject *)w;
+}
+
+static void
+window_clear_all(Window *w)
+{
+    PyMem_Free(w->slots);
+    for (size_t i = 0; i < w->chunks_count; i++)
+        PyMem_Free(w->chunks[i].data);
+    PyMem_Free(w->chunks);
+    PyMem_Free(w->records);
+    w->slots = NULL;
+    w->chunks = NULL;
+    w->records = NULL;
+    w->mask = w->count = w->chunks_count = w->chunks_capacity = 0;
+    w->records_mask = w->first = w->records_count = 0;
+    w->first_chunk = w->head = w->tail = 0;
+}
+
+static void
+window_dealloc(Window *w)
+{
+    window_clear_all(w);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+static Py_ssize_t
+window_length(Window *w)
+{
+    return (Py_ssize_t)w->count;
+}
+
+static int
+check_args(const char *name, Py_ssize_t nargs, Py_ssize_t expected)
+{
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, expected, nargs);
+        return -1;
+    }
+    return 0;
+}
+
+/* claim(ids, offset, horizon, stored_ns): see the method's doc. */
+static PyObject *
+window_claim(Window *w, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args("claim", nargs, 4) < 0)
+        return NULL;
+    PyObject *ids = args[0];
+    int64_t offset, horizon, stored_ns;
+    if (!PyTuple_Check(ids)) {
+        PyErr_SetString(PyExc_TypeError, "claim() takes a tuple of ids");
         return NULL;
     }
-    PyObject *table = args[0], *ids = args[1], *runs = args[3], *stored_ns = args[4];
-    /* (exact ints: the record below, kept untracked by the collector, must not hold
-       an object that could reach back to it) */
-    if (!PyDict_CheckExact(table) || !PyTuple_CheckExact(ids) || !PyLong_CheckExact(args[2])
-            || !PyLong_CheckExact(stored_ns)) {
-        PyErr_SetString(PyExc_TypeError, "claim_ids() takes a dict, a tuple, an int, a deque and an int");
+    if (as_int64(args[1], &offset) < 0 || as_int64(args[2], &horizon) < 0 || as_int64(args[3], &stored_ns) < 0)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(ids);
+    if (offset < 0 || offset > INT64_MAX - n) {
+        PyErr_SetString(PyExc_OverflowError, "claim() offset out of range");
         return NULL;
     }
-    long long offset = PyLong_AsLongLong(args[2]);
-    if (offset == -1 && PyErr_Occurred())
-        return NULL;
-    Py_ssize_t count = PyTuple_GET_SIZE(ids);
-    if (offset < 0 || offset > LLONG_MAX - count) {
-        PyErr_SetString(PyExc_OverflowError, "claim_ids() offset out of range");
-        return NULL;
+    size_t bytes = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *data;
+        size_t length;
+        if (id_bytes(PyTuple_GET_ITEM(ids, i), &data, &length) < 0)
+            return NULL;
+        bytes += ENTRY_SIZE(length);
     }
-    Py_ssize_t size = PyDict_GET_SIZE(table);
-    int all_bytes = 1;
-    for (Py_ssize_t i = 0; i < count; i++) {
+    if (w->count)  /* (as the fallback: records left with no id wait for the next id) */
+        expire_to(w, horizon);
+    if (reserve_slots(w, (size_t)n) < 0 || reserve_entries(w, &PyTuple_GET_ITEM(ids, 0), n, size_of_id, bytes) < 0
+            || reserve_record(w) < 0)
+        return NULL;
+    uint64_t start = w->tail;
+    for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *mid = PyTuple_GET_ITEM(ids, i);
-        all_bytes &= PyBytes_CheckExact(mid);
-        PyObject *value = PyLong_FromLongLong(offset + i);
-        if (value == NULL) {
-            take_back(table, ids, i);
-            return NULL;
-        }
-        PyObject *found = PyDict_SetDefault(table, mid, value);  /* (borrowed) */
-        Py_DECREF(value);  /* (the table holds it when entered) */
-        if (found == NULL) {
-            take_back(table, ids, i);
-            return NULL;
-        }
-        if (PyDict_GET_SIZE(table) == size) {  /* in the table already, or repeated within ids */
-            take_back(table, ids, i);
+        const char *data = PyBytes_AS_STRING(mid);
+        size_t length = (size_t)PyBytes_GET_SIZE(mid);
+        uint64_t hash = hash_bytes((const unsigned char *)data, length, w->key);
+        size_t slot = find_slot(w, hash, data, length);
+        if (w->slots[slot].hash) {  /* stored within the window, or repeated in the run */
+            drop_entries(w, start, w->tail);
+            w->tail = start;
             Py_RETURN_FALSE;
         }
-        size++;
+        enter(w, slot, hash, data, length, offset + i);
     }
-    PyObject *record = PyTuple_Pack(3, stored_ns, ids, args[2]);
-    if (record == NULL) {
-        take_back(table, ids, count);
-        return NULL;
-    }
-    if (all_bytes) {
-        if (PyObject_GC_IsTracked(ids))
-            PyObject_GC_UnTrack(ids);
-        PyObject_GC_UnTrack(record);
-    }
-    PyObject *done = PyObject_CallMethodOneArg(runs, append_name, record);
-    Py_DECREF(record);
-    if (done == NULL) {
-        take_back(table, ids, count);
-        return NULL;
-    }
-    Py_DECREF(done);
+    push_record(w, stored_ns, start);
     Py_RETURN_TRUE;
 }
 
+/* add(ids, offset, time_ns) */
+static PyObject *
+window_add(Window *w, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args("add", nargs, 3) < 0)
+        return NULL;
+    int64_t offset, time_ns;
+    if (as_int64(args[1], &offset) < 0 || as_int64(args[2], &time_ns) < 0)
+        return NULL;
+    PyObject *ids = PySequence_Fast(args[0], "add() takes a sequence of ids");
+    if (ids == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(ids);
+    PyObject **items = PySequence_Fast_ITEMS(ids);
+    size_t entered = 0, bytes = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *data;
+        size_t length;
+        if (items[i] == Py_None)
+            continue;
+        if (id_bytes(items[i], &data, &length) < 0)
+            goto error;
+        entered++;
+        bytes += ENTRY_SIZE(length);
+    }
+    if (offset < 0 || offset > INT64_MAX - n) {
+        PyErr_SetString(PyExc_OverflowError, "add() offset out of range");
+        goto error;
+    }
+    if (reserve_slots(w, entered) < 0 || reserve_entries(w, items, n, size_of_id, bytes) < 0 || reserve_record(w) < 0)
+        goto error;
+    uint64_t start = w->tail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (items[i] == Py_None)
+            continue;
+        const char *data = PyBytes_AS_STRING(items[i]);
+        size_t length = (size_t)PyBytes_GET_SIZE(items[i]);
+        uint64_t hash = hash_bytes((const unsigned char *)data, length, w->key);
+        enter(w, find_slot(w, hash, data, length), hash, data, length, offset + i);
+    }
+    push_record(w, time_ns, start);
+    Py_DECREF(ids);
+    Py_RETURN_NONE;
+error:
+    Py_DECREF(ids);
+    return NULL;
+}
+
+static PyObject *
+lookup(Window *w, PyObject *mid)
+{
+    const char *data;
+    size_t length;
+    if (id_bytes(mid, &data, &length) < 0)
+        return NULL;
+    if (!w->count)
+        Py_RETURN_NONE;
+    uint64_t hash = hash_bytes((const unsigned char *)data, length, w->key);
+    size_t slot = find_slot(w, hash, data, length);
+    if (!w->slots[slot].hash)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(ENTRY_AT(w, w->slots[slot].pos)->offset);
+}
+
+/* seen(mid, horizon): expire, then get */
+static PyObject *
+window_seen(Window *w, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t horizon;
+    if (check_args("seen", nargs, 2) < 0 || as_int64(args[1], &horizon) < 0)
+        return NULL;
+    if (w->count)
+        expire_to(w, horizon);
+    return lookup(w, args[0]);
+}
+
+static PyObject *
+window_get(Window *w, PyObject *mid)
+{
+    return lookup(w, mid);
+}
+
+static PyObject *
+window_expire(Window *w, PyObject *arg)
+{
+    int64_t horizon;
+    if (as_int64(arg, &horizon) < 0)
+        return NULL;
+    expire_to(w, horizon);
+    Py_RETURN_NONE;
+}
+
+/* truncate(stored): the last record keeps its first ``stored`` entries. */
+static PyObject *
+window_truncate(Window *w, PyObject *arg)
+{
+    Py_ssize_t stored = PyLong_AsSsize_t(arg);
+    if (stored == -1 && PyErr_Occurred())
+        return NULL;
+    if (!w->records_count) {
+        PyErr_SetString(PyExc_IndexError, "truncate() of a window without records");
+        return NULL;
+    }
+    Record *r = RECORD(w, w->records_count - 1);
+    uint64_t pos = r->start;
+    for (Py_ssize_t i = 0; i < stored && pos < r->end; i++) {
+        pos = entry_start(w, pos);
+        pos = after(pos, ENTRY_SIZE(ENTRY_AT(w, pos)->length));
+    }
+    drop_entries(w, pos, r->end);
+    w->tail = r->end = pos;
+    if (stored <= 0) {
+        w->records_count--;
+        w->head = w->records_count ? RECORD(w, 0)->start : w->tail;
+    }
+    Py_RETURN_NONE;
+}
+
+/* live() -> ([(id, offset), ...], [[time_ns, count], ...]) */
+static PyObject *
+window_live(Window *w, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *pairs = PyList_New((Py_ssize_t)w->count);
+    PyObject *counts = PyList_New(0);
+    if (pairs == NULL || counts == NULL)
+        goto error;
+    Py_ssize_t at = 0;
+    for (size_t i = 0; i < w->records_count; i++) {
+        Record *r = RECORD(w, i);
+        Py_ssize_t live = 0;
+        for (uint64_t pos = r->start; pos < r->end;) {
+            pos = entry_start(w, pos);
+            Entry *e = ENTRY_AT(w, pos);
+            if (e->live) {
+                if (at >= (Py_ssize_t)w->count) {
+                    PyErr_SetString(PyExc_SystemError, "window entries out of step with its table");
+                    goto error;
+                }
+                PyObject *pair = Py_BuildValue("(y#L)", (char *)(e + 1), (Py_ssize_t)e->length,
+                                               (long long)e->offset);
+                if (pair == NULL)
+                    goto error;
+                PyList_SET_ITEM(pairs, at++, pair);
+                live++;
+            }
+            pos = after(pos, ENTRY_SIZE(e->length));
+        }
+        if (live) {
+            PyObject *count = Py_BuildValue("[Ln]", (long long)r->time_ns, live);
+            if (count == NULL)
+                goto error;
+            int failed = PyList_Append(counts, count);
+            Py_DECREF(count);
+            if (failed < 0)
+                goto error;
+        }
+    }
+    if (at != (Py_ssize_t)w->count) {
+        PyErr_SetString(PyExc_SystemError, "window entries out of step with its table");
+        goto error;
+    }
+    PyObject *result = PyTuple_Pack(2, pairs, counts);
+    Py_DECREF(pairs);
+    Py_DECREF(counts);
+    return result;
+error:
+    Py_XDECREF(pairs);
+    Py_XDECREF(counts);
+    return NULL;
+}
+
+/* restore(pairs, counts): an empty window loaded from live()'s lists. */
+static PyObject *
+window_restore(Window *w, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args("restore", nargs, 2) < 0)
+        return NULL;
+    PyObject *pairs = args[0], *counts = args[1];
+    if (!PyList_Check(pairs) || !PyList_Check(counts)) {
+        PyErr_SetString(PyExc_TypeError, "restore() takes two lists");
+        return NULL;
+    }
+    if (w->count || w->records_count) {
+        PyErr_SetString(PyExc_ValueError, "restore() into a window in use");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(pairs), total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyList_GET_ITEM(pairs, i);
+        const char *data;
+        size_t length;
+        int64_t off;
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "restore() takes (id, offset) pairs");
+            return NULL;
+        }
+        if (id_bytes(PyTuple_GET_ITEM(pair, 0), &data, &length) < 0 || as_int64(PyTuple_GET_ITEM(pair, 1), &off) < 0)
+            return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(counts); i++) {
+        PyObject *record = PyList_GET_ITEM(counts, i);
+        int64_t t, c;
+        if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) != 2) {
+            PyErr_SetString(PyExc_TypeError, "restore() takes (time_ns, count) records");
+            return NULL;
+        }
+        if (as_int64(PyTuple_GET_ITEM(record, 0), &t) < 0 || as_int64(PyTuple_GET_ITEM(record, 1), &c) < 0)
+            return NULL;
+        if (c < 0 || c > n - total) {
+            PyErr_SetString(PyExc_ValueError, "message id runs do not match the ids");
+            return NULL;
+        }
+        total += (Py_ssize_t)c;
+    }
+    if (total != n) {
+        PyErr_SetString(PyExc_ValueError, "message id runs do not match the ids");
+        return NULL;
+    }
+    if (reserve_slots(w, (size_t)n) < 0 || reserve_entries(w, &PyList_GET_ITEM(pairs, 0), n, size_of_pair, SIZE_MAX) < 0) {
+        window_clear_all(w);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(counts); i++) {
+        if (reserve_record(w) < 0) {
+            window_clear_all(w);
+            return NULL;
+        }
+        w->records_count++;  /* (filled below) */
+    }
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(counts); i++) {
+        PyObject *record = PyList_GET_ITEM(counts, i);
+        Py_ssize_t c = PyLong_AsSsize_t(PyTuple_GET_ITEM(record, 1));
+        Record *r = RECORD(w, i);
+        r->time_ns = (int64_t)PyLong_AsLongLong(PyTuple_GET_ITEM(record, 0));
+        r->start = w->tail;
+        for (Py_ssize_t k = 0; k < c; k++, at++) {
+            PyObject *pair = PyList_GET_ITEM(pairs, at);
+            PyObject *mid = PyTuple_GET_ITEM(pair, 0);
+            const char *data = PyBytes_AS_STRING(mid);
+            size_t length = (size_t)PyBytes_GET_SIZE(mid);
+            uint64_t hash = hash_bytes((const unsigned char *)data, length, w->key);
+            size_t slot = find_slot(w, hash, data, length);
+            if (w->slots[slot].hash) {
+                window_clear_all(w);
+                PyErr_SetString(PyExc_ValueError, "message id runs do not match the ids");
+                return NULL;
+            }
+            enter(w, slot, hash, data, length, (int64_t)PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 1)));
+        }
+        r->end = w->tail;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+window_records(Window *w, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromSize_t(w->records_count);
+}
+
 static PyMethodDef window_methods[] = {
-    {"claim_ids", (PyCFunction)(void (*)(void))claim_ids, METH_FASTCALL,
-     "claim_ids(table, ids, offset, runs, stored_ns) -> True with ids[i] entered as offset + i\n"
-     "and (stored_ns, ids, offset) appended to runs when no id of the tuple ids is in the dict\n"
-     "table nor repeated; else False, the table and runs unchanged."},
+    {"claim", (PyCFunction)(void (*)(void))window_claim, METH_FASTCALL,
+     "claim(ids, offset, horizon, stored_ns) -> bool: after dropping the records at or before horizon,\n"
+     "enter ids[i] (a tuple of bytes) as offset + i with one record at stored_ns, when none of them is\n"
+     "in the window nor repeated: True; else the window unchanged and False."},
+    {"add", (PyCFunction)(void (*)(void))window_add, METH_FASTCALL,
+     "add(ids, offset, time_ns): ids[i] (bytes, or None: no id) stored at offset + i, one record at\n"
+     "time_ns; an id in the window already takes its newer offset."},
+    {"seen", (PyCFunction)(void (*)(void))window_seen, METH_FASTCALL,
+     "seen(id, horizon) -> offset or None, after dropping the records at or before horizon."},
+    {"get", (PyCFunction)window_get, METH_O, "get(id) -> offset or None."},
+    {"expire", (PyCFunction)window_expire, METH_O, "expire(horizon): drop the records at or before horizon."},
+    {"truncate", (PyCFunction)window_truncate, METH_O,
+     "truncate(stored): keep the first stored ids of the last record only."},
+    {"live", (PyCFunction)window_live, METH_NOARGS,
+     "live() -> ([(id, offset), ...], [[time_ns, count], ...]) of the ids in the window, by record."},
+    {"restore", (PyCFunction)(void (*)(void))window_restore, METH_FASTCALL,
+     "restore(pairs, counts): an empty window filled from live()'s lists (of tuples)."},
+    {"records", (PyCFunction)window_records, METH_NOARGS, "records() -> the number of records kept."},
     {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods window_as_sequence = {
+    .sq_length = (lenfunc)window_length,
+};
+
+static PyTypeObject WindowType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tstream.engine._window.Window",
+    .tp_basicsize = sizeof(Window),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A stream's duplicate window of message ids (see engine/_window.c).",
+    .tp_new = window_new,
+    .tp_dealloc = (destructor)window_dealloc,
+    .tp_methods = window_methods,
+    .tp_as_sequence = &window_as_sequence,
 };
 
 static struct PyModuleDef window_module = {
     PyModuleDef_HEAD_INIT,
     "tstream.engine._window",
-    "The duplicate window's run claim in C (optional: engine/ingest.py falls back to Python).",
+    "The MSGID duplicate window in C (optional: engine/ingest.py falls back to Python).",
     0,
-    window_methods,
+    NULL,
     NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC
 PyInit__window(void)
 {
-    if (append_name == NULL) {  /* (kept for the process's life, as the module's code is) */
-        append_name = PyUnicode_InternFromString("append");
-        if (append_name == NULL)
-            return NULL;
+    if (PyType_Ready(&WindowType) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&window_module);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(&WindowType);
+    if (PyModule_AddObject(module, "Window", (PyObject *)&WindowType) < 0) {
+        Py_DECREF(&WindowType);
+        Py_DECREF(module);
+        return NULL;
     }
-    return PyModuleDef_Init(&window_module);
+    return module;
 }

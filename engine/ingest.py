@@ -8,17 +8,16 @@ fast batch or a message id) holds what must survive a restart:
   the offset of the batch's last stored message (``last_offset``); the rest
   (flow, ack interval, gap mode, activity) is the connection's business and
   starts again from the next message after a restart.
-- ``ids``: message id -> the offset it was stored at, in the order stored, for
-  the duplicate window (``duplicate_window_ms``): the oldest are dropped as they
-  age out, on the next check, by the records of ``runs`` (one per write or
-  pipelined run: its time, its ids, their offsets), each deleting exactly its
-  ids that still hold its offsets (an id entered again later keeps its newer
-  entry); never by iterating the table, which would walk past every slot
-  deleted since its last resize: half the window on average.  Keys and values are bytes and ints only, so the
-  table is never tracked by the cyclic garbage collector (a full collection does
-  not walk it); a pipelined run (``claim_run``) is entered in one C call
-  (``claim_ids`` of engine/_window.c: one probe per id; without the extension,
-  one C pass of ``setdefault``).
+- ``window``: message id -> the offset it was stored at, for the duplicate
+  window (``duplicate_window_ms``), with its expiry records (one per write or
+  pipelined run: its time, its ids, their offsets): the oldest are dropped as
+  they age out, on the next check, each record deleting exactly its ids that
+  still hold its offsets (an id entered again later keeps its newer entry);
+  never by iterating the table.  The window is the C ``Window`` of
+  engine/_window.c (its own hash table of the ids' bytes, keyed per window, and
+  a ring of records: no Python object per id; a pipelined run checked and
+  entered in one call, ``claim``), or ``PyWindow`` without the extension (a dict
+  and a deque of record tuples; the same methods and answers).
 
 The AOF logs both with the INGEST effect record (persistence/effects.py) and
 snapshots carry ``Ingest.export()`` in the stream's metadata, so after a crash a
@@ -47,35 +46,149 @@ import time
 from collections import deque
 
 
-def _claim_ids_python(table: dict, ids: tuple, offset: int, runs: deque, stored_ns: int) -> bool:
-    """``ids[i]`` entered into ``table`` as ``offset + i`` and the run's record
-    ``(stored_ns, ids, offset)`` appended to ``runs`` when no id is in the table
-    nor repeated within ``ids``: True; else both unchanged and False.  (The C
-    ``claim_ids`` of engine/_window.c does the same; this is its fallback.)
+class PyWindow:
+    """The duplicate window in Python: the fallback of the C ``Window`` of
+    engine/_window.c (``TSTREAM_PURE_PYTHON=1``, or the extension not built),
+    with the same methods and answers.
 
-    One C pass: ``setdefault`` of each id with its offset, summed.  It gives back
-    ``offset + i`` for a new id (entered), and less for any other: an id in the
-    table was stored below ``offset`` (the table only holds offsets below the
-    stream's next one), a repeat gets the offset of its first entry in the run.
-    So the sum is ``count * offset + count * (count - 1) / 2`` exactly when every
-    id is new; else the ids entered are taken back."""
-    count = len(ids)
-    if sum(map(table.setdefault, ids, range(offset, offset + count))) == count * offset + (count * count - count) // 2:
-        runs.append((stored_ns, ids, offset))
-        return True
-    get = table.get
-    for i, mid in enumerate(ids):  # an id stored or repeated: take back the ones entered now
-        if get(mid) == offset + i:
-            del table[mid]
-    return False
+    ``ids``: message id -> the offset it was stored at, in the order stored;
+    ``runs``: the expiry records, oldest first, ``(time_ns, ids, first)`` with
+    ``ids[i]`` at ``first + i`` (None: no id), or ``first`` a tuple of the
+    offsets (a snapshot's records).  Each record deletes, when it ages out,
+    exactly its ids that still hold its offsets (an id entered again later keeps
+    its newer entry); the table is never iterated.  Keys and values are bytes and
+    ints and the records tuples of them: the collector untracks them."""
+
+    __slots__ = ("ids", "runs")
+
+    def __init__(self) -> None:
+        self.ids: dict[bytes, int] = {}
+        self.runs: deque[tuple] = deque()
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def records(self) -> int:
+        return len(self.runs)
+
+    def get(self, msgid: bytes) -> int | None:
+        return self.ids.get(msgid)
+
+    def seen(self, msgid: bytes, horizon: int) -> int | None:
+        """The id's offset, or None, after the records at or before ``horizon`` are dropped."""
+        ids = self.ids
+        if not ids:
+            return None
+        if self.runs[0][0] <= horizon:
+            self.expire(horizon)
+        return ids.get(msgid)
+
+    def expire(self, horizon: int) -> None:
+        runs = self.runs
+        ids = self.ids
+        get = ids.get
+        while runs and runs[0][0] <= horizon:
+            _, rids, first = runs.popleft()
+            if first.__class__ is int:
+                for i, mid in enumerate(rids):
+                    if get(mid) == first + i:  # (None: no id; an id entered again: its newer offset)
+                        del ids[mid]
+            else:
+                for mid, off in zip(rids, first):
+                    if get(mid) == off:
+                        del ids[mid]
+
+    def claim(self, ids: tuple, offset: int, horizon: int, stored_ns: int) -> bool:
+        """After the expiry, ``ids[i]`` entered as ``offset + i`` and the run's record
+        ``(stored_ns, ids, offset)`` kept when no id is in the table nor repeated
+        within ``ids``: True; else the window unchanged and False.
+
+        One C pass: ``setdefault`` of each id with its offset, summed.  It gives back
+        ``offset + i`` for a new id (entered), and less for any other: an id in the
+        table was stored below ``offset`` (the table only holds offsets below the
+        stream's next one), a repeat gets the offset of its first entry in the run.
+        So the sum is ``count * offset + count * (count - 1) / 2`` exactly when every
+        id is new; else the ids entered are taken back."""
+        table = self.ids
+        if table and self.runs[0][0] <= horizon:
+            self.expire(horizon)
+        count = len(ids)
+        if sum(map(table.setdefault, ids, range(offset, offset + count))) == count * offset + (count * count - count) // 2:
+            self.runs.append((stored_ns, ids, offset))
+            return True
+        get = table.get
+        for i, mid in enumerate(ids):  # an id stored or repeated: take back the ones entered now
+            if get(mid) == offset + i:
+                del table[mid]
+        return False
+
+    def add(self, ids, offset: int, time_ns: int) -> None:
+        """``ids[i]`` (None: no id) stored at ``offset + i``; an id in the table
+        already (one the window let go of, or a replay) takes its newer offset."""
+        table = self.ids
+        for i, mid in enumerate(ids):
+            if mid is not None:
+                table.pop(mid, None)  # (the newest last)
+                table[mid] = offset + i
+        self.runs.append((time_ns, tuple(ids), offset))
+
+    def truncate(self, stored: int) -> None:
+        """Keep only the first ``stored`` ids of the last record (and take back the others)."""
+        stored_ns, ids, offset = self.runs.pop()
+        pop = self.ids.pop
+        for mid in ids[stored:]:
+            pop(mid, None)
+        if stored > 0:
+            self.runs.append((stored_ns, ids[:stored], offset))
+
+    def live(self) -> tuple[list, list]:
+        """([(id, offset), ...], [[time_ns, count], ...]) of the ids in the table, by
+        record, oldest first (records with none left are left out). O(ids).
+
+        A record whose ids are all still in the table, the usual case, is checked
+        and copied in C (one ``map`` of lookups, ``zip``)."""
+        get = self.ids.get
+        pairs: list = []
+        counts: list = []
+        for time_ns, rids, first in self.runs:
+            offs = range(first, first + len(rids)) if first.__class__ is int else first
+            # (an id None, never a key, or one entered again or taken back: not equal)
+            if rids and list(map(get, rids)) == list(offs):
+                pairs += zip(rids, offs)
+                counts.append([time_ns, len(rids)])
+                continue
+            live = [(mid, off) for mid, off in zip(rids, offs) if mid is not None and get(mid) == off]
+            if live:
+                pairs += live
+                counts.append([time_ns, len(live)])
+        return pairs, counts
+
+    def restore(self, pairs: list, counts: list) -> None:
+        """An empty window filled from ``live()``'s lists (of tuples); ValueError
+        if the counts do not add up to the pairs or an id repeats."""
+        ids = self.ids
+        for mid, off in pairs:
+            ids[mid] = off
+        at = 0
+        for t, count in counts:
+            if count < 0:
+                at = -1
+                break
+            run = pairs[at:at + count]
+            at += count
+            self.runs.append((t, tuple(mid for mid, _ in run), tuple(off for _, off in run)))
+        if at != len(pairs) or len(ids) != len(pairs):
+            ids.clear()
+            self.runs.clear()
+            raise ValueError("message id runs do not match the ids")
 
 
-# The C claim (engine/_window.c claim_ids), unless it was not built or is turned off
+# The C window (engine/_window.c), unless it was not built or is turned off
 # (TSTREAM_PURE_PYTHON=1, as for the C parser).
-claim_ids = _claim_ids_python
+Window: type = PyWindow
 if os.environ.get("TSTREAM_PURE_PYTHON", "") in ("", "0"):
     try:
-        from ._window import claim_ids  # type: ignore[assignment]
+        from ._window import Window
     except ImportError:  # (an older build of the extension, or none)
         pass
 
@@ -151,15 +264,11 @@ class FastBatch:
 class Ingest:
     """A stream's fast batches and message ids (see the module docstring)."""
 
-    __slots__ = ("batches", "ids", "runs")
+    __slots__ = ("batches", "window")
 
     def __init__(self) -> None:
         self.batches: dict[bytes, FastBatch] = {}
-        self.ids: dict[bytes, int] = {}  # message id -> offset, oldest first
-        # (time_ns, ids, offsets): the ids entered by one write or run, oldest first;
-        # offsets is the first one (ids[i] at first + i, None: no id) or a tuple
-        # (a snapshot's records). Tuples of bytes and ints: the collector untracks them.
-        self.runs: deque[tuple] = deque()
+        self.window = Window()  # message id -> offset, with its expiry records (C, or PyWindow)
 
     def batch(self, key: bytes, batch_id: bytes) -> FastBatch:
         """The batch ``batch_id``, created if new."""
@@ -183,101 +292,38 @@ class Ingest:
     def seen(self, msgid: bytes, now_ns: int, window_ns: int) -> int | None:
         """The offset a message with ``msgid`` was stored at within the window, or
         None.  Drops the ids that aged out first (amortised O(1))."""
-        ids = self.ids
-        if not ids:
-            return None
-        runs = self.runs
-        if runs[0][0] <= now_ns - window_ns:
-            self._expire(now_ns - window_ns)
-        return ids.get(msgid)
+        return self.window.seen(msgid, now_ns - window_ns)
 
     def offsets(self) -> list:
-        """[[id, offset], ...] of the table, oldest first. O(ids)."""
-        return [[mid, off] for mid, off in self.ids.items()]
-
-    def _expire(self, horizon: int) -> None:
-        runs = self.runs
-        ids = self.ids
-        get = ids.get
-        while runs and runs[0][0] <= horizon:
-            _, rids, first = runs.popleft()
-            if first.__class__ is int:
-                for i, mid in enumerate(rids):
-                    if get(mid) == first + i:  # (None: no id; an id entered again: its newer offset)
-                        del ids[mid]
-            else:
-                for mid, off in zip(rids, first):
-                    if get(mid) == off:
-                        del ids[mid]
-
-    def _live(self) -> tuple[list, list]:
-        """([(id, offset), ...], [[time_ns, count], ...]) of the ids in the table, by
-        record, oldest first. O(ids).
-
-        Every snapshot and AOF rewrite calls it on the loop for the whole duplicate
-        window (a million ids: a rewrite's biggest cost, bench/RESULTS-capture.md).
-        A record whose ids are all still in the table, the usual case, is checked
-        and copied in C (one ``map`` of lookups, ``zip``): tuples, which msgpack
-        writes as the same arrays as lists, and which cost less to make."""
-        get = self.ids.get
-        pairs: list = []
-        counts: list = []
-        for time_ns, rids, first in self.runs:
-            offs = range(first, first + len(rids)) if first.__class__ is int else first
-            # (an id None, never a key, or one entered again or taken back: not equal)
-            if rids and list(map(get, rids)) == list(offs):
-                pairs += zip(rids, offs)
-                counts.append([time_ns, len(rids)])
-                continue
-            live = [(mid, off) for mid, off in zip(rids, offs) if mid is not None and get(mid) == off]
-            if live:
-                pairs += live
-                counts.append([time_ns, len(live)])
-        return pairs, counts
+        """[[id, offset], ...] of the window, oldest first. O(ids)."""
+        return [[mid, off] for mid, off in self.window.live()[0]]
 
     def add_ids(self, ids, offset: int, time_ns: int) -> None:
         """``ids[i]`` (None: no id) was stored at ``offset + i`` (none of them is in
-        the table: the caller checked them against the window). O(ids)."""
-        table = self.ids
-        for i, mid in enumerate(ids):
-            if mid is not None:
-                table.pop(mid, None)  # (an id the window let go of: the newest last)
-                table[mid] = offset + i
-        self.runs.append((time_ns, tuple(ids), offset))
+        the window: the caller checked them; a replay may enter one again: its
+        newer offset). O(ids)."""
+        self.window.add(ids, offset, time_ns)
 
     def claim_run(self, ids: tuple, offset: int, now_ns: int, window_ns: int, stored_ns: int) -> bool:
         """Enter the ids of a pipelined run (a tuple) as stored from ``offset``
         (the stream's next offset) on at ``stored_ns`` (the time the append will
         give them: their expiry), before the append, after dropping the ids that
         aged out; the run's record is kept at once (``truncate_run`` if the append
-        then stores only part of it).  False, with the table as it was, if one of
-        them is in the table or repeats within ``ids``.
-
-        ``claim_ids``: in C, one dict probe (lookup and insert) per id and the
-        record appended, in one call; its fallback is one C pass of
-        ``setdefault`` (``_claim_ids_python``). O(ids)."""
-        table = self.ids
-        if table:
-            runs = self.runs
-            if runs[0][0] <= now_ns - window_ns:
-                self._expire(now_ns - window_ns)
-        return claim_ids(table, ids, offset, self.runs, stored_ns)
+        then stores only part of it).  False, with the window as it was, if one of
+        them is in the window or repeats within ``ids``.  One call of the window's
+        ``claim`` (commands/streams.py ``_msgid_run`` calls it directly). O(ids)."""
+        return self.window.claim(ids, offset, now_ns - window_ns, stored_ns)
 
     def truncate_run(self, stored: int) -> None:
         """Only the first ``stored`` entries of the run ``claim_run`` entered last
         were stored (out of memory): take back the other ids, and keep the record
         of the stored ones only. O(ids)."""
-        stored_ns, ids, offset = self.runs.pop()
-        pop = self.ids.pop
-        for mid in ids[stored:]:
-            pop(mid, None)
-        if stored > 0:
-            self.runs.append((stored_ns, ids[:stored], offset))
+        self.window.truncate(stored)
 
     # --- snapshots ---------------------------------------------------------------------
 
     def export(self) -> dict:
-        pairs, counts = self._live()
+        pairs, counts = self.window.live()
         return {"batches": [[b.id, b.stored, b.last_offset] for b in self.batches.values()],
                 "ids": pairs, "runs": counts}
 
@@ -289,20 +335,12 @@ class Ingest:
             batch = ingest.batch(key, batch_id)
             batch.last = batch.stored = stored
             batch.last_offset = last_offset
-        pairs = [(mid, off) for mid, off in saved.get("ids", ())]
-        for mid, off in pairs:
-            ingest.ids[mid] = off
-        at = 0
-        for t, count in saved.get("runs", ()):
-            run = pairs[at:at + count]
-            at += count
-            ingest.runs.append((t, tuple(mid for mid, _ in run), tuple(off for _, off in run)))
-        if at != len(pairs) or len(ingest.ids) != len(pairs):
-            raise ValueError("message id runs do not match the ids")
+        ingest.window.restore([(mid, off) for mid, off in saved.get("ids", ())],
+                              [(t, count) for t, count in saved.get("runs", ())])
         return ingest
 
     def __bool__(self) -> bool:
-        return bool(self.batches or self.ids)
+        return bool(self.batches or len(self.window))
 
 
 class FastRegistry:

@@ -647,11 +647,10 @@ class TestMessageIds:
         ingest.add_ids([b"old"], 1, 100)
         assert ingest.claim_run((b"a", b"b", b"c"), 2, 200, 1000, 200)
         assert [ingest.seen(m, 300, 1000) for m in (b"old", b"a", b"b", b"c", b"d")] == [1, 2, 3, 4, None]
-        before = dict(ingest.ids)
-        runs = list(ingest.runs)
+        before = ingest.window.live()
         assert not ingest.claim_run((b"d", b"e", b"d"), 5, 300, 1000, 300)  # repeated within the run
         assert not ingest.claim_run((b"d", b"b"), 5, 300, 1000, 300)  # stored within the window
-        assert ingest.ids == before and list(ingest.runs) == runs
+        assert ingest.window.live() == before and ingest.window.records() == 2
         assert ingest.export()["ids"] == [(b"old", 1), (b"a", 2), (b"b", 3), (b"c", 4)]
         assert Ingest.load(b"k", ingest.export()).seen(b"c", 300, 1000) == 4
         assert ingest.claim_run((b"old", b"f"), 5, 1100, 1000, 1100)  # "old" aged out (stored at 100)
@@ -672,7 +671,7 @@ class TestMessageIds:
         for table in (ingest, loaded):
             assert [table.seen(m, 1120, 1000) for m in (b"x", b"y", b"a", b"c")] == [6, None, 4, None]
             assert [table.seen(m, 1160, 1000) for m in (b"x", b"a", b"b")] == [6, None, None]
-            assert table.seen(b"x", 1200, 1000) is None and not table.ids and not table.runs
+            assert table.seen(b"x", 1200, 1000) is None and not len(table.window) and not table.window.records()
 
     @pytest.mark.parametrize("how", ["aof", "snapshot"])
     def test_window_survives_a_restart(self, make_server, how):

@@ -1,0 +1,302 @@
+"""The MSGID duplicate window in C (``Window`` of engine/_window.c) against its
+pure-Python fallback (engine/ingest.py ``PyWindow``): the same random sequences
+of operations (runs claimed, new or with ids stored before or repeated; writes
+added with no-id gaps and ids entered again, as a replay does; lookups; expiry
+as time passes; a run truncated; the export and a load of it, across kinds)
+give the same answers and the same window after every step; a MemoryError at
+each allocation leaves the window as it was.
+
+The C tests are marked ``speedups`` (.ci/run's pure-Python pass deselects them,
+as tests/test_parser_speedups.py's); the fallback's own tests run in both passes.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tstream.engine import ingest as ingest_module
+from tstream.engine.ingest import Ingest, PyWindow
+
+from . import c_extensions
+
+try:
+    from tstream.engine._window import Window as CWindow
+except ImportError:
+    CWindow = None
+
+needs_c = c_extensions.needs_c(CWindow)
+
+
+def _state(window) -> tuple:
+    return window.live(), len(window), window.records()
+
+
+def _random_id(rng: random.Random, pool: list) -> bytes:
+    if pool and rng.random() < 0.3:
+        return rng.choice(pool)
+    length = rng.choice((0, 1, 3, 4, 7, 8, 12, 16, 17, 31, 32, 33, 64, 100))
+    mid = bytes(rng.randrange(256) for _ in range(length)) if rng.random() < 0.3 else \
+        (b"id-%d-" % rng.randrange(1 << 40) * 10)[:length]
+    pool.append(mid)
+    return mid
+
+
+def _run_sequence(seed: int, windows: list, steps: int = 400) -> None:
+    """Apply one random sequence to every window of ``windows``; after each step,
+    the same answer and the same state in all of them."""
+    rng = random.Random(seed)
+    pool: list = []
+    offset = 1
+    now = 1000
+    last = 0
+    span = rng.choice((50, 400, 5000))  # the window's length, in the steps' time units
+    for _ in range(steps):
+        now += rng.choice((0, 1, 3, 10, 60))
+        horizon = now - span
+        kind = rng.random()
+        if kind < 0.45:  # a pipelined run
+            ids = tuple(_random_id(rng, pool) if rng.random() < 0.2 else
+                        b"run-%d-%d" % (rng.randrange(1 << 30), i) for i in range(rng.randrange(0, 20)))
+            stored_ns = max(now, last)
+            answers = [w.claim(ids, offset, horizon, stored_ns) for w in windows]
+            if answers[0]:
+                last = stored_ns
+                offset += len(ids)
+                if rng.random() < 0.1:  # stored in part (out of memory)
+                    stored = rng.randrange(len(ids) + 1)
+                    for w in windows:
+                        w.truncate(stored)
+                    offset -= len(ids) - stored
+        elif kind < 0.6:  # a write, or a replayed record (ids entered again)
+            ids = [None if rng.random() < 0.2 else _random_id(rng, pool) for _ in range(rng.randrange(0, 6))]
+            answers = [w.add(ids, offset, now) for w in windows]
+            offset += len(ids)
+        elif kind < 0.85:
+            mid = _random_id(rng, pool)
+            answers = [w.seen(mid, horizon) for w in windows]
+        elif kind < 0.9:
+            answers = [w.expire(horizon) for w in windows]
+        elif kind < 0.95:
+            mid = _random_id(rng, pool)
+            answers = [w.get(mid) for w in windows]
+        else:  # a snapshot and its load, into a window of each kind
+            pairs, counts = windows[0].live()
+            for kind_of in {type(w) for w in windows}:
+                loaded = kind_of()
+                loaded.restore(list(pairs), [tuple(c) for c in counts])
+                assert _state(loaded)[:2] == _state(windows[0])[:2]  # (records with no id left: not saved)
+            answers = [None]
+        assert all(a == answers[0] for a in answers), answers
+        states = [_state(w) for w in windows]
+        assert all(s == states[0] for s in states)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_fallback_keeps_its_own_state_alike(seed):
+    _run_sequence(seed, [PyWindow(), PyWindow()], 200)
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(12))
+def test_random_sequences_as_the_python_fallback(seed):
+    _run_sequence(seed, [PyWindow(), CWindow()])
+
+
+@needs_c
+def test_a_large_window_expires_as_the_fallback():
+    """Many runs over a short window: the C table and entries grow, move their live
+    part to the front and shrink back, with the same answers."""
+    windows = [PyWindow(), CWindow()]
+    offset = 1
+    for t in range(3000):
+        ids = tuple(b"m-%d" % (offset + i) for i in range(16))
+        assert all(w.claim(ids, offset, t - 200, t) for w in windows)
+        offset += 16
+        if t % 500 == 0:
+            assert windows[0].live() == windows[1].live()
+    assert windows[0].live() == windows[1].live() and len(windows[1]) == 200 * 16
+    for w in windows:
+        w.expire(10_000)
+    assert _state(windows[0]) == _state(windows[1]) == (([], []), 0, 0)
+    assert all(w.claim((b"again",), offset, 0, 10_001) for w in windows)
+    assert windows[0].live() == windows[1].live() == ([(b"again", offset)], [[10_001, 1]])
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(3))
+def test_ids_about_and_over_a_block_as_the_fallback(seed):
+    """Ids near and over the C window's block (64 KiB: an entry never straddles two;
+    a longer one has a block of its own), claimed, added, truncated, expired and
+    loaded, as the fallback does."""
+    rng = random.Random(seed)
+    windows = [PyWindow(), CWindow()]
+    offset = 1
+    for t in range(120):
+        lengths = [rng.choice((1, 40, 30_000, 65_000, 65_488, 65_511, 65_512, 65_513, 65_536, 70_000, 200_000))
+                   for _ in range(rng.randrange(1, 5))]
+        ids = tuple(bytes([rng.randrange(256)]) * n + b"%d" % (offset + i) for i, n in enumerate(lengths))
+        if rng.random() < 0.7:
+            answers = [w.claim(ids, offset, t - 30, t) for w in windows]
+            if answers[0] and rng.random() < 0.2:
+                stored = rng.randrange(len(ids) + 1)
+                for w in windows:
+                    w.truncate(stored)
+        else:
+            answers = [w.add(list(ids) + [None, ids[0]], offset, t) for w in windows]
+        assert answers[0] == answers[1]
+        offset += len(ids) + 2
+        assert _state(windows[0]) == _state(windows[1])
+        assert [w.seen(ids[-1], t - 30) for w in windows] == [windows[0].get(ids[-1])] * 2
+    pairs, counts = windows[1].live()
+    loaded = CWindow()
+    loaded.restore(pairs, [tuple(c) for c in counts])
+    assert loaded.live() == windows[0].live()
+
+
+def _enters_new_ids_and_refuses_any_other(window) -> None:
+    window.add([b"a", b"b"], 1, 5)
+    assert window.claim((b"c", b"d"), 3, 0, 10) is True
+    assert window.live() == ([(b"a", 1), (b"b", 2), (b"c", 3), (b"d", 4)], [[5, 2], [10, 2]])
+    for run in ((b"e", b"a"), (b"e", b"f", b"e"), (b"d",)):
+        before = _state(window)
+        assert window.claim(run, 5, 0, 20) is False
+        assert _state(window) == before
+    assert window.claim((), 5, 0, 30) is True and window.records() == 3
+    assert window.seen(b"c", 9) == 3 and window.get(b"zz") is None
+    assert window.seen(b"c", 10) is None and window.get(b"a") is None and len(window) == 0  # aged out
+    window.add([b"x"], 6, 40)
+    window.add([b"x", None, b"x"], 7, 41)  # entered again: the newest offset
+    assert window.live() == ([(b"x", 9)], [[41, 1]]) and window.get(b"x") == 9
+    with pytest.raises(ValueError):
+        type(window)().restore([(b"a", 1), (b"a", 2)], [(1, 2)])  # an id twice
+    for counts in ([(1, 1)], [(1, 3)], [(1, 1), (2, -1), (3, 2)]):
+        with pytest.raises(ValueError):
+            type(window)().restore([(b"a", 1), (b"b", 2)], counts)
+
+
+def test_the_fallback_enters_new_ids_and_refuses_any_other():
+    _enters_new_ids_and_refuses_any_other(PyWindow())
+
+
+@needs_c
+def test_the_c_window_enters_new_ids_and_refuses_any_other():
+    _enters_new_ids_and_refuses_any_other(CWindow())
+
+
+@needs_c
+def test_bad_arguments_raise():
+    window = CWindow()
+    with pytest.raises(TypeError):
+        window.claim([b"a"], 1, 0, 0)  # a list: the server's runs are tuples
+    with pytest.raises(TypeError):
+        window.claim((b"a",), 1, 0)
+    with pytest.raises(TypeError):
+        window.claim((b"a", "b"), 1, 0, 0)  # only bytes are ids
+    with pytest.raises(TypeError):
+        window.claim((b"a",), 1.0, 0, 0)
+    with pytest.raises(OverflowError):
+        window.claim((b"a",), -1, 0, 0)
+    with pytest.raises(OverflowError):
+        window.claim((b"a",), 1 << 70, 0, 0)
+    with pytest.raises(TypeError):
+        window.add([b"a", 3], 1, 0)
+    with pytest.raises(TypeError):
+        window.seen("a", 0)
+    with pytest.raises(IndexError):
+        window.truncate(0)  # no record
+    with pytest.raises(TypeError):
+        CWindow(1)
+    assert _state(window) == (([], []), 0, 0)
+    window.add([b"a"], 1, 0)
+    with pytest.raises(ValueError):
+        window.restore([], [])  # only into an empty window
+
+
+def _memory_errors_leave_the_window(call, window) -> int:
+    """MemoryError at each allocation of ``call(window)``: raised, never a crash, the
+    window as before; how many allocations failed."""
+    import _testcapi
+
+    failures = 0
+    before = _state(window)
+    for start in range(120):
+        _testcapi.set_nomemory(start, start + 1)
+        try:
+            call(window)
+            ok = True
+        except MemoryError:
+            ok = False
+        finally:
+            _testcapi.remove_mem_hooks()
+        if not ok:
+            failures += 1
+            assert _state(window) == before
+            continue
+        return failures
+    raise AssertionError("the call never succeeded")
+
+
+@needs_c
+def test_memory_errors_at_every_allocation_leave_the_window_as_it_was():
+    """The claim's and the add's growth of the table, the entries and the records
+    (each from empty, and each from full), and the load: MemoryError, the window
+    unchanged, then the same call succeeds."""
+    run = tuple(b"fresh-%d" % i for i in range(60))  # more than a table of 64 slots holds
+    for prefill in (0, 16, 44):
+        for method in ("claim", "add"):
+            window = CWindow()
+            for r in range(prefill):  # (16 records fill the first ring)
+                window.claim((b"s-%d" % r,), 1000 + r, 0, 5)
+            if method == "claim":
+                failures = _memory_errors_leave_the_window(lambda w: w.claim(run, 2000, 0, 7), window)
+            else:
+                failures = _memory_errors_leave_the_window(lambda w: w.add(list(run), 2000, 7), window)
+            assert failures > 0
+            assert len(window) == prefill + 60 and window.get(b"fresh-59") == 2059
+    window = CWindow()
+    window.claim((b"a" * 70_000,), 1, 0, 1)
+    window.truncate(0)  # (its block stays, to be made longer)
+    long_run = (b"b" * 200_000, b"c" * 100, b"d" * 65_500)
+    assert _memory_errors_leave_the_window(lambda w: w.claim(long_run, 2, 0, 3), window) > 0
+    assert window.live() == ([(long_run[0], 2), (long_run[1], 3), (long_run[2], 4)], [[3, 3]])
+    source = CWindow()
+    source.claim(run, 1, 0, 3)
+    pairs, counts = source.live()
+    loaded = CWindow()
+    assert _memory_errors_leave_the_window(lambda w: w.restore(pairs, [tuple(c) for c in counts]), loaded) > 0
+    assert _state(loaded) == _state(source)
+
+
+def test_an_ingest_uses_the_c_window_unless_turned_off():
+    probe = ("import tstream.engine.ingest as i; "
+             "print(i.Window is i.PyWindow, type(i.Ingest().window).__name__)")
+    assert c_extensions.probe_words(probe, pure=True) == ["True", "PyWindow"]
+    if CWindow is not None:
+        assert c_extensions.probe_words(probe, pure=False) == ["False", "Window"]
+
+
+@needs_c
+def test_an_ingest_claims_runs_and_expires_them_in_c(monkeypatch):
+    test_an_ingest_claims_runs_and_expires_them(monkeypatch, CWindow)
+
+
+def test_an_ingest_claims_runs_and_expires_them(monkeypatch, kind=PyWindow):
+    """Ingest.claim_run with either window (the Python one here, the C one above):
+    new runs entered, a run with an id within the window refused, the ids aged
+    out dropped first; the export, and a load of it, alike."""
+    monkeypatch.setattr(ingest_module, "Window", kind)
+    ingest = Ingest()
+    assert type(ingest.window) is kind
+    window = 1000
+    assert ingest.claim_run((b"a", b"b"), 1, 0, window, 0)
+    assert not ingest.claim_run((b"c", b"a"), 3, 500, window, 500)
+    assert ingest.offsets() == [[b"a", 1], [b"b", 2]] and ingest.window.records() == 1
+    assert ingest.claim_run((b"c", b"a", b"d"), 3, 1000, window, 1000)  # a and b aged out first
+    ingest.truncate_run(2)  # d was not stored
+    assert ingest.offsets() == [[b"c", 3], [b"a", 4]]
+    assert ingest.export() == {"batches": [], "ids": [(b"c", 3), (b"a", 4)], "runs": [[1000, 2]]}
+    loaded = Ingest.load(b"k", {b"ids": [[b"c", 3], [b"a", 4]], b"runs": [[1000, 2]]})  # (msgpack's lists)
+    assert type(loaded.window) is kind and loaded.export() == ingest.export() and loaded
+    assert ingest.seen(b"a", 1999, window) == 4 and ingest.seen(b"a", 2000, window) is None and not ingest
