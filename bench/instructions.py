@@ -143,12 +143,22 @@ def _no_turn_budgets() -> None:
     budgets cut the read's run short and defer the rest to the next turn, more or
     less often as the machine is more or less loaded: the figure moved with the
     load (twrite16_one_key by ~2,500 a read, msgid16_one_key by ~1,300, in
-    opposite directions).  Without them every run does the same work."""
+    opposite directions).  Without them every run does the same work.
+    Likewise the fast-ingest flow control's turn marks (engine/ingest.py
+    ``TURN_HIGH_NS``, ``TURN_LOW_NS``): it halves or raises a batch's ack
+    interval from the loop turns' CPU time, which under callgrind is near the
+    marks and moves with the load, and so did fast16_one_key's figure (by up to
+    ~10,000 a read: more or fewer flow acks); with the marks out of reach every
+    run's ack interval grows to the flow (64), as on a quiet machine."""
     for name, module in list(sys.modules.items()):
         if name.endswith(("server.connection", "server.turns")):
             for budget in ("TURN_BUDGET_NS", "TURN_TOTAL_NS"):
                 if hasattr(module, budget):
                     setattr(module, budget, 1 << 62)
+        if name.endswith("engine.ingest"):
+            for mark in ("TURN_HIGH_NS", "TURN_LOW_NS"):
+                if hasattr(module, mark):
+                    setattr(module, mark, 1 << 62)
 
 
 def _varied_reads(shape: str, count: int, feed, request) -> list[bytes]:

@@ -312,6 +312,12 @@ try:
     from tstream.resp._speedups import decimal_run
 except ImportError:
     decimal_run = None
+try:  # (separate: an extension built before fast_run_columns existed still gives decimal_run)
+    if os.environ.get("TSTREAM_PURE_PYTHON", "") not in ("", "0"):
+        raise ImportError("TSTREAM_PURE_PYTHON is set")
+    from tstream.resp._speedups import fast_run_columns
+except ImportError:
+    fast_run_columns = None
 
 
 def consecutive(seqs: tuple, lo: int) -> bool:
@@ -350,13 +356,33 @@ def consecutive_python(seqs: tuple, lo: int) -> bool:
     return spaced == " ".join(map(str, range(lo, lo + count))).encode()
 
 
+def run_columns_python(argvs: list, lo: int) -> tuple[tuple, tuple] | bool:
+    """``fast_run_columns`` without the C extension: the run's ``(subjects,
+    datas)`` when every command of ``argvs`` (9-word ``BATCH key id seq subject
+    data FAST flow gap``) has the first one's key, id, FAST word, flow and gap
+    and their batch-seqs are ``lo``, ``lo + 1``, ... (``consecutive``); else
+    False.  The subjects are the first one's object ``len(argvs)`` times when
+    all are equal (the engine then compares by identity).  O(len(argvs))."""
+    count = len(argvs)
+    _, keys, ids, seqs, subjects, datas, fasts, flows, gaps = zip(*argvs)
+    first_argv = argvs[0]
+    if (not consecutive(seqs, lo) or keys.count(first_argv[1]) != count or ids.count(first_argv[2]) != count
+            or fasts.count(first_argv[6]) != count or flows.count(first_argv[7]) != count
+            or gaps.count(first_argv[8]) != count):
+        return False
+    if subjects.count(subjects[0]) == count:
+        subjects = (subjects[0],) * count
+    return subjects, datas
+
+
 def batch_run(client, argvs: list) -> bytes:
     """A pipelined run of 9-word BATCH commands (see commands.dispatch).
 
     The hot path: every command a plain fast message of one batch, spelled
     alike, with the batch-seqs that follow the batch's last one: one append,
     one record, the replies (+OK, a flow ack at each ack point) joined.
-    Anything else runs command by command.  O(messages)."""
+    Anything else runs command by command.  The checks and the columns: one
+    C call (``fast_run_columns``), else ``run_columns_python``.  O(messages)."""
     server = client.server
     first_argv = argvs[0]
     key, batch_id, fast_word, flow_arg, gap_arg = (first_argv[1], first_argv[2], first_argv[6],
@@ -368,16 +394,13 @@ def batch_run(client, argvs: list) -> bytes:
     if (batch is None or batch.flow_arg != flow_arg or batch.gap_arg != gap_arg
             or not stream.settings.allow_batched or fast_word != b"FAST" and fast_word.lower() != b"fast"):
         return _each(client, argvs)
-    _, keys, ids, seqs, subjects, datas, fasts, flows, gaps = zip(*argvs)
     lo = batch.last + 1
-    in_order = decimal_run(seqs, lo) if decimal_run is not None else None  # (consecutive(), inlined)
-    if in_order is None:
-        in_order = consecutive_python(seqs, lo)
-    if (not in_order or keys.count(key) != count or ids.count(batch_id) != count
-            or fasts.count(fast_word) != count or flows.count(flow_arg) != count or gaps.count(gap_arg) != count):
+    columns = fast_run_columns(argvs, lo) if fast_run_columns is not None else None
+    if columns is None:
+        columns = run_columns_python(argvs, lo)
+    if columns is False:
         return _each(client, argvs)
-    if subjects.count(subjects[0]) == count:  # one subject: the engine then compares by identity
-        subjects = (subjects[0],) * count
+    subjects, datas = columns
     first = stream.first
     start = stream.next_offset
     try:

@@ -220,7 +220,17 @@ class Writes:
         elif not (self.waiting or self.watched or stream._subjects is not None or self.pending):
             self.server.dirty += len(tags) or 1  # nothing else to commit (see appended)
             return
-        self.wrote(key, stream, first, len(tags) or 1, wake=bool(tags))
+        if self.stream is not stream:  # wrote(key, stream, first, ..., wake=bool(tags)), inlined (every FAST run)
+            if self.stream is not None:
+                self._settle()
+            self.key = key
+            self.stream = stream
+            self.first = first
+            self.wake = bool(tags)
+        elif tags:
+            self.wake = True
+        self.dirty += len(tags) or 1
+        self.pending = True
 
     def xadded(self, key: bytes, stream, first: int, offset: int, xid: tuple[int, int], tag: bytes,
                data: bytes, packed: bool) -> None:

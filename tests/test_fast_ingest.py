@@ -897,3 +897,98 @@ def test_the_c_batch_seq_check_allocates_nothing():
             _testcapi.remove_mem_hooks()
         answers.append((right, bad))
     assert answers == [(True, False)] * 8
+
+
+def _c_fast_run_columns():
+    """resp/_speedups.c's ``fast_run_columns``; fails (not skips) without the extension."""
+    from tstream.commands import ingest
+    if ingest.fast_run_columns is None:
+        pytest.fail("the C extension is off (TSTREAM_PURE_PYTHON) or not built: deselect with -m 'not speedups'")
+    return ingest.fast_run_columns
+
+
+def _random_fast_run(rng):
+    """A random run of 9-word FAST commands (lists of bytes) and a start: mostly
+    one batch's consecutive messages, the words shared as the parser shares them,
+    with random faults (another key, id, flow, gap or FAST spelling, a seq off,
+    a word equal but not the same object, subjects that differ)."""
+    lo = max(1, rng.choice([rng.randint(1, 10 ** rng.randint(1, 18)), 10 ** rng.randint(0, 17) - rng.randint(0, 40)]))
+    count = rng.choice([1, 2, 3, 16, 64, 128])
+    model = [b"BATCH", b"k", b"b1", None, b"orders", None, b"FAST", b"64", b"ok"]
+    argvs = []
+    for i in range(count):
+        argv = list(model)
+        argv[3] = b"%d" % (lo + i)
+        argv[5] = b"data-%d" % rng.randrange(1000)
+        argvs.append(argv)
+    faults = rng.choice([0, 0, 1, 2, 3])
+    for _ in range(faults):
+        argv = argvs[rng.randrange(count)]
+        place = rng.choice([1, 2, 3, 4, 4, 6, 7, 8])
+        argv[place] = rng.choice([
+            bytes(bytearray(argv[place])),  # equal, not the same object
+            argv[place] + b"x", b"", b"fast", b"0" + argv[place], b"%d" % (lo + rng.randint(-2, count + 2)),
+        ])
+    start = max(1, lo + rng.choice([0, 0, 0, -1, 1]))
+    return argvs, start
+
+
+@pytest.mark.speedups
+def test_the_c_run_columns_agree_with_the_python_ones():
+    """fast_run_columns (C) against run_columns_python on random runs: the same
+    False, or the same columns (equal, and the one-subject column made of the
+    first subject object, as Python's); None only where it may not decide."""
+    import random
+
+    from tstream.commands.ingest import run_columns_python
+    fast_run_columns = _c_fast_run_columns()
+    rng = random.Random(11)
+    taken = refused = 0
+    for _ in range(6000):
+        argvs, start = _random_fast_run(rng)
+        expected = run_columns_python(argvs, start)
+        answer = fast_run_columns(argvs, start)
+        if answer is None:
+            assert start > 10 ** 17
+            continue
+        if expected is False:
+            assert answer is False, (argvs[:2], start)
+            refused += 1
+            continue
+        subjects, datas = answer
+        assert type(subjects) is tuple and type(datas) is tuple
+        assert subjects == expected[0] and datas == expected[1]
+        assert all(a is b for a, b in zip(datas, expected[1]))
+        one = expected[0].count(expected[0][0]) == len(argvs)
+        assert all(s is argvs[0][4] for s in subjects) == (one or all(a[4] is argvs[0][4] for a in argvs))
+        taken += 1
+    assert taken > 1500 and refused > 1500
+    # What it leaves to Python: a start it does not count from, a word that is not bytes, a command
+    # that is not a 9-word list.
+    run = [[b"BATCH", b"k", b"b", b"%d" % i, b"t", b"v", b"FAST", b"64", b"ok"] for i in (1, 2)]
+    assert fast_run_columns(run, 1) == ((b"t", b"t"), (b"v", b"v"))
+    assert fast_run_columns(run, 2) is False and fast_run_columns(run, 0) is None
+    assert fast_run_columns(run, 10 ** 17 + 1) is None and fast_run_columns(run, 1 << 80) is None
+    assert fast_run_columns([run[0], run[1][:8]], 1) is None
+    assert fast_run_columns([run[0], tuple(run[1])], 1) is None
+    assert fast_run_columns([run[0], run[1][:5] + [bytearray(b"v")] + run[1][6:]], 1) is None
+    assert fast_run_columns([run[0], run[1][:2] + ["b"] + run[1][3:]], 1) is None
+    with pytest.raises(TypeError):
+        fast_run_columns(tuple(run), 1)
+    with pytest.raises(TypeError):
+        fast_run_columns(run, b"1")
+
+
+@pytest.mark.speedups
+def test_the_c_run_columns_survive_a_memory_error_at_each_allocation():
+    """fast_run_columns allocates three tuples: with each allocation failing in
+    turn it raises MemoryError (nothing leaked, nothing crashed) and answers
+    rightly again afterwards."""
+    from .c_extensions import memory_error_count
+    fast_run_columns = _c_fast_run_columns()
+    run = [[b"BATCH", b"k", b"b", b"%d" % i, b"t%d" % (i % 2), b"v%d" % i, b"FAST", b"64", b"ok"]
+           for i in range(95, 160)]
+    assert memory_error_count(lambda: fast_run_columns(run, 95), 3) == 3
+    assert memory_error_count(lambda: fast_run_columns(run, 96), 3) == 0  # (refused before allocating)
+    subjects, datas = fast_run_columns(run, 95)
+    assert list(datas) == [argv[5] for argv in run] and list(subjects) == [argv[4] for argv in run]
