@@ -1,6 +1,8 @@
 /* tstream.engine._columns: a run's store into the active node's columns in C
    (optional; engine/stream.py Stream.append_columns, whose plain-Python path
-   ``_append_chunks`` stays the fallback: TSTREAM_PURE_PYTHON=1, or no build).
+   ``_append_chunks`` stays the fallback: TSTREAM_PURE_PYTHON=1, or no build),
+   and the columns of a pipelined run's commands (``run_columns``, below;
+   fallback ``zip(*rows)``).
 
    store_run(buf, ends, tags, times, datas, tids, now_ns, run_times, start,
              room_entries, room_bytes) -> stored
@@ -309,11 +311,74 @@ store_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return stored;
 }
 
+/* run_columns(rows, first) -> the columns ``first, first + 1, ...`` of ``rows``
+   (a list of lists or tuples, all of one length: a pipelined run's argvs), each
+   a tuple: what ``tuple(zip(*rows))[first:]`` gives, without zip's iterators
+   (one tuple per column, filled row by row).  A row of another length, or an
+   empty ``rows``: ValueError.  On an error nothing is left behind. */
+static PyObject *
+run_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "run_columns() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *rows = args[0];
+    if (!PyList_CheckExact(rows) && !PyTuple_CheckExact(rows)) {
+        PyErr_SetString(PyExc_TypeError, "run_columns() takes a list or tuple of rows");
+        return NULL;
+    }
+    Py_ssize_t first = PyLong_AsSsize_t(args[1]);
+    if (first == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t nrows = PySequence_Fast_GET_SIZE(rows);
+    PyObject **row_items = PySequence_Fast_ITEMS(rows);
+    if (nrows == 0 || !(PyList_CheckExact(row_items[0]) || PyTuple_CheckExact(row_items[0]))) {
+        PyErr_SetString(PyExc_ValueError, "run_columns() takes one row at least, each a list or tuple");
+        return NULL;
+    }
+    Py_ssize_t width = PySequence_Fast_GET_SIZE(row_items[0]);
+    if (first < 0 || first > width) {
+        PyErr_SetString(PyExc_ValueError, "run_columns() first column out of range");
+        return NULL;
+    }
+    Py_ssize_t ncols = width - first;
+    PyObject *columns = PyTuple_New(ncols);
+    if (columns == NULL)
+        return NULL;
+    for (Py_ssize_t c = 0; c < ncols; c++) {
+        PyObject *column = PyTuple_New(nrows);
+        if (column == NULL) {
+            Py_DECREF(columns);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(columns, c, column);
+    }
+    for (Py_ssize_t r = 0; r < nrows; r++) {
+        PyObject *row = row_items[r];
+        if (!(PyList_CheckExact(row) || PyTuple_CheckExact(row)) || PySequence_Fast_GET_SIZE(row) != width) {
+            Py_DECREF(columns);  /* (a tuple's unset items are NULL: its dealloc skips them) */
+            PyErr_SetString(PyExc_ValueError, "run_columns() takes rows of one length, each a list or tuple");
+            return NULL;
+        }
+        PyObject **words = PySequence_Fast_ITEMS(row) + first;
+        for (Py_ssize_t c = 0; c < ncols; c++) {
+            PyObject *word = words[c];
+            Py_INCREF(word);
+            PyTuple_SET_ITEM(PyTuple_GET_ITEM(columns, c), r, word);
+        }
+    }
+    return columns;
+}
+
 static PyMethodDef columns_methods[] = {
     {"store_run", (PyCFunction)(void (*)(void))store_run, METH_FASTCALL,
      "store_run(buf, ends, tags, times, datas, tids, now_ns, run_times, start, room_entries, room_bytes)\n"
      "-> how many pairs of datas[start:] were stored in the node's columns (0: none fits; -1: ends\n"
      "must be widened first). All or nothing on any error."},
+    {"run_columns", (PyCFunction)(void (*)(void))run_columns, METH_FASTCALL,
+     "run_columns(rows, first) -> tuple(zip(*rows))[first:] for rows (lists or tuples) of one length."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -97,7 +97,7 @@ from dataclasses import asdict, astuple, dataclass
 from itertools import accumulate, groupby, islice
 from operator import attrgetter, itemgetter
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 from .blocks import BlockCache
 from .codec import BLOB_PREFIX, _le_array, _le_bytes
@@ -109,13 +109,17 @@ from .xids import MAX_ID, XState, before_drop, id_of, note_append
 
 # A run's store into the active node's columns in C (engine/_columns.c), unless it
 # was not built or is turned off (TSTREAM_PURE_PYTHON=1, as for the C parser):
-# then Stream._append_chunks, in Python.
-_store_run = None
+# then Stream._append_chunks, in Python.  ``run_columns`` (the columns of a
+# pipelined run's argvs, for commands/streams.py): None without it (then zip).
+_store_run: Callable[..., int] | None = None
+run_columns: Callable[[list, int], tuple] | None = None
 if os.environ.get("TSTREAM_PURE_PYTHON", "") in ("", "0"):
     try:
-        from ._columns import store_run as _store_run
+        from . import _columns
     except ImportError:  # (not built)
         pass
+    else:
+        _store_run, run_columns = _columns.store_run, _columns.run_columns
 
 __all__ = ["BLOB_PREFIX", "DEFAULT_CONFIG", "NODE_MAX_BYTES", "Entry", "Node", "Stream", "StreamConfig"]
 
@@ -608,7 +612,7 @@ class Stream(TagTable):
             if _store_run is not None:
                 self._store_columns(datas, tids, now_ns, times)
             else:
-                self._append_chunks(datas, tids, joined, now_ns, times)
+                self._append_chunks(datas, tids, joined, now_ns, times)  # type: ignore[arg-type] # (a list)
         except Exception:  # MemoryError; with the C store also a bad payload (TypeError), checked first
             self._undo_append_columns(first_node, first_offset, last_time, tags, tids, times)
             raise
@@ -695,8 +699,9 @@ class Stream(TagTable):
                 node = self._open_node()
             elif node.ends is None:  # a compact node of one entry: give it its tables
                 node.expand()
-            stored = _store_run(node.buf, node.ends, node.tags, node.times, datas, tids, now_ns, times, i,
-                                node.cap_end - self.next_offset, self._node_bytes - len(node.buf))
+            stored = _store_run(node.buf, node.ends, node.tags, node.times,  # type: ignore[misc] # (not None)
+                                datas, tids, now_ns, times, i, node.cap_end - self.next_offset,
+                                self._node_bytes - len(node.buf))
             if stored < 0:  # the buffer outgrows 4 GiB: 64-bit ends, then again
                 node.ends = array("Q", node.ends)
                 continue
