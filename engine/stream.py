@@ -597,11 +597,17 @@ class Stream(TagTable):
         first_offset = self.next_offset
         if npairs <= 0:
             return first_offset
-        if _store_run is None:  # (the C store checks the payloads itself)
-            joined = b"".join(datas)  # validates every payload before any change
-        if times is not None:  # checked before any change too (a bad time: TypeError, OverflowError)
+        if _store_run is None:
+            self._append_columns_python(tags, datas, now_ns, times)
+            return first_offset
+        if times is not None:  # checked before any change (a bad time: TypeError, OverflowError)
             times, now_ns = self._run_times(times, npairs)
-        tids = self._column_tids(tags, npairs, _store_run is not None)
+        first = tags[0]
+        tag_list = self._tag_list
+        if len(tag_list) > 1 and tag_list[1] == first and tags.count(first) == npairs:
+            tids: list | int = 1  # one tag, the stream's first (a pipelined run): no lookup
+        else:
+            tids = self._column_tids(tags, npairs, True)
         last_time = self.last_time
         if now_ns > last_time:
             self.last_time = now_ns
@@ -609,13 +615,42 @@ class Stream(TagTable):
             now_ns = last_time
         first_node = self._active
         try:
-            if _store_run is not None:
-                self._store_columns(datas, tids, now_ns, times)
-            else:
-                self._append_chunks(datas, tids, joined, now_ns, times)  # type: ignore[arg-type] # (a list)
-        except Exception:  # MemoryError; with the C store also a bad payload (TypeError), checked first
+            self._store_columns(datas, tids, now_ns, times)
+        except Exception:  # MemoryError, or a bad payload (TypeError), checked before any change
             self._undo_append_columns(first_node, first_offset, last_time, tags, tids, times)
             raise
+        if self._x is not None or self._subjects is not None or self._config is not None:
+            self._after_columns(tags, first_offset, npairs, now_ns, times)  # (none of them for most streams)
+        return first_offset
+
+    def _append_columns_python(self, tags: Sequence, datas: Sequence, now_ns: int,
+                               times: Sequence[int] | None) -> None:
+        """:meth:`append_columns` without engine/_columns.c: the payloads
+        joined (which checks them all before any change), the columns
+        stored by :meth:`_append_chunks`."""
+        npairs = len(tags)
+        first_offset = self.next_offset
+        joined = b"".join(datas)  # validates every payload before any change
+        if times is not None:  # checked before any change too (a bad time: TypeError, OverflowError)
+            times, now_ns = self._run_times(times, npairs)
+        tids = self._column_tids(tags, npairs)
+        last_time = self.last_time
+        if now_ns > last_time:
+            self.last_time = now_ns
+        else:
+            now_ns = last_time
+        first_node = self._active
+        try:
+            self._append_chunks(datas, tids, joined, now_ns, times)  # type: ignore[arg-type] # (a list)
+        except MemoryError:
+            self._undo_append_columns(first_node, first_offset, last_time, tags, tids, times)
+            raise
+        self._after_columns(tags, first_offset, npairs, now_ns, times)
+
+    def _after_columns(self, tags: Sequence, first_offset: int, npairs: int, now_ns: int,
+                       times: array | None) -> None:
+        """What follows a run's store (:meth:`append_columns`): Redis ids,
+        the subject index, the limits."""
         if self._x is not None:  # --- Redis ids (engine/xids.py): once it has stored ones ---
             if times is None:  # (a pipelined XADD run: one call less)
                 note_append(self, first_offset, npairs, now_ns)
@@ -627,7 +662,6 @@ class Stream(TagTable):
         cfg = self._config  # None: the defaults, no limits
         if cfg is not None and (cfg.max_len or cfg.max_age_ms or cfg.max_msgs_per_subject):
             self.enforce_limits(now_ns)
-        return first_offset
 
     def _column_tids(self, tags: Sequence, npairs: int, one: bool = False) -> list | int:
         """The tag ids of ``tags`` (:meth:`append_columns`), new tags
