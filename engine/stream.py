@@ -115,11 +115,12 @@ _store_run: Callable[..., int] | None = None
 run_columns: Callable[[list, int], tuple] | None = None
 if os.environ.get("TSTREAM_PURE_PYTHON", "") in ("", "0"):
     try:
-        from . import _columns
+        from ._columns import run_columns as _c_run_columns
+        from ._columns import store_run as _c_store_run
     except ImportError:  # (not built)
         pass
     else:
-        _store_run, run_columns = _columns.store_run, _columns.run_columns
+        _store_run, run_columns = _c_store_run, _c_run_columns
 
 __all__ = ["BLOB_PREFIX", "DEFAULT_CONFIG", "NODE_MAX_BYTES", "Entry", "Node", "Stream", "StreamConfig"]
 
