@@ -14,6 +14,7 @@ from time import time_ns
 
 from tstream.engine.groups import Group
 from tstream.engine.ingest import Ingest
+from tstream.engine.stream import run_columns  # None without engine/_columns.c
 from tstream.resp import (
     NO_REPLY,
     NULL_ARRAY,
@@ -177,7 +178,10 @@ def twrite_run(client, argvs: list) -> bytes:
     server = client.server
     if len(argvs[0]) == 6:  # TWRITE key tag entry MSGID id
         return _msgid_run(client, argvs)
-    _, keys, tags, datas = zip(*argvs)  # the columns, as tuples, in one C call
+    if run_columns is not None:  # the columns, as tuples (engine/_columns.c)
+        keys, tags, datas = run_columns(argvs, 1)
+    else:
+        _, keys, tags, datas = zip(*argvs)
     count = len(argvs)
     tag = tags[0]
     if tags.count(tag) == count:  # one tag (redis-benchmark): one keyword check, and the

@@ -89,6 +89,7 @@ event loop).
 
 from __future__ import annotations
 
+import os
 import sys
 from array import array
 from bisect import bisect_left, bisect_right
@@ -96,7 +97,7 @@ from dataclasses import asdict, astuple, dataclass
 from itertools import accumulate, groupby, islice
 from operator import attrgetter, itemgetter
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 from .blocks import BlockCache
 from .codec import BLOB_PREFIX, _le_array, _le_bytes
@@ -105,6 +106,21 @@ from .node import ActiveNode, Node, SealedNode, _popcount_range
 from .subjects import enforce_subject_limit  # JetStream per-subject limit (max_msgs_per_subject)
 from .tags import TagTable
 from .xids import MAX_ID, XState, before_drop, id_of, note_append
+
+# A run's store into the active node's columns in C (engine/_columns.c), unless it
+# was not built or is turned off (TSTREAM_PURE_PYTHON=1, as for the C parser):
+# then Stream._append_chunks, in Python.  ``run_columns`` (the columns of a
+# pipelined run's argvs, for commands/streams.py): None without it (then zip).
+_store_run: Callable[..., int] | None = None
+run_columns: Callable[[list, int], tuple] | None = None
+if os.environ.get("TSTREAM_PURE_PYTHON", "") in ("", "0"):
+    try:
+        from ._columns import run_columns as _c_run_columns
+        from ._columns import store_run as _c_store_run
+    except ImportError:  # (not built)
+        pass
+    else:
+        _store_run, run_columns = _c_store_run, _c_run_columns
 
 __all__ = ["BLOB_PREFIX", "DEFAULT_CONFIG", "NODE_MAX_BYTES", "Entry", "Node", "Stream", "StreamConfig"]
 
@@ -573,6 +589,8 @@ class Stream(TagTable):
         (persistence/effects.py); times never go backwards, as for single
         appends: an entry's time is ``max(its time, the time before it)``, so
         the run stores what appending its entries one by one would.
+        The columns are stored by engine/_columns.c (:meth:`_store_columns`),
+        or by :meth:`_append_chunks` without it: the same nodes, byte for byte.
         O(pairs)."""
         npairs = len(tags)
         if len(datas) != npairs:
@@ -580,6 +598,39 @@ class Stream(TagTable):
         first_offset = self.next_offset
         if npairs <= 0:
             return first_offset
+        if _store_run is None:
+            self._append_columns_python(tags, datas, now_ns, times)
+            return first_offset
+        if times is not None:  # checked before any change (a bad time: TypeError, OverflowError)
+            times, now_ns = self._run_times(times, npairs)
+        first = tags[0]
+        tag_list = self._tag_list
+        if len(tag_list) > 1 and tag_list[1] == first and tags.count(first) == npairs:
+            tids: list | int = 1  # one tag, the stream's first (a pipelined run): no lookup
+        else:
+            tids = self._column_tids(tags, npairs, True)
+        last_time = self.last_time
+        if now_ns > last_time:
+            self.last_time = now_ns
+        else:
+            now_ns = last_time
+        first_node = self._active
+        try:
+            self._store_columns(datas, tids, now_ns, times)
+        except Exception:  # MemoryError, or a bad payload (TypeError), checked before any change
+            self._undo_append_columns(first_node, first_offset, last_time, tags, tids, times)
+            raise
+        if self._x is not None or self._subjects is not None or self._config is not None:
+            self._after_columns(tags, first_offset, npairs, now_ns, times)  # (none of them for most streams)
+        return first_offset
+
+    def _append_columns_python(self, tags: Sequence, datas: Sequence, now_ns: int,
+                               times: Sequence[int] | None) -> None:
+        """:meth:`append_columns` without engine/_columns.c: the payloads
+        joined (which checks them all before any change), the columns
+        stored by :meth:`_append_chunks`."""
+        npairs = len(tags)
+        first_offset = self.next_offset
         joined = b"".join(datas)  # validates every payload before any change
         if times is not None:  # checked before any change too (a bad time: TypeError, OverflowError)
             times, now_ns = self._run_times(times, npairs)
@@ -590,14 +641,17 @@ class Stream(TagTable):
         else:
             now_ns = last_time
         first_node = self._active
-        jview = memoryview(joined)
         try:
-            self._append_chunks(tags, datas, tids, jview, now_ns, times)
+            self._append_chunks(datas, tids, joined, now_ns, times)  # type: ignore[arg-type] # (a list)
         except MemoryError:
             self._undo_append_columns(first_node, first_offset, last_time, tags, tids, times)
             raise
-        finally:
-            jview.release()
+        self._after_columns(tags, first_offset, npairs, now_ns, times)
+
+    def _after_columns(self, tags: Sequence, first_offset: int, npairs: int, now_ns: int,
+                       times: array | None) -> None:
+        """What follows a run's store (:meth:`append_columns`): Redis ids,
+        the subject index, the limits."""
         if self._x is not None:  # --- Redis ids (engine/xids.py): once it has stored ones ---
             if times is None:  # (a pipelined XADD run: one call less)
                 note_append(self, first_offset, npairs, now_ns)
@@ -609,19 +663,22 @@ class Stream(TagTable):
         cfg = self._config  # None: the defaults, no limits
         if cfg is not None and (cfg.max_len or cfg.max_age_ms or cfg.max_msgs_per_subject):
             self.enforce_limits(now_ns)
-        return first_offset
 
-    def _column_tids(self, tags: Sequence, npairs: int) -> list:
+    def _column_tids(self, tags: Sequence, npairs: int, one: bool = False) -> list | int:
         """The tag ids of ``tags`` (:meth:`append_columns`), new tags
         interned; all or nothing (TypeError, MemoryError: new tags
-        forgotten). O(pairs)."""
+        forgotten).  ``one``: a run of one tag gives its id alone (the C
+        store repeats it). O(pairs)."""
         tids: list
         try:
             first = tags[0]
             # one tag for all (a pipelined run): one lookup (the last one
             # tested first: a batch of mixed tags skips counting them)
             if tags[-1] == first and tags.count(first) == npairs:
-                tids = [self._tag_lookup(tags[0]) or self._intern(tags[0])] * npairs
+                tid = self._tag_lookup(first) or self._intern(first)
+                if one:
+                    return tid
+                tids = [tid] * npairs
             else:
                 try:
                     tids = list(map(self._tag_index.index, tags))
@@ -659,14 +716,60 @@ class Stream(TagTable):
             note_append(self, offset, count, time_ns)
             offset += count
 
-    def _append_chunks(self, tags: Sequence, datas: Sequence, tids: list, jview: memoryview, now_ns: int,
+    def _store_columns(self, datas: Sequence, tids: list | int, now_ns: int, times: array | None) -> None:
+        """The storing part of :meth:`append_columns` with the C store
+        (engine/_columns.c ``store_run``): each node takes what fits of the
+        run (its free offsets; its bytes up to ``node_max_bytes``, one entry
+        at least in an empty node), in one call; the node is then sealed
+        when full, or short when the bytes stopped the run.  The first call
+        checks every payload before any change.  ``next_offset`` moves once
+        a node's share is stored whole.  A seal that fails (MemoryError)
+        with pairs left to store raises; the one after the last share is
+        only owed.  The same nodes as :meth:`_append_chunks`."""
+        npairs = len(datas)
+        i = 0  # the next pair
+        while True:
+            node: Any = self._active
+            if node is None:
+                node = self._open_node()
+            elif node.ends is None:  # a compact node of one entry: give it its tables
+                node.expand()
+            stored = _store_run(node.buf, node.ends, node.tags, node.times,  # type: ignore[misc] # (not None)
+                                datas, tids, now_ns, times, i, node.cap_end - self.next_offset,
+                                self._node_bytes - len(node.buf))
+            if stored < 0:  # the buffer outgrows 4 GiB: 64-bit ends, then again
+                node.ends = array("Q", node.ends)
+                continue
+            i += stored
+            self.next_offset = offset = self.next_offset + stored
+            if offset == node.cap_end:
+                if i < npairs:
+                    self._seal_active()  # more to store: the next node needs this one sealed
+                    continue
+                try:
+                    self._seal_active()
+                except MemoryError:  # every pair is stored; the next append seals first
+                    self._owe_seal()
+                return
+            if i == npairs:
+                return
+            self._seal_active(short=True)  # the next entry would take the node past node_max_bytes
+
+    def _append_chunks(self, datas: Sequence, tids: list, joined: bytes, now_ns: int,
                        times: array | None = None) -> None:
-        """The storing part of :meth:`append_columns`: each node's share of
-        the pairs, one chunk per node, all at ``now_ns`` or (``times``) each at
-        its own time.  ``next_offset`` moves once a chunk is
-        stored whole.  A seal that fails (MemoryError) with pairs left to
-        store raises; the one after the last chunk is only owed."""
-        npairs = len(tags)
+        """The storing part of :meth:`append_columns` in Python (without
+        engine/_columns.c): each node's share of the pairs, one chunk per
+        node, from ``joined`` (the payloads end to end), all at ``now_ns``
+        or (``times``) each at its own time.  ``next_offset`` moves once a
+        chunk is stored whole.  A seal that fails (MemoryError) with pairs
+        left to store raises; the one after the last chunk is only owed."""
+        with memoryview(joined) as jview:
+            self._append_chunks_of(datas, tids, jview, now_ns, times)
+
+    def _append_chunks_of(self, datas: Sequence, tids: list, jview: memoryview, now_ns: int,
+                          times: array | None) -> None:
+        """:meth:`_append_chunks` over a view of the joined payloads."""
+        npairs = len(datas)
         i = 0          # index of the next pair
         jpos = 0       # its payload's position in ``joined``
         while i < npairs:
@@ -715,7 +818,7 @@ class Stream(TagTable):
                 self._seal_active(short=True)
 
     def _undo_append_columns(self, first_node: ActiveNode | None, first_offset: int,
-                             last_time: int, tags: Sequence, tids: list, times: array | None = None) -> None:
+                             last_time: int, tags: Sequence, tids: list | int, times: array | None = None) -> None:
         """A MemoryError midway through :meth:`append_columns`.  While the
         node active before the batch (``first_node``) is still active,
         nothing of the batch is kept: all or nothing.  Once this batch
@@ -744,7 +847,7 @@ class Stream(TagTable):
                 self.last_time = times[stored - 1]
         else:
             self.last_time = last_time
-        self._free_unused(set(tids))
+        self._free_unused(set(tids) if type(tids) is list else (tids,))
 
     # -- reading -------------------------------------------------------------------
     def read(self, offset: int, count: int) -> list:  # noqa: C901 (over the limit when it came in)

@@ -1,0 +1,8 @@
+# A run's store into the active node's columns, and a run's columns (engine/_columns.c):
+# what mypy knows of them.
+from array import array
+from typing import Sequence
+
+def store_run(buf: bytearray, ends: array, tags: array, times: array, datas: Sequence, tids: list | int,
+              now_ns: int, run_times: array | None, start: int, room_entries: int, room_bytes: int, /) -> int: ...
+def run_columns(rows: list | tuple, first: int, /) -> tuple: ...
