@@ -485,7 +485,13 @@ def tread(client, argv):
         reply = perform_read(client.server, request, blocking=False)
         return NULL_ARRAY if not reply and request.block_ms is not None and request.count else reply
     if request.group is not None:
-        client.server.blocking.defer(client, request)
+        blocking = client.server.blocking
+        # A BLOCK read of a group that has nothing to hand out (a consumer back for
+        # more after its TACK: the loop's usual read) waits at once, at the back of
+        # its group's queue, where the end of the turn would have put it: no turn end
+        # to schedule, no read to run there for nothing (see BlockingRegistry.wait_now).
+        if request.block_ms is None or not request.count or not blocking.wait_now(client, request):
+            blocking.defer(client, request)
         return NO_REPLY
     reply = perform_read(client.server, request, blocking=request.block_ms is not None)
     if reply is None:

@@ -130,6 +130,24 @@ class BlockingRegistry:
         client.blocked = waiter
         self.server.turn_end.schedule()
 
+    def wait_now(self, client, request) -> bool:
+        """Park ``client`` at once on the group read ``request`` (which has BLOCK and
+        a count) when its group certainly has nothing to hand out (``_drained``)
+        and no group read waits for the end of this turn; False, doing nothing,
+        otherwise (the read is then deferred).  What the end of the turn would do:
+        the read would find nothing there either, and park at the back of its
+        group's queue, behind the readers already blocked, with the turn's
+        deferred reads, of which there are none, before it; what the rest of the
+        turn writes wakes it as it wakes them (``key_ready``)."""
+        if self.deferred:
+            return False  # reads that came first are served first: this one queues behind them
+        stream = self.server.streams.get(request.key)
+        group = stream.groups.get(request.group) if stream is not None else None
+        if group is None or not _drained(group, stream):
+            return False  # a read that creates its group, or may get something: deferred
+        self._park(Waiter(client, request))
+        return True
+
     def serve_deferred(self) -> None:
         """Serve the reads deferred this turn, in arrival order; one that finds
         nothing and has BLOCK starts waiting."""
