@@ -45,6 +45,8 @@ from tstream.resp import NULL_ARRAY, encode, encode_error
 
 log = logging.getLogger("tstream.blocking")
 
+UNKNOWN_DUE = -1  # a group's next_due_ms() not looked at yet (a due time is never negative)
+
 
 class Waiter:
     __slots__ = ("client", "request", "deadline", "queued")
@@ -88,7 +90,9 @@ class BlockingRegistry:
         """Park ``client`` until ``request`` can be served or its timeout passes."""
         self._park(Waiter(client, request))
 
-    def _park(self, waiter: Waiter) -> None:
+    def _park(self, waiter: Waiter, group=None, due: int | None = UNKNOWN_DUE) -> None:
+        """Queue ``waiter``; a group read's ``group`` and its ``next_due_ms()``
+        may be passed when known (the group timer's arming then looks neither up)."""
         request = waiter.request
         key = request.key
         waiter.queued = True
@@ -107,10 +111,11 @@ class BlockingRegistry:
             if queue is None:
                 queue = queues[request.group] = deque()
             queue.append(waiter)
-            stream = self.server.streams.get(key)
-            group = stream.groups.get(request.group) if stream is not None else None
+            if group is None:
+                stream = self.server.streams.get(key)
+                group = stream.groups.get(request.group) if stream is not None else None
             if group is not None:
-                self._arm_group_timer(key, request.group, group)
+                self._arm_group_timer(key, request.group, group, due)
         self.server.waiting_keys.add(key)
         if request.block_ms:
             deadline = waiter.deadline = self.loop.time() + request.block_ms / 1000
@@ -131,21 +136,25 @@ class BlockingRegistry:
         self.server.turn_end.schedule()
 
     def wait_now(self, client, request) -> bool:
-        """Park ``client`` at once on the group read ``request`` (which has BLOCK and
-        a count) when its group certainly has nothing to hand out (``_drained``)
-        and no group read waits for the end of this turn; False, doing nothing,
-        otherwise (the read is then deferred).  What the end of the turn would do:
-        the read would find nothing there either, and park at the back of its
-        group's queue, behind the readers already blocked, with the turn's
-        deferred reads, of which there are none, before it; what the rest of the
-        turn writes wakes it as it wakes them (``key_ready``)."""
+        """Park ``client`` at once on the group read ``request`` (which has BLOCK
+        and a count) when its group certainly has nothing to hand out (no new
+        entry, no retry due, no pending entry expiring) and no group read waits
+        for the end of this turn; False, doing nothing, otherwise (the read is
+        then deferred).  The same as the end of the turn would do: the read would
+        find nothing there either and park at the back of its group's queue,
+        behind the readers already blocked (the turn's deferred reads, none here,
+        would go before it); what the rest of the turn writes wakes it as it
+        wakes them (``key_ready``), a retry falling due later by the group timer."""
         if self.deferred:
             return False  # reads that came first are served first: this one queues behind them
         stream = self.server.streams.get(request.key)
         group = stream.groups.get(request.group) if stream is not None else None
-        if group is None or not _drained(group, stream):
-            return False  # a read that creates its group, or may get something: deferred
-        self._park(Waiter(client, request))
+        if group is None or group.next < stream.next_offset:
+            return False  # a read that creates its group, or has new entries to get: deferred
+        due = group.next_due_ms()
+        if due is not None and due <= time.time_ns() // 1_000_000:
+            return False  # a retry due (or an entry expiring): deferred
+        self._park(Waiter(client, request), group, due)
         return True
 
     def serve_deferred(self) -> None:
@@ -306,25 +315,34 @@ class BlockingRegistry:
         queues = self.groups.get(key)
         for group_name, queue in list(queues.items()) if queues else ():
             group = stream.groups.get(group_name)
+            due = UNKNOWN_DUE
             while queue:
                 waiter = queue[0]
                 reply = perform_read(server, waiter.request, blocking=True)
                 if reply is None:
                     break  # nothing for the head of the queue: nothing for the others
                 self._deliver(waiter, reply)
-                if queue and group is not None and _drained(group, stream):
-                    break
+                if queue and group is not None and group.next >= stream.next_offset:
+                    # Nothing new: nothing for the others either unless a retry is due
+                    # (False may still mean nothing: the next read says so).  The due
+                    # time is kept for the timer below.
+                    due = group.next_due_ms()
+                    if due is None or due > time.time_ns() // 1_000_000:
+                        break
+                    due = UNKNOWN_DUE  # (the next read moves it)
             if queue and group is not None:
-                self._arm_group_timer(key, group_name, group)
+                self._arm_group_timer(key, group_name, group, due)
 
     def _deliver(self, waiter: Waiter, reply) -> None:
         self._remove(waiter)
         client = waiter.client
         client.unblock(encode(reply, client.protocol))
 
-    def _arm_group_timer(self, key: bytes, group_name: bytes, group) -> None:
-        """Wake the group's waiters when its next retry falls due or pending entry expires."""
-        due = group.next_due_ms()
+    def _arm_group_timer(self, key: bytes, group_name: bytes, group, due: int | None = UNKNOWN_DUE) -> None:
+        """Wake the group's waiters when its next retry falls due or pending entry
+        expires (``due``: ``group.next_due_ms()``, when the caller has it)."""
+        if due == UNKNOWN_DUE:
+            due = group.next_due_ms()
         if due is None:
             return  # an armed timer may fire for nothing: cheaper than cancelling it
         armed = self._group_timers.get((key, group_name))
@@ -339,11 +357,3 @@ class BlockingRegistry:
         self._group_timers.pop((key, group_name), None)
         self.key_ready(key)
 
-
-def _drained(group, stream) -> bool:
-    """True when ``group`` certainly has nothing to hand out now: no new entry
-    and no retry due.  (False may still mean nothing: the read then says so.)"""
-    if group.next < stream.next_offset:
-        return False
-    due = group.next_due_ms()
-    return due is None or due > time.time_ns() // 1_000_000
