@@ -41,10 +41,11 @@ from collections import deque
 
 from tstream.commands.errors import CommandError
 from tstream.commands.streams import perform_read
-from tstream.resp import NULL_ARRAY, encode, encode_error
+from tstream.resp import NULL_ARRAY, encode, encode_entries, encode_error
 
 log = logging.getLogger("tstream.blocking")
 
+PERFORM_READ = perform_read  # (tests put a failing one in BlockingRegistry._perform_read)
 UNKNOWN_DUE = -1  # a group's next_due_ms() not looked at yet (a due time is never negative)
 
 
@@ -305,23 +306,33 @@ class BlockingRegistry:
             return
         waiters = self.plain.get(key)
         if waiters:
-            next_offset = stream.next_offset
-            for waiter in [w for w in waiters if w.request.offset < next_offset]:
-                perform = getattr(waiter.request, "perform", None)  # XREAD's (commands/xstreams.py)
-                if perform is None:
-                    self._deliver(waiter, perform_read(server, waiter.request, blocking=False))
-                elif (reply := perform(server, True)) is not None:
-                    self._deliver(waiter, reply)
+            self._serve_plain(stream, waiters)
         queues = self.groups.get(key)
         for group_name, queue in list(queues.items()) if queues else ():
             group = stream.groups.get(group_name)
             due = UNKNOWN_DUE
+            # The usual read (a count, no WITHINFO, no snapshot in progress): perform_read's
+            # group branch, spelled out for the group and stream at hand, and its entries
+            # encoded as they come (the reply of a consumer group's loop, once a message or
+            # so: a few calls less per wake-up).
+            direct = group is not None and perform_read is PERFORM_READ and server.capture is None
             while queue:
                 waiter = queue[0]
-                reply = perform_read(server, waiter.request, blocking=True)
-                if reply is None:
-                    break  # nothing for the head of the queue: nothing for the others
-                self._deliver(waiter, reply)
+                request = waiter.request
+                if direct and request.count and not request.withinfo:
+                    entries = group.read(stream, request.count, time.time_ns() // 1_000_000, request.retry,
+                                         server.config.values["group-max-pending"])
+                    if not entries:
+                        break  # nothing for the head of the queue: nothing for the others
+                    server.writes.group_moved(key, group, entries)
+                    self._remove(waiter)
+                    client = waiter.client
+                    client.unblock(encode_entries(entries, client.protocol == 3))
+                else:
+                    reply = perform_read(server, request, blocking=True)
+                    if reply is None:
+                        break  # nothing for the head of the queue: nothing for the others
+                    self._deliver(waiter, reply)
                 if queue and group is not None and group.next >= stream.next_offset:
                     # Nothing new: nothing for the others either unless a retry is due
                     # (False may still mean nothing: the next read says so).  The due
@@ -332,6 +343,16 @@ class BlockingRegistry:
                     due = UNKNOWN_DUE  # (the next read moves it)
             if queue and group is not None:
                 self._arm_group_timer(key, group_name, group, due)
+
+    def _serve_plain(self, stream, waiters: list[Waiter]) -> None:
+        """Serve the plain readers of ``stream`` whose offset it reached."""
+        next_offset = stream.next_offset
+        for waiter in [w for w in waiters if w.request.offset < next_offset]:
+            perform = getattr(waiter.request, "perform", None)  # XREAD's (commands/xstreams.py)
+            if perform is None:
+                self._deliver(waiter, self._perform_read(self.server, waiter.request, blocking=False))
+            elif (reply := perform(self.server, True)) is not None:
+                self._deliver(waiter, reply)
 
     def _deliver(self, waiter: Waiter, reply) -> None:
         self._remove(waiter)
