@@ -145,12 +145,13 @@ def _group_wake_step(bench, hotpath):
     BLOCK 1000`` (first come first served), and per step three producer
     connections' unpipelined ``TWRITE k tag <100 bytes>`` read in one loop turn
     (three sockets ready at once), whose end wakes the head consumer with the
-    three entries; it then sends ``TACK`` of the three offsets (a turn of its
-    own) and blocks again (another turn: the read is deferred to the turn's
-    end, finds nothing, parks at the back).  A step is three messages: the
-    loop's average batch (bench/RESULTS-groups.md: ~3).  The event loop's own
-    work (epoll, the socket reads) is not counted: only what the server's
-    Python does per turn."""
+    three entries; then the consumer woken one step before sends ``TACK`` of
+    its three offsets (a turn of its own) and blocks again (another turn: its
+    read finds nothing, it waits at the back of the queue).  The consumers
+    overlap as in the loop, so the group always has a batch pending.  A step is
+    three messages: the loop's average batch (bench/RESULTS-groups.md: ~3).
+    The event loop's own work (epoll, the socket reads) is not counted: only
+    what the server's Python does per turn."""
     import hiredis
 
     request = hotpath.request
@@ -176,24 +177,28 @@ def _group_wake_step(bench, hotpath):
         turn_end()
     reader = hiredis.Reader()
     queue = deque(consumers)
+    woken: list = []  # the consumer woken by the step before, and its TACK
 
     def step() -> None:
         for feed, written in producers:
             feed(write)
             written.clear()
         turn_end()  # wakes the head consumer
-        feed, written = queue.popleft()
-        reader.feed(b"".join(written))
-        written.clear()
-        entries = reader.gets()
-        feed(request(b"TACK", b"w:k", b"g", *(b"%d" % entry[0] for entry in entries)))
-        turn_end()
-        written.clear()
-        feed(read)
-        turn_end()  # the read finds nothing: blocks again, at the back
-        if written:
-            raise SystemExit(f"the consumer's read did not block: {written!r}")
-        queue.append((feed, written))
+        consumer = queue.popleft()
+        reader.feed(b"".join(consumer[1]))
+        consumer[1].clear()
+        ack = request(b"TACK", b"w:k", b"g", *(b"%d" % entry[0] for entry in reader.gets()))
+        if woken:
+            (feed, written), previous_ack = woken.pop()
+            feed(previous_ack)
+            turn_end()
+            written.clear()
+            feed(read)
+            turn_end()  # the read finds nothing: blocks again, at the back
+            if written:
+                raise SystemExit(f"the consumer's read did not block: {written!r}")
+            queue.append((feed, written))
+        woken.append((consumer, ack))
 
     return step
 

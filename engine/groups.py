@@ -287,6 +287,20 @@ class Group:
             return None if expiry is None else expiry[0]
         return due[0] if expiry is None else min(due[0], expiry[0])
 
+    def due_bound_ms(self) -> int | None:
+        """A time at or before :meth:`next_due_ms` (None when both heaps are empty):
+        the earlier top of the two heaps, stale or not, with no stale item popped.
+        What a blocked reader's timer and its "nothing due" test need (server/blocking.py:
+        a timer that fires early finds nothing and is armed again; a read that might
+        find something runs); the stale items are left to the reads and the
+        compaction (``_tidy``), which drop them in C passes rather than one by one.  O(1)."""
+        due = self._by_due
+        expiry = self._by_expiry
+        if due:
+            top = due[0][0]
+            return top if not expiry or top <= expiry[0][0] else expiry[0][0]
+        return expiry[0][0] if expiry else None
+
     # --- acknowledging -------------------------------------------------------------
 
     def ack(self, offsets) -> int:

@@ -27,7 +27,9 @@ than the read it guards:
   live ones (so the heap stays O(blocked clients));
 - group timers: at most one per (key, group) with waiters, moved only to an
   *earlier* time; firing early is harmless (the serve finds nothing and arms
-  the timer again for the real due time).
+  the timer again for a later time).  Their time is a bound read off the tops
+  of the group's heaps (``Group.due_bound_ms``), which may be an acknowledged
+  entry's: early at worst, and no stale item popped to find it.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from tstream.resp import NULL_ARRAY, encode, encode_entries, encode_error
 log = logging.getLogger("tstream.blocking")
 
 PERFORM_READ = perform_read  # (tests put a failing one in BlockingRegistry._perform_read)
-UNKNOWN_DUE = -1  # a group's next_due_ms() not looked at yet (a due time is never negative)
+UNKNOWN_DUE = -1  # a group's due_bound_ms() not looked at yet (a due time is never negative)
 
 
 class Waiter:
@@ -92,7 +94,7 @@ class BlockingRegistry:
         self._park(Waiter(client, request))
 
     def _park(self, waiter: Waiter, group=None, due: int | None = UNKNOWN_DUE) -> None:
-        """Queue ``waiter``; a group read's ``group`` and its ``next_due_ms()``
+        """Queue ``waiter``; a group read's ``group`` and its ``due_bound_ms()``
         may be passed when known (the group timer's arming then looks neither up)."""
         request = waiter.request
         key = request.key
@@ -152,9 +154,9 @@ class BlockingRegistry:
         group = stream.groups.get(request.group) if stream is not None else None
         if group is None or group.next < stream.next_offset:
             return False  # a read that creates its group, or has new entries to get: deferred
-        due = group.next_due_ms()
+        due = group.due_bound_ms()
         if due is not None and due <= time.time_ns() // 1_000_000:
-            return False  # a retry due (or an entry expiring): deferred
+            return False  # a retry due (or an entry expiring), maybe: deferred
         self._park(Waiter(client, request), group, due)
         return True
 
@@ -337,7 +339,7 @@ class BlockingRegistry:
                     # Nothing new: nothing for the others either unless a retry is due
                     # (False may still mean nothing: the next read says so).  The due
                     # time is kept for the timer below.
-                    due = group.next_due_ms()
+                    due = group.due_bound_ms()
                     if due is None or due > time.time_ns() // 1_000_000:
                         break
                     due = UNKNOWN_DUE  # (the next read moves it)
@@ -361,9 +363,11 @@ class BlockingRegistry:
 
     def _arm_group_timer(self, key: bytes, group_name: bytes, group, due: int | None = UNKNOWN_DUE) -> None:
         """Wake the group's waiters when its next retry falls due or pending entry
-        expires (``due``: ``group.next_due_ms()``, when the caller has it)."""
+        expires, or a little earlier: ``group.due_bound_ms()`` (``due``, when the caller
+        has it) may be the time of an item already acknowledged; the timer then
+        finds nothing, and is armed again for a later time."""
         if due == UNKNOWN_DUE:
-            due = group.next_due_ms()
+            due = group.due_bound_ms()
         if due is None:
             return  # an armed timer may fire for nothing: cheaper than cancelling it
         armed = self._group_timers.get((key, group_name))
