@@ -257,11 +257,21 @@ class Group:
             return
         by_offset = self._by_offset
         due, expiry = self._by_due, self._by_expiry
-        for entry in entries:  # the common case, inlined
+        same = expire_at == retry_at
+        for entry in entries:  # the common case, inlined (Pending.__init__ too: no call per entry)
             offset = entry[0]
-            pending = by_offset[offset] = Pending(offset, 1, retry_at, expire_at, retry_ms)
-            heappush(due, pending.due_item)
-            heappush(expiry, pending.exp_item)
+            pending = by_offset[offset] = _new(Pending)
+            pending.owner = pending.xid = None
+            pending.delivered_ms = 0
+            pending.offset = offset
+            pending.deliveries = 1
+            pending.retry_at = retry_at
+            pending.expire_at = expire_at
+            pending.retry_ms = retry_ms
+            pending.due_item = item = (retry_at, offset)
+            pending.exp_item = exp_item = item if same else (expire_at, offset)
+            heappush(due, item)
+            heappush(expiry, exp_item)
             order.append(offset)
 
     def has_ready(self, stream, now_ms: int, max_pending: int, retry: bool) -> bool:

@@ -242,20 +242,16 @@ class BlockingRegistry:
             return
         waiter.queued = False
         self.count -= 1
-        if waiter.deadline:
-            self._deadline_removed()
+        if waiter.deadline:  # its heap entry is now stale (_deadline_removed, its usual case inlined)
+            stale = self._stale_deadlines = self._stale_deadlines + 1
+            if stale > len(self._deadlines) - stale + 64:
+                self._stale_deadlines -= 1
+                self._deadline_removed()
         request = waiter.request
-        key = request.key
         if request.group is None:
-            for key in getattr(request, "keys", (request.key,)):  # XREAD waits on several keys
-                waiters = self.plain.get(key)
-                if waiters is not None:
-                    waiters.remove(waiter)
-                    if not waiters:
-                        del self.plain[key]
-                if key not in self.plain and key not in self.groups:
-                    self.server.waiting_keys.discard(key)
+            self._remove_plain(waiter)
             return
+        key = request.key
         queues = self.groups.get(key)
         queue = queues.get(request.group) if queues is not None else None
         if queue is not None:
@@ -269,13 +265,27 @@ class BlockingRegistry:
         if key not in self.plain and key not in self.groups:
             self.server.waiting_keys.discard(key)
 
+    def _remove_plain(self, waiter: Waiter) -> None:
+        """``_remove``'s part for a plain reader: off the lists of its keys."""
+        request = waiter.request
+        for key in getattr(request, "keys", (request.key,)):  # XREAD waits on several keys
+            waiters = self.plain.get(key)
+            if waiters is not None:
+                waiters.remove(waiter)
+                if not waiters:
+                    del self.plain[key]
+            if key not in self.plain and key not in self.groups:
+                self.server.waiting_keys.discard(key)
+
     # --- waking ----------------------------------------------------------------------
 
     def key_ready(self, key: bytes) -> None:
         """Something changed at ``key`` (write, TACK): serve its waiters at the end
         of this loop turn (server.turns)."""
         self._ready.add(key)
-        self.server.turn_end.schedule()
+        turn_end = self.server.turn_end
+        if not turn_end._scheduled:  # (schedule()'s own test, without the call: once per write)
+            turn_end.schedule()
 
     def key_deleted(self, key: bytes) -> None:
         """DEL/FLUSHALL: group readers get an error (their group is gone); plain
