@@ -73,7 +73,7 @@ def twrite(client, argv):
             # the change and waking the key's blocked readers (what Writes.commit would
             # do) is all there is to commit.
             server.dirty += 1
-            if argv[1] in writes.waiting:
+            if writes.waiting and argv[1] in writes.waiting:
                 server.blocking.key_ready(argv[1])
         return offset
     if len(argv) == 6 and argv[4].lower() == b"msgid" and argv[2] not in KEYWORD_TAGS:

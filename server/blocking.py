@@ -336,7 +336,11 @@ class BlockingRegistry:
                                          server.config.values["group-max-pending"])
                     if not entries:
                         break  # nothing for the head of the queue: nothing for the others
-                    server.writes.group_moved(key, group, entries)
+                    writes = server.writes
+                    if writes.sinks or writes.watched or writes.pending:
+                        writes.group_moved(key, group, entries)
+                    else:  # nothing to log or touch: counting the change is all (as TACK does)
+                        server.dirty += 1
                     self._remove(waiter)
                     client = waiter.client
                     client.unblock(encode_entries(entries, client.protocol == 3))
