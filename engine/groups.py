@@ -372,9 +372,12 @@ class Group:
         end = len(order)
         while head < end:
             offset = order[head]
+            if offset >= first:
+                # Ascending: nothing below ``first`` from here on.  The stale offsets
+                # here stay listed until the compaction (``_tidy``, one C pass), not
+                # skipped one by one by every read.
+                break
             if offset in by_offset:
-                if offset >= first:
-                    break
                 if by_offset.pop(offset).due_item is None:
                     self._unheaped -= 1
                 else:
