@@ -43,13 +43,14 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import deque
 from pathlib import Path
 
 import callgrind
 
 HERE = Path(__file__).resolve().parent
 SHAPES = ("twrite", "twrite16_one_key", "twrite16_keys", "xadd", "xadd16", "group_loop", "xgroup_loop",
-          "msgid16_one_key", "fast16_one_key", "tread16", "xgroup_loop_pairs")
+          "msgid16_one_key", "fast16_one_key", "tread16", "xgroup_loop_pairs", "group_wake")
 # Shapes whose reads differ (new ids, batch-seqs): the same number of reads is built
 # in every run, so that building them cancels out of the difference of two runs.
 BUILT_READS = 2600
@@ -68,7 +69,9 @@ def workload(shape: str, count: int, fill: int = 0) -> None:  # noqa: C901 (one 
         out: list[bytes] = []
         bench.transport.write = lambda data: out.append(bytes(data))  # type: ignore[method-assign]
         feed, turn_end, request = bench.feed, bench.turn_end, hotpath.request
-        if shape in ("group_loop", "xgroup_loop", "xgroup_loop_pairs"):
+        if shape == "group_wake":
+            step = _group_wake_step(bench, hotpath)
+        elif shape in ("group_loop", "xgroup_loop", "xgroup_loop_pairs"):
             import hiredis
             if shape == "group_loop":  # TREAD GROUP 10, then TACK of the ten offsets
                 feed(request(b"TREAD", b"g:k", b"-", b"0", b"GROUP", b"g"))
@@ -134,6 +137,70 @@ def workload(shape: str, count: int, fill: int = 0) -> None:  # noqa: C901 (one 
             step()
 
     asyncio.run(main())
+
+
+def _group_wake_step(bench, hotpath):
+    """bench/groups.py's loop as the server sees it, on fake transports: four
+    consumer connections blocked in ``TREAD k - 10 GROUP g RETRY 30000 600000
+    BLOCK 1000`` (first come first served), and per step three producer
+    connections' unpipelined ``TWRITE k tag <100 bytes>`` read in one loop turn
+    (three sockets ready at once), whose end wakes the head consumer with the
+    three entries; then the consumer woken one step before sends ``TACK`` of
+    its three offsets (a turn of its own) and blocks again (another turn: its
+    read finds nothing, it waits at the back of the queue).  The consumers
+    overlap as in the loop, so the group always has a batch pending.  A step is
+    three messages: the loop's average batch (bench/RESULTS-groups.md: ~3).
+    The event loop's own work (epoll, the socket reads) is not counted: only
+    what the server's Python does per turn."""
+    import hiredis
+
+    request = hotpath.request
+    server, connection_module = bench.server, sys.modules[type(bench.client).__module__]
+    turn_end = bench.turn_end
+
+    def connect():
+        client = connection_module.ClientConnection(server)
+        transport = hotpath.CountingTransport()
+        written: list[bytes] = []
+        transport.write = written.append  # type: ignore[method-assign]
+        client.connection_made(transport)
+        return client.data_received, written
+
+    producers = [connect() for _ in range(3)]
+    consumers = [connect() for _ in range(4)]
+    bench.feed(request(b"TREAD", b"w:k", b"-", b"0", b"GROUP", b"g"))
+    turn_end()
+    write = request(b"TWRITE", b"w:k", b"tag", b"x" * 100)
+    read = request(b"TREAD", b"w:k", b"-", b"10", b"GROUP", b"g", b"RETRY", b"30000", b"600000", b"BLOCK", b"1000")
+    for feed, _ in consumers:
+        feed(read)
+        turn_end()
+    reader = hiredis.Reader()
+    queue = deque(consumers)
+    woken: list = []  # the consumer woken by the step before, and its TACK
+
+    def step() -> None:
+        for feed, written in producers:
+            feed(write)
+            written.clear()
+        turn_end()  # wakes the head consumer
+        consumer = queue.popleft()
+        reader.feed(b"".join(consumer[1]))
+        consumer[1].clear()
+        ack = request(b"TACK", b"w:k", b"g", *(b"%d" % entry[0] for entry in reader.gets()))
+        if woken:
+            (feed, written), previous_ack = woken.pop()
+            feed(previous_ack)
+            turn_end()
+            written.clear()
+            feed(read)
+            turn_end()  # the read finds nothing: blocks again, at the back
+            if written:
+                raise SystemExit(f"the consumer's read did not block: {written!r}")
+            queue.append((feed, written))
+        woken.append((consumer, ack))
+
+    return step
 
 
 def _no_turn_budgets() -> None:

@@ -66,13 +66,16 @@ def twrite(client, argv):
         first = stream.first
         offset = stream.append(argv[2], argv[3], time_ns())
         writes = server.writes
-        if writes.sinks or writes.waiting or writes.watched or writes.pending or stream._subjects is not None:
+        if writes.sinks or writes.watched or writes.pending or stream._subjects is not None:
             writes.appended(argv[1], stream, first, offset, argv, 2)
         else:
             # Writes.appended's own short cut, without the call: nothing to log, no
-            # reader to wake, no WATCH to break, no per-subject limit, nothing else
-            # described, so counting the change is all there is to commit.
+            # WATCH to break, no per-subject limit, nothing else described, so counting
+            # the change and waking the key's blocked readers (what Writes.commit would
+            # do) is all there is to commit.
             server.dirty += 1
+            if writes.waiting and argv[1] in writes.waiting:
+                server.blocking.key_ready(argv[1])
         return offset
     if len(argv) == 6 and argv[4].lower() == b"msgid" and argv[2] not in KEYWORD_TAGS:
         return msgid_write(server, argv[1], [argv[2]], [argv[3]], [argv[5]], -1)
@@ -491,7 +494,13 @@ def tread(client, argv):
         reply = perform_read(client.server, request, blocking=False)
         return NULL_ARRAY if not reply and request.block_ms is not None and request.count else reply
     if request.group is not None:
-        client.server.blocking.defer(client, request)
+        blocking = client.server.blocking
+        # A BLOCK read of a group that has nothing to hand out (a consumer back for
+        # more after its TACK: the loop's usual read) waits at once, at the back of
+        # its group's queue, where the end of the turn would have put it: no turn end
+        # to schedule, no read to run there for nothing (see BlockingRegistry.wait_now).
+        if request.block_ms is None or not request.count or not blocking.wait_now(client, request):
+            blocking.defer(client, request)
         return NO_REPLY
     reply = perform_read(client.server, request, blocking=request.block_ms is not None)
     if reply is None:

@@ -257,11 +257,21 @@ class Group:
             return
         by_offset = self._by_offset
         due, expiry = self._by_due, self._by_expiry
-        for entry in entries:  # the common case, inlined
+        same = expire_at == retry_at
+        for entry in entries:  # the common case, inlined (Pending.__init__ too: no call per entry)
             offset = entry[0]
-            pending = by_offset[offset] = Pending(offset, 1, retry_at, expire_at, retry_ms)
-            heappush(due, pending.due_item)
-            heappush(expiry, pending.exp_item)
+            pending = by_offset[offset] = _new(Pending)
+            pending.owner = pending.xid = None
+            pending.delivered_ms = 0
+            pending.offset = offset
+            pending.deliveries = 1
+            pending.retry_at = retry_at
+            pending.expire_at = expire_at
+            pending.retry_ms = retry_ms
+            pending.due_item = item = (retry_at, offset)
+            pending.exp_item = exp_item = item if same else (expire_at, offset)
+            heappush(due, item)
+            heappush(expiry, exp_item)
             order.append(offset)
 
     def has_ready(self, stream, now_ms: int, max_pending: int, retry: bool) -> bool:
@@ -286,6 +296,20 @@ class Group:
         if due is None:
             return None if expiry is None else expiry[0]
         return due[0] if expiry is None else min(due[0], expiry[0])
+
+    def due_bound_ms(self) -> int | None:
+        """A time at or before :meth:`next_due_ms` (None when both heaps are empty):
+        the earlier top of the two heaps, stale or not, with no stale item popped.
+        What a blocked reader's timer and its "nothing due" test need (server/blocking.py:
+        a timer that fires early finds nothing and is armed again; a read that might
+        find something runs); the stale items are left to the reads and the
+        compaction (``_tidy``), which drop them in C passes rather than one by one.  O(1)."""
+        due = self._by_due
+        expiry = self._by_expiry
+        if due:
+            top = due[0][0]
+            return top if not expiry or top <= expiry[0][0] else expiry[0][0]
+        return expiry[0][0] if expiry else None
 
     # --- acknowledging -------------------------------------------------------------
 
@@ -348,9 +372,12 @@ class Group:
         end = len(order)
         while head < end:
             offset = order[head]
+            if offset >= first:
+                # Ascending: nothing below ``first`` from here on.  The stale offsets
+                # here stay listed until the compaction (``_tidy``, one C pass), not
+                # skipped one by one by every read.
+                break
             if offset in by_offset:
-                if offset >= first:
-                    break
                 if by_offset.pop(offset).due_item is None:
                     self._unheaped -= 1
                 else:

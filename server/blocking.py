@@ -27,7 +27,9 @@ than the read it guards:
   live ones (so the heap stays O(blocked clients));
 - group timers: at most one per (key, group) with waiters, moved only to an
   *earlier* time; firing early is harmless (the serve finds nothing and arms
-  the timer again for the real due time).
+  the timer again for a later time).  Their time is a bound read off the tops
+  of the group's heaps (``Group.due_bound_ms``), which may be an acknowledged
+  entry's: early at worst, and no stale item popped to find it.
 """
 
 from __future__ import annotations
@@ -41,9 +43,12 @@ from collections import deque
 
 from tstream.commands.errors import CommandError
 from tstream.commands.streams import perform_read
-from tstream.resp import NULL_ARRAY, encode, encode_error
+from tstream.resp import NULL_ARRAY, encode, encode_entries, encode_error
 
 log = logging.getLogger("tstream.blocking")
+
+PERFORM_READ = perform_read  # (tests put a failing one in BlockingRegistry._perform_read)
+UNKNOWN_DUE = -1  # a group's due_bound_ms() not looked at yet (a due time is never negative)
 
 
 class Waiter:
@@ -88,7 +93,9 @@ class BlockingRegistry:
         """Park ``client`` until ``request`` can be served or its timeout passes."""
         self._park(Waiter(client, request))
 
-    def _park(self, waiter: Waiter) -> None:
+    def _park(self, waiter: Waiter, group=None, due: int | None = UNKNOWN_DUE) -> None:
+        """Queue ``waiter``; a group read's ``group`` and its ``due_bound_ms()``
+        may be passed when known (the group timer's arming then looks neither up)."""
         request = waiter.request
         key = request.key
         waiter.queued = True
@@ -107,10 +114,11 @@ class BlockingRegistry:
             if queue is None:
                 queue = queues[request.group] = deque()
             queue.append(waiter)
-            stream = self.server.streams.get(key)
-            group = stream.groups.get(request.group) if stream is not None else None
+            if group is None:
+                stream = self.server.streams.get(key)
+                group = stream.groups.get(request.group) if stream is not None else None
             if group is not None:
-                self._arm_group_timer(key, request.group, group)
+                self._arm_group_timer(key, request.group, group, due)
         self.server.waiting_keys.add(key)
         if request.block_ms:
             deadline = waiter.deadline = self.loop.time() + request.block_ms / 1000
@@ -129,6 +137,28 @@ class BlockingRegistry:
         self.deferred.append(waiter)
         client.blocked = waiter
         self.server.turn_end.schedule()
+
+    def wait_now(self, client, request) -> bool:
+        """Park ``client`` at once on the group read ``request`` (which has BLOCK
+        and a count) when its group certainly has nothing to hand out (no new
+        entry, no retry due, no pending entry expiring) and no group read waits
+        for the end of this turn; False, doing nothing, otherwise (the read is
+        then deferred).  The same as the end of the turn would do: the read would
+        find nothing there either and park at the back of its group's queue,
+        behind the readers already blocked (the turn's deferred reads, none here,
+        would go before it); what the rest of the turn writes wakes it as it
+        wakes them (``key_ready``), a retry falling due later by the group timer."""
+        if self.deferred:
+            return False  # reads that came first are served first: this one queues behind them
+        stream = self.server.streams.get(request.key)
+        group = stream.groups.get(request.group) if stream is not None else None
+        if group is None or group.next < stream.next_offset:
+            return False  # a read that creates its group, or has new entries to get: deferred
+        due = group.due_bound_ms()
+        if due is not None and due <= time.time_ns() // 1_000_000:
+            return False  # a retry due (or an entry expiring), maybe: deferred
+        self._park(Waiter(client, request), group, due)
+        return True
 
     def serve_deferred(self) -> None:
         """Serve the reads deferred this turn, in arrival order; one that finds
@@ -212,20 +242,16 @@ class BlockingRegistry:
             return
         waiter.queued = False
         self.count -= 1
-        if waiter.deadline:
-            self._deadline_removed()
+        if waiter.deadline:  # its heap entry is now stale (_deadline_removed, its usual case inlined)
+            stale = self._stale_deadlines = self._stale_deadlines + 1
+            if stale > len(self._deadlines) - stale + 64:
+                self._stale_deadlines -= 1
+                self._deadline_removed()
         request = waiter.request
-        key = request.key
         if request.group is None:
-            for key in getattr(request, "keys", (request.key,)):  # XREAD waits on several keys
-                waiters = self.plain.get(key)
-                if waiters is not None:
-                    waiters.remove(waiter)
-                    if not waiters:
-                        del self.plain[key]
-                if key not in self.plain and key not in self.groups:
-                    self.server.waiting_keys.discard(key)
+            self._remove_plain(waiter)
             return
+        key = request.key
         queues = self.groups.get(key)
         queue = queues.get(request.group) if queues is not None else None
         if queue is not None:
@@ -239,13 +265,27 @@ class BlockingRegistry:
         if key not in self.plain and key not in self.groups:
             self.server.waiting_keys.discard(key)
 
+    def _remove_plain(self, waiter: Waiter) -> None:
+        """``_remove``'s part for a plain reader: off the lists of its keys."""
+        request = waiter.request
+        for key in getattr(request, "keys", (request.key,)):  # XREAD waits on several keys
+            waiters = self.plain.get(key)
+            if waiters is not None:
+                waiters.remove(waiter)
+                if not waiters:
+                    del self.plain[key]
+            if key not in self.plain and key not in self.groups:
+                self.server.waiting_keys.discard(key)
+
     # --- waking ----------------------------------------------------------------------
 
     def key_ready(self, key: bytes) -> None:
         """Something changed at ``key`` (write, TACK): serve its waiters at the end
         of this loop turn (server.turns)."""
         self._ready.add(key)
-        self.server.turn_end.schedule()
+        turn_end = self.server.turn_end
+        if not turn_end._scheduled:  # (schedule()'s own test, without the call: once per write)
+            turn_end.schedule()
 
     def key_deleted(self, key: bytes) -> None:
         """DEL/FLUSHALL: group readers get an error (their group is gone); plain
@@ -278,35 +318,70 @@ class BlockingRegistry:
             return
         waiters = self.plain.get(key)
         if waiters:
-            next_offset = stream.next_offset
-            for waiter in [w for w in waiters if w.request.offset < next_offset]:
-                perform = getattr(waiter.request, "perform", None)  # XREAD's (commands/xstreams.py)
-                if perform is None:
-                    self._deliver(waiter, perform_read(server, waiter.request, blocking=False))
-                elif (reply := perform(server, True)) is not None:
-                    self._deliver(waiter, reply)
+            self._serve_plain(stream, waiters)
         queues = self.groups.get(key)
         for group_name, queue in list(queues.items()) if queues else ():
             group = stream.groups.get(group_name)
+            due = UNKNOWN_DUE
+            # The usual read (a count, no WITHINFO, no snapshot in progress): perform_read's
+            # group branch, spelled out for the group and stream at hand, and its entries
+            # encoded as they come (the reply of a consumer group's loop, once a message or
+            # so: a few calls less per wake-up).
+            direct = group is not None and perform_read is PERFORM_READ and server.capture is None
             while queue:
                 waiter = queue[0]
-                reply = perform_read(server, waiter.request, blocking=True)
-                if reply is None:
-                    break  # nothing for the head of the queue: nothing for the others
-                self._deliver(waiter, reply)
-                if queue and group is not None and _drained(group, stream):
-                    break
+                request = waiter.request
+                if direct and request.count and not request.withinfo:
+                    entries = group.read(stream, request.count, time.time_ns() // 1_000_000, request.retry,
+                                         server.config.values["group-max-pending"])
+                    if not entries:
+                        break  # nothing for the head of the queue: nothing for the others
+                    writes = server.writes
+                    if writes.sinks or writes.watched or writes.pending:
+                        writes.group_moved(key, group, entries)
+                    else:  # nothing to log or touch: counting the change is all (as TACK does)
+                        server.dirty += 1
+                    self._remove(waiter)
+                    client = waiter.client
+                    client.unblock(encode_entries(entries, client.protocol == 3))
+                else:
+                    reply = perform_read(server, request, blocking=True)
+                    if reply is None:
+                        break  # nothing for the head of the queue: nothing for the others
+                    self._deliver(waiter, reply)
+                if queue and group is not None and group.next >= stream.next_offset:
+                    # Nothing new: nothing for the others either unless a retry is due
+                    # (False may still mean nothing: the next read says so).  The due
+                    # time is kept for the timer below.
+                    due = group.due_bound_ms()
+                    if due is None or due > time.time_ns() // 1_000_000:
+                        break
+                    due = UNKNOWN_DUE  # (the next read moves it)
             if queue and group is not None:
-                self._arm_group_timer(key, group_name, group)
+                self._arm_group_timer(key, group_name, group, due)
+
+    def _serve_plain(self, stream, waiters: list[Waiter]) -> None:
+        """Serve the plain readers of ``stream`` whose offset it reached."""
+        next_offset = stream.next_offset
+        for waiter in [w for w in waiters if w.request.offset < next_offset]:
+            perform = getattr(waiter.request, "perform", None)  # XREAD's (commands/xstreams.py)
+            if perform is None:
+                self._deliver(waiter, self._perform_read(self.server, waiter.request, blocking=False))
+            elif (reply := perform(self.server, True)) is not None:
+                self._deliver(waiter, reply)
 
     def _deliver(self, waiter: Waiter, reply) -> None:
         self._remove(waiter)
         client = waiter.client
         client.unblock(encode(reply, client.protocol))
 
-    def _arm_group_timer(self, key: bytes, group_name: bytes, group) -> None:
-        """Wake the group's waiters when its next retry falls due or pending entry expires."""
-        due = group.next_due_ms()
+    def _arm_group_timer(self, key: bytes, group_name: bytes, group, due: int | None = UNKNOWN_DUE) -> None:
+        """Wake the group's waiters when its next retry falls due or pending entry
+        expires, or a little earlier: ``group.due_bound_ms()`` (``due``, when the caller
+        has it) may be the time of an item already acknowledged; the timer then
+        finds nothing, and is armed again for a later time."""
+        if due == UNKNOWN_DUE:
+            due = group.due_bound_ms()
         if due is None:
             return  # an armed timer may fire for nothing: cheaper than cancelling it
         armed = self._group_timers.get((key, group_name))
@@ -321,11 +396,3 @@ class BlockingRegistry:
         self._group_timers.pop((key, group_name), None)
         self.key_ready(key)
 
-
-def _drained(group, stream) -> bool:
-    """True when ``group`` certainly has nothing to hand out now: no new entry
-    and no retry due.  (False may still mean nothing: the read then says so.)"""
-    if group.next < stream.next_offset:
-        return False
-    due = group.next_due_ms()
-    return due is None or due > time.time_ns() // 1_000_000

@@ -598,7 +598,9 @@ class ClientConnection(asyncio.Protocol):
             self._hold(reply, False)
         else:
             self.transport.write(reply)
-        if self._has_backlog() and not self._resume_scheduled and not self._write_paused:
+        # (_has_backlog(), inlined: this runs once per woken reader)
+        if ((self._queue_at < len(self._queue) or self._parsed_at < len(self._parsed) or self.parser.has_input())
+                and not self._resume_scheduled and not self._write_paused):
             self._run_commands()
 
     def connection_lost(self, exc: Exception | None) -> None:

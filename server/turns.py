@@ -161,12 +161,20 @@ class TurnEnd:
         blocking = server.blocking
         persistence = server.persistence
         if (persistence.file is None and persistence.written <= persistence.synced and not self._scheduled_cpu
-                and not blocking.deferred
-                and not blocking._ready and not server.replication.records):  # (serve_ready's own test)
+                and not server.replication.records):
             # The usual turn of a server without the AOF (redis-benchmark's pipelined
-            # writes): only replies to release.  The steps below, each of which would
-            # find nothing to do, and their clock reads, skipped; the turn's work is
-            # still measured.
+            # writes, a consumer group's loop): the blocked clients to serve, then only
+            # replies to release.  The steps below, each of which would find nothing to
+            # do (serving reads makes no records without a replica or the AOF: no sinks),
+            # and their clock reads, skipped; the turn's work is still measured.
+            if blocking._ready or blocking.deferred:
+                blocking.serve_ready()
+                while blocking.deferred:
+                    blocking.serve_deferred()
+                    blocking.serve_ready()  # keys written by the commands the reads had held up
+                if server.replication.records:  # (not without sinks: the usual steps, to be sure)
+                    self._end_turn()
+                    return
             self._scheduled = False
             held, self._held = self._held, []
             self.release(held)
@@ -177,6 +185,13 @@ class TurnEnd:
         while blocking.deferred:
             blocking.serve_deferred()
             blocking.serve_ready()  # keys written by the commands the reads had held up
+        self._end_turn()
+
+    def _end_turn(self) -> None:
+        """The rest of ``run`` once the blocked clients are served: the turn's records
+        packed and written, the held replies released (or kept for the fsync)."""
+        server = self.server
+        persistence = server.persistence
         self._scheduled = False
         server.replication.flush()  # the turn's records to the backlog and the replicas (and packed for the AOF)
         committing = monotonic()

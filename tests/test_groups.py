@@ -604,3 +604,96 @@ class TestGroupReadsAtTheEndOfTheTurn:
                 assert read_until_quiet(sock, 0.2) == b"+PONG\r\n"
                 sock.close()
             admin.close()
+
+
+class TestGroupReadsThatWaitAtOnce:
+    """A BLOCK group read whose group has nothing to hand out waits at once (no
+    deferral to the end of the turn: BlockingRegistry.wait_now), where the end of
+    the turn would have put it."""
+
+    mb = staticmethod(TestGroupReadsAtTheEndOfTheTurn.mb)
+
+    def test_a_read_of_a_drained_group_waits_at_once_and_keeps_its_place(self, tmp_path):
+        from tstream.server.embed import ServerThread
+
+        from .conftest import read_until_quiet
+
+        with ServerThread(port=0, dir=tmp_path, save="") as srv:
+            admin = redis.Redis(port=srv.port)
+            admin.execute_command("TREAD", "now", "$", 0, "GROUP", "g")
+            socks = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(3)]
+            ids = []
+            for sock in socks:
+                sock.sendall(self.mb("CLIENT", "ID"))
+                ids.append(int(read_until_quiet(sock, 0.2)[1:-2]))
+            blocking = srv.server.blocking
+
+            def three_reads_in_one_turn():  # on the loop thread: nothing else interleaves
+                waited = []
+                for client_id in ids:
+                    connection = srv.server.clients[client_id]
+                    connection.data_received(self.mb("TREAD", "now", "-", 10, "GROUP", "g", "BLOCK", 5000))
+                    waited.append((connection.blocked is not None, len(blocking.deferred)))
+                queue = blocking.groups[b"now"][b"g"]
+                return waited, [srv.server.clients[i].blocked is queue[k] for k, i in enumerate(ids)]
+
+            waited, in_order = srv.call(three_reads_in_one_turn)
+            assert waited == [(True, 0)] * 3  # blocked, none of them waiting for the turn's end
+            assert in_order == [True] * 3  # queued in arrival order
+            assert admin.info("clients")["blocked_clients"] == 3
+            for n in range(3):
+                admin.execute_command("TWRITE", "now", "t", f"m{n}")
+            for n, sock in enumerate(socks):  # first come, first served
+                assert read_until_quiet(sock, 0.3) == b"*1\r\n*3\r\n:%d\r\n$1\r\nt\r\n$2\r\nm%d\r\n" % (n + 1, n)
+                sock.close()
+            admin.close()
+
+    def test_a_read_behind_a_deferred_one_of_the_same_turn_is_deferred_too(self, tmp_path):
+        # The first read finds an entry (deferred to the turn's end); the second, from
+        # another client in the same turn, must not overtake it by waiting at once.
+        from tstream.server.embed import ServerThread
+
+        from .conftest import read_until_quiet
+
+        with ServerThread(port=0, dir=tmp_path, save="") as srv:
+            admin = redis.Redis(port=srv.port)
+            admin.execute_command("TREAD", "turn", "$", 0, "GROUP", "g")
+            admin.execute_command("TWRITE", "turn", "t", "a")
+            socks = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(2)]
+            ids = []
+            for sock in socks:
+                sock.sendall(self.mb("CLIENT", "ID"))
+                ids.append(int(read_until_quiet(sock, 0.2)[1:-2]))
+            blocking = srv.server.blocking
+
+            def two_reads_in_one_turn():
+                for client_id in ids:
+                    srv.server.clients[client_id].data_received(
+                        self.mb("TREAD", "turn", "-", 10, "GROUP", "g", "BLOCK", 5000))
+                return len(blocking.deferred)
+
+            assert srv.call(two_reads_in_one_turn) == 2
+            assert read_until_quiet(socks[0], 0.3) == b"*1\r\n*3\r\n:1\r\n$1\r\nt\r\n$1\r\na\r\n"
+            wait_blocked(admin, 1)  # the second found nothing at the turn's end: it waits
+            admin.execute_command("TWRITE", "turn", "t", "b")
+            assert read_until_quiet(socks[1], 0.3) == b"*1\r\n*3\r\n:2\r\n$1\r\nt\r\n$1\r\nb\r\n"
+            for sock in socks:
+                sock.close()
+            admin.close()
+
+    def test_a_due_retry_wakes_a_reader_after_an_ack_left_the_heap_top_stale(self, server):
+        # The blocked reader's timer is armed from the heaps' tops, stale or not
+        # (Group.due_bound_ms): entry 1's acknowledged items still head them, so the
+        # timer may fire early; entry 2's retry must still reach the reader on time.
+        admin = server.client()
+        admin.execute_command("TWRITE", "stale", "t", "a")
+        admin.execute_command("TWRITE", "stale", "t", "b")
+        got = admin.execute_command("TREAD", "stale", "-", 10, "GROUP", "g", "RETRY", 400, 60000)
+        assert offsets(got) == [1, 2]
+        assert admin.execute_command("TACK", "stale", "g", 1) == 1
+        start = time.monotonic()
+        thread, box = tread_in_thread(server.client(), "stale", "-", 10, "GROUP", "g", "RETRY", 400, 60000,
+                                      "BLOCK", 5000)
+        thread.join(5)
+        assert offsets(box["reply"]) == [2]  # the retry, not a timeout
+        assert 0.2 < box["at"] - start < 3.0

@@ -197,7 +197,9 @@ def agree(group: Group, model: Model, stream, now: int) -> None:
     assert group.pending_offsets() == [o for o, *_ in state]
     assert group.pending_list(now) == [[o, d, max(0, r - now)] for o, d, r, _, _ in state]
     assert group.export_state()["pending"] == state
+    bound = group.due_bound_ms()  # (before next_due_ms pops the stale tops)
     assert group.next_due_ms() == model.next_due_ms()
+    assert model.next_due_ms() is None or bound is not None and bound <= model.next_due_ms()
     check(group, stream)
 
 
