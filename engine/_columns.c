@@ -37,7 +37,10 @@
 #include <stdint.h>
 #include <string.h>
 
-static PyObject *frombytes_name;  /* "frombytes", interned (module init) */
+/* array.array.frombytes, the method descriptor (module init): called with the
+   column as its first argument, it skips the method's lookup on the instance
+   that PyObject_VectorcallMethod makes at every call (three a store). */
+static PyObject *array_frombytes;
 
 /* The length of payload ``item`` (bytes, or any contiguous bytes-like), or -1
    with a TypeError worded as b"".join's (``index``: its place in the run). */
@@ -76,7 +79,7 @@ static int
 grow_column(PyObject *column, PyObject *filled)
 {
     PyObject *call[2] = {column, filled};
-    PyObject *done = PyObject_VectorcallMethod(frombytes_name, call, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyObject *done = PyObject_Vectorcall(array_frombytes, call, 2, NULL);
     if (done == NULL)
         return -1;
     Py_DECREF(done);
@@ -394,9 +397,17 @@ static struct PyModuleDef columns_module = {
 PyMODINIT_FUNC
 PyInit__columns(void)
 {
-    if (frombytes_name == NULL) {  /* (kept for the process's life, as the module's code is) */
-        frombytes_name = PyUnicode_InternFromString("frombytes");
-        if (frombytes_name == NULL)
+    if (array_frombytes == NULL) {  /* (kept for the process's life, as the module's code is) */
+        PyObject *array_module = PyImport_ImportModule("array");
+        if (array_module == NULL)
+            return NULL;
+        PyObject *array_type = PyObject_GetAttrString(array_module, "array");
+        Py_DECREF(array_module);
+        if (array_type == NULL)
+            return NULL;
+        array_frombytes = PyObject_GetAttrString(array_type, "frombytes");
+        Py_DECREF(array_type);
+        if (array_frombytes == NULL)
             return NULL;
     }
     return PyModuleDef_Init(&columns_module);
