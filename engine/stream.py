@@ -614,9 +614,22 @@ class Stream(TagTable):
             self.last_time = now_ns
         else:
             now_ns = last_time
-        first_node = self._active
+        first_node = node = self._active
         try:
-            self._store_columns(datas, tids, now_ns, times)
+            if node is not None and node.ends is not None:
+                # The common run (a pipelined read) fits in the active node and
+                # leaves it open: stored here, without _store_columns's frame and
+                # loop, which takes over for the rest, a seal, or 64-bit ends (-1).
+                offset = self.next_offset
+                stored = _store_run(node.buf, node.ends, node.tags, node.times,  # type: ignore[misc] # (not None)
+                                    datas, tids, now_ns, times, 0, node.cap_end - offset,
+                                    self._node_bytes - len(node.buf))
+                if stored > 0:
+                    self.next_offset = offset = offset + stored
+                if stored != npairs or offset == node.cap_end:
+                    self._store_columns(datas, tids, now_ns, times, stored if stored > 0 else 0)
+            else:
+                self._store_columns(datas, tids, now_ns, times)
         except Exception:  # MemoryError, or a bad payload (TypeError), checked before any change
             self._undo_append_columns(first_node, first_offset, last_time, tags, tids, times)
             raise
@@ -716,7 +729,8 @@ class Stream(TagTable):
             note_append(self, offset, count, time_ns)
             offset += count
 
-    def _store_columns(self, datas: Sequence, tids: list | int, now_ns: int, times: array | None) -> None:
+    def _store_columns(self, datas: Sequence, tids: list | int, now_ns: int, times: array | None,
+                       i: int = 0) -> None:
         """The storing part of :meth:`append_columns` with the C store
         (engine/_columns.c ``store_run``): each node takes what fits of the
         run (its free offsets; its bytes up to ``node_max_bytes``, one entry
@@ -725,9 +739,10 @@ class Stream(TagTable):
         checks every payload before any change.  ``next_offset`` moves once
         a node's share is stored whole.  A seal that fails (MemoryError)
         with pairs left to store raises; the one after the last share is
-        only owed.  The same nodes as :meth:`_append_chunks`."""
+        only owed.  The same nodes as :meth:`_append_chunks`.  ``i``: the
+        first pair not stored yet (append_columns stores a run's first share
+        in the active node itself)."""
         npairs = len(datas)
-        i = 0  # the next pair
         while True:
             node: Any = self._active
             if node is None:
