@@ -22,7 +22,9 @@ difference of the totals by the messages in between (start-up, warm-up and
 the building of the requests, the same in both processes, cancel out), as
 bench/instructions.py does.  The CPU figure is the median over
 ``--rounds`` interleaved rounds (process time, so other processes mostly drop
-out; the machine's caches do not).
+out; the machine's caches do not).  ``--prefill 1000000`` first writes a
+million messages per shape: the MSGID window then holds a million ids, as at
+the end of bench/fast_ingest.py's timed run (its probes miss the caches).
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ def count_instructions(shape: str, count: int, stage: str = "all") -> int:
                            shape)
 
 
-def cpu_ns(rounds: int, reads: int) -> dict[str, list[float]]:
+def cpu_ns(rounds: int, reads: int, prefill: int = 0) -> dict[str, list[float]]:
     figures: dict[str, list[float]] = {shape: [] for shape in SHAPES}
 
     async def main() -> None:
@@ -149,6 +151,8 @@ def cpu_ns(rounds: int, reads: int) -> dict[str, list[float]]:
             shapes = Shapes(directory)
             for shape in SHAPES:
                 shapes.run(shape, shapes.reads(shape, 100))
+                for done in range(0, prefill, PER_READ * 256):  # (in parts of 256 reads: their bytes not all kept)
+                    shapes.run(shape, shapes.reads(shape, max(1, min(256, (prefill - done) // PER_READ))))
             for rnd in range(rounds):
                 order = SHAPES if rnd % 2 == 0 else SHAPES[::-1]
                 for shape in order:
@@ -169,6 +173,9 @@ def main() -> None:
     ap.add_argument("--large", type=int, default=250)
     ap.add_argument("--stages", action="store_true",
                     help="with --instructions: also the parse alone, the execution alone, with and without the AOF")
+    ap.add_argument("--prefill", type=int, default=0,
+                    help="CPU mode: messages written per shape before the rounds (1000000: the MSGID window of "
+                         "bench/fast_ingest.py's end, a million ids, whose probes miss the caches)")
     ap.add_argument("--run", nargs="+", metavar="SHAPE COUNT [STAGE]", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run:
@@ -194,7 +201,7 @@ def main() -> None:
                 print(f"| {shape} | " + " | ".join(f"{v:,.0f}" for v in stage.values()) + f" | {rest:,.0f} | {aof:,.0f} |",
                       flush=True)
     else:
-        figures = cpu_ns(args.rounds, args.reads)
+        figures = cpu_ns(args.rounds, args.reads, args.prefill)
         print("| shape | CPU ns/message (median) | vs twrite | rounds |\n| --- | ---: | ---: | --- |")
         base = statistics.median(figures["twrite"])
         for shape in SHAPES:

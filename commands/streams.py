@@ -226,7 +226,10 @@ def _msgid_run(client, argvs: list) -> bytes:
     kept, in one call of the stream's window (``Window.claim`` of engine/_window.c,
     or its fallback ``PyWindow.claim``: ``Ingest.claim_run`` without its frame)."""
     server = client.server
-    _, keys, tags, datas, words, ids = zip(*argvs)
+    if run_columns is not None:  # the columns, as tuples (engine/_columns.c): no zip iterators
+        keys, tags, datas, words, ids = run_columns(argvs, 1)
+    else:
+        _, keys, tags, datas, words, ids = zip(*argvs)
     count = len(argvs)
     key = keys[0]
     stream = server.streams.get(key)

@@ -89,6 +89,12 @@ typedef struct {
     ((Entry *)((w)->chunks[((pos) >> CHUNK_SHIFT) - (w)->first_chunk].data + ((pos) & CHUNK_MASK)))
 #define RECORD(w, i) (&(w)->records[((w)->first + (i)) & (w)->records_mask])
 #define MIN_SLOTS 64
+#define CLAIM_AHEAD 16  /* ids hashed and their slots prefetched ahead of the probe (claim) */
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch((p), 1, 1)
+#else
+#define PREFETCH(p) ((void)0)
+#endif
 
 static uint64_t window_counter;
 
@@ -574,11 +580,27 @@ window_claim(Window *w, PyObject *const *args, Py_ssize_t nargs)
             || reserve_record(w) < 0)
         return NULL;
     uint64_t start = w->tail;
+    /* The ids' hashes first, each slot fetched ahead (CLAIM_AHEAD ids on): in a table
+       of a million ids every probe misses the caches, and these misses then overlap
+       instead of waiting one after the other (bench/RESULTS-fast-ingest.md, round 12). */
+    uint64_t hashes[CLAIM_AHEAD];
+    for (Py_ssize_t i = 0; i < n && i < CLAIM_AHEAD; i++) {
+        PyObject *mid = PyTuple_GET_ITEM(ids, i);
+        hashes[i] = hash_bytes((const unsigned char *)PyBytes_AS_STRING(mid), (size_t)PyBytes_GET_SIZE(mid), w->key);
+        PREFETCH(&w->slots[hashes[i] & w->mask]);
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *mid = PyTuple_GET_ITEM(ids, i);
         const char *data = PyBytes_AS_STRING(mid);
         size_t length = (size_t)PyBytes_GET_SIZE(mid);
-        uint64_t hash = hash_bytes((const unsigned char *)data, length, w->key);
+        uint64_t hash = hashes[i % CLAIM_AHEAD];
+        if (i + CLAIM_AHEAD < n) {  /* (the hash of the id CLAIM_AHEAD on, into the place just read) */
+            PyObject *ahead = PyTuple_GET_ITEM(ids, i + CLAIM_AHEAD);
+            uint64_t h = hash_bytes((const unsigned char *)PyBytes_AS_STRING(ahead), (size_t)PyBytes_GET_SIZE(ahead),
+                                    w->key);
+            hashes[i % CLAIM_AHEAD] = h;
+            PREFETCH(&w->slots[h & w->mask]);
+        }
         size_t slot = find_slot(w, hash, data, length);
         if (w->slots[slot].hash) {  /* stored within the window, or repeated in the run */
             drop_entries(w, start, w->tail);

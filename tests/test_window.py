@@ -56,9 +56,9 @@ def _run_sequence(seed: int, windows: list, steps: int = 400) -> None:
         now += rng.choice((0, 1, 3, 10, 60))
         horizon = now - span
         kind = rng.random()
-        if kind < 0.45:  # a pipelined run
+        if kind < 0.45:  # a pipelined run (up to 39 ids: past claim's 16 hashed ahead)
             ids = tuple(_random_id(rng, pool) if rng.random() < 0.2 else
-                        b"run-%d-%d" % (rng.randrange(1 << 30), i) for i in range(rng.randrange(0, 20)))
+                        b"run-%d-%d" % (rng.randrange(1 << 30), i) for i in range(rng.randrange(0, 40)))
             stored_ns = max(now, last)
             answers = [w.claim(ids, offset, horizon, stored_ns) for w in windows]
             if answers[0]:
@@ -174,6 +174,29 @@ def _enters_new_ids_and_refuses_any_other(window) -> None:
     for counts in ([(1, 1)], [(1, 3)], [(1, 1), (2, -1), (3, 2)]):
         with pytest.raises(ValueError):
             type(window)().restore([(b"a", 1), (b"b", 2)], counts)
+
+
+@needs_c
+@pytest.mark.speedups
+@pytest.mark.parametrize("where", [0, 1, 15, 16, 17, 31, 32, 63, 64, 199])
+def test_long_runs_refused_at_any_id_as_the_fallback(where):
+    """claim hashes 16 ids ahead of its probe (engine/_window.c CLAIM_AHEAD): a run of
+    200 refused by its id at ``where`` (stored before, or a repeat of an earlier
+    id of the run) is refused whole, and a new run of 200 entered, as the fallback does."""
+    for repeat in (False, True):
+        windows = [PyWindow(), CWindow()]
+        for w in windows:
+            assert w.claim(tuple(b"old-%d" % i for i in range(100)), 1, 0, 5)
+        ids = [b"new-%d" % i for i in range(200)]
+        ids[where] = ids[where // 2] if repeat and where else b"old-%d" % (where % 100)
+        if repeat and not where:
+            ids[1] = ids[0]
+        assert [w.claim(tuple(ids), 101, 0, 6) for w in windows] == [False, False]
+        assert _state(windows[0]) == _state(windows[1])
+        fresh = tuple(b"fresh-%d" % i for i in range(200))
+        assert [w.claim(fresh, 101, 0, 6) for w in windows] == [True, True]
+        assert _state(windows[0]) == _state(windows[1])
+        assert [w.get(b"fresh-150") for w in windows] == [251, 251]
 
 
 def test_the_fallback_enters_new_ids_and_refuses_any_other():
