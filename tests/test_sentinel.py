@@ -142,9 +142,12 @@ def test_sentinel_failover_keeps_every_acknowledged_write(tmp_path):
                  what="the other replica to follow the new primary")
         assert p.execute_command("WAIT", 1, 5000) >= 1
         wait_for(lambda: _read_all(other.client()) == _read_all(p), what="the other replica to converge")
-        # the old primary, restarted, is turned into a replica by Sentinel and converges
+        # the old primary, restarted, is turned into a replica by Sentinel and converges.  Sentinel
+        # converts a returning master only after it has seen it report the master role for a while
+        # (its INFO period is 10 s for a master it does not think is failing): the whole test takes
+        # ~17 s on a quiet machine, but a fresh-clone CI under other work waited here over 30 s.
         primary.start()
-        wait_for(lambda: primary.client().info("replication").get("master_port") == new_port, timeout=30,
+        wait_for(lambda: primary.client().info("replication").get("master_port") == new_port, timeout=90,
                  what="the old primary to rejoin as a replica")
         wait_for(lambda: linked(primary.client()), timeout=30, what="its link")
         assert p.execute_command("WAIT", 2, 5000) == 2
