@@ -22,9 +22,11 @@
    buffer would outgrow 4 GiB with 32-bit ends (nothing stored: the caller
    widens ``ends`` to 'Q' and calls again).
 
-   Every payload of ``datas[start:]`` is checked before any change (TypeError,
-   as ``b"".join`` words it), and the tag ids and times converted: an error
-   leaves the node as it was.  The columns grow in one step each (three
+   With ``start`` 0 every payload of ``datas`` is checked before any change
+   (TypeError, as ``b"".join`` words it); a later call for the rest of the
+   same run (``start`` > 0) checks only its node's share, the rest having
+   been checked by the first.  The tag ids and times are converted before
+   any change too: an error leaves the node as it was.  The columns grow in one step each (three
    ``frombytes`` of buffers filled here, then the payloads copied into the
    bytearray); a failure at any step (MemoryError, BufferError while a column
    is exported) shrinks the columns grown before it back to their length,
@@ -143,6 +145,11 @@ store_sequence(PyObject *const *args, PyObject *datas)
     long long total = 0;
     int full = room_entries <= 0;
     for (Py_ssize_t j = start; j < npairs; j++) {
+        /* A call for the rest of a run (start > 0) follows the run's first call
+           (start 0), which checked every payload: it stops at its node's share,
+           so that a run over many nodes costs O(pairs), not O(pairs * nodes). */
+        if (full && start > 0)
+            break;
         Py_ssize_t length = payload_length(items[j], j);
         if (length < 0)
             return NULL;

@@ -149,6 +149,35 @@ def test_a_bad_payload_changes_nothing_in_either_store(monkeypatch):
             check_stream(s)
 
 
+@needs_c
+def test_a_bad_payload_in_a_later_nodes_share_changes_nothing(monkeypatch):
+    """The run's first store_run call checks every payload, a later one only its
+    node's share (a run over many nodes costs O(pairs), not O(pairs * nodes)):
+    a bad payload in the last node's share still fails before any change."""
+    for python in (False, True):
+        with monkeypatch.context() as patch:
+            if python:
+                _python_store(patch)
+            s = Stream(node_entries=4)
+            s.append_columns([b"a"], [b"1"], T0)
+            before = _layout(s)
+            datas: list = [b"x"] * 40
+            datas[38] = 7
+            with pytest.raises(TypeError, match="sequence item 38: expected a bytes-like object, int found"):
+                s.append_columns([b"a"] * 40, datas, T0 + 5)
+            assert _layout(s) == before
+            check_stream(s)
+
+
+@needs_c
+def test_store_run_past_the_first_call_checks_only_its_share():
+    node = bytearray(b"ab"), array("I", (0, 2)), array("I", (1,)), array("q", (5,))
+    with pytest.raises(TypeError):  # start 0: every payload checked
+        c_store_run(*node, [b"1", b"2", 7], 1, 9, None, 0, 1, 100)
+    assert c_store_run(*node, [b"1", b"2", 7], 1, 9, None, 1, 1, 100) == 1  # start 1: b"2" only
+    assert bytes(node[0]) == b"ab2" and node[1].tolist() == [0, 2, 3]
+
+
 def test_a_run_across_seals_reads_back():
     s = Stream(node_entries=8, node_max_bytes=40)
     datas = [b"x" * (i % 13) for i in range(100)]
