@@ -97,6 +97,11 @@ typedef struct {
 #endif
 
 static uint64_t window_counter;
+/* The process's keys for the windows' hashes, taken at import from the hashes of two
+   constants: bytes hashes are keyed by the interpreter's secret (PYTHONHASHSEED), so
+   these are as secret as str/bytes hashes are, through the public API only (the
+   interpreter's own _Py_HashSecret is internal from Python 3.13). */
+static uint64_t process_key0, process_key1;
 
 /* --- the hash: wyhash's mix (64x64 -> 128 multiply, halves folded) ------------------ */
 
@@ -498,13 +503,15 @@ as_int64(PyObject *value, int64_t *out)
 static PyObject *
 window_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    if (!_PyArg_NoPositional("Window", args) || !_PyArg_NoKeywords("Window", kwargs))
+    if (PyTuple_GET_SIZE(args) != 0 || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "Window() takes no arguments");
         return NULL;
+    }
     Window *w = (Window *)type->tp_alloc(type, 0);
     if (w == NULL)
         return NULL;
     window_counter++;
-    w->key = mum(_Py_HashSecret.siphash.k0 ^ S0, (_Py_HashSecret.siphash.k1 + window_counter) ^ S2);
+    w->key = mum(process_key0 ^ S0, (process_key1 + window_counter) ^ S2);
     return (PyObject *)w;
 }
 
@@ -921,10 +928,26 @@ static struct PyModuleDef window_module = {
     NULL, NULL, NULL, NULL,
 };
 
+static int
+process_key(const char *constant, uint64_t *out)
+{
+    PyObject *word = PyBytes_FromString(constant);
+    if (word == NULL)
+        return -1;
+    Py_hash_t hash = PyObject_Hash(word);
+    Py_DECREF(word);
+    if (hash == -1 && PyErr_Occurred())
+        return -1;
+    *out = (uint64_t)hash;
+    return 0;
+}
+
 PyMODINIT_FUNC
 PyInit__window(void)
 {
     if (PyType_Ready(&WindowType) < 0)
+        return NULL;
+    if (process_key("tstream.window.k0", &process_key0) < 0 || process_key("tstream.window.k1", &process_key1) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&window_module);
     if (module == NULL)

@@ -323,3 +323,12 @@ def test_an_ingest_claims_runs_and_expires_them(monkeypatch, kind=PyWindow):
     loaded = Ingest.load(b"k", {b"ids": [[b"c", 3], [b"a", 4]], b"runs": [[1000, 2]]})  # (msgpack's lists)
     assert type(loaded.window) is kind and loaded.export() == ingest.export() and loaded
     assert ingest.seen(b"a", 1999, window) == 4 and ingest.seen(b"a", 2000, window) is None and not ingest
+
+
+@needs_c
+def test_the_c_window_takes_no_arguments():
+    with pytest.raises(TypeError, match="takes no arguments"):
+        CWindow(1)
+    with pytest.raises(TypeError, match="takes no arguments"):
+        CWindow(size=1)
+    assert len(CWindow()) == 0
