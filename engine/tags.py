@@ -121,6 +121,9 @@ class TagTable:
         if type(tag) is not bytes:
             raise TypeError("tag must be bytes")
         tag = self._cache.intern(tag)  # the keyspace's streams share equal tags
+        # The new byte count first: the int it makes is the last allocation that may
+        # fail (MemoryError) before the table changes, so a failure leaves it as it was.
+        tag_mem = self._tag_mem + sys.getsizeof(tag)
         tag_list = self._tag_list
         if self._free_ids:
             tid = self._free_ids.pop()
@@ -142,7 +145,7 @@ class TagTable:
                 self._set_tag_list(tag_list)  # from now on a dict
         if type(self._tag_index) is TagDict:
             self._tag_index[tag] = tid
-        self._tag_mem += sys.getsizeof(tag)
+        self._tag_mem = tag_mem
         return tid
 
     def _own_tag_list(self) -> list:
@@ -171,6 +174,7 @@ class TagTable:
             if tid in in_active:
                 continue
             tag = tag_list[tid]
+            tag_mem = self._tag_mem - sys.getsizeof(tag)  # (before any change, as in _intern)
             own = self._own_tag_list()
             index = self._tag_index
             if isinstance(index, TagDict):
@@ -180,7 +184,7 @@ class TagTable:
             if self._free_ids is None:
                 self._free_ids = []
             self._free_ids.append(tid)
-            self._tag_mem -= sys.getsizeof(tag)
+            self._tag_mem = tag_mem
 
     def _live_tag_ids(self) -> list[int]:
         """Every id in use. O(table)."""

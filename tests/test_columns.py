@@ -288,8 +288,7 @@ def test_append_columns_under_memory_errors_is_all_or_nothing():
             s = Stream(node_entries=node_entries)
             s.append_columns([b"t"] * 5, [b"e%d" % i for i in range(5)], T0)
             before = _layout(s)
-            # (one tag the stream has: a new tag's interning under a MemoryError
-            # leaves _tag_mem off in both stores, checked by check_stream: not this)
+            # (one tag the stream has; new tags: the test below)
             tags = [b"t"] * n
             datas = [b"d%d" % i for i in range(n)]
             _testcapi.set_nomemory(start, start + 1)
@@ -335,3 +334,28 @@ def test_run_columns_follows_the_switch():
     words = c_extensions.probe_words("from tstream.engine import stream; print(stream.run_columns is None, "
                                      "stream._store_run is None)", pure=True)
     assert words == ["True", "True"]
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_new_tags_under_memory_errors_leave_the_tag_table_exact(pure, monkeypatch):
+    """A MemoryError while a run brings new tags (their interning, the table's byte
+    count, the store) leaves the tag table exact: check_stream's _tag_mem among it."""
+    import _testcapi
+
+    if pure:
+        monkeypatch.setattr(stream_module, "_store_run", None)
+    for node_entries, n in ((1000, 16), (10, 16), (4, 3)):
+        for start in range(80):
+            s = Stream(node_entries=node_entries)
+            s.append_columns([b"t"] * 5, [b"e%d" % i for i in range(5)], T0)
+            tags = [b"new%d" % (i % 3) for i in range(n)]
+            datas = [b"d%d" % i for i in range(n)]
+            _testcapi.set_nomemory(start, start + 1)
+            try:
+                s.append_columns(tags, datas, T0 + 1)
+            except MemoryError:
+                pass
+            finally:
+                _testcapi.remove_mem_hooks()
+            check_stream(s)
+            assert s.read(6, n) == [[6 + i, tags[i], datas[i]] for i in range(s.next_offset - 6)]
