@@ -645,6 +645,10 @@ class Stream(TagTable):
         npairs = len(tags)
         first_offset = self.next_offset
         joined = b"".join(datas)  # validates every payload before any change
+        if sum(map(len, datas)) != len(joined):
+            # A payload whose len() is not its byte count (a memoryview of wider
+            # items): the chunks are cut by len(), so such payloads go as bytes.
+            datas = [bytes(data) for data in datas]
         if times is not None:  # checked before any change too (a bad time: TypeError, OverflowError)
             times, now_ns = self._run_times(times, npairs)
         tids = self._column_tids(tags, npairs)

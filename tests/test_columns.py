@@ -359,3 +359,16 @@ def test_new_tags_under_memory_errors_leave_the_tag_table_exact(pure, monkeypatc
                 _testcapi.remove_mem_hooks()
             check_stream(s)
             assert s.read(6, n) == [[6 + i, tags[i], datas[i]] for i in range(s.next_offset - 6)]
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_payloads_of_wider_items_are_stored_as_their_bytes(pure, monkeypatch):
+    """A memoryview of 4-byte items: len() counts items, the store counts bytes
+    (the pure-Python store cut its chunks by len() once)."""
+    if pure:
+        monkeypatch.setattr(stream_module, "_store_run", None)
+    s = Stream(node_entries=4)
+    datas = [memoryview(array("I", [i, i + 1])) for i in range(6)] + [b"xy"]
+    s.append_columns([b"t"] * 7, datas, T0)
+    check_stream(s)
+    assert s.read(1, 10) == [[1 + i, b"t", bytes(d)] for i, d in enumerate(datas)]
