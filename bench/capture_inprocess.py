@@ -67,6 +67,7 @@ class Events:
 
 
 EVENTS = Events()
+SAVED = threading.Event()  # set when a snapshot job's writer is done (on the loop)
 THREADS: dict = {}  # native thread ids, context switches
 
 
@@ -178,6 +179,38 @@ def instrument() -> None:
 
     snapshotjob.SnapshotJob._write = timed_write_job  # type: ignore[method-assign]
 
+    # The writer's calls that let go of the GIL (each return takes it back: a
+    # moment the loop may have to wait for the writer): its waits on the
+    # queue (a get that found it empty), writes, fsyncs and fault-ins.
+    job_init = snapshotjob.SnapshotJob.__init__
+
+    class CountingQueue:
+        def __init__(self, real) -> None:
+            self.real = real
+            self.put = real.put
+
+        def get(self):
+            if self.real.empty():
+                THREADS["writer-waits"] = THREADS.get("writer-waits", 0) + 1
+            THREADS["writer-gets"] = THREADS.get("writer-gets", 0) + 1
+            return self.real.get()
+
+    def counting_init(self, *args, **kwargs):
+        job_init(self, *args, **kwargs)
+        self.queue = CountingQueue(self.queue)
+        self.framer.out = self.queue.put
+
+    snapshotjob.SnapshotJob.__init__ = counting_init  # type: ignore[method-assign]
+    from tstream.persistence import snapshot as snapshot_module
+
+    fault_in = getattr(snapshot_module, "fault_in", None)
+    if fault_in is not None:
+        def counted_fault_in(buffer):
+            THREADS["fault-ins"] = THREADS.get("fault-ins", 0) + 1
+            fault_in(buffer)
+
+        snapshot_module.fault_in = counted_fault_in
+
     from tstream.persistence.fileops import FileOps
 
     write, fsync = FileOps.write, FileOps.fsync
@@ -224,7 +257,13 @@ def instrument_ends() -> None:
         return wrapper
 
     snapshotjob.SnapshotJob.start = timed("job-start", snapshotjob.SnapshotJob.start)  # type: ignore[method-assign]
-    snapshotjob.SnapshotJob._written = timed("job-written", snapshotjob.SnapshotJob._written)  # type: ignore[method-assign]
+    written = timed("job-written", snapshotjob.SnapshotJob._written)
+
+    def written_and_told(self, future):
+        written(self, future)
+        SAVED.set()
+
+    snapshotjob.SnapshotJob._written = written_and_told  # type: ignore[method-assign]
     persist.Persistence.start_bgsave = timed("start-bgsave", persist.Persistence.start_bgsave)  # type: ignore[method-assign]
 
 
@@ -293,7 +332,12 @@ def main() -> None:
         task = asyncio.run_coroutine_threadsafe(probe(stop, late_values), loop)
         time.sleep(0.1)
         t0 = now()
+        SAVED.clear()
         srv.call(srv.server.persistence.start_bgsave)
+        # (waits for the job's end without a thread of its own taking the GIL
+        # meanwhile: polling INFO-like state every 10 ms from here took it
+        # ~300 times a second, each a moment the loop might wait for it)
+        SAVED.wait()
         while srv.call(lambda: srv.server.persistence.bgsave_started) is not None:
             time.sleep(0.01)
         t1 = now()
@@ -334,6 +378,13 @@ def main() -> None:
               f"({THREADS.get('pauses', 0)} of them pauses for the writer, at most), {loop_after[1] - start[1]} involuntary; "
               f"writer thread: {THREADS.get('writer', ('?', '?'))[0]} voluntary, "
               f"{THREADS.get('writer', ('?', '?'))[1]} involuntary")
+    writes = sum(e[1] == "writer-write" for e in EVENTS)
+    fsyncs = sum(e[1] == "writer-fsync" for e in EVENTS)
+    waits_ = THREADS.get("writer-waits", 0)
+    fault_ins = THREADS.get("fault-ins", 0)
+    print(f"writer GIL re-takes (calls that released it): {waits_ + writes + fsyncs + fault_ins} = "
+          f"{waits_} queue waits (of {THREADS.get('writer-gets', 0)} gets) + {writes} writes + {fsyncs} fsyncs "
+          f"+ {fault_ins} fault-ins")
     for _, _, ms, cpu_ns in (e for e in EVENTS if e[1] == "writer-thread"):
         print(f"writer thread: {ms:.0f} ms wall, {cpu_ns / 1e6:.0f} ms CPU")
     for kind in sorted({e[1] for e in EVENTS} - {"capture-step", "writer-thread"}):

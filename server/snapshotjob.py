@@ -5,7 +5,7 @@
     SnapshotJob.start()  -- picture's moment --
     step(), about 1 ms each:                       snapshot.write_chunks(queue):
       capture keys (copy-on-write per key)           writes, fsyncs
-      frame them (snapshot.Framer) --chunks-->         (calls that release the GIL)
+      frame them (snapshot.Framer) --4 MiB chunks-->  (calls that release the GIL)
     (call_soon) step() ...                           rename
     commands: capture.before_change(key)           returns the size
     last step: end, aux, footer    --None--->      done callback (on the loop): release
@@ -160,11 +160,15 @@ class SnapshotJob:
     # --- the worker thread's side ---------------------------------------------------
 
     def _items(self):
-        recycle = self.framer.recycle
+        framer = self.framer
+        recycle, stock, chunk = framer.recycle, framer.stock, framer.chunk
+        stock()  # (a spare buffer before the loop needs one: its pages faulted in here, not in a step)
         while (item := self.queue.get()) is not None:
             if item is _FAILED:
                 self.ended = True
                 raise PersistenceError("the snapshot's capture failed (see the log)", self.path)
+            if len(item) == chunk:  # a full buffer: more follow, keep a spare one ready for the loop
+                stock()
             yield item
             recycle(item)  # written (write_chunks asks for the next one after): reuse its buffer
         self.ended = True
@@ -181,3 +185,5 @@ class SnapshotJob:
                 while (item := self.queue.get()) is not None and item is not _FAILED:
                     pass
             raise
+        finally:
+            self.framer.drop()  # (the loop is done with them: unmapped here, not on the loop)
