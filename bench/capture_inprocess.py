@@ -178,7 +178,23 @@ def instrument() -> None:
             THREADS["writer"] = (after[0] - before[0], after[1] - before[1])
 
     snapshotjob.SnapshotJob._write = timed_write_job  # type: ignore[method-assign]
+    instrument_writer_calls()
+    instrument_file_calls()
 
+    gc_started = [0.0]
+
+    def gc_callback(phase, info):
+        if phase == "start":
+            gc_started[0] = now()
+        else:
+            EVENTS.append((gc_started[0], f"gc-gen{info['generation']}", (now() - gc_started[0]) * 1000,
+                           info.get("collected", 0)))
+
+    gc.callbacks.append(gc_callback)
+
+
+def instrument_writer_calls() -> None:
+    """Count the writer's calls that let go of the GIL."""
     # The writer's calls that let go of the GIL (each return takes it back: a
     # moment the loop may have to wait for the writer): its waits on the
     # queue (a get that found it empty), writes, fsyncs and fault-ins.
@@ -211,6 +227,9 @@ def instrument() -> None:
 
         snapshot_module.fault_in = counted_fault_in
 
+
+def instrument_file_calls() -> None:
+    """Time the writer's writes and fsyncs."""
     from tstream.persistence.fileops import FileOps
 
     write, fsync = FileOps.write, FileOps.fsync
@@ -227,17 +246,6 @@ def instrument() -> None:
         EVENTS.append((started, "writer-fsync", (now() - started) * 1000, 0))
 
     FileOps.write, FileOps.fsync = timed_write, timed_fsync  # type: ignore[method-assign]
-
-    gc_started = [0.0]
-
-    def gc_callback(phase, info):
-        if phase == "start":
-            gc_started[0] = now()
-        else:
-            EVENTS.append((gc_started[0], f"gc-gen{info['generation']}", (now() - gc_started[0]) * 1000,
-                           info.get("collected", 0)))
-
-    gc.callbacks.append(gc_callback)
 
 
 def instrument_ends() -> None:
