@@ -352,6 +352,7 @@ class Framer:
         self.header: bytes | None = file_header(created_ms)  # handed over by itself, by the first flush
         self.crc = zlib.crc32(self.header)
         self.sent = 0
+        self.finished = False  # finish() is called: the last chunk is handed over
 
     def add(self, item: StreamCapture) -> None:
         self.items.append(item)
@@ -490,6 +491,7 @@ class Framer:
         """Every capture is framed: the end record, the aux record, the footer,
         and the last chunk."""
         assert self.idle()
+        self.finished = True
         self._add(end_record(self.count))
         if self.aux:
             self._add(frame(KIND_AUX + _packb(self.aux)))

@@ -161,13 +161,13 @@ class SnapshotJob:
 
     def _items(self):
         framer = self.framer
-        recycle, stock, chunk = framer.recycle, framer.stock, framer.chunk
+        recycle, stock = framer.recycle, framer.stock
         stock()  # (a spare buffer before the loop needs one: its pages faulted in here, not in a step)
         while (item := self.queue.get()) is not None:
             if item is _FAILED:
                 self.ended = True
                 raise PersistenceError("the snapshot's capture failed (see the log)", self.path)
-            if len(item) == chunk:  # a full buffer: more follow, keep a spare one ready for the loop
+            if type(item) is memoryview and not framer.finished:  # more follow: a spare buffer for the loop
                 stock()
             yield item
             recycle(item)  # written (write_chunks asks for the next one after): reuse its buffer
