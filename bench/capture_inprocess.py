@@ -129,6 +129,8 @@ def instrument() -> None:
         step(self)
         EVENTS.append((started, "capture-step", (now() - started) * 1000, time.thread_time_ns() - cpu))
         after = rusage(thread)
+        THREADS.setdefault("walk-start", (before.ru_nvcsw, before.ru_nivcsw))
+        THREADS["walk-end"] = (after.ru_nvcsw, after.ru_nivcsw)
         THREADS["pauses"] = getattr(self, "pauses", 0)
         DETAILS.keys.append(self.capture.count - keys)
         DETAILS.walk_ns.append(current["walk_ns"])
@@ -337,6 +339,7 @@ def main() -> None:
         stop = asyncio.Event()
         EVENTS.clear()
         DETAILS.clear()
+        THREADS.pop("walk-start", None)
         task = asyncio.run_coroutine_threadsafe(probe(stop, late_values), loop)
         time.sleep(0.1)
         t0 = now()
@@ -381,6 +384,10 @@ def main() -> None:
             i = steps_at.index(e[0])
             print(f"  {e[3] / 1e6:.2f} ms CPU ({e[2]:.2f} wall) at {(e[0] - t0) * 1000:.0f} ms (step {i + 1}): "
                   + DETAILS.line(i))
+        walk_start, walk_end = THREADS["walk-start"], THREADS["walk-end"]
+        print(f"loop thread from its first step to its last (the loop's work; then it idles until the "
+              f"writer is done): {walk_end[0] - walk_start[0]} voluntary context switches "
+              f"({sum(DETAILS.voluntary)} of them inside steps), {walk_end[1] - walk_start[1]} involuntary")
         start = THREADS["loop-start"]
         print(f"loop thread context switches during the save: {loop_after[0] - start[0]} voluntary "
               f"({THREADS.get('pauses', 0)} of them pauses for the writer, at most), {loop_after[1] - start[1]} involuntary; "
