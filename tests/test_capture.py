@@ -351,6 +351,54 @@ def test_the_writer_takes_the_gil_a_few_times_per_4_mib(tmp_path, monkeypatch):
     assert state(snapshot.load_file(str(tmp_path / "dump.tsr"), check=True)).keys() >= {b"k0", b"k29999"}
 
 
+@pytest.mark.parametrize("where", ["loop", "writer", "both"])
+def test_a_buffer_that_cannot_be_had_fails_the_save_cleanly(tmp_path, monkeypatch, where):
+    """MemoryError where a framer buffer is mapped (the loop's step, the writer's
+    spare): the BGSAVE fails, leaves no temp file, the server goes on, and
+    the next BGSAVE writes a good file."""
+    import gc as collector
+    import sys
+
+    from tstream.server.embed import ServerThread
+
+    real_new = snapshot._new_buffer
+    failing = [True]
+
+    def new_buffer(size):
+        on_loop = threading.current_thread() is loop_thread[0]
+        if failing[0] and (where == "both" or (where == "loop") == on_loop):
+            raise MemoryError
+        return real_new(size)
+
+    loop_thread: list = [None]
+    monkeypatch.setattr(snapshot, "_new_buffer", new_buffer)
+    if where == "writer":  # (the writer's first spare fails: always one, at its start)
+        monkeypatch.setattr(snapshot.Framer, "stock", lambda self: self.free.append(new_buffer(self.chunk)))
+    elif where == "loop":  # (no spare for the loop to find: it maps its own)
+        monkeypatch.setattr(snapshot.Framer, "stock", lambda self: None)
+    interval = sys.getswitchinterval()
+    with ServerThread(port=0, dir=tmp_path, save="") as srv:
+        loop_thread[0] = srv.call(threading.current_thread)
+        client = redis.Redis(port=srv.port)
+        pipe = client.pipeline(transaction=False)
+        for k in range(3_000):
+            pipe.execute_command("TWRITE", f"k{k}", "t", "v" * 100)
+        pipe.execute()
+        assert client.bgsave()
+        wait_for_bgsave(client)
+        assert client.info("persistence")["rdb_last_bgsave_status"] == "err"
+        assert client.ping()
+        assert srv.call(lambda: srv.server.capture) is None
+        assert srv.call(collector.isenabled) and sys.getswitchinterval() == interval
+        assert not list(tmp_path.glob("temp-*"))
+        failing[0] = False
+        assert client.bgsave()
+        wait_for_bgsave(client)
+        assert client.info("persistence")["rdb_last_bgsave_status"] == "ok"
+        client.close()
+    assert len(snapshot.load_file(str(tmp_path / "dump.tsr"), check=True)) == 3_000
+
+
 def test_a_framer_given_spare_buffers_takes_no_fresh_one(tmp_path, monkeypatch):
     """``stock`` (the writer thread's) keeps one spare buffer, faulted in: the
     framer takes it instead of mapping a fresh one in its own steps; the
