@@ -341,8 +341,8 @@ class Framer:
         self.chunk = chunk
         self.aux = aux
         self.free: deque = deque()  # buffers to fill: written ones, spare ones (appended by the writer thread)
-        # The buffer being filled: none yet, the first record takes one (its
-        # zero fill is not the BGSAVE command's: that turn stays O(1)).
+        # The buffer being filled: none yet, the first record takes one (not
+        # in the BGSAVE command's turn: that turn stays O(1)).
         self.view = _NO_BUFFER
         self._pack = msgpack.Packer(use_bin_type=True).pack  # (_packb's bytes; a Packer per call costs)
         self.pos = 0
