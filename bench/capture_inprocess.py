@@ -67,6 +67,7 @@ class Events:
 
 
 EVENTS = Events()
+SAVED = threading.Event()  # set when a snapshot job's writer is done (on the loop)
 THREADS: dict = {}  # native thread ids, context switches
 
 
@@ -128,6 +129,8 @@ def instrument() -> None:
         step(self)
         EVENTS.append((started, "capture-step", (now() - started) * 1000, time.thread_time_ns() - cpu))
         after = rusage(thread)
+        THREADS.setdefault("walk-start", (before.ru_nvcsw, before.ru_nivcsw))
+        THREADS["walk-end"] = (after.ru_nvcsw, after.ru_nivcsw)
         THREADS["pauses"] = getattr(self, "pauses", 0)
         DETAILS.keys.append(self.capture.count - keys)
         DETAILS.walk_ns.append(current["walk_ns"])
@@ -177,7 +180,58 @@ def instrument() -> None:
             THREADS["writer"] = (after[0] - before[0], after[1] - before[1])
 
     snapshotjob.SnapshotJob._write = timed_write_job  # type: ignore[method-assign]
+    instrument_writer_calls()
+    instrument_file_calls()
 
+    gc_started = [0.0]
+
+    def gc_callback(phase, info):
+        if phase == "start":
+            gc_started[0] = now()
+        else:
+            EVENTS.append((gc_started[0], f"gc-gen{info['generation']}", (now() - gc_started[0]) * 1000,
+                           info.get("collected", 0)))
+
+    gc.callbacks.append(gc_callback)
+
+
+def instrument_writer_calls() -> None:
+    """Count the writer's calls that let go of the GIL."""
+    # The writer's calls that let go of the GIL (each return takes it back: a
+    # moment the loop may have to wait for the writer): its waits on the
+    # queue (a get that found it empty), writes, fsyncs and fault-ins.
+    job_init = snapshotjob.SnapshotJob.__init__
+
+    class CountingQueue:
+        def __init__(self, real) -> None:
+            self.real = real
+            self.put = real.put
+
+        def get(self):
+            if self.real.empty():
+                THREADS["writer-waits"] = THREADS.get("writer-waits", 0) + 1
+            THREADS["writer-gets"] = THREADS.get("writer-gets", 0) + 1
+            return self.real.get()
+
+    def counting_init(self, *args, **kwargs):
+        job_init(self, *args, **kwargs)
+        self.queue = CountingQueue(self.queue)
+        self.framer.out = self.queue.put
+
+    snapshotjob.SnapshotJob.__init__ = counting_init  # type: ignore[method-assign]
+    from tstream.persistence import snapshot as snapshot_module
+
+    fault_in = getattr(snapshot_module, "fault_in", None)
+    if fault_in is not None:
+        def counted_fault_in(buffer):
+            THREADS["fault-ins"] = THREADS.get("fault-ins", 0) + 1
+            fault_in(buffer)
+
+        snapshot_module.fault_in = counted_fault_in
+
+
+def instrument_file_calls() -> None:
+    """Time the writer's writes and fsyncs."""
     from tstream.persistence.fileops import FileOps
 
     write, fsync = FileOps.write, FileOps.fsync
@@ -194,17 +248,6 @@ def instrument() -> None:
         EVENTS.append((started, "writer-fsync", (now() - started) * 1000, 0))
 
     FileOps.write, FileOps.fsync = timed_write, timed_fsync  # type: ignore[method-assign]
-
-    gc_started = [0.0]
-
-    def gc_callback(phase, info):
-        if phase == "start":
-            gc_started[0] = now()
-        else:
-            EVENTS.append((gc_started[0], f"gc-gen{info['generation']}", (now() - gc_started[0]) * 1000,
-                           info.get("collected", 0)))
-
-    gc.callbacks.append(gc_callback)
 
 
 def instrument_ends() -> None:
@@ -224,7 +267,13 @@ def instrument_ends() -> None:
         return wrapper
 
     snapshotjob.SnapshotJob.start = timed("job-start", snapshotjob.SnapshotJob.start)  # type: ignore[method-assign]
-    snapshotjob.SnapshotJob._written = timed("job-written", snapshotjob.SnapshotJob._written)  # type: ignore[method-assign]
+    written = timed("job-written", snapshotjob.SnapshotJob._written)
+
+    def written_and_told(self, future):
+        written(self, future)
+        SAVED.set()
+
+    snapshotjob.SnapshotJob._written = written_and_told  # type: ignore[method-assign]
     persist.Persistence.start_bgsave = timed("start-bgsave", persist.Persistence.start_bgsave)  # type: ignore[method-assign]
 
 
@@ -290,10 +339,16 @@ def main() -> None:
         stop = asyncio.Event()
         EVENTS.clear()
         DETAILS.clear()
+        THREADS.pop("walk-start", None)
         task = asyncio.run_coroutine_threadsafe(probe(stop, late_values), loop)
         time.sleep(0.1)
         t0 = now()
+        SAVED.clear()
         srv.call(srv.server.persistence.start_bgsave)
+        # (waits for the job's end without a thread of its own taking the GIL
+        # meanwhile: polling INFO-like state every 10 ms from here took it
+        # ~300 times a second, each a moment the loop might wait for it)
+        SAVED.wait()
         while srv.call(lambda: srv.server.persistence.bgsave_started) is not None:
             time.sleep(0.01)
         t1 = now()
@@ -329,11 +384,22 @@ def main() -> None:
             i = steps_at.index(e[0])
             print(f"  {e[3] / 1e6:.2f} ms CPU ({e[2]:.2f} wall) at {(e[0] - t0) * 1000:.0f} ms (step {i + 1}): "
                   + DETAILS.line(i))
+        walk_start, walk_end = THREADS["walk-start"], THREADS["walk-end"]
+        print(f"loop thread from its first step to its last (the loop's work; then it idles until the "
+              f"writer is done): {walk_end[0] - walk_start[0]} voluntary context switches "
+              f"({sum(DETAILS.voluntary)} of them inside steps), {walk_end[1] - walk_start[1]} involuntary")
         start = THREADS["loop-start"]
         print(f"loop thread context switches during the save: {loop_after[0] - start[0]} voluntary "
               f"({THREADS.get('pauses', 0)} of them pauses for the writer, at most), {loop_after[1] - start[1]} involuntary; "
               f"writer thread: {THREADS.get('writer', ('?', '?'))[0]} voluntary, "
               f"{THREADS.get('writer', ('?', '?'))[1]} involuntary")
+    writes = sum(e[1] == "writer-write" for e in EVENTS)
+    fsyncs = sum(e[1] == "writer-fsync" for e in EVENTS)
+    waits_ = THREADS.get("writer-waits", 0)
+    fault_ins = THREADS.get("fault-ins", 0)
+    print(f"writer GIL re-takes (calls that released it): {waits_ + writes + fsyncs + fault_ins} = "
+          f"{waits_} queue waits (of {THREADS.get('writer-gets', 0)} gets) + {writes} writes + {fsyncs} fsyncs "
+          f"+ {fault_ins} fault-ins")
     for _, _, ms, cpu_ns in (e for e in EVENTS if e[1] == "writer-thread"):
         print(f"writer thread: {ms:.0f} ms wall, {cpu_ns / 1e6:.0f} ms CPU")
     for kind in sorted({e[1] for e in EVENTS} - {"capture-step", "writer-thread"}):

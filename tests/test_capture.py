@@ -307,6 +307,144 @@ def test_bgsave_finds_its_writer_thread_started(tmp_path):
     assert (tmp_path / "dump.tsr").exists()
 
 
+def test_the_writer_takes_the_gil_a_few_times_per_4_mib(tmp_path, monkeypatch):
+    """BGSAVE's writer thread writes the file in chunks of 4 MiB (each write,
+    fsync and wait on the queue is a moment it takes the GIL back, when the
+    loop may have to wait for it: 256 KiB chunks made it ~550 times per 72
+    MB); the spare buffers' pages are faulted in by the writer thread (not in
+    the loop's steps), and it is the writer that lets go of them at its end."""
+    from tstream.persistence.fileops import FileOps
+    from tstream.server.embed import ServerThread
+
+    writes: list = []
+    fault_threads: list = []
+    real_fault_in = snapshot.fault_in
+
+    def fault_in(buffer) -> None:
+        fault_threads.append(threading.current_thread())
+        real_fault_in(buffer)
+
+    class CountingFileOps(FileOps):
+        def write(self, fd, data, step="write"):
+            if step == "snapshot-write":
+                writes.append(len(data))
+            return super().write(fd, data, step)
+
+    monkeypatch.setattr(snapshot, "fault_in", fault_in)
+    with ServerThread(port=0, dir=tmp_path, save="") as srv:
+        srv.server.persistence.file_ops = CountingFileOps()
+        client = redis.Redis(port=srv.port)
+        value = "v" * 300
+        pipe = client.pipeline(transaction=False)
+        for k in range(30_000):  # about 11 MB of snapshot
+            pipe.execute_command("TWRITE", f"k{k}", "t", value)
+        pipe.execute()
+        loop_thread = srv.call(threading.current_thread)
+        assert client.bgsave()
+        wait_for_bgsave(client)
+        client.close()
+        size = (tmp_path / "dump.tsr").stat().st_size
+        assert size > 8 << 20
+        assert sum(writes) == size
+        assert len(writes) <= size // snapshot.FRAMER_CHUNK + 2  # (256 KiB chunks: 40 writes)
+        assert fault_threads and loop_thread not in fault_threads
+    assert state(snapshot.load_file(str(tmp_path / "dump.tsr"), check=True)).keys() >= {b"k0", b"k29999"}
+
+
+@pytest.mark.parametrize("where", ["loop", "writer", "both"])
+def test_a_buffer_that_cannot_be_had_fails_the_save_cleanly(tmp_path, monkeypatch, where):
+    """MemoryError where a framer buffer is mapped (the loop's step, the writer's
+    spare): the BGSAVE fails, leaves no temp file, the server goes on, and
+    the next BGSAVE writes a good file."""
+    import gc as collector
+    import sys
+
+    from tstream.server.embed import ServerThread
+
+    real_new = snapshot._new_buffer
+    failing = [True]
+
+    def new_buffer(size):
+        on_loop = threading.current_thread() is loop_thread[0]
+        if failing[0] and (where == "both" or (where == "loop") == on_loop):
+            raise MemoryError
+        return real_new(size)
+
+    loop_thread: list = [None]
+    monkeypatch.setattr(snapshot, "_new_buffer", new_buffer)
+    if where == "writer":  # (the writer's first spare fails: always one, at its start)
+        monkeypatch.setattr(snapshot.Framer, "stock", lambda self: self.free.append(new_buffer(self.chunk)))
+    elif where == "loop":  # (no spare for the loop to find: it maps its own)
+        monkeypatch.setattr(snapshot.Framer, "stock", lambda self: None)
+    interval = sys.getswitchinterval()
+    with ServerThread(port=0, dir=tmp_path, save="") as srv:
+        loop_thread[0] = srv.call(threading.current_thread)
+        client = redis.Redis(port=srv.port)
+        pipe = client.pipeline(transaction=False)
+        for k in range(3_000):
+            pipe.execute_command("TWRITE", f"k{k}", "t", "v" * 100)
+        pipe.execute()
+        assert client.bgsave()
+        wait_for_bgsave(client)
+        assert client.info("persistence")["rdb_last_bgsave_status"] == "err"
+        assert client.ping()
+        assert srv.call(lambda: srv.server.capture) is None
+        assert srv.call(collector.isenabled) and sys.getswitchinterval() == interval
+        assert not list(tmp_path.glob("temp-*"))
+        failing[0] = False
+        assert client.bgsave()
+        wait_for_bgsave(client)
+        assert client.info("persistence")["rdb_last_bgsave_status"] == "ok"
+        client.close()
+    assert len(snapshot.load_file(str(tmp_path / "dump.tsr"), check=True)) == 3_000
+
+
+def test_a_framer_given_spare_buffers_takes_no_fresh_one(tmp_path, monkeypatch):
+    """``stock`` (the writer thread's) keeps one spare buffer, faulted in: the
+    framer takes it instead of mapping a fresh one in its own steps; the
+    written buffers come back by ``recycle``; ``drop`` lets go of them."""
+    rng = random.Random(3)
+    keyspace = build(rng, 200)
+    out: list = []
+    made_by: list = []
+    real_new = snapshot._new_buffer
+    writer = [False]
+
+    def new_buffer(size):
+        made_by.append("writer" if writer[0] else "framer")
+        return real_new(size)
+
+    def written(piece) -> None:  # as the writer thread: a full chunk, a spare; write it; hand it back
+        writer[0] = True
+        if type(piece) is memoryview and not framer.finished:
+            framer.stock()
+        out.append(bytes(piece))
+        framer.recycle(piece)
+        writer[0] = False
+
+    monkeypatch.setattr(snapshot, "_new_buffer", new_buffer)
+    framer = snapshot.Framer(written, chunk=4096)
+    writer[0] = True
+    framer.stock()
+    framer.stock()  # (one is there: nothing to add)
+    writer[0] = False
+    assert made_by == ["writer"] and len(framer.free) == 1
+    capture = snapshot.IncrementalCapture(keyspace, framer.add)
+    while not capture.step(budget_ns=10**9):
+        pass
+    while not framer.run(time.perf_counter_ns() + 10**9):
+        pass
+    framer.finish()
+    capture.release()
+    assert len(out) > 5 and set(made_by) == {"writer"}  # none mapped by the framer itself
+    assert len(made_by) <= 2  # (written buffers come back)
+    framer.drop()
+    assert not framer.free
+    path = str(tmp_path / "dump.tsr")
+    snapshot.write_chunks(out, path)
+    assert state(snapshot.load_file(path, check=True)) == state(keyspace.streams)
+
+
 @pytest.mark.slow
 def test_bgsave_during_transactions_is_a_consistent_cut(tmp_path):
     """Pairs of keys written together by MULTI/EXEC while BGSAVE captures 60,000
