@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Fast-ingest batches (``BATCH ... FAST``) vs pipelined ``TWRITE key tag entry``, and MSGID's cost.
 
-One tstream-server with ``appendonly yes``, run once with ``appendfsync no`` and once with
-``appendfsync always``.  Publishers are processes (one connection each, the benchmarks' raw
+A tstream-server with ``appendonly yes``, ``appendfsync no`` or ``appendfsync always``, a
+fresh one for each phase (see below).  Publishers are processes (one connection each, the benchmarks' raw
 RESP client: a socket and hiredis), each writing its own messages (``orders.created``, 100
 bytes) to its own key, all started together:
 
@@ -16,8 +16,22 @@ bytes) to its own key, all started together:
 Both send the same pre-encoded bytes per message (built before the clock starts) and read
 every reply.  Figures: messages/s over the whole run (first send to last reply, all
 publishers), for 1, 4 and 16 publishers; the ratio FAST/TWRITE is taken within one round
-(the two phases run back to back on the same server, in alternating order), ``--rounds``
-rounds, every one listed.  With 16 fast publishers an interactive client sends ``TREAD`` one
+(the two phases back to back, in alternating order), ``--rounds`` rounds, every one listed.
+
+**Each phase has a server of its own**, started for it (empty, its AOF new) and stopped
+after it (its directory, AOF included, removed), with the automatic AOF rewrite off
+(``--auto-aof-rewrite-percentage 0``): both kinds meet the same conditions.  One server
+for every phase of a setting (before 2026-11-28) was not fair: its AOF grew by ~23.7 MB a
+phase (118 bytes a message, both kinds), and a rewrite started each time it had grown by
+64 MB since the last one, every ~2.7 phases in bytes, in practice in every third phase
+(the rewrite's capture on the loop and its writer thread cost both kinds alike, in the
+phase they land in); with the alternating order (twrite/fast, fast/twrite, twrite/fast)
+the third and sixth phase of each publisher count are FAST's: **all 8 rewrites of two
+such runs fell in FAST phases**, rounds 2 and 3 (bench/RESULTS-fast-ingest.md, round 13):
+the quiet figures' "first round high, the later ones low" (0.95, 0.67, 0.62 ...).  The
+AOF's growth, the data in memory and, with ``appendfsync no``, the page cache's writeback
+of the AOF after 30 s also grew over one server's life; a fresh server each phase has none
+of it.  The rewrite's own cost is measured apart (bench/rewrite_cost.py).  With 16 fast publishers an interactive client sends ``TREAD`` one
 at a time during the run: its latency percentiles are listed (and every publisher must end
 without its connection dropped).
 
@@ -378,37 +392,46 @@ def phase(port: int, kind: str, pubs: int, per: int, tag: str, reader: bool = Fa
     return res
 
 
+# The ingest phases' servers: no automatic AOF rewrite (see the module docstring).
+INGEST_SERVER_OPTIONS = ["--auto-aof-rewrite-percentage", "0"]
+
+
+def fresh_server_phase(extra: list[str], kind: str, pubs: int, per: int, tag: str) -> dict:
+    """``phase`` on a server of its own, started for it and stopped after it (module
+    docstring: one server for every phase was not fair)."""
+    with servers(("tstream", extra)) as (ts,):
+        if PIN:
+            pin_process(ts.pid, PIN[0])
+        if SLICE_NS:
+            slice_process(ts.pid, SLICE_NS)
+        return phase(ts.port, kind, pubs, per, tag, reader=pubs == 16, pid=ts.pid)
+
+
 def run(args) -> dict:
     results: dict = {"ingest": [], "msgid": []}
     for fsync in ("no", "always") if args.only in (None, "ingest") else ():
-        extra = ["--appendonly", "yes", "--appendfsync", fsync]
+        extra = ["--appendonly", "yes", "--appendfsync", fsync, *INGEST_SERVER_OPTIONS]
         if args.fsync_thread:  # (a build before the option existed refuses it: leave it off for those)
             extra += ["--aof-fsync-in-thread", "yes"]
-        with servers(("tstream", extra)) as (ts,):
-            if PIN:
-                pin_process(ts.pid, PIN[0])
-            if SLICE_NS:
-                slice_process(ts.pid, SLICE_NS)
-            for pubs in args.pubs:
-                per = max(1000, args.messages // pubs)
-                for rnd in range(args.rounds):
-                    order = ("twrite", "fast") if rnd % 2 == 0 else ("fast", "twrite")
-                    got = {}
-                    for kind in order:
-                        got[kind] = phase(ts.port, kind, pubs, per, f"{fsync}{pubs}r{rnd}",
-                                          reader=pubs == 16, pid=ts.pid)
-                    row = {"appendfsync": fsync, "fsync_thread": bool(args.fsync_thread), "pinned": bool(PIN), "slice_us": SLICE_NS // 1000, "publishers": pubs, "messages": pubs * per, "round": rnd + 1,
-                           "order": "/".join(order), "twrite": got["twrite"], "fast": got["fast"],
-                           "ratio": got["fast"]["msgs_per_s"] / got["twrite"]["msgs_per_s"]}
-                    results["ingest"].append(row)
-                    print(f"appendfsync {fsync:6} {pubs:2} pub round {rnd + 1}: TWRITE "
-                          f"{got['twrite']['msgs_per_s']:10,.0f}/s  FAST {got['fast']['msgs_per_s']:10,.0f}/s  "
-                          f"ratio {row['ratio']:.2f}  CPU us/msg client {got['twrite']['client_cpu_us']:.2f}/"
-                          f"{got['fast']['client_cpu_us']:.2f} server {got['twrite']['server_cpu_us']:.2f}/"
-                          f"{got['fast']['server_cpu_us']:.2f} (twrite/fast)"
-                          + (f"  TREAD p99 {got['fast']['tread_ms']['p99']:.2f} ms (fast), "
-                             f"{got['twrite']['tread_ms']['p99']:.2f} ms (twrite)" if pubs == 16 else ""),
-                          flush=True)
+        for pubs in args.pubs:
+            per = max(1000, args.messages // pubs)
+            for rnd in range(args.rounds):
+                order = ("twrite", "fast") if rnd % 2 == 0 else ("fast", "twrite")
+                got = {}
+                for kind in order:
+                    got[kind] = fresh_server_phase(extra, kind, pubs, per, f"{fsync}{pubs}r{rnd}")
+                row = {"appendfsync": fsync, "fsync_thread": bool(args.fsync_thread), "fresh_server": True, "pinned": bool(PIN), "slice_us": SLICE_NS // 1000, "publishers": pubs, "messages": pubs * per, "round": rnd + 1,
+                       "order": "/".join(order), "twrite": got["twrite"], "fast": got["fast"],
+                       "ratio": got["fast"]["msgs_per_s"] / got["twrite"]["msgs_per_s"]}
+                results["ingest"].append(row)
+                print(f"appendfsync {fsync:6} {pubs:2} pub round {rnd + 1}: TWRITE "
+                      f"{got['twrite']['msgs_per_s']:10,.0f}/s  FAST {got['fast']['msgs_per_s']:10,.0f}/s  "
+                      f"ratio {row['ratio']:.2f}  CPU us/msg client {got['twrite']['client_cpu_us']:.2f}/"
+                      f"{got['fast']['client_cpu_us']:.2f} server {got['twrite']['server_cpu_us']:.2f}/"
+                      f"{got['fast']['server_cpu_us']:.2f} (twrite/fast)"
+                      + (f"  TREAD p99 {got['fast']['tread_ms']['p99']:.2f} ms (fast), "
+                         f"{got['twrite']['tread_ms']['p99']:.2f} ms (twrite)" if pubs == 16 else ""),
+                      flush=True)
     with servers(("tstream", ["--appendonly", "yes", "--appendfsync", "no", *MSGID_SERVER_OPTIONS])) as (ts,):
         facts = machine_facts(ts)  # (its loadavg_at_start: before the MSGID slices)
         if args.only in (None, "msgid"):
@@ -543,7 +566,8 @@ def report(results: dict, args) -> str:
     lines = ["# Fast-ingest batches vs pipelined TWRITE, and MSGID's cost", "",
              f"`{script_command()}`", "",
              "Same server, same messages (100-byte `orders.created`), same durability; the ratio is "
-             "FAST/TWRITE within one round (phases back to back, alternating order). Every round is listed.",
+             "FAST/TWRITE within one round (phases back to back, alternating order, each on a fresh server "
+             "without automatic AOF rewrite). Every round is listed.",
              "CPU us/msg: the publishers' process time and the server's (every thread), per message, "
              "TWRITE / FAST."
              + (f" **Pinned** (--pin): publishers on core {PIN[1]}, the server and the TREAD client on core "
