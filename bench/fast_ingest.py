@@ -17,25 +17,26 @@ Both send the same pre-encoded bytes per message (built before the clock starts)
 every reply.  Figures: messages/s over the whole run (first send to last reply, all
 publishers), for 1, 4 and 16 publishers; the ratio FAST/TWRITE is taken within one round
 (the two phases back to back, in alternating order), ``--rounds`` rounds, every one listed.
+With 16 fast publishers an interactive client sends ``TREAD`` one at a time during the
+run: its latency percentiles are listed (and every publisher must end without its
+connection dropped).
 
 **Each phase has a server of its own**, started for it (empty, its AOF new) and stopped
 after it (its directory, AOF included, removed), with the automatic AOF rewrite off
 (``--auto-aof-rewrite-percentage 0``): both kinds meet the same conditions.  One server
-for every phase of a setting (before 2026-11-28) was not fair: its AOF grew by ~23.7 MB a
-phase (118 bytes a message, both kinds), and a rewrite started each time it had grown by
-64 MB since the last one, every ~2.7 phases in bytes, in practice in every third phase
-(the rewrite's capture on the loop and its writer thread cost both kinds alike, in the
-phase they land in); with the alternating order (twrite/fast, fast/twrite, twrite/fast)
-the third and sixth phase of each publisher count are FAST's: **all 8 rewrites of two
-such runs fell in FAST phases**, rounds 2 and 3 (bench/RESULTS-fast-ingest.md, round 13):
-the quiet figures' "first round high, the later ones low" (0.95, 0.67, 0.62 ...).  The
-AOF's growth, the data in memory and, with ``appendfsync no``, the page cache's writeback
-of the AOF after 30 s also grew over one server's life; a fresh server each phase has none
-of it.  The rewrite's own cost is measured apart (bench/rewrite_cost.py).  ``--one-server``
+for every phase of a setting (before 2026-11-28) was not fair: its AOF grew by 23.75 MB a
+phase (118.5 bytes a message, both kinds), and a rewrite started each time 64 MiB more
+had been written since the last one began: every ~2.8 phases, mostly every third one
+(the rewrite's capture on the loop and its writer thread cost whichever phase it lands
+in).  With the alternating order (twrite/fast, fast/twrite, twrite/fast) the third and
+sixth phase of each publisher count are FAST's: in round 13's diagnostic runs **14 of 14
+rewrites fell in FAST phases**, of rounds 2 and 3 (bench/RESULTS-fast-ingest.md): the
+quiet figures' "first round high, the later ones low" (0.95, 0.67, 0.62 ...).  The AOF,
+the data in memory and, with ``appendfsync no``, the page cache's writeback of pages
+dirty for 30 s also grew over one server's life; a fresh server each phase has none of
+it.  The rewrite's own cost is measured apart (bench/rewrite_cost.py).  ``--one-server``
 runs the former method, for comparison; the table's last column names the phases an AOF
-rewrite ran in (INFO persistence before and after each phase).  With 16 fast publishers an interactive client sends ``TREAD`` one
-at a time during the run: its latency percentiles are listed (and every publisher must end
-without its connection dropped).
+rewrite ran in (INFO persistence before and after each phase).
 
 **MSGID**: one publisher connection, ``TWRITE key tag entry`` vs ``TWRITE key tag entry
 MSGID id`` (unique ids), same windows, ``appendfsync no``: the cost is 1 - ratio.  A phase
