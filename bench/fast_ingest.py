@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Fast-ingest batches (``BATCH ... FAST``) vs pipelined ``TWRITE key tag entry``, and MSGID's cost.
 
-One tstream-server with ``appendonly yes``, run once with ``appendfsync no`` and once with
-``appendfsync always``.  Publishers are processes (one connection each, the benchmarks' raw
+A tstream-server with ``appendonly yes``, ``appendfsync no`` or ``appendfsync always``, a
+fresh one for each phase (see below).  Publishers are processes (one connection each, the benchmarks' raw
 RESP client: a socket and hiredis), each writing its own messages (``orders.created``, 100
 bytes) to its own key, all started together:
 
@@ -16,10 +16,27 @@ bytes) to its own key, all started together:
 Both send the same pre-encoded bytes per message (built before the clock starts) and read
 every reply.  Figures: messages/s over the whole run (first send to last reply, all
 publishers), for 1, 4 and 16 publishers; the ratio FAST/TWRITE is taken within one round
-(the two phases run back to back on the same server, in alternating order), ``--rounds``
-rounds, every one listed.  With 16 fast publishers an interactive client sends ``TREAD`` one
-at a time during the run: its latency percentiles are listed (and every publisher must end
-without its connection dropped).
+(the two phases back to back, in alternating order), ``--rounds`` rounds, every one listed.
+With 16 fast publishers an interactive client sends ``TREAD`` one at a time during the
+run: its latency percentiles are listed (and every publisher must end without its
+connection dropped).
+
+**Each phase has a server of its own**, started for it (empty, its AOF new) and stopped
+after it (its directory, AOF included, removed), with the automatic AOF rewrite off
+(``--auto-aof-rewrite-percentage 0``): both kinds meet the same conditions.  One server
+for every phase of a setting (before 2026-11-28) was not fair: its AOF grew by 23.75 MB a
+phase (118.5 bytes a message, both kinds), and a rewrite started each time 64 MiB more
+had been written since the last one began: every ~2.8 phases, mostly every third one
+(the rewrite's capture on the loop and its writer thread cost whichever phase it lands
+in).  With the alternating order (twrite/fast, fast/twrite, twrite/fast) the third and
+sixth phase of each publisher count are FAST's: in round 13's diagnostic runs **14 of 14
+rewrites fell in FAST phases**, of rounds 2 and 3 (bench/RESULTS-fast-ingest.md): the
+quiet figures' "first round high, the later ones low" (0.95, 0.67, 0.62 ...).  The AOF,
+the data in memory and, with ``appendfsync no``, the page cache's writeback of pages
+dirty for 30 s also grew over one server's life; a fresh server each phase has none of
+it.  The rewrite's own cost is measured apart (bench/rewrite_cost.py).  ``--one-server``
+runs the former method, for comparison; the table's last column names the phases an AOF
+rewrite ran in (INFO persistence before and after each phase).
 
 **MSGID**: one publisher connection, ``TWRITE key tag entry`` vs ``TWRITE key tag entry
 MSGID id`` (unique ids), same windows, ``appendfsync no``: the cost is 1 - ratio.  A phase
@@ -53,6 +70,7 @@ $TSTREAM_BENCH_OUT (``bench``: the committed ones).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -351,6 +369,7 @@ def phase(port: int, kind: str, pubs: int, per: int, tag: str, reader: bool = Fa
         c.close()
         rproc = ctx.Process(target=_reader, args=(port, b"interactive", stop, lat_q))
         rproc.start()
+    aof_before = _aof_state(port)
     server_cpu = _server_cpu(pid) if pid else 0.0
     for p in procs:
         p.start()
@@ -368,7 +387,8 @@ def phase(port: int, kind: str, pubs: int, per: int, tag: str, reader: bool = Fa
            # CPU per message, us: the publishers' (process time from first send to last reply,
            # all of them) and the server's (/proc, from the publishers' start to their last report)
            "client_cpu_us": 1e6 * sum(c for _, _, _, c in results) / messages,
-           "server_cpu_us": 1e6 * server_cpu / messages if pid else None}
+           "server_cpu_us": 1e6 * server_cpu / messages if pid else None,
+           "aof_rewrite": _aof_rewrite_during(aof_before, _aof_state(port))}
     if rproc is not None:
         stop.set()
         lat = lat_q.get(timeout=60)
@@ -378,37 +398,80 @@ def phase(port: int, kind: str, pubs: int, per: int, tag: str, reader: bool = Fa
     return res
 
 
+# The ingest phases' servers: no automatic AOF rewrite (see the module docstring).
+INGEST_SERVER_OPTIONS = ["--auto-aof-rewrite-percentage", "0"]
+
+
+def _aof_state(port: int) -> tuple[str, str]:
+    """(aof_rewrite_in_progress, aof_base_size) of INFO persistence."""
+    c = Client(port)
+    try:
+        info = c.info("persistence")
+    finally:
+        c.close()
+    return info.get("aof_rewrite_in_progress", "0"), info.get("aof_base_size", "0")
+
+
+def _aof_rewrite_during(before: tuple[str, str], after: tuple[str, str]) -> bool:
+    """Whether an AOF rewrite ran during a phase (in progress at either end, or a new base)."""
+    return before[0] != "0" or after[0] != "0" or before[1] != after[1]
+
+
+def fresh_server_phase(extra: list[str], kind: str, pubs: int, per: int, tag: str) -> dict:
+    """``phase`` on a server of its own, started for it and stopped after it (module
+    docstring: one server for every phase was not fair)."""
+    with servers(("tstream", extra)) as (ts,):
+        if PIN:
+            pin_process(ts.pid, PIN[0])
+        if SLICE_NS:
+            slice_process(ts.pid, SLICE_NS)
+        return phase(ts.port, kind, pubs, per, tag, reader=pubs == 16, pid=ts.pid)
+
+
+def ingest_rounds(args, results: dict, fsync: str, extra: list[str], ts) -> None:
+    """The rounds of one ``appendfsync`` setting: each phase on a fresh server started with
+    ``extra``, or all on the server ``ts`` (--one-server)."""
+    for pubs in args.pubs:
+        per = max(1000, args.messages // pubs)
+        for rnd in range(args.rounds):
+            order = ("twrite", "fast") if rnd % 2 == 0 else ("fast", "twrite")
+            got = {}
+            for kind in order:
+                tag = f"{fsync}{pubs}r{rnd}"
+                got[kind] = (phase(ts.port, kind, pubs, per, tag, reader=pubs == 16, pid=ts.pid)
+                             if ts is not None else fresh_server_phase(extra, kind, pubs, per, tag))
+            row = {"appendfsync": fsync, "fsync_thread": bool(args.fsync_thread),
+                   "fresh_server": ts is None, "pinned": bool(PIN), "slice_us": SLICE_NS // 1000,
+                   "publishers": pubs, "messages": pubs * per, "round": rnd + 1,
+                   "order": "/".join(order), "twrite": got["twrite"], "fast": got["fast"],
+                   "ratio": got["fast"]["msgs_per_s"] / got["twrite"]["msgs_per_s"]}
+            results["ingest"].append(row)
+            print(f"appendfsync {fsync:6} {pubs:2} pub round {rnd + 1}: TWRITE "
+                  f"{got['twrite']['msgs_per_s']:10,.0f}/s  FAST {got['fast']['msgs_per_s']:10,.0f}/s  "
+                  f"ratio {row['ratio']:.2f}  CPU us/msg client {got['twrite']['client_cpu_us']:.2f}/"
+                  f"{got['fast']['client_cpu_us']:.2f} server {got['twrite']['server_cpu_us']:.2f}/"
+                  f"{got['fast']['server_cpu_us']:.2f} (twrite/fast)"
+                  + (f"  TREAD p99 {got['fast']['tread_ms']['p99']:.2f} ms (fast), "
+                     f"{got['twrite']['tread_ms']['p99']:.2f} ms (twrite)" if pubs == 16 else "")
+                  + "".join(f"  AOF rewrite during {kind.upper()}" for kind in order if got[kind]["aof_rewrite"]),
+                  flush=True)
+
+
 def run(args) -> dict:
     results: dict = {"ingest": [], "msgid": []}
     for fsync in ("no", "always") if args.only in (None, "ingest") else ():
         extra = ["--appendonly", "yes", "--appendfsync", fsync]
         if args.fsync_thread:  # (a build before the option existed refuses it: leave it off for those)
             extra += ["--aof-fsync-in-thread", "yes"]
-        with servers(("tstream", extra)) as (ts,):
-            if PIN:
-                pin_process(ts.pid, PIN[0])
-            if SLICE_NS:
-                slice_process(ts.pid, SLICE_NS)
-            for pubs in args.pubs:
-                per = max(1000, args.messages // pubs)
-                for rnd in range(args.rounds):
-                    order = ("twrite", "fast") if rnd % 2 == 0 else ("fast", "twrite")
-                    got = {}
-                    for kind in order:
-                        got[kind] = phase(ts.port, kind, pubs, per, f"{fsync}{pubs}r{rnd}",
-                                          reader=pubs == 16, pid=ts.pid)
-                    row = {"appendfsync": fsync, "fsync_thread": bool(args.fsync_thread), "pinned": bool(PIN), "slice_us": SLICE_NS // 1000, "publishers": pubs, "messages": pubs * per, "round": rnd + 1,
-                           "order": "/".join(order), "twrite": got["twrite"], "fast": got["fast"],
-                           "ratio": got["fast"]["msgs_per_s"] / got["twrite"]["msgs_per_s"]}
-                    results["ingest"].append(row)
-                    print(f"appendfsync {fsync:6} {pubs:2} pub round {rnd + 1}: TWRITE "
-                          f"{got['twrite']['msgs_per_s']:10,.0f}/s  FAST {got['fast']['msgs_per_s']:10,.0f}/s  "
-                          f"ratio {row['ratio']:.2f}  CPU us/msg client {got['twrite']['client_cpu_us']:.2f}/"
-                          f"{got['fast']['client_cpu_us']:.2f} server {got['twrite']['server_cpu_us']:.2f}/"
-                          f"{got['fast']['server_cpu_us']:.2f} (twrite/fast)"
-                          + (f"  TREAD p99 {got['fast']['tread_ms']['p99']:.2f} ms (fast), "
-                             f"{got['twrite']['tread_ms']['p99']:.2f} ms (twrite)" if pubs == 16 else ""),
-                          flush=True)
+        ts = None
+        with contextlib.ExitStack() as stack:
+            if args.one_server:  # (the former method, automatic rewrites on: see the module docstring)
+                (ts,) = stack.enter_context(servers(("tstream", extra)))
+                if PIN:
+                    pin_process(ts.pid, PIN[0])
+                if SLICE_NS:
+                    slice_process(ts.pid, SLICE_NS)
+            ingest_rounds(args, results, fsync, [*extra, *INGEST_SERVER_OPTIONS], ts)
     with servers(("tstream", ["--appendonly", "yes", "--appendfsync", "no", *MSGID_SERVER_OPTIONS])) as (ts,):
         facts = machine_facts(ts)  # (its loadavg_at_start: before the MSGID slices)
         if args.only in (None, "msgid"):
@@ -543,7 +606,9 @@ def report(results: dict, args) -> str:
     lines = ["# Fast-ingest batches vs pipelined TWRITE, and MSGID's cost", "",
              f"`{script_command()}`", "",
              "Same server, same messages (100-byte `orders.created`), same durability; the ratio is "
-             "FAST/TWRITE within one round (phases back to back, alternating order). Every round is listed.",
+             "FAST/TWRITE within one round (phases back to back, alternating order, "
+             + ("on one server per setting, automatic AOF rewrites on (--one-server)" if args.one_server else
+                "each on a fresh server without automatic AOF rewrite") + "). Every round is listed.",
              "CPU us/msg: the publishers' process time and the server's (every thread), per message, "
              "TWRITE / FAST."
              + (f" **Pinned** (--pin): publishers on core {PIN[1]}, the server and the TREAD client on core "
@@ -551,8 +616,8 @@ def report(results: dict, args) -> str:
              + (f" **Slices** (--slice-us): {SLICE_NS // 1000} us for the server's threads and the TREAD client."
                 if SLICE_NS else ""),
              "", "| appendfsync | publishers | messages | round | order | TWRITE msg/s | FAST msg/s | ratio | "
-             "client CPU us/msg | server CPU us/msg | TREAD p50/p99/max ms during FAST | during TWRITE |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "client CPU us/msg | server CPU us/msg | TREAD p50/p99/max ms during FAST | during TWRITE | AOF rewrite during |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def lat_text(lat) -> str:
         return f"{lat['p50']:.2f} / {lat['p99']:.2f} / {lat['max']:.1f}" if lat else ""
@@ -561,7 +626,8 @@ def report(results: dict, args) -> str:
                      f"{row['order']} | {row['twrite']['msgs_per_s']:,.0f} | {row['fast']['msgs_per_s']:,.0f} | "
                      f"{row['ratio']:.2f} | {cpu_text(row, 'client')} | {cpu_text(row, 'server')} | "
                      f"{lat_text(row['fast'].get('tread_ms'))} | "
-                     f"{lat_text(row['twrite'].get('tread_ms'))} |")
+                     f"{lat_text(row['twrite'].get('tread_ms'))} | "
+                     + " ".join(kind for kind in ("twrite", "fast") if row[kind].get("aof_rewrite")) + " |")
     lines += ["", "Median ratio per configuration:", ""]
     seen = []
     for row in results["ingest"]:
@@ -642,6 +708,10 @@ def main() -> None:
                         help="ask Linux's EEVDF scheduler (6.12+) for slices of this many us for the server's "
                              "threads and the TREAD client (sched_setattr, no privilege needed): woken up, they "
                              "preempt a publisher instead of waiting for a scheduler tick; default: the kernel's")
+    parser.add_argument("--one-server", action="store_true",
+                        help="the former method: one server for every ingest phase of a setting, automatic AOF "
+                             "rewrites on (they fell in FAST's phases: see the module docstring); default: a "
+                             "fresh server for each phase, without automatic rewrites")
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per nats-server run")
     parser.add_argument("--msgid-slices", type=int, default=40, help="MSGID: interleaved slices of each kind")
     parser.add_argument("--msgid-per-slice", type=int, default=25_000, help="MSGID: messages per slice")
