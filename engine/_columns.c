@@ -1,8 +1,9 @@
 /* tstream.engine._columns: a run's store into the active node's columns in C
    (optional; engine/stream.py Stream.append_columns, whose plain-Python path
    ``_append_chunks`` stays the fallback: TSTREAM_PURE_PYTHON=1, or no build),
-   and the columns of a pipelined run's commands (``run_columns``, below;
-   fallback ``zip(*rows)``).
+   the columns of a pipelined run's commands (``run_columns``, below;
+   fallback ``zip(*rows)``), and a node's block bodies at its seal
+   (``block_bodies``, below; fallback engine/node.py ``_block_bodies_python``).
 
    store_run(buf, ends, tags, times, datas, tids, now_ns, run_times, start,
              room_entries, room_bytes) -> stored

@@ -2,7 +2,8 @@
    each further down and separate code, the writer of DGET pages
    (encode_table_page), the replies of a pipelined XADD run
    (encode_stream_id_run), a fast batch run's batch-seq check (decimal_run)
-   and its columns (fast_run_columns).
+   and its columns (fast_run_columns), and a TWRITE run's replies
+   (encode_integer_run).
 
    parse_many(data, max_bulk) -> list of commands (each a list of bytes), or None
    parse_one(data, max_bulk)  -> one command (a list of bytes), or None
