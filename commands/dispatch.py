@@ -171,7 +171,26 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
                 end = run_end(commands, at)  # (one C loop over the commands, resp/_speedups.c)
                 # The whole read a run (redis-benchmark -P 16): the list itself, not a copy.
                 run = commands if end == count and not at else commands[at:end]
-                return _execute_run(client, entry[7], run, entry[6], entry[4]), end
+                # The run's execution (its handler, the AOF's commit, the stats), inlined:
+                # a frame less on the pipelined hot path.
+                started = perf_counter()
+                try:
+                    out = entry[7](client, run)
+                except Exception as exc:  # a run fails as a whole, before any change
+                    out = _run_failed(client, run, entry[6], exc)
+                writes = server.writes
+                if writes.pending:
+                    writes.commit()
+                    if writes.lost:  # the run's changes could not be logged: none is acknowledged
+                        writes.lost = False
+                        out = encode_error(NOT_RECORDED) * len(run)
+                elapsed = perf_counter() - started
+                stats = entry[6]
+                stats.calls += len(run)
+                stats.seconds += elapsed
+                if elapsed >= server.slow_threshold:
+                    server.observe_slow(argv, round(elapsed * 1e9), client, entry[4])
+                return out, end
     return execute(client, argv), at + 1
 
 
@@ -290,29 +309,12 @@ def _refuse(client, name: bytes, stats: CommandStats, message: str) -> bytes:
     return encode_error(message)
 
 
-def _execute_run(client, run, argvs: list, stats: CommandStats, fast: bool) -> bytes:
-    server = client.server
-    started = perf_counter()
-    try:
-        out = run(client, argvs)
-    except CommandError as exc:  # a run fails as a whole, before any change
-        stats.failed += len(argvs)
-        server.stats.errors += len(argvs)
-        out = encode_error(exc.message) * len(argvs)
-    except Exception:
-        log.exception("run of %d %r commands failed", len(argvs), argvs[0][:2])
-        stats.failed += len(argvs)
-        server.stats.errors += len(argvs)
-        out = encode_error("ERR internal error while running the command (see the server log)") * len(argvs)
-    writes = server.writes
-    if writes.pending:
-        writes.commit()
-        if writes.lost:  # the run's changes could not be logged: none is acknowledged
-            writes.lost = False
-            out = encode_error(NOT_RECORDED) * len(argvs)
-    elapsed = perf_counter() - started
-    stats.calls += len(argvs)
-    stats.seconds += elapsed
-    if elapsed >= server.slow_threshold:
-        server.observe_slow(argvs[0], round(elapsed * 1e9), client, fast)
-    return out
+def _run_failed(client, run: list, stats: CommandStats, exc: Exception) -> bytes:
+    """The replies of a pipelined run whose handler raised (``execute_at``): the
+    error, once per command (a run fails as a whole, before any change)."""
+    stats.failed += len(run)
+    client.server.stats.errors += len(run)
+    if isinstance(exc, CommandError):
+        return encode_error(exc.message) * len(run)
+    log.error("run of %d %r commands failed", len(run), run[0][:2], exc_info=exc)
+    return encode_error("ERR internal error while running the command (see the server log)") * len(run)

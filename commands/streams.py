@@ -187,17 +187,34 @@ def twrite_run(client, argvs: list) -> bytes:
         _, keys, tags, datas = zip(*argvs)
     count = len(argvs)
     tag = tags[0]
-    if tags.count(tag) == count:  # one tag (redis-benchmark): one keyword check, and the
-        if tag in KEYWORD_TAGS:   # engine's own one-tag test then compares by identity
-            return b"".join(_twrite_each(client, argvs))
-        tags = (tag,) * count
+    if tags.count(tag) == count:  # one tag (redis-benchmark): one keyword check (the C parser
+        if tag in KEYWORD_TAGS:   # gives a repeated word as one object: the engine's own
+            return b"".join(_twrite_each(client, argvs))  # one-tag test compares by identity)
     elif not KEYWORD_TAGS.isdisjoint(tags):  # a keyword where the tag goes: each command on its own
         return b"".join(_twrite_each(client, argvs))
     now = time_ns()
-    if keys.count(keys[0]) == count:  # one key (redis-benchmark -P 16)
-        return _append_stretch(server, keys[0], tags, datas, now)[0]
+    key = keys[0]
+    if keys.count(key) == count:  # one key (redis-benchmark -P 16): _append_stretch, inlined
+        stream = server.streams.get(key)
+        if stream is None:
+            stream = server.create_stream(key)
+        first = stream.first
+        start = stream.next_offset
+        try:
+            stream.append_columns(tags, datas, now)
+        except MemoryError:
+            return _stretch_out_of_memory(server, key, stream, first, start, tags, datas)
+        server.writes.appended_columns(key, stream, first, start, tags, datas)
+        return encode_integer_run(start, count)
     if len(set(keys)) == count:  # every command on its own key: one append each
         return _append_each(server, argvs, now)
+    return _twrite_stretches(server, argvs, keys, tags, datas, now)
+
+
+def _twrite_stretches(server, argvs: list, keys: tuple, tags: tuple, datas: tuple, now: int) -> bytes:
+    """:func:`twrite_run` on several keys, some repeated: each stretch of
+    commands on one key appended at once, a lone command on its own."""
+    count = len(argvs)
     replies = []
     i = 0
     while i < count:
@@ -304,14 +321,22 @@ def _append_stretch(server, key: bytes, tags: list, datas: list, now: int) -> tu
     start = stream.next_offset
     try:
         offset = stream.append_columns(tags, datas, now)
-    except MemoryError:  # the entries stored before it (in sealed nodes) are logged and acknowledged
-        stored = stream.next_offset - start
-        if stored:
-            server.writes.appended_columns(key, stream, first, start, tags[:stored], datas[:stored])
-        error = encode_error(out_of_memory(0, 1, 0).message)
-        return encode_integer_run(start, stored) + error * (count - stored), False
+    except MemoryError:
+        return _stretch_out_of_memory(server, key, stream, first, start, tags, datas), False
     server.writes.appended_columns(key, stream, first, offset, tags, datas)
     return encode_integer_run(offset, count), True
+
+
+def _stretch_out_of_memory(server, key: bytes, stream, first: int, start: int, tags: tuple,
+                           datas: tuple) -> bytes:
+    """The replies of a stretch whose append ran out of memory: the entries
+    stored before it (in sealed nodes) are logged and acknowledged, the
+    others answered with the error."""
+    stored = stream.next_offset - start
+    if stored:
+        server.writes.appended_columns(key, stream, first, start, tags[:stored], datas[:stored])
+    error = encode_error(out_of_memory(0, 1, 0).message)
+    return encode_integer_run(start, stored) + error * (len(tags) - stored)
 
 
 def _twrite_each(client, argvs: list):

@@ -40,10 +40,11 @@ seals with the fast level (-1) until a node compresses well again.
 
 from __future__ import annotations
 
+import os
 import sys
 from array import array
 from itertools import accumulate
-from typing import Any
+from typing import Any, Callable
 
 import zstandard
 
@@ -67,6 +68,50 @@ __all__ = ["ActiveNode", "Node", "SealedNode"]
 _TWO_U32 = array("I", (0, 0))
 _ONE_U32 = array("I", (0,))
 _ONE_I64 = array("q", (0,))
+
+
+def _block_bodies_python(buf, ends: array, tags: array, times: array, count: int, per_block: int) -> list:
+    """The raw bodies of a node's blocks at its seal (little-endian hosts): its
+    first ``count`` entries cut into blocks of ``per_block``, each body what
+    blocks.py ``_block_body`` makes of the block's slices, its ends rebased to
+    the block's first payload byte.  The fallback of engine/_columns.c
+    ``block_bodies`` (the same bytes).  O(count)."""
+    # The block bodies straight from byte views of the tables.  A block's
+    # ends are rebased (minus its first payload offset) with one big-int
+    # subtraction: every lane is >= the subtrahend, so no borrow crosses
+    # lanes (3x faster than a per-entry loop).
+    esize = ends.itemsize
+    join = b"".join
+    from_bytes = int.from_bytes
+    bodies = []
+    rel: Any
+    with memoryview(buf) as mv, memoryview(ends) as ev, memoryview(tags) as tv, memoryview(times) as mt, \
+            ev.cast("B") as eb, tv.cast("B") as tb, mt.cast("B") as mb:
+        for a in range(0, count, per_block):
+            c = a + per_block if a + per_block < count else count
+            pa = ends[a]  # (read at block starts only: no list of every end)
+            pc = ends[c]
+            n = (c + 1 - a) * esize
+            rel = eb[a * esize:(c + 1) * esize]
+            if pa:
+                rel = (from_bytes(rel, "little")
+                       - from_bytes(pa.to_bytes(esize, "little") * (c + 1 - a), "little")
+                       ).to_bytes(n, "little")
+            bodies.append(join((mv[pa:pc], bytes(-(pc - pa) & 7), rel, tb[4 * a:4 * c], mb[8 * a:8 * c])))
+            del rel
+    return bodies
+
+
+# A node's block bodies at its seal in C (engine/_columns.c), unless it was not
+# built or is turned off (TSTREAM_PURE_PYTHON=1): then the Python above.
+_block_bodies: Callable[..., list] = _block_bodies_python
+if os.environ.get("TSTREAM_PURE_PYTHON", "") in ("", "0"):
+    try:
+        from ._columns import block_bodies as _c_block_bodies
+    except ImportError:  # (not built)
+        pass
+    else:
+        _block_bodies = _c_block_bodies
 
 
 def _popcount_range(bits: bytearray, a: int, b: int) -> int:
@@ -443,33 +488,7 @@ class ActiveNode(Node):
         if nb == 1:
             bodies = [self._body()]
         elif _LITTLE:
-            # The block bodies straight from byte views of the tables.  A
-            # block's ends are rebased (minus its first payload offset) with
-            # one big-int subtraction: every lane is >= the subtrahend, so no
-            # borrow crosses lanes (3x faster than a per-entry loop).
-            el = ends  # (read at block starts only: no list of every end)
-            esize = ends.itemsize
-            mv = memoryview(buf)
-            eb = memoryview(ends).cast("B")
-            tb = memoryview(tags).cast("B")
-            mb = memoryview(times).cast("B")
-            join = b"".join
-            from_bytes = int.from_bytes
-            bodies = []
-            rel: Any
-            for a in range(0, count, be):
-                c = a + be if a + be < count else count
-                pa = el[a]
-                pc = el[c]
-                n = (c + 1 - a) * esize
-                rel = eb[a * esize:(c + 1) * esize]
-                if pa:
-                    rel = (from_bytes(rel, "little")
-                           - from_bytes(pa.to_bytes(esize, "little") * (c + 1 - a), "little")
-                           ).to_bytes(n, "little")
-                bodies.append(join((mv[pa:pc], bytes(-(pc - pa) & 7), rel, tb[4 * a:4 * c],
-                                    mb[8 * a:8 * c])))
-            del mv, eb, tb, mb, rel
+            bodies = _block_bodies(buf, ends, tags, times, count, be)
         else:  # pragma: no cover - big-endian hosts
             el = ends.tolist()
             bodies = [_block_body(buf[el[a]:el[min(a + be, count)]],

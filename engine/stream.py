@@ -620,14 +620,17 @@ class Stream(TagTable):
                 # The common run (a pipelined read) fits in the active node and
                 # leaves it open: stored here, without _store_columns's frame and
                 # loop, which takes over for the rest, a seal, or 64-bit ends (-1).
-                offset = self.next_offset
                 stored = _store_run(node.buf, node.ends, node.tags, node.times,  # type: ignore[misc] # (not None)
-                                    datas, tids, now_ns, times, 0, node.cap_end - offset,
+                                    datas, tids, now_ns, times, 0, node.cap_end - first_offset,
                                     self._node_bytes - len(node.buf))
-                if stored > 0:
-                    self.next_offset = offset = offset + stored
-                if stored != npairs or offset == node.cap_end:
-                    self._store_columns(datas, tids, now_ns, times, stored if stored > 0 else 0)
+                if stored == npairs:
+                    self.next_offset = offset = first_offset + stored
+                    if offset == node.cap_end:  # full: sealed by _store_columns
+                        self._store_columns(datas, tids, now_ns, times, stored)
+                else:  # a seal within the run, or none fits (0: seal first; -1: 64-bit ends first)
+                    stored = stored if stored > 0 else 0
+                    self.next_offset = first_offset + stored
+                    self._store_columns(datas, tids, now_ns, times, stored)
             else:
                 self._store_columns(datas, tids, now_ns, times)
         except Exception:  # MemoryError, or a bad payload (TypeError), checked before any change

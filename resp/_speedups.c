@@ -2,7 +2,8 @@
    each further down and separate code, the writer of DGET pages
    (encode_table_page), the replies of a pipelined XADD run
    (encode_stream_id_run), a fast batch run's batch-seq check (decimal_run)
-   and its columns (fast_run_columns).
+   and its columns (fast_run_columns), and a TWRITE run's replies
+   (encode_integer_run).
 
    parse_many(data, max_bulk) -> list of commands (each a list of bytes), or None
    parse_one(data, max_bulk)  -> one command (a list of bytes), or None
@@ -1345,6 +1346,98 @@ fast_run_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+/* ---- encode_integer_run: seal13's addition (a pipelined TWRITE run's replies), separate from the parser ----
+
+   encode_integer_run(first, count) -> b":first\r\n:first+1\r\n..." (``count``
+   integer replies, concatenated): resp/encode.py's encode_integer_run_python,
+   in one buffer sized first, the number kept as decimal digits and
+   incremented in place.  Outside 0 <= first, 0 <= count <= 10**18 / 32,
+   first + count <= 10**18 (no offset gets there) it calls encode_integer_run_python itself
+   (imported at that first use), so that every int gives its reply. */
+
+#define INTEGER_RUN_LIMIT 1000000000000000000LL  /* 10**18: at most 18 digits */
+
+static PyObject *integer_run_python;  /* tstream.resp.encode.encode_integer_run_python, once needed */
+
+static PyObject *
+integer_run_fallback(PyObject *const *args)
+{
+    if (integer_run_python == NULL) {  /* (kept for the process's life, as the module's code is) */
+        PyObject *encode_module = PyImport_ImportModule("tstream.resp.encode");
+        if (encode_module == NULL)
+            return NULL;
+        integer_run_python = PyObject_GetAttrString(encode_module, "encode_integer_run_python");
+        Py_DECREF(encode_module);
+        if (integer_run_python == NULL)
+            return NULL;
+    }
+    return PyObject_Vectorcall(integer_run_python, args, 2, NULL);
+}
+
+/* The digits of the integers 1 .. n written in decimal, all together (n < 10**18). */
+static long long
+digits_upto(long long n)
+{
+    long long total = 0, width = 1;
+    for (long long low = 1; low <= n; low *= 10, width++) {
+        long long high = low * 10 - 1;  /* (low <= n < 10**18: no overflow) */
+        total += ((n < high ? n : high) - low + 1) * width;
+    }
+    return total;
+}
+
+static PyObject *
+encode_integer_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "encode_integer_run() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    int first_overflow = 0, count_overflow = 0;
+    long long first = PyLong_AsLongLongAndOverflow(args[0], &first_overflow);
+    if (first == -1 && PyErr_Occurred())
+        return NULL;
+    long long count = PyLong_AsLongLongAndOverflow(args[1], &count_overflow);
+    if (count == -1 && PyErr_Occurred())
+        return NULL;
+    if (first_overflow || count_overflow || first < 0 || count < 0 || first > INTEGER_RUN_LIMIT
+            || count > INTEGER_RUN_LIMIT - first || count > INTEGER_RUN_LIMIT / 32)  /* (size: no overflow) */
+        return integer_run_fallback(args);
+    if (count == 0)
+        return PyBytes_FromStringAndSize(NULL, 0);
+    /* The length: ":" and CRLF each, and the digits of each (0 has one). */
+    long long last = first + count - 1;
+    Py_ssize_t size = (Py_ssize_t)(count * 3 + digits_upto(last) - (first ? digits_upto(first - 1) : -1));
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL)
+        return NULL;
+    char *w = PyBytes_AS_STRING(out);
+    char digits[24];
+    char *end = digits + sizeof(digits), *start = end;
+    long long v = first;
+    do {
+        *--start = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (long long i = 0; i < count; i++) {
+        *w++ = ':';
+        memcpy(w, start, (size_t)(end - start));
+        w += end - start;
+        *w++ = '\r';
+        *w++ = '\n';
+        char *d = end;  /* the next integer: the digits incremented in place */
+        while (d > start && *(d - 1) == '9')
+            *--d = '0';
+        if (d > start)
+            (*(d - 1))++;
+        else
+            *--start = '1';
+    }
+    assert(w == PyBytes_AS_STRING(out) + size);
+    return out;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"parse_many", (PyCFunction)(void (*)(void))parse_many, METH_FASTCALL,
      "parse_many(data, max_bulk) -> list of commands (lists of bytes) when data is whole\n"
@@ -1374,6 +1467,9 @@ static PyMethodDef speedups_methods[] = {
     {"fast_run_columns", (PyCFunction)(void (*)(void))fast_run_columns, METH_FASTCALL,
      "fast_run_columns(argvs, lo) -> (subjects, datas) of a run of 'BATCH key id seq subject data\n"
      "FAST flow gap' commands alike with batch-seqs lo, lo + 1, ...; False if not; None: cannot tell."},
+    {"encode_integer_run", (PyCFunction)(void (*)(void))encode_integer_run, METH_FASTCALL,
+     "encode_integer_run(first, count) -> the integers first, first + 1, ... (count of them) as RESP\n"
+     "integer replies, concatenated (resp/encode.py's encode_integer_run_python, in C)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 import os
 import time as _time
 from itertools import chain
-from typing import Sequence
+from typing import Callable, Sequence
 
 
 class Status(str):
@@ -154,9 +154,11 @@ _INTEGER_RUNS = [b":%d\r\n" * n for n in range(65)]
 _TWO_DIGITS = [b"%02d" % n for n in range(100)]
 
 
-def encode_integer_run(first: int, count: int) -> bytes:
+def encode_integer_run_python(first: int, count: int) -> bytes:
     """The integers ``first``, ``first + 1``, ... (``count`` of them), one reply
-    each, concatenated: the replies of a pipelined run of TWRITE."""
+    each, concatenated: the replies of a pipelined run of TWRITE.  In C
+    (resp/_speedups.c ``encode_integer_run``, below) unless the extension was
+    not built or is turned off (TSTREAM_PURE_PYTHON=1)."""
     low = first % 100
     if first >= 100 and low + count <= 100:
         # Within one hundred: the replies differ in their last two digits only,
@@ -166,6 +168,17 @@ def encode_integer_run(first: int, count: int) -> bytes:
         return head + (b"\r\n" + head).join(_TWO_DIGITS[low:low + count]) + b"\r\n" if count else b""
     fmt = _INTEGER_RUNS[count] if count < len(_INTEGER_RUNS) else b":%d\r\n" * count
     return fmt % tuple(range(first, first + count))
+
+
+encode_integer_run: Callable[[int, int], bytes] = encode_integer_run_python
+try:
+    if os.environ.get("TSTREAM_PURE_PYTHON", "") not in ("", "0"):
+        raise ImportError("TSTREAM_PURE_PYTHON is set")
+    from ._speedups import encode_integer_run as _c_encode_integer_run
+except ImportError:
+    pass
+else:
+    encode_integer_run = _c_encode_integer_run
 
 
 def encode_stream_ids(ms: int, first_seq: int, count: int) -> bytes:

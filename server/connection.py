@@ -333,15 +333,19 @@ class ClientConnection(asyncio.Protocol):
         which cannot stop such a read (the budget is looked at every CLOCK_EVERY
         commands, and only matters when more is waiting).  A command that blocks
         the client, or closes it, stops the read as in ``_run_many``."""
-        replies = []
         count = len(queue)
-        at = 0
-        while at < count:
+        reply, at = execute_at(self, queue, 0)
+        if at == count and reply is not None and not self.closing and self.blocked is None:
+            # The whole read was one run (redis-benchmark -P 16): its one reply.
+            self.last_argv = queue[-1]
+            self._queue, self._queue_at = queue, at
+            self._send([reply], at)
+            return
+        replies = [] if reply is None else [reply]
+        while at < count and not self.closing and self.blocked is None:
             reply, at = execute_at(self, queue, at)
             if reply is not None:
                 replies.append(reply)
-            if self.closing or self.blocked is not None:
-                break
         self.last_argv = queue[at - 1]
         if self.closing:
             self._queue, self._queue_at = [], 0

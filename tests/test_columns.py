@@ -6,7 +6,8 @@ crossing a seal, per-entry times, single appends between them) the two build
 the same nodes byte for byte and read back the same; a MemoryError at each
 allocation of the C store leaves the node as it was, and through
 ``append_columns`` all or nothing as the Python store does.  And
-``run_columns`` (a pipelined run's columns) against ``zip``.
+``run_columns`` (a pipelined run's columns) against ``zip``; ``block_bodies``
+(a node's block bodies at its seal) against ``_block_bodies_python``.
 
 The C tests are marked ``speedups`` (.ci/run's pure-Python pass deselects
 them); the others run on whichever store the build has.
@@ -19,6 +20,7 @@ from array import array
 
 import pytest
 
+from tstream.engine import node as node_module
 from tstream.engine import stream as stream_module
 from tstream.engine.invariants import check_stream
 from tstream.engine.stream import Stream
@@ -26,10 +28,11 @@ from tstream.engine.stream import Stream
 from . import c_extensions
 
 try:
+    from tstream.engine._columns import block_bodies as c_block_bodies
     from tstream.engine._columns import run_columns as c_run_columns
     from tstream.engine._columns import store_run as c_store_run
 except ImportError:
-    c_store_run = c_run_columns = None
+    c_store_run = c_run_columns = c_block_bodies = None
 
 needs_c = c_extensions.needs_c(c_store_run)
 
@@ -372,3 +375,103 @@ def test_payloads_of_wider_items_are_stored_as_their_bytes(pure, monkeypatch):
     s.append_columns([b"t"] * 7, datas, T0)
     check_stream(s)
     assert s.read(1, 10) == [[1 + i, b"t", bytes(d)] for i, d in enumerate(datas)]
+def _random_tables(rng: random.Random) -> tuple:
+    """A node's tables as a seal finds them (``buf, ends, tags, times``, the
+    entry count, the block size): empty and large payloads, 32- and 64-bit
+    ends, a first end that is not 0, tables longer than ``count``."""
+    count = rng.randint(1, 80)
+    lens = [rng.choice((0, 0, 1, 5, 7, 17, 100, 999)) for _ in range(count)]
+    first = rng.choice((0, 0, 3, 1000))
+    buf = bytearray(rng.randbytes(first + sum(lens) + rng.randint(0, 9)))
+    ends = array(rng.choice("IQ"), [first])
+    for length in lens:
+        ends.append(ends[-1] + length)
+    if rng.random() < 0.3:
+        ends.append(ends[-1])
+    tags = array("I", [rng.randrange(1 << 32) for _ in range(count + rng.randint(0, 2))])
+    times = array("q", [rng.randrange(-(1 << 63), 1 << 63) for _ in range(count)])
+    return buf, ends, tags, times, count, rng.randint(1, count + 2)
+
+
+def test_block_bodies_python_is_block_body_of_each_block():
+    rng = random.Random(19)
+    for _ in range(200):
+        buf, ends, tags, times, count, per_block = _random_tables(rng)
+        expected = []
+        for a in range(0, count, per_block):
+            c = min(a + per_block, count)
+            rebased = array(ends.typecode, [e - ends[a] for e in ends[a:c + 1]])
+            expected.append(node_module._block_body(bytes(buf[ends[a]:ends[c]]), rebased, tags[a:c], times[a:c]))
+        assert node_module._block_bodies_python(buf, ends, tags, times, count, per_block) == expected
+        buf.append(0)  # no view of the buffer is left exported
+
+
+@needs_c
+def test_block_bodies_is_the_python_bodies():
+    assert node_module._block_bodies is c_block_bodies
+    rng = random.Random(20)
+    for _ in range(500):
+        buf, ends, tags, times, count, per_block = _random_tables(rng)
+        assert (c_block_bodies(buf, ends, tags, times, count, per_block)
+                == node_module._block_bodies_python(buf, ends, tags, times, count, per_block))
+        buf.append(0)
+
+
+@needs_c
+def test_block_bodies_rejects_bad_tables():
+    buf, ends = bytearray(b"abcdef"), array("I", (0, 2, 6))
+    tags, times = array("I", (1, 1)), array("q", (5, 6))
+    assert c_block_bodies(buf, ends, tags, times, 2, 1) == node_module._block_bodies_python(buf, ends, tags, times, 2, 1)
+    bad = [
+        (buf, ends, tags, times, 3, 1),                      # more entries than the tables hold
+        (buf, ends, tags, times, 0, 1),
+        (buf, ends, tags, times, 2, 0),
+        (buf, array("I", (0, 4, 2)), tags, times, 2, 1),     # ends going backwards
+        (buf, array("I", (0, 2, 7)), tags, times, 2, 1),     # past the buffer
+        (buf, array("H", (0, 2, 6)), tags, times, 2, 1),     # 16-bit ends
+        (buf, ends, array("Q", (1, 1)), times, 2, 1),
+        (buf, ends, tags, array("i", (5, 6)), 2, 1),
+    ]
+    for args in bad:
+        with pytest.raises(ValueError):
+            c_block_bodies(*args)
+    with pytest.raises(TypeError):
+        c_block_bodies(buf, ends, tags, times, 2)
+    with pytest.raises(TypeError):
+        c_block_bodies("abc", ends, tags, times, 2, 1)
+    buf.append(0)  # every buffer released, on errors too
+
+
+@needs_c
+def test_block_bodies_under_memory_errors():
+    buf, ends, tags, times, count, _ = _random_tables(random.Random(21))
+    per_block = max(1, count // 5)
+    expected = node_module._block_bodies_python(buf, ends, tags, times, count, per_block)
+    assert c_extensions.memory_error_count(lambda: c_block_bodies(buf, ends, tags, times, count, per_block), 12) >= 2
+    assert c_block_bodies(buf, ends, tags, times, count, per_block) == expected
+    buf.append(0)
+
+
+def test_seals_with_either_bodies_are_the_same_bytes(monkeypatch):
+    """A stream's sealed nodes are the same bytes with the C bodies and the
+    Python ones (on whichever the build has; the C test above compares them)."""
+    blobs = []
+    for bodies in (node_module._block_bodies, node_module._block_bodies_python):
+        monkeypatch.setattr(node_module, "_block_bodies", bodies)
+        s = Stream(node_entries=300)
+        rng = random.Random(22)
+        for _ in range(40):
+            s.append_columns([b"t%d" % rng.randint(0, 2) for _ in range(25)],
+                             [rng.randbytes(rng.randint(0, 300)) for _ in range(25)], T0)
+        check_stream(s)
+        blobs.append([node.blob() for node in s._nodes if node.sealed])
+    assert blobs[0] == blobs[1] and len(blobs[0]) == 3
+
+
+def test_block_bodies_follows_the_switch():
+    words = c_extensions.probe_words("from tstream.engine import node; "
+                                     "print(node._block_bodies is node._block_bodies_python)", pure=True)
+    assert words == ["True"]
+    assert c_extensions.probe_words("from tstream.engine import node; "
+                                    "print(node._block_bodies is node._block_bodies_python)",
+                                    pure=False) == ["False" if c_block_bodies is not None else "True"]

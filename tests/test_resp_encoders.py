@@ -4,9 +4,11 @@ replies: integers, runs of integers, TREAD entries, JetStream messages)."""
 
 from __future__ import annotations
 
+import importlib
 import random
 import time
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -35,6 +37,16 @@ from tstream.resp import (
     encode_stream_entries,
     encode_stream_ids,
 )
+
+from . import c_extensions
+
+try:
+    from tstream.resp._speedups import encode_integer_run as c_encode_integer_run
+except ImportError:
+    c_encode_integer_run = None
+
+encode_module = importlib.import_module("tstream.resp.encode")  # (tstream.resp.encode: the function)
+needs_c = c_extensions.needs_c(c_encode_integer_run)
 
 protocols = st.sampled_from([2, 3])
 int64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
@@ -68,6 +80,40 @@ def test_integer(value, protocol):
 def test_integer_run(first, count, protocol):
     expected = b"".join(encode(first + i, protocol) for i in range(count))
     assert encode_integer_run(first, count) == expected
+
+
+@given(st.integers(min_value=-(1 << 70), max_value=1 << 70), st.integers(min_value=0, max_value=80))
+def test_integer_run_python(first, count):
+    expected = b"".join(encode(first + i, 2) for i in range(count))
+    assert encode_module.encode_integer_run_python(first, count) == expected
+
+
+@needs_c
+def test_integer_run_in_c_is_the_python_one():
+    """resp/_speedups.c ``encode_integer_run`` against its fallback: every width
+    and carry (9 -> 10, 999 -> 1000), 0, its limit 10**18 and past it (where
+    it calls the Python one), negative and huge ints."""
+    assert encode_module.encode_integer_run is c_encode_integer_run
+    rng = random.Random(35)
+    edges = [0, 1, 8, 9, 10, 98, 99, 100, 999, 10**9 - 3, 10**17 - 1, 10**18 - 40, 10**18 - 1, 10**18,
+             10**18 + 1, 1 << 63, 1 << 64, -1, -17, -(1 << 63), -(1 << 70)]
+    for _ in range(3000):
+        first = rng.choice(edges + [rng.randrange(10**k) for k in range(1, 19)])
+        count = rng.choice((0, 1, 2, 16, 64, 101, rng.randrange(400)))
+        assert c_encode_integer_run(first, count) == encode_module.encode_integer_run_python(first, count), (first, count)
+    with pytest.raises(TypeError):
+        c_encode_integer_run(1)
+    with pytest.raises(TypeError):
+        c_encode_integer_run(b"1", 2)
+    assert c_extensions.memory_error_count(lambda: c_encode_integer_run(123, 16), 4) >= 1
+    assert c_encode_integer_run(123, 3) == b":123\r\n:124\r\n:125\r\n"
+
+
+def test_integer_run_follows_the_switch():
+    probe = "from tstream.resp import encode; print(encode.encode_integer_run is encode.encode_integer_run_python)"
+    assert c_extensions.probe_words(probe.replace("from tstream.resp import encode",
+                                                  "import importlib; encode = importlib.import_module('tstream.resp.encode')"),
+                                    pure=True) == ["True"]
 
 
 @given(st.integers(min_value=0, max_value=(1 << 64) - 1), offsets, st.integers(min_value=0, max_value=40), protocols)
