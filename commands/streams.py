@@ -342,7 +342,12 @@ def resolve_offset(stream, offset: int | bytes) -> int:
 
 
 class ReadRequest:
-    """A parsed TREAD; kept by a blocked client until it can be served."""
+    """A parsed TREAD; kept by a blocked client until it can be served.
+
+    A group read's request is never changed once parsed (only a plain read's
+    offset is resolved in place, see ``perform_read``): the same request serves
+    every repeat of its words (``TreadParses``), shared by the clients that sent
+    them."""
 
     __slots__ = ("key", "offset", "count", "block_ms", "group", "retry", "withinfo")
 
@@ -365,26 +370,39 @@ class TreadParses:
     """TREAD's parser, with the parses of group reads kept.
 
     A group's consumers send the very same TREAD over and over: its parse is
-    kept, by its words, so a repeat costs one dict lookup (at most MAX of them,
-    forgotten all at once when full; plain reads are not kept, their offsets
-    change from one read to the next).  One per server (``server.tread_parses``).
+    kept, by its words, so a repeat costs one join and one dict lookup (at most
+    MAX of them, forgotten all at once when full; plain reads are not kept, their
+    offsets change from one read to the next).  One per server
+    (``server.tread_parses``).
+
+    The key is the words joined by NUL bytes (one hash of one string, not of
+    eleven new words): kept only when no word holds a NUL, with the number of
+    words, which a hit must match -- then the words are the same ones (a NUL in
+    a word of the repeat would make one word fewer).  What is kept is the
+    ReadRequest itself: a group read's request is never changed (ReadRequest).
+    Only the words are parsed: nothing read from the server's state (a config,
+    the replication role, ACL, MULTI) is kept, those are checked at every read.
     """
 
     MAX = 1024
 
     def __init__(self) -> None:
-        self.kept: dict[tuple, tuple] = {}  # the words of a group read -> ReadRequest.fields()
+        self.kept: dict[bytes, tuple] = {}  # the words of a group read, joined -> (their number, ReadRequest)
 
     def parse(self, argv) -> ReadRequest:
-        words = tuple(argv)
-        fields = self.kept.get(words)
-        if fields is not None:
-            return ReadRequest(*fields)
+        words = b"\0".join(argv)
+        kept = self.kept.get(words)
+        if kept is not None and kept[0] == len(argv):
+            return kept[1]
+        return self.parse_new(argv, words)
+
+    def parse_new(self, argv, words: bytes) -> ReadRequest:
+        """``argv`` parsed (raises CommandError); kept if a group read (``words``: its key)."""
         request = parse_tread(argv)
-        if request.group is not None:
+        if request.group is not None and words.count(b"\0") == len(argv) - 1:
             if len(self.kept) >= self.MAX:
                 self.kept.clear()
-            self.kept[words] = request.fields()
+            self.kept[words] = (len(argv), request)
         return request
 
 
@@ -490,14 +508,17 @@ def tread(client, argv):
         if _plain_numbers(offset, count):
             stream = client.server.streams.get(argv[1])
             return Entries(stream.read(int(offset), int(count)) if stream is not None else ())
-    request = client.server.tread_parses.parse(argv)
-    if request.group is not None and client.server.replication.denied_writes is not None:
-        raise CommandError(client.server.replication.denied_writes)  # a group read writes (READONLY replica)
+    server = client.server
+    words = b"\0".join(argv)  # (TreadParses.parse, inlined: a group's consumers send this read over and over)
+    kept = server.tread_parses.kept.get(words)
+    request = kept[1] if kept is not None and kept[0] == len(argv) else server.tread_parses.parse_new(argv, words)
+    if request.group is not None and server.replication.denied_writes is not None:
+        raise CommandError(server.replication.denied_writes)  # a group read writes (READONLY replica)
     if client.in_exec:  # in a transaction: served now, and a BLOCK that would wait times out at once
-        reply = perform_read(client.server, request, blocking=False)
+        reply = perform_read(server, request, blocking=False)
         return NULL_ARRAY if not reply and request.block_ms is not None and request.count else reply
     if request.group is not None:
-        blocking = client.server.blocking
+        blocking = server.blocking
         # A BLOCK read of a group that has nothing to hand out (a consumer back for
         # more after its TACK: the loop's usual read) waits at once, at the back of
         # its group's queue, where the end of the turn would have put it: no turn end
@@ -505,9 +526,9 @@ def tread(client, argv):
         if request.block_ms is None or not request.count or not blocking.wait_now(client, request):
             blocking.defer(client, request)
         return NO_REPLY
-    reply = perform_read(client.server, request, blocking=request.block_ms is not None)
+    reply = perform_read(server, request, blocking=request.block_ms is not None)
     if reply is None:
-        client.server.blocking.block(client, request)
+        server.blocking.block(client, request)
         return NO_REPLY
     return reply
 

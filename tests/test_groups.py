@@ -481,11 +481,39 @@ def test_kept_group_read_parses_are_bounded():
         assert (request.key, request.count, request.group) == (b"k%d" % i, 10, b"g")
         assert len(parses.kept) <= TreadParses.MAX
     parses.parse([b"TREAD", b"k", b"5", b"1"])  # a plain read is not kept
-    assert (b"TREAD", b"k", b"5", b"1") not in parses.kept
+    assert b"TREAD\0k\0005\0001" not in parses.kept
+    plain = parses.parse([b"TREAD", b"k", b"$", b"1", b"BLOCK", b"0"])
+    plain.offset = 42  # what perform_read does with a plain read's "$": each read has its own request
+    again = parses.parse([b"TREAD", b"k", b"$", b"1", b"BLOCK", b"0"])
+    assert again is not plain and again.offset == b"$" and again.block_ms == 0
+    # A group read's request is never changed: the repeat is the kept one, shared.
     first = parses.parse([b"TREAD", b"k", b"$", b"1", b"GROUP", b"g", b"BLOCK", b"0"])
-    first.offset = 42  # what blocking does with a resolved "$": the kept parse is untouched
-    again = parses.parse([b"TREAD", b"k", b"$", b"1", b"GROUP", b"g", b"BLOCK", b"0"])
-    assert again is not first and again.offset == b"$" and again.block_ms == 0
+    assert parses.parse([b"TREAD", b"k", b"$", b"1", b"GROUP", b"g", b"BLOCK", b"0"]) is first
+
+
+def test_kept_group_read_parses_tell_words_with_nul_bytes_apart():
+    """The kept parses are keyed by the words joined with NUL bytes: a repeat whose
+    words join to the same bytes but split differently (a NUL inside a word) is a
+    different read, parsed on its own (and an error stays an error)."""
+    from tstream.commands.errors import CommandError
+    from tstream.commands.streams import TreadParses
+
+    parses = TreadParses()
+    kept = parses.parse([b"TREAD", b"k", b"-", b"10", b"GROUP", b"g"])
+    assert (kept.key, kept.group) == (b"k", b"g")
+    # b"k\0-" as the key: the same joined bytes, one word fewer (a count "GROUP": an error)
+    with pytest.raises(CommandError):
+        parses.parse([b"TREAD", b"k\0-", b"10", b"GROUP", b"g"])
+    other = parses.parse([b"TREAD", b"k\0-", b"10", b"5", b"GROUP", b"g"])
+    assert (other.key, other.offset, other.count, other.group) == (b"k\0-", 10, 5, b"g")
+    assert b"TREAD\0k\0-\00010\0005\0GROUP\0g" not in parses.kept  # a word with a NUL: not kept
+    kept_block = parses.parse([b"TREAD", b"k", b"-", b"10", b"GROUP", b"g", b"BLOCK", b"5"])
+    assert kept_block.block_ms == 5
+    with pytest.raises(CommandError):  # the same joined bytes, with b"g\0BLOCK" as the group: "5" is no keyword
+        parses.parse([b"TREAD", b"k", b"-", b"10", b"GROUP", b"g\0BLOCK", b"5"])
+    group_with_nul = parses.parse([b"TREAD", b"k", b"-", b"10", b"GROUP", b"g\0BLOCK"])
+    assert group_with_nul.group == b"g\0BLOCK" and group_with_nul.block_ms is None
+    assert parses.parse([b"TREAD", b"k", b"-", b"10", b"GROUP", b"g", b"BLOCK", b"5"]) is kept_block
 
 
 class TestGroupReadsAtTheEndOfTheTurn:
