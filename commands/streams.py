@@ -9,6 +9,7 @@ handler returns.
 
 from __future__ import annotations
 
+import os
 import re
 from time import time_ns
 
@@ -578,16 +579,16 @@ def tack(client, argv):
     Acknowledges pending entries of the group; replies how many were pending.
     Amortised O(k).
     """
-    if len(argv) == 4 and argv[3].isdigit() and argv[3][0] != 48 and len(argv[3]) < 19:
-        offsets = [int(argv[3])]  # one plain offset >= 1 (to_positive_list's answer, without its checks)
+    offsets = plain_positive_ints(argv, 3)  # plain offsets >= 1, the usual (to_positive_list's answer)
+    if offsets is not None:
+        pass
     elif len(argv) == 4 and b"-" in argv[3]:
         match = _RANGE.match(argv[3])
         if match is None:
             raise CommandError("ERR invalid range, use start-end with positive integers")
         start, end = int(match.group(1)), int(match.group(2))
-        offsets = None
     else:
-        offsets = to_positive_list(argv[3:], "offset")
+        offsets = to_positive_list(argv[3:], "offset")  # (its errors)
     server = client.server
     stream = server.streams.get(argv[1])
     group = stream.groups.get(argv[2]) if stream is not None else None
@@ -608,6 +609,27 @@ def tack(client, argv):
 
 
 _RANGE = re.compile(rb"([1-9][0-9]{0,18})-([1-9][0-9]{0,18})\Z")
+
+
+def plain_positive_ints_python(words: list, start: int) -> list | None:
+    """The ints of ``words[start:]`` when each is a plain decimal number >= 1 of at
+    most 18 digits (no sign, no leading zero: what to_positive_list takes without
+    its checks), else None; [] when there are none.  resp/_speedups.c's
+    ``plain_positive_ints`` (TACK's offsets in one C call) is this, in C."""
+    args = words[start:]
+    if not args:
+        return []
+    if b"".join(args).isdigit() and min(args)[:1] not in (b"0", b"") and max(map(len, args)) < 19:
+        return list(map(int, args))
+    return None
+
+
+try:
+    if os.environ.get("TSTREAM_PURE_PYTHON", "") not in ("", "0"):
+        raise ImportError("TSTREAM_PURE_PYTHON is set")
+    from tstream.resp._speedups import plain_positive_ints
+except ImportError:
+    plain_positive_ints = plain_positive_ints_python
 
 
 def tpending(client, argv):

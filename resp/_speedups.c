@@ -2,7 +2,8 @@
    each further down and separate code, the writer of DGET pages
    (encode_table_page), the replies of a pipelined XADD run
    (encode_stream_id_run), a fast batch run's batch-seq check (decimal_run)
-   and its columns (fast_run_columns).
+   and its columns (fast_run_columns), integer replies and TACK's offsets
+   (integer_reply, plain_positive_ints).
 
    parse_many(data, max_bulk) -> list of commands (each a list of bytes), or None
    parse_one(data, max_bulk)  -> one command (a list of bytes), or None
@@ -809,6 +810,109 @@ decimal_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_TRUE;
 }
 
+/* ---- integer_reply and plain_positive_ints: the unpipelined T* group loop's (helper grp13),
+   separate from the rest ----
+
+   integer_reply(value) -> b":%d\r\n" % value for an int (TWRITE's offset, TACK's
+   count: the dispatcher's most frequent reply), without the format's parse.
+
+   plain_positive_ints(words, start) -> [int(w) for w in words[start:]] when every
+   one of those words (a list of bytes) is a plain decimal number >= 1 as
+   commands.args.to_positive_list takes them without its checks (digits only, no
+   leading zero, 1 to 18 of them); None when one is not (the caller's own parse
+   then gives the error, or reads another form); [] when there are none.  Every
+   word is checked before anything is allocated. */
+
+static PyObject *
+integer_reply(PyObject *module, PyObject *value)
+{
+    (void)module;
+    if (!PyLong_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "integer_reply() takes an int");
+        return NULL;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow) {  /* past 64 bits: the decimal text Python writes */
+        PyObject *text = PyObject_Str(value);
+        if (text == NULL)
+            return NULL;
+        Py_ssize_t size;
+        const char *digits = PyUnicode_AsUTF8AndSize(text, &size);
+        PyObject *reply = digits == NULL ? NULL : PyBytes_FromFormat(":%s\r\n", digits);
+        Py_DECREF(text);
+        return reply;
+    }
+    char buf[24];  /* ":" + a sign + 19 digits + CRLF */
+    char *end = buf + sizeof(buf);
+    char *start = end;
+    *--start = '\n';
+    *--start = '\r';
+    unsigned long long magnitude = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--start = (char)('0' + magnitude % 10);
+        magnitude /= 10;
+    } while (magnitude);
+    if (v < 0)
+        *--start = '-';
+    *--start = ':';
+    return PyBytes_FromStringAndSize(start, end - start);
+}
+
+static PyObject *
+plain_positive_ints(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "plain_positive_ints() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *words = args[0];
+    if (!PyList_CheckExact(words)) {
+        PyErr_SetString(PyExc_TypeError, "plain_positive_ints() takes a list of bytes");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    if (start < 0) {
+        PyErr_SetString(PyExc_ValueError, "plain_positive_ints(): start must be >= 0");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(words);
+    for (Py_ssize_t i = start; i < count; i++) {
+        PyObject *word = PyList_GET_ITEM(words, i);
+        if (!PyBytes_CheckExact(word))
+            Py_RETURN_NONE;
+        Py_ssize_t size = PyBytes_GET_SIZE(word);
+        const char *text = PyBytes_AS_STRING(word);
+        if (size < 1 || size > 18 || text[0] < '1' || text[0] > '9')
+            Py_RETURN_NONE;
+        for (Py_ssize_t k = 1; k < size; k++)
+            if (text[k] < '0' || text[k] > '9')
+                Py_RETURN_NONE;
+    }
+    PyObject *result = PyList_New(count > start ? count - start : 0);
+    if (result == NULL)
+        return NULL;
+    for (Py_ssize_t i = start; i < count; i++) {
+        PyObject *word = PyList_GET_ITEM(words, i);
+        const char *text = PyBytes_AS_STRING(word);
+        long long value = 0;
+        for (Py_ssize_t k = 0; k < PyBytes_GET_SIZE(word); k++)
+            value = value * 10 + (text[k] - '0');
+        PyObject *number = PyLong_FromLongLong(value);
+        if (number == NULL) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyList_SET_ITEM(result, i - start, number);
+    }
+    return result;
+}
+
 /* ---- parse_read and run_end: the parser's, for pipelined reads (helper run10) ----
 
    parse_read(data, max_bulk): one call for a read whichever its shape, so that a
@@ -1374,6 +1478,11 @@ static PyMethodDef speedups_methods[] = {
     {"fast_run_columns", (PyCFunction)(void (*)(void))fast_run_columns, METH_FASTCALL,
      "fast_run_columns(argvs, lo) -> (subjects, datas) of a run of 'BATCH key id seq subject data\n"
      "FAST flow gap' commands alike with batch-seqs lo, lo + 1, ...; False if not; None: cannot tell."},
+    {"integer_reply", (PyCFunction)integer_reply, METH_O,
+     "integer_reply(value) -> b':%d\\r\\n' % value (an int)."},
+    {"plain_positive_ints", (PyCFunction)(void (*)(void))plain_positive_ints, METH_FASTCALL,
+     "plain_positive_ints(words, start) -> the ints of words[start:] when each is a plain decimal\n"
+     "number >= 1 of at most 18 digits (no sign, no leading zero), else None."},
     {NULL, NULL, 0, NULL},
 };
 
