@@ -7,6 +7,7 @@ TACK/TWRITE replies through them, over TCP (the same on the pure-Python pass,
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 import redis
@@ -133,3 +134,102 @@ def test_tack_and_twrite_replies_through_the_server(server):
     assert r.execute_command("TACK", "loop", "g", "9", "10") == 2
     assert r.execute_command("TACK", "nokey", "g", "1") == 0
     r.close()
+
+
+# ---- encode_entries (TREAD's reply) ----
+
+from tstream.resp import Entries  # noqa: E402
+from tstream.resp import encode as encode_reply  # noqa: E402
+from tstream.resp.encode import encode_entries_python  # noqa: E402
+
+try:
+    from tstream.resp._speedups import encode_entries as c_encode_entries
+except ImportError:
+    c_encode_entries = None
+if c_integer_reply is None:  # (TSTREAM_PURE_PYTHON=1)
+    c_encode_entries = None
+
+
+def _random_entries(rng: random.Random) -> list:
+    entries = []
+    for _ in range(rng.choice((0, 1, 1, 2, 3, 10, rng.randrange(0, 40)))):
+        if rng.random() < 0.15:
+            entries.append(None)
+            continue
+        offset = rng.choice((1, 9, 10, rng.randrange(1, 10 ** rng.randrange(1, 19)), 2 ** 63 - 1))
+        tag = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 12)))
+        data = bytes(rng.randrange(256) for _ in range(rng.choice((0, 1, 9, 10, 99, 100, rng.randrange(0, 3000)))))
+        kind = rng.randrange(6)
+        if kind == 4:
+            data = bytearray(data)
+        elif kind == 5:
+            data = memoryview(data)
+        entries.append((offset, tag, data) if rng.random() < 0.5 else [offset, tag, data])
+    return entries
+
+
+@needs_c(c_encode_entries)
+def test_the_c_encode_entries_against_python():
+    rng = random.Random(23)
+    for _ in range(3000):
+        entries = _random_entries(rng)
+        for resp3 in (False, True):
+            want = encode_entries_python(Entries(entries), resp3)
+            assert c_encode_entries(Entries(entries), resp3) == want
+            assert c_encode_entries(entries, resp3) == want and c_encode_entries(tuple(entries), resp3) == want
+    for bad in ([(1, b"t")], [(1, b"t", b"d", 4)], [("1", b"t", b"d")], [(1, "t", b"d")], [(1, b"t", 5)], [5],
+                [(1.0, b"t", b"d")]):
+        with pytest.raises(TypeError):
+            c_encode_entries(bad, False)
+    with pytest.raises(OverflowError):
+        c_encode_entries([(2 ** 64, b"t", b"d")], False)
+    with pytest.raises(TypeError):
+        c_encode_entries(iter([]), False)
+
+
+@needs_c(c_encode_entries)
+def test_the_c_encode_entries_survives_memory_errors():
+    entries = Entries([(7, b"tag", b"x" * 100), None, [8, b"tag", bytearray(b"y" * 50)]])
+    assert memory_error_count(lambda: c_encode_entries(entries, True), 1) == 1  # its one allocation
+    assert c_encode_entries(entries, True) == encode_entries_python(entries, True)
+
+
+def test_encode_entries_through_encode():
+    """encode() of an Entries reply (C or fallback) is the fallback's, both protocols."""
+    rng = random.Random(24)
+    for _ in range(300):
+        entries = Entries(_random_entries(rng))
+        assert encode_reply(entries, 2) == encode_entries_python(entries, False)
+        assert encode_reply(entries, 3) == encode_entries_python(entries, True)
+
+
+def test_tread_replies_through_the_server(server):
+    """TREAD's replies (plain, group, a woken group reader's), RESP2 and RESP3, byte for byte."""
+    import socket
+
+    from .conftest import read_until_quiet
+
+    def mb(*args: bytes) -> bytes:
+        return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+    with socket.create_connection(("127.0.0.1", server.port)) as c:
+        c.sendall(mb(b"TWRITE", b"er", b"ENTRIES", b"t", b"one", b"tag2", b"x" * 200))
+        assert read_until_quiet(c, 0.05) == b":1\r\n"
+        c.sendall(mb(b"TREAD", b"er", b"1", b"5"))
+        assert read_until_quiet(c, 0.05) == (b"*2\r\n*3\r\n:1\r\n$1\r\nt\r\n$3\r\none\r\n"
+                                              b"*3\r\n:2\r\n$4\r\ntag2\r\n$200\r\n" + b"x" * 200 + b"\r\n")
+        c.sendall(mb(b"TREAD", b"er", b"-", b"1", b"GROUP", b"g", b"RETRY", b"30000", b"600000"))
+        assert read_until_quiet(c, 0.05) == b"*1\r\n*3\r\n:1\r\n$1\r\nt\r\n$3\r\none\r\n"
+        c.sendall(mb(b"HELLO", b"3"))
+        read_until_quiet(c, 0.05)
+        c.sendall(mb(b"TEVICT", b"er", b"1") + mb(b"TREAD", b"er", b"1", b"3"))
+        assert read_until_quiet(c, 0.05) == b":1\r\n*2\r\n_\r\n*3\r\n:2\r\n$4\r\ntag2\r\n$200\r\n" + b"x" * 200 + b"\r\n"
+        read = mb(b"TREAD", b"er", b"-", b"5", b"GROUP", b"g", b"RETRY", b"30000", b"600000", b"BLOCK", b"2000")
+        c.sendall(read)
+        assert read_until_quiet(c, 0.05) == b"*1\r\n*3\r\n:2\r\n$4\r\ntag2\r\n$200\r\n" + b"x" * 200 + b"\r\n"
+        c.sendall(read)  # nothing left: blocks, then is woken by the write
+        time.sleep(0.05)
+        with socket.create_connection(("127.0.0.1", server.port)) as w:
+            w.sendall(mb(b"TWRITE", b"er", b"t3", b"woken"))
+            assert read_until_quiet(w, 0.05) == b":3\r\n"
+        assert read_until_quiet(c, 0.2) == b"*1\r\n*3\r\n:3\r\n$2\r\nt3\r\n$5\r\nwoken\r\n"
