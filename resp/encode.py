@@ -405,7 +405,7 @@ def encode(value, protocol: int) -> bytes:
     return b"".join(out)
 
 
-def encode_entries_python(entries: Entries, resp3: bool) -> bytes:
+def encode_entries_python(entries: list | tuple, resp3: bool) -> bytes:
     """The TREAD reply: ``encode(entries, protocol)``, without the per-item type
     dispatch (this is the reply the server sends most after integers).  In C
     (``encode_entries`` below) unless the extension is off or not built."""
