@@ -9,6 +9,7 @@ handler returns.
 
 from __future__ import annotations
 
+import os
 import re
 from time import time_ns
 
@@ -367,7 +368,12 @@ def resolve_offset(stream, offset: int | bytes) -> int:
 
 
 class ReadRequest:
-    """A parsed TREAD; kept by a blocked client until it can be served."""
+    """A parsed TREAD; kept by a blocked client until it can be served.
+
+    A group read's request is never changed once parsed (only a plain read's
+    offset is resolved in place, see ``perform_read``): the same request serves
+    every repeat of its words (``TreadParses``), shared by the clients that sent
+    them."""
 
     __slots__ = ("key", "offset", "count", "block_ms", "group", "retry", "withinfo")
 
@@ -390,26 +396,39 @@ class TreadParses:
     """TREAD's parser, with the parses of group reads kept.
 
     A group's consumers send the very same TREAD over and over: its parse is
-    kept, by its words, so a repeat costs one dict lookup (at most MAX of them,
-    forgotten all at once when full; plain reads are not kept, their offsets
-    change from one read to the next).  One per server (``server.tread_parses``).
+    kept, by its words, so a repeat costs one join and one dict lookup (at most
+    MAX of them, forgotten all at once when full; plain reads are not kept, their
+    offsets change from one read to the next).  One per server
+    (``server.tread_parses``).
+
+    The key is the words joined by NUL bytes (one hash of one string, not of
+    eleven new words): kept only when no word holds a NUL, with the number of
+    words, which a hit must match -- then the words are the same ones (a NUL in
+    a word of the repeat would make one word fewer).  What is kept is the
+    ReadRequest itself: a group read's request is never changed (ReadRequest).
+    Only the words are parsed: nothing read from the server's state (a config,
+    the replication role, ACL, MULTI) is kept, those are checked at every read.
     """
 
     MAX = 1024
 
     def __init__(self) -> None:
-        self.kept: dict[tuple, tuple] = {}  # the words of a group read -> ReadRequest.fields()
+        self.kept: dict[bytes, tuple] = {}  # the words of a group read, joined -> (their number, ReadRequest)
 
     def parse(self, argv) -> ReadRequest:
-        words = tuple(argv)
-        fields = self.kept.get(words)
-        if fields is not None:
-            return ReadRequest(*fields)
+        words = b"\0".join(argv)
+        kept = self.kept.get(words)
+        if kept is not None and kept[0] == len(argv):
+            return kept[1]
+        return self.parse_new(argv, words)
+
+    def parse_new(self, argv, words: bytes) -> ReadRequest:
+        """``argv`` parsed (raises CommandError); kept if a group read (``words``: its key)."""
         request = parse_tread(argv)
-        if request.group is not None:
+        if request.group is not None and words.count(b"\0") == len(argv) - 1:
             if len(self.kept) >= self.MAX:
                 self.kept.clear()
-            self.kept[words] = request.fields()
+            self.kept[words] = (len(argv), request)
         return request
 
 
@@ -515,14 +534,17 @@ def tread(client, argv):
         if _plain_numbers(offset, count):
             stream = client.server.streams.get(argv[1])
             return Entries(stream.read(int(offset), int(count)) if stream is not None else ())
-    request = client.server.tread_parses.parse(argv)
-    if request.group is not None and client.server.replication.denied_writes is not None:
-        raise CommandError(client.server.replication.denied_writes)  # a group read writes (READONLY replica)
+    server = client.server
+    words = b"\0".join(argv)  # (TreadParses.parse, inlined: a group's consumers send this read over and over)
+    kept = server.tread_parses.kept.get(words)
+    request = kept[1] if kept is not None and kept[0] == len(argv) else server.tread_parses.parse_new(argv, words)
+    if request.group is not None and server.replication.denied_writes is not None:
+        raise CommandError(server.replication.denied_writes)  # a group read writes (READONLY replica)
     if client.in_exec:  # in a transaction: served now, and a BLOCK that would wait times out at once
-        reply = perform_read(client.server, request, blocking=False)
+        reply = perform_read(server, request, blocking=False)
         return NULL_ARRAY if not reply and request.block_ms is not None and request.count else reply
     if request.group is not None:
-        blocking = client.server.blocking
+        blocking = server.blocking
         # A BLOCK read of a group that has nothing to hand out (a consumer back for
         # more after its TACK: the loop's usual read) waits at once, at the back of
         # its group's queue, where the end of the turn would have put it: no turn end
@@ -530,9 +552,9 @@ def tread(client, argv):
         if request.block_ms is None or not request.count or not blocking.wait_now(client, request):
             blocking.defer(client, request)
         return NO_REPLY
-    reply = perform_read(client.server, request, blocking=request.block_ms is not None)
+    reply = perform_read(server, request, blocking=request.block_ms is not None)
     if reply is None:
-        client.server.blocking.block(client, request)
+        server.blocking.block(client, request)
         return NO_REPLY
     return reply
 
@@ -582,16 +604,16 @@ def tack(client, argv):
     Acknowledges pending entries of the group; replies how many were pending.
     Amortised O(k).
     """
-    if len(argv) == 4 and argv[3].isdigit() and argv[3][0] != 48 and len(argv[3]) < 19:
-        offsets = [int(argv[3])]  # one plain offset >= 1 (to_positive_list's answer, without its checks)
+    offsets = plain_positive_ints(argv, 3)  # plain offsets >= 1, the usual (to_positive_list's answer)
+    if offsets is not None:
+        pass
     elif len(argv) == 4 and b"-" in argv[3]:
         match = _RANGE.match(argv[3])
         if match is None:
             raise CommandError("ERR invalid range, use start-end with positive integers")
         start, end = int(match.group(1)), int(match.group(2))
-        offsets = None
     else:
-        offsets = to_positive_list(argv[3:], "offset")
+        offsets = to_positive_list(argv[3:], "offset")  # (its errors)
     server = client.server
     stream = server.streams.get(argv[1])
     group = stream.groups.get(argv[2]) if stream is not None else None
@@ -612,6 +634,27 @@ def tack(client, argv):
 
 
 _RANGE = re.compile(rb"([1-9][0-9]{0,18})-([1-9][0-9]{0,18})\Z")
+
+
+def plain_positive_ints_python(words: list, start: int) -> list | None:
+    """The ints of ``words[start:]`` when each is a plain decimal number >= 1 of at
+    most 18 digits (no sign, no leading zero: what to_positive_list takes without
+    its checks), else None; [] when there are none.  resp/_speedups.c's
+    ``plain_positive_ints`` (TACK's offsets in one C call) is this, in C."""
+    args = words[start:]
+    if not args:
+        return []
+    if b"".join(args).isdigit() and min(args)[:1] not in (b"0", b"") and max(map(len, args)) < 19:
+        return list(map(int, args))
+    return None
+
+
+try:
+    if os.environ.get("TSTREAM_PURE_PYTHON", "") not in ("", "0"):
+        raise ImportError("TSTREAM_PURE_PYTHON is set")
+    from tstream.resp._speedups import plain_positive_ints
+except ImportError:
+    plain_positive_ints = plain_positive_ints_python
 
 
 def tpending(client, argv):

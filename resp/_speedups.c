@@ -2,8 +2,9 @@
    each further down and separate code, the writer of DGET pages
    (encode_table_page), the replies of a pipelined XADD run
    (encode_stream_id_run), a fast batch run's batch-seq check (decimal_run)
-   and its columns (fast_run_columns), and a TWRITE run's replies
-   (encode_integer_run).
+   and its columns (fast_run_columns), a TWRITE run's replies
+   (encode_integer_run), integer replies and TACK's offsets
+   (integer_reply, plain_positive_ints) and TREAD's replies (encode_entries).
 
    parse_many(data, max_bulk) -> list of commands (each a list of bytes), or None
    parse_one(data, max_bulk)  -> one command (a list of bytes), or None
@@ -810,6 +811,302 @@ decimal_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_TRUE;
 }
 
+/* ---- integer_reply and plain_positive_ints: the unpipelined T* group loop's (helper grp13),
+   separate from the rest ----
+
+   integer_reply(value) -> b":%d\r\n" % value for an int (TWRITE's offset, TACK's
+   count: the dispatcher's most frequent reply), without the format's parse.
+
+   plain_positive_ints(words, start) -> [int(w) for w in words[start:]] when every
+   one of those words (a list of bytes) is a plain decimal number >= 1 as
+   commands.args.to_positive_list takes them without its checks (digits only, no
+   leading zero, 1 to 18 of them); None when one is not (the caller's own parse
+   then gives the error, or reads another form); [] when there are none.  Every
+   word is checked before anything is allocated. */
+
+static PyObject *
+integer_reply(PyObject *module, PyObject *value)
+{
+    (void)module;
+    if (!PyLong_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "integer_reply() takes an int");
+        return NULL;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow) {  /* past 64 bits: the decimal text Python writes */
+        PyObject *text = PyObject_Str(value);
+        if (text == NULL)
+            return NULL;
+        Py_ssize_t size;
+        const char *digits = PyUnicode_AsUTF8AndSize(text, &size);
+        PyObject *reply = digits == NULL ? NULL : PyBytes_FromFormat(":%s\r\n", digits);
+        Py_DECREF(text);
+        return reply;
+    }
+    char buf[24];  /* ":" + a sign + 19 digits + CRLF */
+    char *end = buf + sizeof(buf);
+    char *start = end;
+    *--start = '\n';
+    *--start = '\r';
+    unsigned long long magnitude = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--start = (char)('0' + magnitude % 10);
+        magnitude /= 10;
+    } while (magnitude);
+    if (v < 0)
+        *--start = '-';
+    *--start = ':';
+    return PyBytes_FromStringAndSize(start, end - start);
+}
+
+static PyObject *
+plain_positive_ints(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "plain_positive_ints() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *words = args[0];
+    if (!PyList_CheckExact(words)) {
+        PyErr_SetString(PyExc_TypeError, "plain_positive_ints() takes a list of bytes");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    if (start < 0) {
+        PyErr_SetString(PyExc_ValueError, "plain_positive_ints(): start must be >= 0");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(words);
+    for (Py_ssize_t i = start; i < count; i++) {
+        PyObject *word = PyList_GET_ITEM(words, i);
+        if (!PyBytes_CheckExact(word))
+            Py_RETURN_NONE;
+        Py_ssize_t size = PyBytes_GET_SIZE(word);
+        const char *text = PyBytes_AS_STRING(word);
+        if (size < 1 || size > 18 || text[0] < '1' || text[0] > '9')
+            Py_RETURN_NONE;
+        for (Py_ssize_t k = 1; k < size; k++)
+            if (text[k] < '0' || text[k] > '9')
+                Py_RETURN_NONE;
+    }
+    PyObject *result = PyList_New(count > start ? count - start : 0);
+    if (result == NULL)
+        return NULL;
+    for (Py_ssize_t i = start; i < count; i++) {
+        PyObject *word = PyList_GET_ITEM(words, i);
+        const char *text = PyBytes_AS_STRING(word);
+        long long value = 0;
+        for (Py_ssize_t k = 0; k < PyBytes_GET_SIZE(word); k++)
+            value = value * 10 + (text[k] - '0');
+        PyObject *number = PyLong_FromLongLong(value);
+        if (number == NULL) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyList_SET_ITEM(result, i - start, number);
+    }
+    return result;
+}
+
+/* ---- encode_entries: TREAD's reply (helper grp13), separate from the rest ----
+
+   encode_entries(entries, resp3) -> resp/encode.py's encode_entries_python's
+   bytes: "*<n>\r\n", then each entry [offset, tag, data] (a list or tuple of an
+   int and two bytes-like objects) as "*3\r\n:<offset>\r\n$<len>\r\n<tag>\r\n
+   $<len>\r\n<data>\r\n", a None as "_\r\n" (RESP3) or "$-1\r\n".  Two passes:
+   the size, then one allocation and the copies.  TypeError for anything else
+   (an offset past 64 bits: OverflowError), as the format raises for what it
+   cannot write. */
+
+/* The decimal text of v into the end of buf[24]; returns where it starts. */
+static char *
+entries_decimal(long long v, char *end)
+{
+    unsigned long long magnitude = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    char *start = end;
+    do {
+        *--start = (char)('0' + magnitude % 10);
+        magnitude /= 10;
+    } while (magnitude);
+    if (v < 0)
+        *--start = '-';
+    return start;
+}
+
+static Py_ssize_t
+entries_decimal_width(long long v)
+{
+    char buf[24];
+    return (buf + sizeof(buf)) - entries_decimal(v, buf + sizeof(buf));
+}
+
+/* An entry's fields, checked; 0, or -1 with an exception set. */
+static int
+entries_fields(PyObject *entry, long long *offset, PyObject **tag, PyObject **data)
+{
+    PyObject *offset_object;
+    if (PyList_Check(entry) && PyList_GET_SIZE(entry) == 3) {
+        offset_object = PyList_GET_ITEM(entry, 0);
+        *tag = PyList_GET_ITEM(entry, 1);
+        *data = PyList_GET_ITEM(entry, 2);
+    } else if (PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 3) {
+        offset_object = PyTuple_GET_ITEM(entry, 0);
+        *tag = PyTuple_GET_ITEM(entry, 1);
+        *data = PyTuple_GET_ITEM(entry, 2);
+    } else {
+        PyErr_SetString(PyExc_TypeError, "encode_entries(): an entry is [offset, tag, data] or None");
+        return -1;
+    }
+    if (!PyLong_Check(offset_object)) {
+        PyErr_SetString(PyExc_TypeError, "encode_entries(): an entry's offset is an int");
+        return -1;
+    }
+    *offset = PyLong_AsLongLong(offset_object);
+    if (*offset == -1 && PyErr_Occurred())
+        return -1;
+    return 0;
+}
+
+/* The size of a bytes-like object (bytes without a buffer request). */
+static Py_ssize_t
+entries_size_of(PyObject *value)
+{
+    if (PyBytes_CheckExact(value))
+        return PyBytes_GET_SIZE(value);
+    Py_buffer view;
+    if (PyObject_GetBuffer(value, &view, PyBUF_SIMPLE) < 0)
+        return -1;
+    Py_ssize_t size = view.len;
+    PyBuffer_Release(&view);
+    return size;
+}
+
+/* Writes "$<len>\r\n<value>\r\n" at *at; -1 with an exception set on failure. */
+static int
+entries_write_bulk(char **at, PyObject *value)
+{
+    const char *bytes;
+    Py_ssize_t size;
+    Py_buffer view;
+    int viewed = 0;
+    if (PyBytes_CheckExact(value)) {
+        bytes = PyBytes_AS_STRING(value);
+        size = PyBytes_GET_SIZE(value);
+    } else {
+        if (PyObject_GetBuffer(value, &view, PyBUF_SIMPLE) < 0)
+            return -1;
+        viewed = 1;
+        bytes = view.buf;
+        size = view.len;
+    }
+    char buf[24];
+    char *digits = entries_decimal(size, buf + sizeof(buf));
+    char *out = *at;
+    *out++ = '$';
+    memcpy(out, digits, (size_t)(buf + sizeof(buf) - digits));
+    out += buf + sizeof(buf) - digits;
+    *out++ = '\r';
+    *out++ = '\n';
+    memcpy(out, bytes, (size_t)size);
+    out += size;
+    *out++ = '\r';
+    *out++ = '\n';
+    *at = out;
+    if (viewed)
+        PyBuffer_Release(&view);
+    return 0;
+}
+
+static PyObject *
+encode_entries(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "encode_entries() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *entries = args[0];
+    if (!PyList_Check(entries) && !PyTuple_Check(entries)) {
+        PyErr_SetString(PyExc_TypeError, "encode_entries() takes a list or tuple of entries");
+        return NULL;
+    }
+    int resp3 = PyObject_IsTrue(args[1]);
+    if (resp3 < 0)
+        return NULL;
+    PyObject **items = PySequence_Fast_ITEMS(entries);
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(entries);
+    const char *null = resp3 ? "_\r\n" : "$-1\r\n";
+    Py_ssize_t null_size = resp3 ? 3 : 5;
+    /* Pass 1: the size.  No Python code runs from here to the end (ints, bytes and
+       C buffers only, the GIL held): the list and its entries cannot change between
+       the passes (the end is checked all the same). */
+    Py_ssize_t total = 1 + entries_decimal_width(count) + 2;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *entry = items[i];
+        if (entry == Py_None) {
+            total += null_size;
+            continue;
+        }
+        long long offset;
+        PyObject *tag, *data;
+        if (entries_fields(entry, &offset, &tag, &data) < 0)
+            return NULL;
+        Py_ssize_t tag_size = entries_size_of(tag), data_size = entries_size_of(data);
+        if (tag_size < 0 || data_size < 0)
+            return NULL;
+        /* *3\r\n :<offset>\r\n $<n>\r\n<tag>\r\n $<n>\r\n<data>\r\n */
+        total += 4 + 1 + entries_decimal_width(offset) + 2 + 1 + entries_decimal_width(tag_size) + 2 + tag_size + 2
+                 + 1 + entries_decimal_width(data_size) + 2 + data_size + 2;
+    }
+    PyObject *reply = PyBytes_FromStringAndSize(NULL, total);
+    if (reply == NULL)
+        return NULL;
+    char *start = PyBytes_AS_STRING(reply);
+    char *at = start;
+    char buf[24];
+    char *digits = entries_decimal(count, buf + sizeof(buf));
+    *at++ = '*';
+    memcpy(at, digits, (size_t)(buf + sizeof(buf) - digits));
+    at += buf + sizeof(buf) - digits;
+    *at++ = '\r';
+    *at++ = '\n';
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *entry = items[i];
+        if (entry == Py_None) {
+            memcpy(at, null, (size_t)null_size);
+            at += null_size;
+            continue;
+        }
+        long long offset;
+        PyObject *tag, *data;
+        if (entries_fields(entry, &offset, &tag, &data) < 0)
+            goto fail;
+        memcpy(at, "*3\r\n:", 5);
+        at += 5;
+        digits = entries_decimal(offset, buf + sizeof(buf));
+        memcpy(at, digits, (size_t)(buf + sizeof(buf) - digits));
+        at += buf + sizeof(buf) - digits;
+        *at++ = '\r';
+        *at++ = '\n';
+        if (entries_write_bulk(&at, tag) < 0 || entries_write_bulk(&at, data) < 0)
+            goto fail;
+    }
+    if (at != start + total) {
+        PyErr_SetString(PyExc_RuntimeError, "encode_entries(): an entry changed while encoded");
+        goto fail;
+    }
+    return reply;
+fail:
+    Py_DECREF(reply);
+    return NULL;
+}
+
 /* ---- parse_read and run_end: the parser's, for pipelined reads (helper run10) ----
 
    parse_read(data, max_bulk): one call for a read whichever its shape, so that a
@@ -1470,6 +1767,14 @@ static PyMethodDef speedups_methods[] = {
     {"encode_integer_run", (PyCFunction)(void (*)(void))encode_integer_run, METH_FASTCALL,
      "encode_integer_run(first, count) -> the integers first, first + 1, ... (count of them) as RESP\n"
      "integer replies, concatenated (resp/encode.py's encode_integer_run_python, in C)."},
+    {"integer_reply", (PyCFunction)integer_reply, METH_O,
+     "integer_reply(value) -> b':%d\\r\\n' % value (an int)."},
+    {"plain_positive_ints", (PyCFunction)(void (*)(void))plain_positive_ints, METH_FASTCALL,
+     "plain_positive_ints(words, start) -> the ints of words[start:] when each is a plain decimal\n"
+     "number >= 1 of at most 18 digits (no sign, no leading zero), else None."},
+    {"encode_entries", (PyCFunction)(void (*)(void))encode_entries, METH_FASTCALL,
+     "encode_entries(entries, resp3) -> TREAD's reply: the entries [offset, tag, data] (or None)\n"
+     "as RESP (resp/encode.py's encode_entries_python, in C)."},
     {NULL, NULL, 0, NULL},
 };
 

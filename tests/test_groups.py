@@ -481,11 +481,39 @@ def test_kept_group_read_parses_are_bounded():
         assert (request.key, request.count, request.group) == (b"k%d" % i, 10, b"g")
         assert len(parses.kept) <= TreadParses.MAX
     parses.parse([b"TREAD", b"k", b"5", b"1"])  # a plain read is not kept
-    assert (b"TREAD", b"k", b"5", b"1") not in parses.kept
+    assert b"TREAD\0k\0005\0001" not in parses.kept
+    plain = parses.parse([b"TREAD", b"k", b"$", b"1", b"BLOCK", b"0"])
+    plain.offset = 42  # what perform_read does with a plain read's "$": each read has its own request
+    again = parses.parse([b"TREAD", b"k", b"$", b"1", b"BLOCK", b"0"])
+    assert again is not plain and again.offset == b"$" and again.block_ms == 0
+    # A group read's request is never changed: the repeat is the kept one, shared.
     first = parses.parse([b"TREAD", b"k", b"$", b"1", b"GROUP", b"g", b"BLOCK", b"0"])
-    first.offset = 42  # what blocking does with a resolved "$": the kept parse is untouched
-    again = parses.parse([b"TREAD", b"k", b"$", b"1", b"GROUP", b"g", b"BLOCK", b"0"])
-    assert again is not first and again.offset == b"$" and again.block_ms == 0
+    assert parses.parse([b"TREAD", b"k", b"$", b"1", b"GROUP", b"g", b"BLOCK", b"0"]) is first
+
+
+def test_kept_group_read_parses_tell_words_with_nul_bytes_apart():
+    """The kept parses are keyed by the words joined with NUL bytes: a repeat whose
+    words join to the same bytes but split differently (a NUL inside a word) is a
+    different read, parsed on its own (and an error stays an error)."""
+    from tstream.commands.errors import CommandError
+    from tstream.commands.streams import TreadParses
+
+    parses = TreadParses()
+    kept = parses.parse([b"TREAD", b"k", b"-", b"10", b"GROUP", b"g"])
+    assert (kept.key, kept.group) == (b"k", b"g")
+    # b"k\0-" as the key: the same joined bytes, one word fewer (a count "GROUP": an error)
+    with pytest.raises(CommandError):
+        parses.parse([b"TREAD", b"k\0-", b"10", b"GROUP", b"g"])
+    other = parses.parse([b"TREAD", b"k\0-", b"10", b"5", b"GROUP", b"g"])
+    assert (other.key, other.offset, other.count, other.group) == (b"k\0-", 10, 5, b"g")
+    assert b"TREAD\0k\0-\00010\0005\0GROUP\0g" not in parses.kept  # a word with a NUL: not kept
+    kept_block = parses.parse([b"TREAD", b"k", b"-", b"10", b"GROUP", b"g", b"BLOCK", b"5"])
+    assert kept_block.block_ms == 5
+    with pytest.raises(CommandError):  # the same joined bytes, with b"g\0BLOCK" as the group: "5" is no keyword
+        parses.parse([b"TREAD", b"k", b"-", b"10", b"GROUP", b"g\0BLOCK", b"5"])
+    group_with_nul = parses.parse([b"TREAD", b"k", b"-", b"10", b"GROUP", b"g\0BLOCK"])
+    assert group_with_nul.group == b"g\0BLOCK" and group_with_nul.block_ms is None
+    assert parses.parse([b"TREAD", b"k", b"-", b"10", b"GROUP", b"g", b"BLOCK", b"5"]) is kept_block
 
 
 class TestGroupReadsAtTheEndOfTheTurn:
@@ -697,3 +725,101 @@ class TestGroupReadsThatWaitAtOnce:
         thread.join(5)
         assert offsets(box["reply"]) == [2]  # the retry, not a timeout
         assert 0.2 < box["at"] - start < 3.0
+
+
+class TestKeptGroupReadParses:
+    """The repeat of a TREAD ... GROUP reuses its kept parse (commands/streams.py
+    TreadParses): only the words are kept, so everything that depends on anything
+    else is decided at every read as before -- a changed read, an error, ACL,
+    MULTI, a config change."""
+
+    READ = ("TREAD", "kp", "-", 2, "GROUP", "g", "RETRY", 60000, 600000)
+
+    def test_a_changed_read_is_parsed_anew(self, server):
+        c = server.client()
+        c.execute_command("TWRITE", "kp", "ENTRIES", *["t", "e"] * 6)
+        assert offsets(c.execute_command(*self.READ)) == [1, 2]
+        assert offsets(c.execute_command(*self.READ)) == [3, 4]  # the same words: the kept parse
+        assert offsets(c.execute_command("TREAD", "kp", "-", 1, "GROUP", "g", "RETRY", 60000, 600000)) == [5]
+        assert c.execute_command("TREAD", "kp", "-", 2, "GROUP", "h", "RETRY", 60000, 600000, "WITHINFO") == [
+            [1, 6], [1, b"t", b"e"], [2, b"t", b"e"]]
+        assert offsets(c.execute_command(*self.READ)) == [6]
+
+    def test_errors_stay_errors(self, server):
+        c = server.client()
+        c.execute_command("TWRITE", "kp", "t", "e")
+        for _ in range(3):  # never kept: each repeat is parsed and refused again
+            with pytest.raises(redis.ResponseError, match="syntax"):
+                c.execute_command("TREAD", "kp", "-", 2, "GROUP", "g", "RETRY", 60000)
+            with pytest.raises(redis.ResponseError, match="syntax"):
+                c.execute_command("TREAD", "kp", "-", 2, "RETRY", 60000, 600000)
+            with pytest.raises(redis.ResponseError, match="negative"):
+                c.execute_command("TREAD", "kp", "-", 2, "GROUP", "g", "BLOCK", -1)
+        assert offsets(c.execute_command("TREAD", "kp", "-", 2, "GROUP", "g", "BLOCK", 10)) == [1]
+        with pytest.raises(redis.ResponseError, match="WRONGTYPE|wrong kind|syntax|integer"):
+            c.execute_command("TREAD", "kp", "-", "x", "GROUP", "g", "BLOCK", 10)
+
+    def test_acl_is_checked_at_every_read(self, server):
+        admin = server.client()
+        admin.execute_command("TWRITE", "kp", "ENTRIES", *["t", "e"] * 4)
+        assert offsets(admin.execute_command(*self.READ)) == [1, 2]  # kept now
+        admin.execute_command("ACL", "SETUSER", "kp-other", "on", ">pw", "~other:*", "+@all")
+        admin.execute_command("ACL", "SETUSER", "kp-reader", "on", ">pw", "~kp", "+@all")
+        admin.execute_command("ACL", "SETUSER", "kp-noread", "on", ">pw", "~kp", "+@all", "-tread")
+        try:
+            other = redis.Redis(port=server.port, username="kp-other", password="pw")
+            reader = redis.Redis(port=server.port, username="kp-reader", password="pw")
+            noread = redis.Redis(port=server.port, username="kp-noread", password="pw")
+            for _ in range(2):
+                with pytest.raises(redis.exceptions.NoPermissionError, match="keys"):
+                    other.execute_command(*self.READ)
+                with pytest.raises(redis.exceptions.NoPermissionError, match="tread"):
+                    noread.execute_command(*self.READ)
+            assert offsets(reader.execute_command(*self.READ)) == [3, 4]
+            for client in (other, reader, noread):
+                client.close()
+        finally:
+            admin.execute_command("ACL", "DELUSER", "kp-other", "kp-reader", "kp-noread")
+
+    def test_multi_queues_and_exec_serves_the_kept_read(self, server):
+        c = server.client()
+        c.execute_command("TWRITE", "kp", "ENTRIES", *["t", "e"] * 3)
+        read = self.READ + ("BLOCK", 1000)
+        assert offsets(c.execute_command(*read)) == [1, 2]  # kept now
+        pipe = c.pipeline(transaction=True)
+        pipe.execute_command(*read)
+        pipe.execute_command(*read)  # nothing left: BLOCK in EXEC times out at once
+        first, second = pipe.execute()
+        assert offsets(first) == [3] and second is None
+
+    def test_a_config_change_applies_to_the_kept_read(self, server):
+        c = server.client()
+        c.execute_command("TWRITE", "kp", "ENTRIES", *["t", "e"] * 8)
+        read = ("TREAD", "kp", "-", 5, "GROUP", "g", "RETRY", 60000, 600000)
+        c.config_set("group-max-pending", 2)
+        try:
+            assert offsets(c.execute_command(*read)) == [1, 2]
+            assert c.execute_command(*read) == []  # the cap, read at this read
+            c.config_set("group-max-pending", 4)
+            assert offsets(c.execute_command(*read)) == [3, 4]
+            c.config_set("group-max-pending", 10000)
+            assert offsets(c.execute_command(*read)) == [5, 6, 7, 8]
+        finally:
+            c.config_set("group-max-pending", 10000)
+
+    def test_blocked_consumers_sharing_a_kept_read_are_served_apart(self, server):
+        """Several consumers block on the very same words (one kept request, shared):
+        each is served its own entries, first come first served."""
+        admin = server.client()
+        admin.execute_command("TREAD", "kp", "-", 0, "GROUP", "g")
+        read = ("kp", "-", 2, "GROUP", "g", "RETRY", 60000, 600000, "BLOCK", 5000)
+        threads = []
+        for count in (1, 2, 3):
+            threads.append(tread_in_thread(server.client(), *read))
+            wait_blocked(admin, count)
+        admin.execute_command("TWRITE", "kp", "ENTRIES", *["t", "e"] * 5)
+        got = []
+        for thread, box in threads:
+            thread.join(5)
+            got.append(offsets(box["reply"]))
+        assert got == [[1, 2], [3, 4], [5]]
