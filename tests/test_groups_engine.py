@@ -385,7 +385,7 @@ def test_stale_heads_are_popped_for_next_due_and_has_ready():
     assert group.next_due_ms() == 5
     group.ack([1, 2])
     assert group.next_due_ms() == 101  # not a stale 5 (nor 50)
-    assert group._due_stale == 0 and len(group._by_due) == 2
+    assert group._due_stale == 0 and len(group._by_due) == 1  # one item for the delivery of 3, 4
     group.read(stream, 10, 2, None, 99)  # the rest, not pending
     assert not group.has_ready(stream, 6, 99, False)  # stale 5s are not due retries
     assert group.has_ready(stream, 101, 99, False)
