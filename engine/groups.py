@@ -232,7 +232,12 @@ class Group:
         the usual case where the new times are the latest); plus the purge and
         the stale heap items popped (amortised O(1) each).
         """
-        self.purge(stream, now_ms)
+        expiry = self._by_expiry
+        order = self._order
+        head = self._head
+        first = stream.first
+        if (expiry and expiry[0][0] <= now_ms) or (head < len(order) and order[head] < first) or self._unsorted:
+            self.purge(stream, now_ms)  # (nothing to purge otherwise: the call saved)
         out: list = []
         by_offset = self._by_offset
         due = self._by_due
@@ -242,11 +247,27 @@ class Group:
         if retry is not None and room > max_pending - len(by_offset):
             room = max_pending - len(by_offset)
         if room > 0:
-            start = self.next if self.next >= stream.first else stream.first
-            new, self.next = stream.read_held(start, room)
+            new, self.next = stream.read_held(self.next if self.next >= first else first, room)
             if new:
-                if retry is not None:
-                    self._add_pending(new, now_ms, retry)
+                if retry is None:
+                    pass
+                elif self._unsorted or (order and new[0][0] <= order[-1]):
+                    self._add_pending(new, now_ms, retry)  # not above every listed offset
+                else:  # one Delivery for the new entries (_add_pending's usual case, inlined)
+                    offsets = list(map(_first, new))
+                    run = _new(Delivery)
+                    run.offsets = offsets
+                    run.live = len(offsets)
+                    run.deliveries = 1
+                    run.retry_ms = retry_ms = retry[0]
+                    run.retry_at = retry_at = now_ms + retry_ms
+                    run.expire_at = expire_at = now_ms + retry[1]
+                    run.due_item = item = (retry_at, offsets[0], run)
+                    heappush(due, item)
+                    run.exp_item = item = item if expire_at == retry_at else (expire_at, offsets[0], run)
+                    heappush(expiry, item)
+                    by_offset.update(zip(offsets, repeat(run, len(offsets))))
+                    order += offsets
                 out += new
         self.delivered += len(out)
         limit = len(by_offset) + SLACK
@@ -437,38 +458,48 @@ class Group:
         (a delivery's heap items go stale with its last entry)."""
         by_offset = self._by_offset
         popped = list(map(by_offset.pop, offsets, repeat(None)))
-        acked = len(popped) - popped.count(None)
-        if not acked:
-            return 0
+        first = popped[0] if popped else None
         dead = 0
-        first = popped[0]
-        if self._unheaped == len(by_offset) + acked:  # none in a heap (X* deliveries only)
-            self._unheaped -= acked
-        elif first.__class__ is Delivery and popped.count(first) == acked:  # entries of one delivery (the usual TACK)
+        if first.__class__ is Delivery and popped.count(first) == len(popped):  # of one delivery (the usual TACK)
+            acked = len(popped)
             first.live = live = first.live - acked
-            if not live:
+            self.acked += acked
+            if not live:  # its last entries: its heap items go stale
                 first.due_item = first.exp_item = None
                 dead = 1
         else:
-            unheaped = 0
-            for pending in popped:
-                if pending is None:
-                    continue
-                if pending.due_item is None:  # in no heap (an X* delivery's): nothing of it goes stale
-                    unheaped += 1
-                    continue
-                pending.live -= 1
-                if not pending.live:
-                    pending.due_item = pending.exp_item = None
-                    dead += 1
-            self._unheaped -= unheaped
-        self.acked += acked
+            acked = len(popped) - popped.count(None)
+            if not acked:
+                return 0
+            self.acked += acked
+            if self._unheaped == len(by_offset) + acked:  # none in a heap (X* deliveries only)
+                self._unheaped -= acked
+            else:
+                dead = self._ack_held(popped)
         self._due_stale = due_stale = self._due_stale + dead
         self._exp_stale = exp_stale = self._exp_stale + dead
         limit = len(by_offset) + SLACK
         if due_stale > limit or exp_stale > limit or len(self._order) - len(by_offset) > limit:
             self._tidy()
         return acked
+
+    def _ack_held(self, popped: list) -> int:
+        """Count what the acknowledged ``popped`` (values taken out of ``_by_offset``,
+        None for offsets not pending) leave stale: replies how many deliveries
+        (Pending or Delivery) went with them."""
+        dead = unheaped = 0
+        for pending in popped:
+            if pending is None:
+                continue
+            if pending.due_item is None:  # in no heap (an X* delivery's): nothing of it goes stale
+                unheaped += 1
+                continue
+            pending.live -= 1
+            if not pending.live:
+                pending.due_item = pending.exp_item = None
+                dead += 1
+        self._unheaped -= unheaped
+        return dead
 
     # --- housekeeping --------------------------------------------------------------
 
