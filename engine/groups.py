@@ -66,6 +66,7 @@ NEVER = 1 << 62  # retry/expiry time of an X* pending entry (engine/xgroups.py):
 INVALID = -1     # an unknown entries-read counter (Redis's SCG_INVALID_ENTRIES_READ)
 _new = object.__new__
 _first = itemgetter(0)
+_NONES = repeat(None)  # (endless: one for every map over pops, no repeat() made per call)
 
 
 class Pending:
@@ -243,6 +244,10 @@ class Group:
         due = self._by_due
         if due and due[0][0] <= now_ms:
             self._read_due(stream, count, now_ms, retry, out)
+            # (only handing out retries leaves items stale in a read: the purge compacts by itself)
+            limit = len(by_offset) + SLACK
+            if self._due_stale > limit or self._exp_stale > limit or len(order) - len(by_offset) > limit:
+                self._tidy()
         room = count - len(out)
         if retry is not None and room > max_pending - len(by_offset):
             room = max_pending - len(by_offset)
@@ -254,7 +259,7 @@ class Group:
                 elif self._unsorted or (order and new[0][0] <= order[-1]):
                     self._add_pending(new, now_ms, retry)  # not above every listed offset
                 else:  # one Delivery for the new entries (_add_pending's usual case, inlined)
-                    offsets = list(map(_first, new))
+                    offsets = [row[0] for row in new]
                     run = _new(Delivery)
                     run.offsets = offsets
                     run.live = len(offsets)
@@ -266,13 +271,10 @@ class Group:
                     heappush(due, item)
                     run.exp_item = item = item if expire_at == retry_at else (expire_at, offsets[0], run)
                     heappush(expiry, item)
-                    by_offset.update(zip(offsets, repeat(run, len(offsets))))
+                    by_offset.update(dict.fromkeys(offsets, run))
                     order += offsets
                 out += new
         self.delivered += len(out)
-        limit = len(by_offset) + SLACK
-        if self._due_stale > limit or self._exp_stale > limit or len(self._order) - len(by_offset) > limit:
-            self._tidy()
         return out
 
     def _read_due(self, stream, count: int, now_ms: int, retry, out: list) -> None:
@@ -389,7 +391,7 @@ class Group:
         retry_ms = retry[0] if retry is not None else run.retry_ms
         retry_at = now_ms + retry_ms
         part = Delivery(handed, run.deliveries + 1, retry_at, run.expire_at, retry_ms)
-        self._by_offset.update(zip(handed, repeat(part, len(handed))))
+        self._by_offset.update(dict.fromkeys(handed, part))
         heappush(self._by_expiry, part.exp_item)
         if retry_at > now_ms:
             heappush(self._by_due, part.due_item)
@@ -408,7 +410,7 @@ class Group:
             return
         offsets = list(map(_first, entries))
         run = Delivery(offsets, 1, retry_at, expire_at, retry_ms)
-        self._by_offset.update(zip(offsets, repeat(run, len(offsets))))
+        self._by_offset.update(dict.fromkeys(offsets, run))
         heappush(self._by_due, run.due_item)
         heappush(self._by_expiry, run.exp_item)
         order += offsets
@@ -457,7 +459,7 @@ class Group:
         Amortised O(k): a dict deletion each, the indexes are cleaned lazily
         (a delivery's heap items go stale with its last entry)."""
         by_offset = self._by_offset
-        popped = list(map(by_offset.pop, offsets, repeat(None)))
+        popped = list(map(by_offset.pop, offsets, _NONES))
         first = popped[0] if popped else None
         dead = 0
         if first.__class__ is Delivery and popped.count(first) == len(popped):  # of one delivery (the usual TACK)
