@@ -17,7 +17,13 @@ Pending entries are kept in a dict and indexed three ways, so that nothing
 scans the whole list, with structures whose per-entry work runs in C (dict,
 list, heapq); removals are lazy, so TACK is a dict deletion and nothing else:
 
-- ``_by_offset``: dict offset -> Pending: the pending set itself (TACK, lookups).
+- ``_by_offset``: dict offset -> the record holding it: the pending set itself
+  (TACK, lookups).  The entries one read with RETRY hands out share one
+  :class:`Delivery` (their deliveries count and times are the same): a
+  delivery of n entries is one object and one item in each heap, its entries
+  are acknowledged one by one (a dict deletion each), and its retry hands out
+  the entries still held as one new delivery.  An entry looked at by itself
+  (or restored from a log) is its own :class:`Pending`.
 - ``_order``:     list of offsets, ascending from ``_head`` on (eviction purge of
   the smallest offsets, TACK ranges, listing by offset).  New deliveries are
   appended: ``next`` only grows, so they come in increasing order.  An acked or
@@ -25,21 +31,26 @@ list, heapq); removals are lazy, so TACK is a dict deletion and nothing else:
   ``_head`` over stale and evicted offsets at the front.  An offset inserted
   out of order (``restore_pending`` replaying a log) sets ``_unsorted`` and
   empties the list; the next ordered query rebuilds it from the dict.
-- ``_by_due``:    heap of (retry_at_ms, offset) (due retries, in due order),
-- ``_by_expiry``: heap of (expire_at_ms, offset) (expiry purge).
+- ``_by_due``:    heap of (retry_at_ms, offset, record) (due retries, in due order),
+- ``_by_expiry``: heap of (expire_at_ms, offset, record) (expiry purge).
+  A Delivery's items carry an offset at or below its first held one (the due
+  order is time, then offset, entry by entry: a delivery whose entries
+  interleave another's of the same time is handed out in parts).
   An X* delivery's entry (engine/xgroups.py: never due, never expires) is in
   neither heap: its items are None (``_unheaped`` counts them).  The entries
   one XREADGROUP hands out share one :class:`OwnedRun` as their value until
   one of them is looked at by itself (then it gets its own Pending).
-  A heap item is *live* only while it is the very tuple its Pending holds
-  (``Pending.due_item`` / ``exp_item``, identity, not equality): a redelivery
+  A heap item is *live* only while it is the very tuple its record holds
+  (``due_item`` / ``exp_item``, identity, not equality): a redelivery
   replaces its due item at the top of the heap; ``restore_pending`` pushes new
-  items and leaves the old ones stale; an acked or dropped offset leaves both
-  of its items stale.  Stale items are popped when they reach the
-  top.  Identity (rather than comparing times) keeps an item stale even if its
-  offset becomes pending again with the same time (acked, then restored).
+  items and leaves the old ones stale; a record whose last entry is acked or
+  dropped sets both of its items to None (``live`` counts its entries), which
+  leaves them stale and breaks the record <-> item reference cycle.  Stale
+  items are popped when they reach the top.  Identity (rather than comparing
+  times) keeps an item stale even if its offset becomes pending again with
+  the same time (acked, then restored).
 
-Each index is compacted (rebuilt from the live Pending objects) when its stale
+Each index is compacted (rebuilt from the live records) when its stale
 items outnumber the live ones by more than :data:`SLACK`, so memory stays
 O(pending) and every operation is amortised O(1) index work per entry, plus
 O(log P) per heap push/pop (P pending entries).
@@ -813,6 +824,12 @@ class Group:
         if len(order) - len(by_offset) > limit:  # stale and consumed offsets (never when unsorted: empty)
             order[:] = filter(by_offset.__contains__, order[self._head:] if self._head else order)
             self._head = 0
+            # and the deliveries' lists of offsets (acked ones stay listed until a retry or
+            # here): their entries listed stay O(pending) too
+            get = by_offset.get
+            for run in set(by_offset.values()):
+                if run.__class__ is Delivery and run.live != len(run.offsets):
+                    run.offsets = [offset for offset in run.offsets if get(offset) is run]
 
     def _check(self, stream=None) -> None:
         """Assert the indexes agree (live items, stale counters, order), see the module docstring."""
