@@ -31,8 +31,12 @@ list, heapq); removals are lazy, so TACK is a dict deletion and nothing else:
   ``_head`` over stale and evicted offsets at the front.  An offset inserted
   out of order (``restore_pending`` replaying a log) sets ``_unsorted`` and
   empties the list; the next ordered query rebuilds it from the dict.
-- ``_by_due``:    heap of (retry_at_ms, offset, record) (due retries, in due order),
-- ``_by_expiry``: heap of (expire_at_ms, offset, record) (expiry purge).
+- ``_by_due``:    heap of (retry_at_ms, offset, stamp) (due retries, in due order),
+- ``_by_expiry``: heap of (expire_at_ms, offset, stamp) (expiry purge).
+  ``stamp`` names the record (``_holders``: stamp -> record, while it holds an
+  entry): an item does not hold its record, so that record and item make no
+  reference cycle (server/collector.py frees deleted keys by reference counting
+  alone), and the stamps, unique, settle every tie of time and offset.
   A Delivery's items carry an offset at or below its first held one (the due
   order is time, then offset, entry by entry: a delivery whose entries
   interleave another's of the same time is handed out in parts).
@@ -44,8 +48,8 @@ list, heapq); removals are lazy, so TACK is a dict deletion and nothing else:
   (``due_item`` / ``exp_item``, identity, not equality): a redelivery
   replaces its due item at the top of the heap; ``restore_pending`` pushes new
   items and leaves the old ones stale; a record whose last entry is acked or
-  dropped sets both of its items to None (``live`` counts its entries), which
-  leaves them stale and breaks the record <-> item reference cycle.  Stale
+  dropped leaves ``_holders`` and sets both of its items to None (``live``
+  counts its entries), which leaves them stale.  Stale
   items are popped when they reach the top.  Identity (rather than comparing
   times) keeps an item stale even if its offset becomes pending again with
   the same time (acked, then restored).
@@ -66,7 +70,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from heapq import heapify, heappop, heappush, heapreplace
-from itertools import repeat
+from itertools import count, repeat
 from operator import itemgetter
 from typing import Any
 
@@ -77,6 +81,7 @@ NEVER = 1 << 62  # retry/expiry time of an X* pending entry (engine/xgroups.py):
 INVALID = -1     # an unknown entries-read counter (Redis's SCG_INVALID_ENTRIES_READ)
 _new = object.__new__
 _first = itemgetter(0)
+_stamps = count(1).__next__  # a record's stamp: the third field of its heap items (see Group._holders)
 _NONES = repeat(None)  # (endless: one for every map over pops, no repeat() made per call)
 
 
@@ -89,7 +94,7 @@ class Pending:
     """
 
     __slots__ = ("offset", "deliveries", "retry_at", "expire_at", "retry_ms", "due_item", "exp_item",
-                 "owner", "delivered_ms", "xid", "live")
+                 "owner", "delivered_ms", "xid", "live", "stamp")
 
     def __init__(self, offset: int, deliveries: int, retry_at: int, expire_at: int, retry_ms: int,
                  owner: bytes | None = None, delivered_ms: int = 0,
@@ -103,16 +108,12 @@ class Pending:
         self.expire_at = expire_at
         self.retry_ms = retry_ms
         self.live = 1  # 0 once no longer pending (its items are then None)
-        item: tuple | None = (retry_at, offset, self)
+        self.stamp = stamp = _stamps()
+        item: tuple | None = (retry_at, offset, stamp)
         self.due_item = item
         # One tuple serves both heaps when the times are equal: an item is live
         # by identity with *its heap's* attribute.  (None, both: in no heap.)
-        self.exp_item = item if expire_at == retry_at else (expire_at, offset, self)
-
-    def __lt__(self, other) -> bool:
-        """Heap items compare their (time, offset) first; two items of equal
-        time and offset (a stale one and a live one) are in either order."""
-        return False
+        self.exp_item = item if expire_at == retry_at else (expire_at, offset, stamp)
 
     @classmethod
     def unheaped(cls, offset: int, deliveries: int, owner: bytes | None, delivered_ms: int,
@@ -126,6 +127,7 @@ class Pending:
         pending.retry_at = pending.expire_at = NEVER
         pending.retry_ms = 0
         pending.live = 1
+        pending.stamp = 0
         pending.due_item = pending.exp_item = None
         pending.owner = owner
         pending.delivered_ms = delivered_ms
@@ -174,12 +176,13 @@ class Delivery:
     offsets still held); a retry hands out the entries still held and leaves
     the rest due.  It reads as a Pending where the group's indexes look; an
     entry looked at by itself (:meth:`Group.pending_get`) becomes its own
-    :class:`Pending`.  Its heap items are ``(time, offset, delivery)`` with an
+    :class:`Pending`.  Its heap items are ``(time, offset, stamp)`` with an
     offset at or below its first held one (the due order is by time, then
     offset, entry by entry: a delivery whose entries interleave another's of
     the same time is handed out in parts, see ``Group._read_due_run``)."""
 
-    __slots__ = ("offsets", "live", "deliveries", "retry_at", "expire_at", "retry_ms", "due_item", "exp_item")
+    __slots__ = ("offsets", "live", "deliveries", "retry_at", "expire_at", "retry_ms", "due_item", "exp_item",
+                 "stamp")
     owner = xid = None
     delivered_ms = 0
 
@@ -190,12 +193,10 @@ class Delivery:
         self.retry_at = retry_at
         self.expire_at = expire_at
         self.retry_ms = retry_ms
-        item: tuple | None = (retry_at, offsets[0], self)
+        self.stamp = stamp = _stamps()
+        item: tuple | None = (retry_at, offsets[0], stamp)
         self.due_item = item
-        self.exp_item = item if expire_at == retry_at else (expire_at, offsets[0], self)
-
-    def __lt__(self, other) -> bool:
-        return False  # (see Pending.__lt__)
+        self.exp_item = item if expire_at == retry_at else (expire_at, offsets[0], stamp)
 
     def __repr__(self) -> str:
         return (f"Delivery({self.offsets}, live={self.live}, deliveries={self.deliveries}, "
@@ -207,7 +208,7 @@ OWNED_RUN_MAX = 256  # longer X* deliveries are Pending objects: a run is kept w
 
 class Group:
     __slots__ = ("name", "next", "_by_offset", "_order", "_head", "_unsorted", "_by_due", "_due_stale",
-                 "_by_expiry", "_exp_stale", "delivered", "acked", "x", "_unheaped")
+                 "_by_expiry", "_exp_stale", "delivered", "acked", "x", "_unheaped", "_holders")
 
     def __init__(self, name: bytes, next_offset: int) -> None:
         self.name = name
@@ -221,6 +222,10 @@ class Group:
         self._by_expiry: list = []    # heap of Pending.exp_item, plus stale items
         self._exp_stale = 0
         self._unheaped = 0  # pending entries in no heap (Pending.unheaped)
+        # stamp -> the record (Pending or Delivery) with items in the heaps, while it holds
+        # an entry: a heap item names its record by stamp (no record <-> item reference
+        # cycle: server/collector.py frees deleted keys by reference counting alone)
+        self._holders: dict[int, Any] = {}
         self.delivered = 0  # entries handed out, counting redeliveries
         self.acked = 0
         self.x: XGroupState | None = None  # what the Redis Streams commands keep (engine/xgroups.XGroupState), once used
@@ -278,9 +283,11 @@ class Group:
                     run.retry_ms = retry_ms = retry[0]
                     run.retry_at = retry_at = now_ms + retry_ms
                     run.expire_at = expire_at = now_ms + retry[1]
-                    run.due_item = item = (retry_at, offsets[0], run)
+                    run.stamp = stamp = _stamps()
+                    self._holders[stamp] = run
+                    run.due_item = item = (retry_at, offsets[0], stamp)
                     heappush(due, item)
-                    run.exp_item = item = item if expire_at == retry_at else (expire_at, offsets[0], run)
+                    run.exp_item = item = item if expire_at == retry_at else (expire_at, offsets[0], stamp)
                     heappush(expiry, item)
                     by_offset.update(dict.fromkeys(offsets, run))
                     order += offsets
@@ -291,25 +298,27 @@ class Group:
     def _read_due(self, stream, count: int, now_ms: int, retry, out: list) -> None:
         """Hand out the due retries (in due order) into ``out``, up to ``count``."""
         by_offset = self._by_offset
+        holders = self._holders
         due = self._by_due
         again: list = []  # with a retry time of 0, handed out entries are due again at once: not in this read
         while due and len(out) < count:
             item = due[0]
             if item[0] > now_ms:
                 break
-            pending = item[2]
-            if pending.due_item is not item:
+            pending = holders.get(item[2])
+            if pending is None or pending.due_item is not item:
                 heappop(due)  # stale
                 self._due_stale -= 1
                 continue
             if pending.__class__ is Delivery:
-                self._read_due_run(stream, count, now_ms, retry, out, item, again)
+                self._read_due_run(stream, count, now_ms, retry, out, item, pending, again)
                 continue
             offset = item[1]
             entry = stream.get(offset)
             if entry is None:  # deleted since (evicted ones were purged above)
                 heappop(due)
                 del by_offset[offset]
+                del holders[item[2]]
                 pending.live = 0
                 pending.due_item = pending.exp_item = None
                 self._exp_stale += 1
@@ -318,7 +327,7 @@ class Group:
                 pending.retry_ms = retry[0]
             pending.deliveries += 1
             pending.retry_at = retry_at = now_ms + pending.retry_ms
-            pending.due_item = item = (retry_at, offset, pending)
+            pending.due_item = item = (retry_at, offset, item[2])
             if retry_at > now_ms:
                 heapreplace(due, item)
             else:
@@ -328,12 +337,11 @@ class Group:
         for item in again:
             heappush(due, item)
 
-    def _read_due_run(self, stream, count: int, now_ms: int, retry, out: list, item: tuple,
+    def _read_due_run(self, stream, count: int, now_ms: int, retry, out: list, item: tuple, run: Delivery,
                       again: list) -> None:
         """Hand out the held entries of the delivery of ``item`` (the live top of the
         due heap) into ``out``: up to ``count`` and only those before the next item
         in due order (time, then offset); the rest stays due, as one delivery."""
-        run: Delivery = item[2]
         by_offset = self._by_offset
         due = self._by_due
         offsets = run.offsets
@@ -360,7 +368,7 @@ class Group:
         if rest:  # what stays due: keyed by its first entry
             run.offsets = rest
             run.live = len(rest)
-            run.due_item = key = (item[0], rest[0], run)  # (its expiry item stays: same time, a lower offset)
+            run.due_item = key = (item[0], rest[0], run.stamp)  # (its expiry item stays: same time, a lower offset)
             heapreplace(due, key)
             if handed:  # the part handed out becomes its own delivery
                 self._redelivered(handed, run, now_ms, retry, again)
@@ -371,7 +379,7 @@ class Group:
                 run.retry_ms = retry[0]
             run.deliveries += 1
             run.retry_at = retry_at = now_ms + run.retry_ms
-            run.due_item = key = (retry_at, handed[0], run)
+            run.due_item = key = (retry_at, handed[0], run.stamp)
             if retry_at > now_ms:
                 heapreplace(due, key)
             else:
@@ -379,6 +387,7 @@ class Group:
                 again.append(key)
         else:  # every held entry was deleted: the delivery is gone
             heappop(due)
+            del self._holders[run.stamp]
             run.live = 0
             run.due_item = run.exp_item = None
             self._exp_stale += 1
@@ -403,6 +412,7 @@ class Group:
         retry_at = now_ms + retry_ms
         part = Delivery(handed, run.deliveries + 1, retry_at, run.expire_at, retry_ms)
         self._by_offset.update(dict.fromkeys(handed, part))
+        self._holders[part.stamp] = part
         heappush(self._by_expiry, part.exp_item)
         if retry_at > now_ms:
             heappush(self._by_due, part.due_item)
@@ -422,6 +432,7 @@ class Group:
         offsets = list(map(_first, entries))
         run = Delivery(offsets, 1, retry_at, expire_at, retry_ms)
         self._by_offset.update(dict.fromkeys(offsets, run))
+        self._holders[run.stamp] = run
         heappush(self._by_due, run.due_item)
         heappush(self._by_expiry, run.exp_item)
         order += offsets
@@ -478,6 +489,7 @@ class Group:
             first.live = live = first.live - acked
             self.acked += acked
             if not live:  # its last entries: its heap items go stale
+                del self._holders[first.stamp]
                 first.due_item = first.exp_item = None
                 dead = 1
         else:
@@ -501,6 +513,7 @@ class Group:
         None for offsets not pending) leave stale: replies how many deliveries
         (Pending or Delivery) went with them."""
         dead = unheaped = 0
+        holders = self._holders
         for pending in popped:
             if pending is None:
                 continue
@@ -509,6 +522,7 @@ class Group:
                 continue
             pending.live -= 1
             if not pending.live:
+                del holders[pending.stamp]
                 pending.due_item = pending.exp_item = None
                 dead += 1
         self._unheaped -= unheaped
@@ -524,8 +538,8 @@ class Group:
         expiry = self._by_expiry
         while expiry and expiry[0][0] <= now_ms:
             item = heappop(expiry)
-            pending = item[2]
-            if pending.exp_item is not item:
+            pending = self._holders.get(item[2])
+            if pending is None or pending.exp_item is not item:
                 self._exp_stale -= 1
                 continue
             if pending.__class__ is Delivery:
@@ -537,6 +551,7 @@ class Group:
             else:
                 del by_offset[item[1]]
                 dropped += 1
+            del self._holders[item[2]]
             pending.live = 0
             pending.due_item = pending.exp_item = None
             self._due_stale += 1
@@ -695,8 +710,10 @@ class Group:
             pending.retry_ms = retry_ms
             if retry_at != NEVER or expire_at != NEVER:  # due or expiring now: in the heaps
                 pending.retry_at, pending.expire_at = retry_at, expire_at
-                pending.due_item = item = (retry_at, offset, pending)
-                pending.exp_item = item if expire_at == retry_at else (expire_at, offset, pending)
+                pending.stamp = stamp = _stamps()
+                self._holders[stamp] = pending
+                pending.due_item = item = (retry_at, offset, stamp)
+                pending.exp_item = item if expire_at == retry_at else (expire_at, offset, stamp)
                 heappush(self._by_due, pending.due_item)
                 heappush(self._by_expiry, pending.exp_item)
                 self._unheaped -= 1
@@ -706,12 +723,12 @@ class Group:
             pending.retry_ms = retry_ms
             if pending.retry_at != retry_at:
                 pending.retry_at = retry_at
-                pending.due_item = (retry_at, offset, pending)
+                pending.due_item = (retry_at, offset, pending.stamp)
                 heappush(self._by_due, pending.due_item)
                 self._due_stale += 1
             if pending.expire_at != expire_at:
                 pending.expire_at = expire_at
-                pending.exp_item = (expire_at, offset, pending)
+                pending.exp_item = (expire_at, offset, pending.stamp)
                 heappush(self._by_expiry, pending.exp_item)
                 self._exp_stale += 1
             self._tidy()
@@ -726,6 +743,7 @@ class Group:
         old = self._by_offset.get(offset)
         self._by_offset[offset] = pending
         if pending.due_item is not None:
+            self._holders[pending.stamp] = pending
             heappush(self._by_due, pending.due_item)
             heappush(self._by_expiry, pending.exp_item)
         else:
@@ -749,6 +767,7 @@ class Group:
             return
         pending.live -= 1
         if not pending.live:  # its last entry: its heap items go stale
+            del self._holders[pending.stamp]
             pending.due_item = pending.exp_item = None
             self._due_stale += 1
             self._exp_stale += 1
@@ -758,6 +777,7 @@ class Group:
         deliveries, its own heap items). O(log P)."""
         pending = self._by_offset[offset] = Pending(offset, run.deliveries, run.retry_at, run.expire_at,
                                                     run.retry_ms)
+        self._holders[pending.stamp] = pending
         heappush(self._by_due, pending.due_item)
         heappush(self._by_expiry, pending.exp_item)
         self._let_go(run)
@@ -765,10 +785,11 @@ class Group:
 
     def _live_top(self, heap: list, due: bool):
         """Pop stale items off the top of a heap; return its live top item, or None."""
+        holders = self._holders
         while heap:
             item = heap[0]
-            pending = item[2]
-            if (pending.due_item if due else pending.exp_item) is item:
+            pending = holders.get(item[2])
+            if pending is not None and (pending.due_item if due else pending.exp_item) is item:
                 return item
             heappop(heap)
             if due:
@@ -796,6 +817,7 @@ class Group:
 
     def _rebuild_heaps(self) -> None:
         values = [p for p in set(self._by_offset.values()) if p.due_item is not None]
+        self._holders = {p.stamp: p for p in values}
         due = self._by_due
         due[:] = [p.due_item for p in values]
         heapify(due)
@@ -857,18 +879,21 @@ class Group:
                 deliveries.setdefault(id(run), [run, 0])[1] += 1
             else:
                 assert pending.live == 1
-                assert pending.due_item == (pending.retry_at, offset, pending)
-                assert pending.exp_item == (pending.expire_at, offset, pending)
+                assert pending.due_item == (pending.retry_at, offset, pending.stamp)
+                assert pending.exp_item == (pending.expire_at, offset, pending.stamp)
             assert offset < self.next, "a pending entry was handed out, so it is below next"
         for run, held in deliveries.values():
             assert run.live == held, f"{run}: {held} entries held"
             assert all(a < b for a, b in zip(run.offsets, run.offsets[1:])), "a delivery's offsets ascend"
             first = min(o for o in run.offsets if by_offset.get(o) is run)
             due_item, exp_item = run.due_item, run.exp_item
-            assert due_item[0] == run.retry_at and due_item[1] <= first and due_item[2] is run, (run, due_item)
-            assert exp_item[0] == run.expire_at and exp_item[1] <= first and exp_item[2] is run, (run, exp_item)
+            assert due_item[0] == run.retry_at and due_item[1] <= first and due_item[2] == run.stamp, (run, due_item)
+            assert exp_item[0] == run.expire_at and exp_item[1] <= first and exp_item[2] == run.stamp, (run, exp_item)
         assert unheaped == self._unheaped, f"unheaped counter {self._unheaped}, {unheaped} entries"
         heaped = {id(p): p for p in by_offset.values() if p.due_item is not None}
+        holders = self._holders
+        assert {id(p) for p in holders.values()} == set(heaped), "the records in the heaps, by stamp"
+        assert all(p.stamp == stamp for stamp, p in holders.items())
         for heap, attr, stale in ((self._by_due, "due_item", self._due_stale),
                                   (self._by_expiry, "exp_item", self._exp_stale)):
             for i in range(1, len(heap)):
@@ -876,8 +901,8 @@ class Group:
             live = set()
             for item in heap:
                 assert len(item) == 3
-                if getattr(item[2], attr) is item:
-                    assert id(item[2]) in heaped, f"a live {attr} {item} of something pending"
+                held = holders.get(item[2])
+                if held is not None and getattr(held, attr) is item:
                     assert id(item) not in live, f"{attr} {item} twice in its heap"
                     live.add(id(item))
             assert len(live) == len(heaped), f"every heaped pending entry has its {attr} in the heap"
