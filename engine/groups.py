@@ -17,7 +17,13 @@ Pending entries are kept in a dict and indexed three ways, so that nothing
 scans the whole list, with structures whose per-entry work runs in C (dict,
 list, heapq); removals are lazy, so TACK is a dict deletion and nothing else:
 
-- ``_by_offset``: dict offset -> Pending: the pending set itself (TACK, lookups).
+- ``_by_offset``: dict offset -> the record holding it: the pending set itself
+  (TACK, lookups).  The entries one read with RETRY hands out share one
+  :class:`Delivery` (their deliveries count and times are the same): a
+  delivery of n entries is one object and one item in each heap, its entries
+  are acknowledged one by one (a dict deletion each), and its retry hands out
+  the entries still held as one new delivery.  An entry looked at by itself
+  (or restored from a log) is its own :class:`Pending`.
 - ``_order``:     list of offsets, ascending from ``_head`` on (eviction purge of
   the smallest offsets, TACK ranges, listing by offset).  New deliveries are
   appended: ``next`` only grows, so they come in increasing order.  An acked or
@@ -25,21 +31,30 @@ list, heapq); removals are lazy, so TACK is a dict deletion and nothing else:
   ``_head`` over stale and evicted offsets at the front.  An offset inserted
   out of order (``restore_pending`` replaying a log) sets ``_unsorted`` and
   empties the list; the next ordered query rebuilds it from the dict.
-- ``_by_due``:    heap of (retry_at_ms, offset) (due retries, in due order),
-- ``_by_expiry``: heap of (expire_at_ms, offset) (expiry purge).
+- ``_by_due``:    heap of (retry_at_ms, offset, stamp) (due retries, in due order),
+- ``_by_expiry``: heap of (expire_at_ms, offset, stamp) (expiry purge).
+  ``stamp`` names the record (``_holders``: stamp -> record, while it holds an
+  entry): an item does not hold its record, so that record and item make no
+  reference cycle (server/collector.py frees deleted keys by reference counting
+  alone), and the stamps, unique, settle every tie of time and offset.
+  A Delivery's items carry an offset at or below its first held one (the due
+  order is time, then offset, entry by entry: a delivery whose entries
+  interleave another's of the same time is handed out in parts).
   An X* delivery's entry (engine/xgroups.py: never due, never expires) is in
   neither heap: its items are None (``_unheaped`` counts them).  The entries
   one XREADGROUP hands out share one :class:`OwnedRun` as their value until
   one of them is looked at by itself (then it gets its own Pending).
-  A heap item is *live* only while it is the very tuple its Pending holds
-  (``Pending.due_item`` / ``exp_item``, identity, not equality): a redelivery
+  A heap item is *live* only while it is the very tuple its record holds
+  (``due_item`` / ``exp_item``, identity, not equality): a redelivery
   replaces its due item at the top of the heap; ``restore_pending`` pushes new
-  items and leaves the old ones stale; an acked or dropped offset leaves both
-  of its items stale.  Stale items are popped when they reach the
-  top.  Identity (rather than comparing times) keeps an item stale even if its
-  offset becomes pending again with the same time (acked, then restored).
+  items and leaves the old ones stale; a record whose last entry is acked or
+  dropped leaves ``_holders`` and sets both of its items to None (``live``
+  counts its entries), which leaves them stale.  Stale
+  items are popped when they reach the top.  Identity (rather than comparing
+  times) keeps an item stale even if its offset becomes pending again with
+  the same time (acked, then restored).
 
-Each index is compacted (rebuilt from the live Pending objects) when its stale
+Each index is compacted (rebuilt from the live records) when its stale
 items outnumber the live ones by more than :data:`SLACK`, so memory stays
 O(pending) and every operation is amortised O(1) index work per entry, plus
 O(log P) per heap push/pop (P pending entries).
@@ -55,7 +70,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from heapq import heapify, heappop, heappush, heapreplace
-from itertools import repeat
+from itertools import count, repeat
+from operator import itemgetter
 from typing import Any
 
 __all__ = ["Group", "Pending", "OwnedRun", "Consumer", "XGroupState", "NEVER", "INVALID"]
@@ -64,6 +80,9 @@ SLACK = 64  # an index is compacted when its stale items exceed live ones + SLAC
 NEVER = 1 << 62  # retry/expiry time of an X* pending entry (engine/xgroups.py): never due
 INVALID = -1     # an unknown entries-read counter (Redis's SCG_INVALID_ENTRIES_READ)
 _new = object.__new__
+_first = itemgetter(0)
+_stamps = count(1).__next__  # a record's stamp: the third field of its heap items (see Group._holders)
+_NONES = repeat(None)  # (endless: one for every map over pops, no repeat() made per call)
 
 
 class Pending:
@@ -75,7 +94,7 @@ class Pending:
     """
 
     __slots__ = ("offset", "deliveries", "retry_at", "expire_at", "retry_ms", "due_item", "exp_item",
-                 "owner", "delivered_ms", "xid")
+                 "owner", "delivered_ms", "xid", "live", "stamp")
 
     def __init__(self, offset: int, deliveries: int, retry_at: int, expire_at: int, retry_ms: int,
                  owner: bytes | None = None, delivered_ms: int = 0,
@@ -88,11 +107,13 @@ class Pending:
         self.retry_at = retry_at
         self.expire_at = expire_at
         self.retry_ms = retry_ms
-        item: tuple[int, int] | None = (retry_at, offset)
+        self.live = 1  # 0 once no longer pending (its items are then None)
+        self.stamp = stamp = _stamps()
+        item: tuple | None = (retry_at, offset, stamp)
         self.due_item = item
         # One tuple serves both heaps when the times are equal: an item is live
         # by identity with *its heap's* attribute.  (None, both: in no heap.)
-        self.exp_item = item if expire_at == retry_at else (expire_at, offset)
+        self.exp_item = item if expire_at == retry_at else (expire_at, offset, stamp)
 
     @classmethod
     def unheaped(cls, offset: int, deliveries: int, owner: bytes | None, delivered_ms: int,
@@ -105,6 +126,8 @@ class Pending:
         pending.deliveries = deliveries
         pending.retry_at = pending.expire_at = NEVER
         pending.retry_ms = 0
+        pending.live = 1
+        pending.stamp = 0
         pending.due_item = pending.exp_item = None
         pending.owner = owner
         pending.delivered_ms = delivered_ms
@@ -144,12 +167,48 @@ class OwnedRun:
                                 self.xids[bisect_left(self.offsets, offset)])
 
 
+class Delivery:
+    """The T* entries one read with RETRY handed out together (new entries, or
+    the due retries of one earlier delivery), pending together: one object and
+    one item in each heap for the delivery, the value of each of its offsets in
+    ``Group._by_offset``.  Its entries share their deliveries count and times,
+    and are acknowledged one by one (a dict deletion each; ``live`` counts the
+    offsets still held); a retry hands out the entries still held and leaves
+    the rest due.  It reads as a Pending where the group's indexes look; an
+    entry looked at by itself (:meth:`Group.pending_get`) becomes its own
+    :class:`Pending`.  Its heap items are ``(time, offset, stamp)`` with an
+    offset at or below its first held one (the due order is by time, then
+    offset, entry by entry: a delivery whose entries interleave another's of
+    the same time is handed out in parts, see ``Group._read_due_run``)."""
+
+    __slots__ = ("offsets", "live", "deliveries", "retry_at", "expire_at", "retry_ms", "due_item", "exp_item",
+                 "stamp")
+    owner = xid = None
+    delivered_ms = 0
+
+    def __init__(self, offsets: list, deliveries: int, retry_at: int, expire_at: int, retry_ms: int) -> None:
+        self.offsets = offsets  # ascending; those still held map to this object in Group._by_offset
+        self.live = len(offsets)
+        self.deliveries = deliveries
+        self.retry_at = retry_at
+        self.expire_at = expire_at
+        self.retry_ms = retry_ms
+        self.stamp = stamp = _stamps()
+        item: tuple | None = (retry_at, offsets[0], stamp)
+        self.due_item = item
+        self.exp_item = item if expire_at == retry_at else (expire_at, offsets[0], stamp)
+
+    def __repr__(self) -> str:
+        return (f"Delivery({self.offsets}, live={self.live}, deliveries={self.deliveries}, "
+                f"retry_at={self.retry_at}, expire_at={self.expire_at})")
+
+
 OWNED_RUN_MAX = 256  # longer X* deliveries are Pending objects: a run is kept while any of its entries is pending
 
 
 class Group:
     __slots__ = ("name", "next", "_by_offset", "_order", "_head", "_unsorted", "_by_due", "_due_stale",
-                 "_by_expiry", "_exp_stale", "delivered", "acked", "x", "_unheaped")
+                 "_by_expiry", "_exp_stale", "delivered", "acked", "x", "_unheaped", "_holders")
 
     def __init__(self, name: bytes, next_offset: int) -> None:
         self.name = name
@@ -163,6 +222,10 @@ class Group:
         self._by_expiry: list = []    # heap of Pending.exp_item, plus stale items
         self._exp_stale = 0
         self._unheaped = 0  # pending entries in no heap (Pending.unheaped)
+        # stamp -> the record (Pending or Delivery) with items in the heaps, while it holds
+        # an entry: a heap item names its record by stamp (no record <-> item reference
+        # cycle: server/collector.py frees deleted keys by reference counting alone)
+        self._holders: dict[int, Any] = {}
         self.delivered = 0  # entries handed out, counting redeliveries
         self.acked = 0
         self.x: XGroupState | None = None  # what the Redis Streams commands keep (engine/xgroups.XGroupState), once used
@@ -186,68 +249,179 @@ class Group:
         the usual case where the new times are the latest); plus the purge and
         the stale heap items popped (amortised O(1) each).
         """
-        self.purge(stream, now_ms)
+        expiry = self._by_expiry
+        order = self._order
+        head = self._head
+        first = stream.first
+        if (expiry and expiry[0][0] <= now_ms) or (head < len(order) and order[head] < first) or self._unsorted:
+            self.purge(stream, now_ms)  # (nothing to purge otherwise: the call saved)
         out: list = []
         by_offset = self._by_offset
         due = self._by_due
         if due and due[0][0] <= now_ms:
             self._read_due(stream, count, now_ms, retry, out)
+            # (only handing out retries leaves items stale in a read: the purge compacts by itself)
+            limit = len(by_offset) + SLACK
+            if self._due_stale > limit or self._exp_stale > limit or len(order) - len(by_offset) > limit:
+                self._tidy()
         room = count - len(out)
         if retry is not None and room > max_pending - len(by_offset):
             room = max_pending - len(by_offset)
         if room > 0:
-            start = self.next if self.next >= stream.first else stream.first
-            new, self.next = stream.read_held(start, room)
+            new, self.next = stream.read_held(self.next if self.next >= first else first, room)
             if new:
-                if retry is not None:
-                    self._add_pending(new, now_ms, retry)
+                if retry is None:
+                    pass
+                elif self._unsorted or (order and new[0][0] <= order[-1]):
+                    self._add_pending(new, now_ms, retry)  # not above every listed offset
+                else:  # one Delivery for the new entries (_add_pending's usual case, inlined)
+                    offsets = [row[0] for row in new]
+                    run = _new(Delivery)
+                    run.offsets = offsets
+                    run.live = len(offsets)
+                    run.deliveries = 1
+                    run.retry_ms = retry_ms = retry[0]
+                    run.retry_at = retry_at = now_ms + retry_ms
+                    run.expire_at = expire_at = now_ms + retry[1]
+                    run.stamp = stamp = _stamps()
+                    self._holders[stamp] = run
+                    run.due_item = item = (retry_at, offsets[0], stamp)
+                    heappush(due, item)
+                    run.exp_item = item = item if expire_at == retry_at else (expire_at, offsets[0], stamp)
+                    heappush(expiry, item)
+                    by_offset.update(dict.fromkeys(offsets, run))
+                    order += offsets
                 out += new
         self.delivered += len(out)
-        limit = len(by_offset) + SLACK
-        if self._due_stale > limit or self._exp_stale > limit or len(self._order) - len(by_offset) > limit:
-            self._tidy()
         return out
 
     def _read_due(self, stream, count: int, now_ms: int, retry, out: list) -> None:
         """Hand out the due retries (in due order) into ``out``, up to ``count``."""
         by_offset = self._by_offset
+        holders = self._holders
         due = self._by_due
-        again = None  # with a retry time of 0, handed out entries are due again at once: not in this read
+        again: list = []  # with a retry time of 0, handed out entries are due again at once: not in this read
         while due and len(out) < count:
             item = due[0]
             if item[0] > now_ms:
                 break
-            offset = item[1]
-            pending = by_offset.get(offset)
+            pending = holders.get(item[2])
             if pending is None or pending.due_item is not item:
                 heappop(due)  # stale
                 self._due_stale -= 1
                 continue
+            if pending.__class__ is Delivery:
+                self._read_due_run(stream, count, now_ms, retry, out, item, pending, again)
+                continue
+            offset = item[1]
             entry = stream.get(offset)
             if entry is None:  # deleted since (evicted ones were purged above)
                 heappop(due)
                 del by_offset[offset]
+                del holders[item[2]]
+                pending.live = 0
+                pending.due_item = pending.exp_item = None
                 self._exp_stale += 1
                 continue
             if retry is not None:
                 pending.retry_ms = retry[0]
             pending.deliveries += 1
             pending.retry_at = retry_at = now_ms + pending.retry_ms
-            pending.due_item = item = (retry_at, offset)
+            pending.due_item = item = (retry_at, offset, item[2])
             if retry_at > now_ms:
                 heapreplace(due, item)
             else:
                 heappop(due)
-                if again is None:
-                    again = []
                 again.append(item)
             out.append([offset, entry.tag, entry.data])
-        if again is not None:
-            for item in again:
-                heappush(due, item)
+        for item in again:
+            heappush(due, item)
+
+    def _read_due_run(self, stream, count: int, now_ms: int, retry, out: list, item: tuple, run: Delivery,
+                      again: list) -> None:
+        """Hand out the held entries of the delivery of ``item`` (the live top of the
+        due heap) into ``out``: up to ``count`` and only those before the next item
+        in due order (time, then offset); the rest stays due, as one delivery."""
+        by_offset = self._by_offset
+        due = self._by_due
+        offsets = run.offsets
+        if run.live != len(offsets):  # some acknowledged or taken out: keep the held ones
+            get = by_offset.get
+            offsets = run.offsets = [offset for offset in offsets if get(offset) is run]
+        room = count - len(out)
+        # The next item in due order besides this one (a child of the top; stale or not:
+        # stopping early at a stale one only splits the handing out).
+        size = len(due)
+        nxt = due[1] if size > 1 else None
+        if size > 2 and due[2] < nxt:
+            nxt = due[2]
+        cut = len(offsets)
+        if nxt is not None and nxt[0] == item[0]:
+            cut = bisect_right(offsets, nxt[1])  # entries after the other item's offset wait for it
+        if cut > room:
+            cut = room
+        handed = offsets[:cut] if cut < len(offsets) else offsets
+        entries = list(map(stream.get, handed))
+        if None in entries:  # deleted since (evicted ones were purged above): dropped
+            handed, entries = self._drop_deleted(handed, entries)
+        rest = offsets[cut:]
+        if rest:  # what stays due: keyed by its first entry
+            run.offsets = rest
+            run.live = len(rest)
+            run.due_item = key = (item[0], rest[0], run.stamp)  # (its expiry item stays: same time, a lower offset)
+            heapreplace(due, key)
+            if handed:  # the part handed out becomes its own delivery
+                self._redelivered(handed, run, now_ms, retry, again)
+        elif handed:  # all of it handed out: the same object, due again later
+            run.offsets = handed
+            run.live = len(handed)
+            if retry is not None:
+                run.retry_ms = retry[0]
+            run.deliveries += 1
+            run.retry_at = retry_at = now_ms + run.retry_ms
+            run.due_item = key = (retry_at, handed[0], run.stamp)
+            if retry_at > now_ms:
+                heapreplace(due, key)
+            else:
+                heappop(due)
+                again.append(key)
+        else:  # every held entry was deleted: the delivery is gone
+            heappop(due)
+            del self._holders[run.stamp]
+            run.live = 0
+            run.due_item = run.exp_item = None
+            self._exp_stale += 1
+        for offset, entry in zip(handed, entries):
+            out.append([offset, entry.tag, entry.data])
+
+    def _drop_deleted(self, handed: list, entries: list) -> tuple[list, list]:
+        """Drop the pending offsets of ``handed`` whose entry (in ``entries``) is None."""
+        by_offset = self._by_offset
+        kept = []
+        for offset, entry in zip(handed, entries):
+            if entry is None:
+                del by_offset[offset]
+            else:
+                kept.append(offset)
+        return kept, [entry for entry in entries if entry is not None]
+
+    def _redelivered(self, handed: list, run: Delivery, now_ms: int, retry, again: list) -> None:
+        """Make ``handed`` (entries of ``run`` handed out again, the rest of it still
+        due) pending as a delivery of their own."""
+        retry_ms = retry[0] if retry is not None else run.retry_ms
+        retry_at = now_ms + retry_ms
+        part = Delivery(handed, run.deliveries + 1, retry_at, run.expire_at, retry_ms)
+        self._by_offset.update(dict.fromkeys(handed, part))
+        self._holders[part.stamp] = part
+        heappush(self._by_expiry, part.exp_item)
+        if retry_at > now_ms:
+            heappush(self._by_due, part.due_item)
+        else:
+            again.append(part.due_item)
 
     def _add_pending(self, entries: list, now_ms: int, retry: tuple[int, int]) -> None:
-        """Make newly handed-out entries (ascending offsets, none pending) pending."""
+        """Make newly handed-out entries (ascending offsets, none pending) pending:
+        one :class:`Delivery` for them all."""
         retry_ms, expire_ms = retry
         retry_at, expire_at = now_ms + retry_ms, now_ms + expire_ms
         order = self._order
@@ -255,24 +429,13 @@ class Group:
             for entry in entries:  # not above every listed offset: next moved back
                 self._insert(Pending(entry[0], 1, retry_at, expire_at, retry_ms))
             return
-        by_offset = self._by_offset
-        due, expiry = self._by_due, self._by_expiry
-        same = expire_at == retry_at
-        for entry in entries:  # the common case, inlined (Pending.__init__ too: no call per entry)
-            offset = entry[0]
-            pending = by_offset[offset] = _new(Pending)
-            pending.owner = pending.xid = None
-            pending.delivered_ms = 0
-            pending.offset = offset
-            pending.deliveries = 1
-            pending.retry_at = retry_at
-            pending.expire_at = expire_at
-            pending.retry_ms = retry_ms
-            pending.due_item = item = (retry_at, offset)
-            pending.exp_item = exp_item = item if same else (expire_at, offset)
-            heappush(due, item)
-            heappush(expiry, exp_item)
-            order.append(offset)
+        offsets = list(map(_first, entries))
+        run = Delivery(offsets, 1, retry_at, expire_at, retry_ms)
+        self._by_offset.update(dict.fromkeys(offsets, run))
+        self._holders[run.stamp] = run
+        heappush(self._by_due, run.due_item)
+        heappush(self._by_expiry, run.exp_item)
+        order += offsets
 
     def has_ready(self, stream, now_ms: int, max_pending: int, retry: bool) -> bool:
         """Would a read hand out anything now? Amortised O(1) plus the purge and stale
@@ -315,38 +478,55 @@ class Group:
 
     def ack(self, offsets) -> int:
         """Acknowledge these offsets; replies how many were pending.
-        Amortised O(k): a dict deletion each, the indexes are cleaned lazily."""
+        Amortised O(k): a dict deletion each, the indexes are cleaned lazily
+        (a delivery's heap items go stale with its last entry)."""
         by_offset = self._by_offset
-        pop = by_offset.pop
-        acked = 0
-        heaped = 0
-        if self._unheaped == len(by_offset):  # none in a heap (X* deliveries only): C passes
-            popped = list(map(pop, offsets, repeat(None)))
-            acked = len(popped) - popped.count(None)
-            self._unheaped -= acked
-        elif self._unheaped:  # some have no heap items (X* deliveries): nothing of theirs goes stale
-            unheaped = 0
-            for offset in offsets:
-                pending = pop(offset, None)
-                if pending is not None:
-                    acked += 1
-                    if pending.due_item is None:
-                        unheaped += 1
-            self._unheaped -= unheaped
-            heaped = acked - unheaped
-        else:
-            for offset in offsets:
-                if pop(offset, None) is not None:
-                    acked += 1
-            heaped = acked
-        if acked:
+        popped = list(map(by_offset.pop, offsets, _NONES))
+        first = popped[0] if popped else None
+        dead = 0
+        if first.__class__ is Delivery and popped.count(first) == len(popped):  # of one delivery (the usual TACK)
+            acked = len(popped)
+            first.live = live = first.live - acked
             self.acked += acked
-            self._due_stale = due_stale = self._due_stale + heaped
-            self._exp_stale = exp_stale = self._exp_stale + heaped
-            limit = len(by_offset) + SLACK
-            if due_stale > limit or exp_stale > limit or len(self._order) - len(by_offset) > limit:
-                self._tidy()
+            if not live:  # its last entries: its heap items go stale
+                del self._holders[first.stamp]
+                first.due_item = first.exp_item = None
+                dead = 1
+        else:
+            acked = len(popped) - popped.count(None)
+            if not acked:
+                return 0
+            self.acked += acked
+            if self._unheaped == len(by_offset) + acked:  # none in a heap (X* deliveries only)
+                self._unheaped -= acked
+            else:
+                dead = self._ack_held(popped)
+        self._due_stale = due_stale = self._due_stale + dead
+        self._exp_stale = exp_stale = self._exp_stale + dead
+        limit = len(by_offset) + SLACK
+        if due_stale > limit or exp_stale > limit or len(self._order) - len(by_offset) > limit:
+            self._tidy()
         return acked
+
+    def _ack_held(self, popped: list) -> int:
+        """Count what the acknowledged ``popped`` (values taken out of ``_by_offset``,
+        None for offsets not pending) leave stale: replies how many deliveries
+        (Pending or Delivery) went with them."""
+        dead = unheaped = 0
+        holders = self._holders
+        for pending in popped:
+            if pending is None:
+                continue
+            if pending.due_item is None:  # in no heap (an X* delivery's): nothing of it goes stale
+                unheaped += 1
+                continue
+            pending.live -= 1
+            if not pending.live:
+                del holders[pending.stamp]
+                pending.due_item = pending.exp_item = None
+                dead += 1
+        self._unheaped -= unheaped
+        return dead
 
     # --- housekeeping --------------------------------------------------------------
 
@@ -358,14 +538,23 @@ class Group:
         expiry = self._by_expiry
         while expiry and expiry[0][0] <= now_ms:
             item = heappop(expiry)
-            offset = item[1]
-            pending = by_offset.get(offset)
+            pending = self._holders.get(item[2])
             if pending is None or pending.exp_item is not item:
                 self._exp_stale -= 1
                 continue
-            del by_offset[offset]
+            if pending.__class__ is Delivery:
+                get = by_offset.get
+                for offset in pending.offsets:
+                    if get(offset) is pending:
+                        del by_offset[offset]
+                dropped += pending.live
+            else:
+                del by_offset[item[1]]
+                dropped += 1
+            del self._holders[item[2]]
+            pending.live = 0
+            pending.due_item = pending.exp_item = None
             self._due_stale += 1
-            dropped += 1
         order = self._sorted_order() if self._unsorted else self._order
         first = stream.first
         head = self._head
@@ -378,11 +567,7 @@ class Group:
                 # skipped one by one by every read.
                 break
             if offset in by_offset:
-                if by_offset.pop(offset).due_item is None:
-                    self._unheaped -= 1
-                else:
-                    self._due_stale += 1
-                    self._exp_stale += 1
+                self._let_go(by_offset.pop(offset))
                 dropped += 1
             head += 1
         self._head = head
@@ -415,6 +600,8 @@ class Group:
         pending = self._by_offset.get(offset)
         if pending.__class__ is OwnedRun:
             pending = self._by_offset[offset] = pending.materialize(offset)
+        elif pending.__class__ is Delivery:
+            pending = self._own(offset, pending)
         return pending
 
     def insert_pending(self, pending: Pending) -> None:
@@ -453,13 +640,19 @@ class Group:
             if p is not None:
                 if p.__class__ is OwnedRun:
                     p = by_offset[offset] = p.materialize(offset)
+                elif p.__class__ is Delivery:
+                    p = self._own(offset, p)
                 out.append(p)
         return out
 
     def pending_state(self, offset: int) -> tuple | None:
         """(offset, deliveries, retry_at, expire_at, retry_ms) of a pending entry, else None."""
-        p = self.pending_get(offset)
-        return None if p is None else (p.offset, p.deliveries, p.retry_at, p.expire_at, p.retry_ms)
+        p = self._by_offset.get(offset)  # (a Delivery's entry reads as it is, nothing made)
+        if p is None:
+            return None
+        if p.__class__ is OwnedRun:
+            return (offset, 1, NEVER, NEVER, 0)
+        return (offset, p.deliveries, p.retry_at, p.expire_at, p.retry_ms)
 
     def info(self) -> dict:
         return {"name": self.name, "next": self.next, "pending": len(self._by_offset)}
@@ -478,9 +671,9 @@ class Group:
                 pending.append((offset, 1, NEVER, NEVER, 0))
                 owners.append((offset, p.owner, p.delivered_ms, list(p.xids[bisect_left(p.offsets, offset)])))
                 continue
-            pending.append((p.offset, p.deliveries, p.retry_at, p.expire_at, p.retry_ms))
+            pending.append((offset, p.deliveries, p.retry_at, p.expire_at, p.retry_ms))
             if p.owner is not None:
-                owners.append((p.offset, p.owner, p.delivered_ms, list(p.xid or (0, 0))))
+                owners.append((offset, p.owner, p.delivered_ms, list(p.xid or (0, 0))))
         state = {"name": self.name, "next": self.next, "pending": pending}
         if self.x is not None:  # X* groups (engine/xgroups.py)
             state["x"] = self.x.export()
@@ -517,8 +710,10 @@ class Group:
             pending.retry_ms = retry_ms
             if retry_at != NEVER or expire_at != NEVER:  # due or expiring now: in the heaps
                 pending.retry_at, pending.expire_at = retry_at, expire_at
-                pending.due_item = item = (retry_at, offset)
-                pending.exp_item = item if expire_at == retry_at else (expire_at, offset)
+                pending.stamp = stamp = _stamps()
+                self._holders[stamp] = pending
+                pending.due_item = item = (retry_at, offset, stamp)
+                pending.exp_item = item if expire_at == retry_at else (expire_at, offset, stamp)
                 heappush(self._by_due, pending.due_item)
                 heappush(self._by_expiry, pending.exp_item)
                 self._unheaped -= 1
@@ -528,12 +723,12 @@ class Group:
             pending.retry_ms = retry_ms
             if pending.retry_at != retry_at:
                 pending.retry_at = retry_at
-                pending.due_item = (retry_at, offset)
+                pending.due_item = (retry_at, offset, pending.stamp)
                 heappush(self._by_due, pending.due_item)
                 self._due_stale += 1
             if pending.expire_at != expire_at:
                 pending.expire_at = expire_at
-                pending.exp_item = (expire_at, offset)
+                pending.exp_item = (expire_at, offset, pending.stamp)
                 heappush(self._by_expiry, pending.exp_item)
                 self._exp_stale += 1
             self._tidy()
@@ -548,16 +743,13 @@ class Group:
         old = self._by_offset.get(offset)
         self._by_offset[offset] = pending
         if pending.due_item is not None:
+            self._holders[pending.stamp] = pending
             heappush(self._by_due, pending.due_item)
             heappush(self._by_expiry, pending.exp_item)
         else:
             self._unheaped += 1
-        if old is not None:  # its heap items go stale; _order lists the offset already
-            if old.due_item is None:
-                self._unheaped -= 1
-            else:
-                self._due_stale += 1
-                self._exp_stale += 1
+        if old is not None:  # its heap items may go stale; _order lists the offset already
+            self._let_go(old)
             self._tidy()
         elif not self._unsorted:
             order = self._order
@@ -567,12 +759,36 @@ class Group:
             else:
                 order.append(offset)
 
+    def _let_go(self, pending) -> None:
+        """``pending`` (a Pending, Delivery or OwnedRun) no longer holds one of its
+        offsets (taken out of ``_by_offset`` by the caller): count what goes stale."""
+        if pending.due_item is None:  # in no heap (an X* delivery's)
+            self._unheaped -= 1
+            return
+        pending.live -= 1
+        if not pending.live:  # its last entry: its heap items go stale
+            del self._holders[pending.stamp]
+            pending.due_item = pending.exp_item = None
+            self._due_stale += 1
+            self._exp_stale += 1
+
+    def _own(self, offset: int, run: Delivery) -> Pending:
+        """Make the entry ``offset`` of ``run`` its own Pending (same times and
+        deliveries, its own heap items). O(log P)."""
+        pending = self._by_offset[offset] = Pending(offset, run.deliveries, run.retry_at, run.expire_at,
+                                                    run.retry_ms)
+        self._holders[pending.stamp] = pending
+        heappush(self._by_due, pending.due_item)
+        heappush(self._by_expiry, pending.exp_item)
+        self._let_go(run)
+        return pending
+
     def _live_top(self, heap: list, due: bool):
         """Pop stale items off the top of a heap; return its live top item, or None."""
-        by_offset = self._by_offset
+        holders = self._holders
         while heap:
             item = heap[0]
-            pending = by_offset.get(item[1])
+            pending = holders.get(item[2])
             if pending is not None and (pending.due_item if due else pending.exp_item) is item:
                 return item
             heappop(heap)
@@ -600,7 +816,8 @@ class Group:
         return order[self._head:] if self._head else order
 
     def _rebuild_heaps(self) -> None:
-        values = [p for p in self._by_offset.values() if p.due_item is not None]
+        values = [p for p in set(self._by_offset.values()) if p.due_item is not None]
+        self._holders = {p.stamp: p for p in values}
         due = self._by_due
         due[:] = [p.due_item for p in values]
         heapify(due)
@@ -617,24 +834,31 @@ class Group:
         limit = len(by_offset) + SLACK
         if self._due_stale > limit:
             due = self._by_due
-            due[:] = [p.due_item for p in by_offset.values() if p.due_item is not None]
+            due[:] = [p.due_item for p in set(by_offset.values()) if p.due_item is not None]
             heapify(due)
             self._due_stale = 0
         if self._exp_stale > limit:
             expiry = self._by_expiry
-            expiry[:] = [p.exp_item for p in by_offset.values() if p.exp_item is not None]
+            expiry[:] = [p.exp_item for p in set(by_offset.values()) if p.exp_item is not None]
             heapify(expiry)
             self._exp_stale = 0
         order = self._order
         if len(order) - len(by_offset) > limit:  # stale and consumed offsets (never when unsorted: empty)
             order[:] = filter(by_offset.__contains__, order[self._head:] if self._head else order)
             self._head = 0
+            # and the deliveries' lists of offsets (acked ones stay listed until a retry or
+            # here): their entries listed stay O(pending) too
+            get = by_offset.get
+            for run in set(by_offset.values()):
+                if run.__class__ is Delivery and run.live != len(run.offsets):
+                    run.offsets = [offset for offset in run.offsets if get(offset) is run]
 
     def _check(self, stream=None) -> None:
         """Assert the indexes agree (live items, stale counters, order), see the module docstring."""
         by_offset = self._by_offset
         unheaped = 0
         runs: dict[int, OwnedRun] = {}
+        deliveries: dict[int, list] = {}
         for offset, pending in by_offset.items():
             if pending.__class__ is OwnedRun:  # one object for the entries of one X* delivery
                 k = bisect_left(pending.offsets, offset)
@@ -643,27 +867,45 @@ class Group:
                 unheaped += 1
                 assert offset < self.next, "a pending entry was handed out, so it is below next"
                 continue
-            assert pending.offset == offset
+            assert pending.__class__ is Delivery or pending.offset == offset
             if pending.due_item is None:
                 assert pending.exp_item is None and pending.retry_at == pending.expire_at == NEVER, \
                     "only an entry never due and never expiring is in no heap"
                 unheaped += 1
+            elif pending.__class__ is Delivery:
+                run = pending
+                k = bisect_left(run.offsets, offset)
+                assert k < len(run.offsets) and run.offsets[k] == offset, "an offset of its delivery"
+                deliveries.setdefault(id(run), [run, 0])[1] += 1
             else:
-                assert pending.due_item == (pending.retry_at, offset)
-                assert pending.exp_item == (pending.expire_at, offset)
+                assert pending.live == 1
+                assert pending.due_item == (pending.retry_at, offset, pending.stamp)
+                assert pending.exp_item == (pending.expire_at, offset, pending.stamp)
             assert offset < self.next, "a pending entry was handed out, so it is below next"
+        for run, held in deliveries.values():
+            assert run.live == held, f"{run}: {held} entries held"
+            assert all(a < b for a, b in zip(run.offsets, run.offsets[1:])), "a delivery's offsets ascend"
+            first = min(o for o in run.offsets if by_offset.get(o) is run)
+            due_item, exp_item = run.due_item, run.exp_item
+            assert due_item[0] == run.retry_at and due_item[1] <= first and due_item[2] == run.stamp, (run, due_item)
+            assert exp_item[0] == run.expire_at and exp_item[1] <= first and exp_item[2] == run.stamp, (run, exp_item)
         assert unheaped == self._unheaped, f"unheaped counter {self._unheaped}, {unheaped} entries"
+        heaped = {id(p): p for p in by_offset.values() if p.due_item is not None}
+        holders = self._holders
+        assert {id(p) for p in holders.values()} == set(heaped), "the records in the heaps, by stamp"
+        assert all(p.stamp == stamp for stamp, p in holders.items())
         for heap, attr, stale in ((self._by_due, "due_item", self._due_stale),
                                   (self._by_expiry, "exp_item", self._exp_stale)):
             for i in range(1, len(heap)):
-                assert heap[(i - 1) // 2] <= heap[i], "heap property"
+                assert heap[i][:2] >= heap[(i - 1) // 2][:2], "heap property"
             live = set()
             for item in heap:
-                held = by_offset.get(item[1])
+                assert len(item) == 3
+                held = holders.get(item[2])
                 if held is not None and getattr(held, attr) is item:
                     assert id(item) not in live, f"{attr} {item} twice in its heap"
                     live.add(id(item))
-            assert len(live) == len(by_offset) - unheaped, f"every heaped pending entry has its {attr} in the heap"
+            assert len(live) == len(heaped), f"every heaped pending entry has its {attr} in the heap"
             assert len(heap) - len(live) == stale, f"{attr} stale counter {stale}, heap {len(heap)}"
             assert stale <= len(by_offset) + SLACK, "compacted when stale items exceed live + SLACK"
         order, head = self._order, self._head

@@ -363,6 +363,8 @@ def test_stale_entries_are_compacted():
         assert group.pending_count == held
         bound = 2 * group.pending_count + SLACK + 11
         assert max(len(group._by_due), len(group._by_expiry), len(group._order)) <= bound, index_sizes(group)
+        runs = {id(p): p for p in group._by_offset.values() if hasattr(p, "live") and hasattr(p, "offsets")}
+        assert sum(len(run.offsets) for run in runs.values()) <= bound  # a delivery's acked offsets go too
         now += 1
         if i % 500 == 0:
             group._check(stream)
@@ -385,7 +387,7 @@ def test_stale_heads_are_popped_for_next_due_and_has_ready():
     assert group.next_due_ms() == 5
     group.ack([1, 2])
     assert group.next_due_ms() == 101  # not a stale 5 (nor 50)
-    assert group._due_stale == 0 and len(group._by_due) == 2
+    assert group._due_stale == 0 and len(group._by_due) == 1  # one item for the delivery of 3, 4
     group.read(stream, 10, 2, None, 99)  # the rest, not pending
     assert not group.has_ready(stream, 6, 99, False)  # stale 5s are not due retries
     assert group.has_ready(stream, 101, 99, False)
@@ -479,3 +481,77 @@ def test_redis_streams_id_map_stays_within_the_pending_entries():
         group._check(stream)
     assert group.pending_count == 400 and most <= 2 * 400 + SLACK
     assert not group._by_due and not group._by_expiry  # never due, never expiring: in no heap
+
+
+def test_a_delivery_is_one_record_acked_one_entry_at_a_time():
+    """The entries one read with RETRY hands out are one Delivery with one item in
+    each heap; acks take its entries out one by one, a partial ack leaves the rest
+    due at the same time, and the retry hands out only the unacknowledged ones."""
+    from tstream.engine.groups import Delivery
+
+    stream = FakeStream()
+    stream.append(20)
+    group = Group(b"g", 1)
+    assert [e[0] for e in group.read(stream, 5, 0, (100, 1000), 99)] == [1, 2, 3, 4, 5]
+    runs = {id(p) for p in group._by_offset.values()}
+    assert len(runs) == 1 and group._by_offset[1].__class__ is Delivery
+    assert len(group._by_due) == 1 and len(group._by_expiry) == 1
+    assert group.ack([2, 4]) == 2  # a partial ack: nothing stale yet
+    assert (group._due_stale, group._exp_stale) == (0, 0)
+    assert group.pending_list(50) == [[1, 1, 50], [3, 1, 50], [5, 1, 50]]
+    assert group.next_due_ms() == 100
+    assert not group.has_ready(stream, 99, 3, True)  # not due yet (and the pending list full at 3)
+    group._check(stream)
+    assert [e[0] for e in group.read(stream, 2, 100, (300, 1000), 99)] == [1, 3]  # the count cuts it
+    assert group.pending_state(1) == (1, 2, 400, 1000, 300)
+    assert group.pending_state(5) == (5, 1, 100, 1000, 100)  # the rest is still due
+    group._check(stream)
+    assert [e[0] for e in group.read(stream, 1, 101, None, 99)] == [5]
+    assert group.pending_state(5) == (5, 2, 201, 1000, 100)
+    assert group.ack([1, 3, 5]) == 3
+    assert group.pending_count == 0
+    group._check(stream)
+    group.next_due_ms()  # pops the stale items
+    assert not group._by_due and not group._by_expiry
+
+
+def test_retries_of_interleaved_deliveries_come_in_offset_order():
+    """Two deliveries due at the same time whose entries interleave (redeliveries
+    of one read) are handed out entry by entry in offset order, as separate
+    pending entries would be, and a count stops in the middle of either."""
+    stream = FakeStream()
+    stream.append(8)
+    group = Group(b"g", 1)
+    group.read(stream, 4, 0, (10, 10_000), 99)    # 1-4 due at 10
+    group.read(stream, 4, 5, (5, 10_000), 99)     # 5-8 due at 10 too
+    group.ack([1, 3, 6, 8])
+    # 2, 4 (first delivery) and 5, 7 (second): all due at 10, by offset
+    assert [e[0] for e in group.read(stream, 10, 10, (50, 10_000), 99)] == [2, 4, 5, 7]
+    group._check(stream)
+    # now two deliveries, both due at 60: 2, 4 and 5, 7 -- make them interleave
+    group.restore_pending(3, 1, 60, 10_000, 50)
+    group.restore_pending(6, 1, 60, 10_000, 50)
+    group._check(stream)
+    assert [e[0] for e in group.read(stream, 3, 60, (50, 10_000), 99)] == [2, 3, 4]
+    assert [e[0] for e in group.read(stream, 3, 60, (50, 10_000), 99)] == [5, 6, 7]
+    group._check(stream)
+    assert [p[0] for p in group.pending_list(60)] == [2, 3, 4, 5, 6, 7]
+    assert group.pending_get(4).deliveries == 3 and group.pending_get(3).deliveries == 2
+    group._check(stream)
+
+
+def test_a_delivery_is_saved_as_its_entries():
+    """A snapshot holds one pending record per entry, as before deliveries were
+    kept as one object; loading it gives the same pending list."""
+    stream = FakeStream()
+    stream.append(10)
+    group = Group(b"g", 1)
+    group.read(stream, 6, 0, (100, 1000), 99)
+    group.ack([2, 5])
+    state = group.export_state()
+    assert state["pending"] == [(1, 1, 100, 1000, 100), (3, 1, 100, 1000, 100), (4, 1, 100, 1000, 100),
+                                (6, 1, 100, 1000, 100)]
+    again = Group.from_state(state)
+    again._check(stream)
+    assert again.export_state() == state
+    assert [e[0] for e in again.read(stream, 10, 100, None, 99)] == [1, 3, 4, 6, 7, 8, 9, 10]
