@@ -15,6 +15,7 @@ from time import time_ns
 from tstream.engine.groups import Group
 from tstream.engine.ingest import Ingest
 from tstream.engine.stream import run_columns  # None without engine/_columns.c
+from tstream.persistence.effects import packed_ids
 from tstream.resp import (
     NO_REPLY,
     NULL_ARRAY,
@@ -261,11 +262,14 @@ def _msgid_run(client, argvs: list) -> bytes:
         stored = stream.next_offset - start
         window.truncate(stored)
         if stored:
+            ids = ids[:stored]
             server.writes.ingested(key, stream, first, start, tags[:stored], datas[:stored], None, 0, False,
-                                   ids[:stored])
+                                   packed_ids(ids) if server.writes.sinks else ids)
         error = encode_error(out_of_memory(0, 1, 0).message)
         return encode_integer_run(start, stored) + error * (count - stored)
-    server.writes.ingested(key, stream, first, offset, tags, datas, None, 0, False, ids)
+    writes = server.writes
+    # The ids as one item of the INGEST record (packed only when a sink will pack the record)
+    writes.ingested(key, stream, first, offset, tags, datas, None, 0, False, packed_ids(ids) if writes.sinks else ids)
     return encode_integer_run(offset, count)
 
 

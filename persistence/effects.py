@@ -38,7 +38,11 @@ the file, see ``persistence.framing``):
                                                         its highest batch-seq stored is batch_seq;
                                                         ended 1: the batch is over) or with message
                                                         ids (batch_id nil); ids: one message id or nil
-                                                        per entry, or empty; no entries: a batch ended
+                                                        per entry, or empty, or the entries' ids packed
+                                                        as one bin item (``packed_ids``: a byte of
+                                                        length per id, then their bytes; a pipelined
+                                                        MSGID run's, since 2026-11-28; a list before);
+                                                        no entries: a batch ended
     BUNDLE  [19, record, record, ...]                   records framed together to save a frame, a
                                                         checksum and a msgpack call each: a loop
                                                         turn's records in the AOF, a send's in the
@@ -50,6 +54,7 @@ the file, see ``persistence.framing``):
 
 from __future__ import annotations
 
+from itertools import accumulate
 from operator import itemgetter
 from typing import Any
 
@@ -91,6 +96,28 @@ def unbundled(records) -> list:
         else:
             flat.append(record)
     return flat
+
+
+def packed_ids(ids):
+    """The ids field of an INGEST record for ``ids`` (bytes, one an entry): one
+    bytes item, a byte of length per id then the ids' bytes one after another,
+    which msgpack packs as one item instead of one an id (a pipelined MSGID run's
+    64 ids: ~400 instructions a message less to pack, the same bytes in the
+    file); ``ids`` itself (a list item each, the older form, still read) when an
+    id is 256 bytes or longer, or None."""
+    try:
+        return bytes(map(len, ids)) + b"".join(ids)
+    except (ValueError, TypeError):  # (a length over 255; None: an entry without an id)
+        return ids
+
+
+def unpacked_ids(packed: bytes, count: int) -> list:
+    """The ``count`` ids ``packed_ids`` packed into ``packed``; ReplayError if
+    the lengths do not add up to its size."""
+    ends = list(accumulate(packed[:count], initial=count))
+    if len(ends) != count + 1 or ends[-1] != len(packed):
+        raise ReplayError(f"INGEST record whose packed ids do not hold its {count} entries' ids")
+    return list(map(packed.__getitem__, map(slice, ends, ends[1:])))
 
 
 def group_moved(key: bytes, group: Group, offsets=()) -> list:
@@ -171,6 +198,8 @@ def _apply_ingest(key: bytes, stream, record: list) -> None:
     if batch_id is not None:
         ingest.replayed(key, batch_id, batch_seq, bool(ended), first_offset + count - 1 if count else 0)
     if ids:
+        if type(ids) is bytes:  # (packed_ids: one item for the entries' ids)
+            ids = unpacked_ids(ids, count)
         ingest.add_ids(ids, first_offset, time_ns)
 
 
