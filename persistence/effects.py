@@ -56,11 +56,11 @@ from __future__ import annotations
 
 from itertools import accumulate
 from operator import itemgetter
-from typing import Any
+from typing import Any, Callable
 
 from tstream.engine import xgroups, xids
 from tstream.engine.groups import Group
-from tstream.engine.ingest import Ingest
+from tstream.engine.ingest import Ingest, PyWindow, Window
 
 (CREATE, APPEND, EVICT, CONFIG, DELKEY, FLUSH, GROUP, ACK, DELETE, TXN, XADD, XSETID, XDEL,
  XGROUP, XCONSUMER, XOWN, XGDESTROY, XCDEL, INGEST, BUNDLE) = range(20)
@@ -98,17 +98,26 @@ def unbundled(records) -> list:
     return flat
 
 
-def packed_ids(ids):
-    """The ids field of an INGEST record for ``ids`` (bytes, one an entry): one
-    bytes item, a byte of length per id then the ids' bytes one after another,
-    which msgpack packs as one item instead of one an id (a pipelined MSGID run's
-    64 ids: ~400 instructions a message less to pack, the same bytes in the
-    file); ``ids`` itself (a list item each, the older form, still read) when an
-    id is 256 bytes or longer, or None."""
+def py_packed_ids(ids):
+    """The ids field of an INGEST record for ``ids`` (a tuple or list of bytes,
+    one an entry): one bytes item, a byte of length per id then the ids' bytes
+    one after another, which msgpack packs as one item instead of one an id (a
+    pipelined MSGID run's 64 ids: ~400 instructions a message less to pack, the
+    same bytes in the file); ``ids`` itself (a list item each, the older form,
+    still read) when an id is 256 bytes or longer, or None, and when memory runs
+    out (the entries are stored: the record must be logged).  ``packed_ids`` is
+    engine/_window.c's ``pack_ids`` when built, this otherwise."""
     try:
         return bytes(map(len, ids)) + b"".join(ids)
-    except (ValueError, TypeError):  # (a length over 255; None: an entry without an id)
+    except (ValueError, TypeError, MemoryError):  # (a length over 255; None: an entry without an id)
         return ids
+
+
+packed_ids: Callable[[Any], Any] = py_packed_ids
+if Window is not PyWindow:  # (the C window is built and on: its module packs too)
+    from tstream.engine import _window
+
+    packed_ids = _window.pack_ids
 
 
 def unpacked_ids(packed: bytes, count: int) -> list:
