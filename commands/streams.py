@@ -33,6 +33,15 @@ from tstream.resp import (
 from .args import to_bool, to_int, to_nonnegative, to_positive_list
 from .errors import CommandError, SyntaxErr, out_of_memory
 
+# A MSGID run's columns with its one key and MSGID words checked in C (engine/_columns.c),
+# wherever run_columns is (the extension built and on); else the zip and checks in Python.
+msgid_columns = None
+if run_columns is not None:
+    try:
+        from tstream.engine._columns import msgid_columns
+    except ImportError:  # (an older build of the extension)
+        pass
+
 NO_SUCH_KEY = "ERR no such key"
 DEFAULT_WINDOW_MS = 120000  # duplicate_window_ms of a stream that does not exist yet
 
@@ -225,19 +234,26 @@ def _msgid_run(client, argvs: list) -> bytes:
     stored within the window, none repeated), one append and one record; else
     command by command.  The ids are checked and entered, and the run's record
     kept, in one call of the stream's window (``Window.claim`` of engine/_window.c,
-    or its fallback ``PyWindow.claim``: ``Ingest.claim_run`` without its frame)."""
+    or its fallback ``PyWindow.claim``: ``Ingest.claim_run`` without its frame).
+    The INGEST record carries the ids packed as one item when there is a sink
+    (persistence/effects.py ``packed_ids``)."""
     server = client.server
-    if run_columns is not None:  # the columns, as tuples (engine/_columns.c): no zip iterators
-        keys, tags, datas, words, ids = run_columns(argvs, 1)
+    count = len(argvs)
+    key = argvs[0][1]
+    if msgid_columns is not None:  # (engine/_columns.c: the one key and the MSGID words checked in C)
+        columns = msgid_columns(argvs)
+        if columns is None:  # another key, or not MSGID
+            return b"".join(_twrite_each(client, argvs))
+        tags, datas, ids = columns
     else:
         _, keys, tags, datas, words, ids = zip(*argvs)
-    count = len(argvs)
-    key = keys[0]
+        word = words[0]
+        if (keys.count(key) != count or words.count(word) != count
+                or (word != b"MSGID" and word.lower() != b"msgid")):
+            return b"".join(_twrite_each(client, argvs))
     stream = server.streams.get(key)
     ingest = stream._ingest if stream is not None else None
-    word = words[0]
-    if (ingest is None or keys.count(key) != count or words.count(word) != count
-            or (word != b"MSGID" and word.lower() != b"msgid")):
+    if ingest is None:
         return b"".join(_twrite_each(client, argvs))
     window_ms = stream.settings.duplicate_window_ms
     if not window_ms:

@@ -178,3 +178,60 @@ def test_a_file_of_the_older_form_loads_checks_and_knows_its_ids(tmp_path, make_
     client = proc.client()
     assert client.execute_command("TWRITE", "k", "t", "again", "MSGID", "old-7") == 8
     assert client.execute_command("TWRITE", "k", "t", "new", "MSGID", "new-1") == 21
+
+
+def _msgid_publisher(port_of, total: int, stop, sent: list) -> None:
+    """Pipelined ``TWRITE s t <n> MSGID id-<n>`` in chunks of 32, each chunk sent
+    again until its replies come back (across the server's kills)."""
+    client = None
+    n = 0
+    while n < total and not stop.is_set():
+        chunk = range(n, min(n + 32, total))
+        try:
+            if client is None:
+                client = redis.Redis(port=port_of(), socket_timeout=5)
+            pipe = client.pipeline(transaction=False)
+            for i in chunk:
+                pipe.execute_command("TWRITE", "s", "t", str(i), "MSGID", f"id-{i}")
+            pipe.execute()
+            n = chunk[-1] + 1
+            sent.append(n)
+        except (redis.ConnectionError, redis.TimeoutError, ConnectionResetError):
+            client = None
+            time.sleep(0.05)
+
+
+def test_sigkill_pipelined_msgid_runs_stored_exactly_once_in_order(make_server, tmp_path):
+    """Pipelined MSGID runs (packed ids in the AOF), the server killed (SIGKILL)
+    four times: each chunk sent again until acknowledged, and all of them once
+    more at the end, every message is stored once, in order (the window rebuilt
+    from the packed ids of the AOF each time), and tstream-check passes."""
+    import threading
+
+    proc = make_server("--save", "", "--appendonly", "yes", "--appendfsync", "always")
+    proc.client().execute_command("TWRITE", "s", "t", "start", "MSGID", "start")
+    stop, sent = threading.Event(), []
+    total = 6000
+    thread = threading.Thread(target=_msgid_publisher, args=(lambda: proc.port, total, stop, sent), daemon=True)
+    thread.start()
+    try:
+        for _ in range(4):
+            deadline = time.time() + 20
+            mark = len(sent)
+            while len(sent) < mark + 10 and thread.is_alive() and time.time() < deadline:
+                time.sleep(0.01)
+            proc.kill()
+            proc.start()
+        thread.join(120)
+    finally:
+        stop.set()
+    assert sent and sent[-1] == total
+    again: list = []
+    _msgid_publisher(lambda: proc.port, total, threading.Event(), again)  # every id once more: all duplicates
+    client = proc.client()
+    got = client.execute_command("TREAD", "s", 1, 100000)
+    assert [data for _, _, data in got] == [b"start"] + [str(i).encode() for i in range(total)]
+    proc.stop()
+    check = subprocess.run([sys.executable, "-m", "tstream.persistence.check", str(tmp_path / "appendonlydir")],
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
