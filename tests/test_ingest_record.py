@@ -235,3 +235,35 @@ def test_sigkill_pipelined_msgid_runs_stored_exactly_once_in_order(make_server, 
     check = subprocess.run([sys.executable, "-m", "tstream.persistence.check", str(tmp_path / "appendonlydir")],
                            capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_replica_applies_the_packed_ids_and_knows_them_once_promoted(tmp_path):
+    """The replication stream carries the same records: a replica applies a
+    pipelined MSGID run's packed ids; promoted, it refuses them again."""
+    from .test_replication import follower, sync
+
+    made = []
+
+    def pair(*args: str):
+        directory = tmp_path / f"s{len(made)}"
+        directory.mkdir()
+        from .conftest import ServerProcess
+
+        proc = ServerProcess(directory, "--save", "", *args)
+        made.append(proc)
+        return proc.start()
+
+    try:
+        primary = pair()
+        replica, r = follower(pair, primary)
+        p = primary.client()
+        replies = _pipelined_msgid_runs(primary.port, [[f"r{i}" for i in range(50)]])
+        assert replies == list(range(2, 52))
+        sync(p, r)
+        assert r.execute_command("TREAD", "k", 1, 100) == p.execute_command("TREAD", "k", 1, 100)
+        assert r.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+        assert r.execute_command("TWRITE", "k", "t", "again", "MSGID", "r30") == 32
+        assert r.execute_command("TWRITE", "k", "t", "new", "MSGID", "r50") == 52
+    finally:
+        for proc in made:
+            proc.stop()
