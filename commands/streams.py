@@ -16,6 +16,7 @@ from time import time_ns
 from tstream.engine.groups import Group
 from tstream.engine.ingest import Ingest
 from tstream.engine.stream import run_columns  # None without engine/_columns.c
+from tstream.persistence.effects import packed_ids
 from tstream.resp import (
     NO_REPLY,
     NULL_ARRAY,
@@ -32,6 +33,15 @@ from tstream.resp import (
 
 from .args import to_bool, to_int, to_nonnegative, to_positive_list
 from .errors import CommandError, SyntaxErr, out_of_memory
+
+# A MSGID run's columns with its one key and MSGID words checked in C (engine/_columns.c),
+# wherever run_columns is (the extension built and on); else the zip and checks in Python.
+msgid_columns = None
+if run_columns is not None:
+    try:
+        from tstream.engine._columns import msgid_columns
+    except ImportError:  # (an older build of the extension)
+        pass
 
 NO_SUCH_KEY = "ERR no such key"
 DEFAULT_WINDOW_MS = 120000  # duplicate_window_ms of a stream that does not exist yet
@@ -242,19 +252,26 @@ def _msgid_run(client, argvs: list) -> bytes:
     stored within the window, none repeated), one append and one record; else
     command by command.  The ids are checked and entered, and the run's record
     kept, in one call of the stream's window (``Window.claim`` of engine/_window.c,
-    or its fallback ``PyWindow.claim``: ``Ingest.claim_run`` without its frame)."""
+    or its fallback ``PyWindow.claim``: ``Ingest.claim_run`` without its frame).
+    The INGEST record carries the ids packed as one item when there is a sink
+    (persistence/effects.py ``packed_ids``)."""
     server = client.server
-    if run_columns is not None:  # the columns, as tuples (engine/_columns.c): no zip iterators
-        keys, tags, datas, words, ids = run_columns(argvs, 1)
+    count = len(argvs)
+    key = argvs[0][1]
+    if msgid_columns is not None:  # (engine/_columns.c: the one key and the MSGID words checked in C)
+        columns = msgid_columns(argvs)
+        if columns is None:  # another key, or not MSGID
+            return b"".join(_twrite_each(client, argvs))
+        tags, datas, ids = columns
     else:
         _, keys, tags, datas, words, ids = zip(*argvs)
-    count = len(argvs)
-    key = keys[0]
+        word = words[0]
+        if (keys.count(key) != count or words.count(word) != count
+                or (word != b"MSGID" and word.lower() != b"msgid")):
+            return b"".join(_twrite_each(client, argvs))
     stream = server.streams.get(key)
     ingest = stream._ingest if stream is not None else None
-    word = words[0]
-    if (ingest is None or keys.count(key) != count or words.count(word) != count
-            or (word != b"MSGID" and word.lower() != b"msgid")):
+    if ingest is None:
         return b"".join(_twrite_each(client, argvs))
     window_ms = stream.settings.duplicate_window_ms
     if not window_ms:
@@ -279,11 +296,14 @@ def _msgid_run(client, argvs: list) -> bytes:
         stored = stream.next_offset - start
         window.truncate(stored)
         if stored:
+            ids = ids[:stored]
             server.writes.ingested(key, stream, first, start, tags[:stored], datas[:stored], None, 0, False,
-                                   ids[:stored])
+                                   packed_ids(ids) if server.writes.sinks else ids)
         error = encode_error(out_of_memory(0, 1, 0).message)
         return encode_integer_run(start, stored) + error * (count - stored)
-    server.writes.ingested(key, stream, first, offset, tags, datas, None, 0, False, ids)
+    writes = server.writes
+    # The ids as one item of the INGEST record (packed only when a sink will pack the record)
+    writes.ingested(key, stream, first, offset, tags, datas, None, 0, False, packed_ids(ids) if writes.sinks else ids)
     return encode_integer_run(offset, count)
 
 

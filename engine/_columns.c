@@ -507,7 +507,85 @@ done:
     return bodies;
 }
 
+/* ASCII "msgid" in any case, the word before a TWRITE's message id. */
+static int
+is_msgid_word(PyObject *word)
+{
+    if (!PyBytes_CheckExact(word) || PyBytes_GET_SIZE(word) != 5)
+        return 0;
+    const char *w = PyBytes_AS_STRING(word);
+    return (w[0] | 0x20) == 'm' && (w[1] | 0x20) == 's' && (w[2] | 0x20) == 'g' && (w[3] | 0x20) == 'i'
+           && (w[4] | 0x20) == 'd';
+}
+
+/* msgid_columns(rows) -> (tags, datas, ids), three tuples, for a pipelined run of
+   ``TWRITE key tag entry MSGID id`` (rows: lists or tuples of six words) on one key
+   with the word MSGID (any case) in each row; None when a row is of another length,
+   its key is not the first row's (bytes compared), or its fifth word is not MSGID
+   (commands/streams.py ``_msgid_run`` then goes command by command).  What
+   ``run_columns(rows, 1)`` and the checks of the key and MSGID columns give,
+   without building those two columns (a tuple each) to compare them.  On an error
+   nothing is left behind. */
+static PyObject *
+msgid_columns(PyObject *module, PyObject *rows)
+{
+    (void)module;
+    if (!PyList_CheckExact(rows) && !PyTuple_CheckExact(rows)) {
+        PyErr_SetString(PyExc_TypeError, "msgid_columns() takes a list or tuple of rows");
+        return NULL;
+    }
+    Py_ssize_t nrows = PySequence_Fast_GET_SIZE(rows);
+    PyObject **row_items = PySequence_Fast_ITEMS(rows);
+    if (nrows == 0)
+        Py_RETURN_NONE;
+    PyObject *row = row_items[0];
+    if (!(PyList_CheckExact(row) || PyTuple_CheckExact(row)) || PySequence_Fast_GET_SIZE(row) != 6)
+        Py_RETURN_NONE;
+    PyObject *key = PySequence_Fast_ITEMS(row)[1];
+    if (!PyBytes_CheckExact(key))
+        Py_RETURN_NONE;
+    Py_ssize_t key_size = PyBytes_GET_SIZE(key);
+    const char *key_bytes = PyBytes_AS_STRING(key);
+    for (Py_ssize_t r = 0; r < nrows; r++) {  /* every check first: nothing is built for a run that does not fit */
+        row = row_items[r];
+        if (!(PyList_CheckExact(row) || PyTuple_CheckExact(row)) || PySequence_Fast_GET_SIZE(row) != 6)
+            Py_RETURN_NONE;
+        PyObject **words = PySequence_Fast_ITEMS(row);
+        PyObject *other = words[1];
+        if (other != key && !(PyBytes_CheckExact(other) && PyBytes_GET_SIZE(other) == key_size
+                              && memcmp(PyBytes_AS_STRING(other), key_bytes, (size_t)key_size) == 0))
+            Py_RETURN_NONE;
+        if (!is_msgid_word(words[4]))
+            Py_RETURN_NONE;
+    }
+    PyObject *columns = PyTuple_New(3);
+    if (columns == NULL)
+        return NULL;
+    for (Py_ssize_t c = 0; c < 3; c++) {
+        PyObject *column = PyTuple_New(nrows);
+        if (column == NULL) {
+            Py_DECREF(columns);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(columns, c, column);
+    }
+    PyObject *tags = PyTuple_GET_ITEM(columns, 0), *datas = PyTuple_GET_ITEM(columns, 1);
+    PyObject *ids = PyTuple_GET_ITEM(columns, 2);
+    for (Py_ssize_t r = 0; r < nrows; r++) {
+        PyObject **words = PySequence_Fast_ITEMS(row_items[r]);
+        Py_INCREF(words[2]);
+        PyTuple_SET_ITEM(tags, r, words[2]);
+        Py_INCREF(words[3]);
+        PyTuple_SET_ITEM(datas, r, words[3]);
+        Py_INCREF(words[5]);
+        PyTuple_SET_ITEM(ids, r, words[5]);
+    }
+    return columns;
+}
+
 static PyMethodDef columns_methods[] = {
+    {"msgid_columns", (PyCFunction)msgid_columns, METH_O,
+     "msgid_columns(rows) -> (tags, datas, ids) of a run of TWRITE key tag entry MSGID id on one key, else None."},
     {"store_run", (PyCFunction)(void (*)(void))store_run, METH_FASTCALL,
      "store_run(buf, ends, tags, times, datas, tids, now_ns, run_times, start, room_entries, room_bytes)\n"
      "-> how many pairs of datas[start:] were stored in the node's columns (0: none fits; -1: ends\n"

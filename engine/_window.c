@@ -919,12 +919,64 @@ static PyTypeObject WindowType = {
     .tp_as_sequence = &window_as_sequence,
 };
 
+/* pack_ids(ids): the ids field of an INGEST record for ``ids`` (a tuple or list of
+   bytes, one an entry), as persistence/effects.py ``packed_ids`` builds it in Python
+   (its fallback): one bytes object, a byte of length per id, then the ids' bytes
+   one after another, so that msgpack packs one item for a pipelined MSGID run's ids
+   instead of one an id.  ``ids`` itself (the record's older form, a list item an id)
+   when an item is not exactly bytes (None: an entry without an id) or is 256 bytes
+   or longer, and when memory runs out (the caller logs the list then: the entries
+   are stored already).  Two passes over ``ids``, nothing else allocated. */
+static PyObject *
+pack_ids(PyObject *Py_UNUSED(module), PyObject *ids)
+{
+    if (!PyTuple_CheckExact(ids) && !PyList_CheckExact(ids)) {
+        PyErr_SetString(PyExc_TypeError, "pack_ids: a tuple or list of bytes");
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(ids);
+    PyObject **items = PySequence_Fast_ITEMS(ids);
+    Py_ssize_t total = count;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *mid = items[i];
+        if (!PyBytes_CheckExact(mid) || PyBytes_GET_SIZE(mid) > 255) {
+            Py_INCREF(ids);
+            return ids;
+        }
+        total += PyBytes_GET_SIZE(mid);
+    }
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, total);
+    if (packed == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_MemoryError))
+            return NULL;
+        PyErr_Clear();
+        Py_INCREF(ids);
+        return ids;
+    }
+    /* (a list cannot change here: nothing in between runs Python code) */
+    unsigned char *lengths = (unsigned char *)PyBytes_AS_STRING(packed);
+    unsigned char *out = lengths + count;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t size = PyBytes_GET_SIZE(items[i]);
+        lengths[i] = (unsigned char)size;
+        memcpy(out, PyBytes_AS_STRING(items[i]), (size_t)size);
+        out += size;
+    }
+    return packed;
+}
+
+static PyMethodDef module_functions[] = {
+    {"pack_ids", (PyCFunction)pack_ids, METH_O,
+     "pack_ids(ids) -> an INGEST record's ids as one bytes object (lengths, then bytes), or ids itself."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef window_module = {
     PyModuleDef_HEAD_INIT,
     "tstream.engine._window",
     "The MSGID duplicate window in C (optional: engine/ingest.py falls back to Python).",
     0,
-    NULL,
+    module_functions,
     NULL, NULL, NULL, NULL,
 };
 
