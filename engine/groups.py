@@ -77,6 +77,11 @@ from typing import Any
 __all__ = ["Group", "Pending", "OwnedRun", "Consumer", "XGroupState", "NEVER", "INVALID"]
 
 SLACK = 64  # an index is compacted when its stale items exceed live ones + SLACK
+# The most entries of one Delivery: a bigger hand-out is cut into deliveries of this
+# many.  A retry read that takes part of a delivery copies the rest of its offsets,
+# so this bounds that copy (a delivery of 10,000 entries retried a few at a time would
+# otherwise cost O(n) a read: O(n^2) in all).
+DELIVERY_MAX = 128
 NEVER = 1 << 62  # retry/expiry time of an X* pending entry (engine/xgroups.py): never due
 INVALID = -1     # an unknown entries-read counter (Redis's SCG_INVALID_ENTRIES_READ)
 _new = object.__new__
@@ -272,8 +277,8 @@ class Group:
             if new:
                 if retry is None:
                     pass
-                elif self._unsorted or (order and new[0][0] <= order[-1]):
-                    self._add_pending(new, now_ms, retry)  # not above every listed offset
+                elif self._unsorted or (order and new[0][0] <= order[-1]) or len(new) > DELIVERY_MAX:
+                    self._add_pending(new, now_ms, retry)  # not above every listed offset, or cut
                 else:  # one Delivery for the new entries (_add_pending's usual case, inlined)
                     offsets = [row[0] for row in new]
                     run = _new(Delivery)
@@ -410,6 +415,7 @@ class Group:
         due) pending as a delivery of their own."""
         retry_ms = retry[0] if retry is not None else run.retry_ms
         retry_at = now_ms + retry_ms
+        # (``handed`` is a part of one delivery: at most DELIVERY_MAX entries)
         part = Delivery(handed, run.deliveries + 1, retry_at, run.expire_at, retry_ms)
         self._by_offset.update(dict.fromkeys(handed, part))
         self._holders[part.stamp] = part
@@ -430,11 +436,13 @@ class Group:
                 self._insert(Pending(entry[0], 1, retry_at, expire_at, retry_ms))
             return
         offsets = list(map(_first, entries))
-        run = Delivery(offsets, 1, retry_at, expire_at, retry_ms)
-        self._by_offset.update(dict.fromkeys(offsets, run))
-        self._holders[run.stamp] = run
-        heappush(self._by_due, run.due_item)
-        heappush(self._by_expiry, run.exp_item)
+        for at in range(0, len(offsets), DELIVERY_MAX):
+            part = offsets[at:at + DELIVERY_MAX] if len(offsets) > DELIVERY_MAX else offsets
+            run = Delivery(part, 1, retry_at, expire_at, retry_ms)
+            self._by_offset.update(dict.fromkeys(part, run))
+            self._holders[run.stamp] = run
+            heappush(self._by_due, run.due_item)
+            heappush(self._by_expiry, run.exp_item)
         order += offsets
 
     def has_ready(self, stream, now_ms: int, max_pending: int, retry: bool) -> bool:
@@ -885,6 +893,7 @@ class Group:
         for run, held in deliveries.values():
             assert run.live == held, f"{run}: {held} entries held"
             assert all(a < b for a, b in zip(run.offsets, run.offsets[1:])), "a delivery's offsets ascend"
+            assert len(run.offsets) <= DELIVERY_MAX, "a delivery's size is bounded"
             first = min(o for o in run.offsets if by_offset.get(o) is run)
             due_item, exp_item = run.due_item, run.exp_item
             assert due_item[0] == run.retry_at and due_item[1] <= first and due_item[2] == run.stamp, (run, due_item)

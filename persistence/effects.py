@@ -117,7 +117,7 @@ packed_ids: Callable[[Any], Any] = py_packed_ids
 if Window is not PyWindow:  # (the C window is built and on: its module packs too)
     from tstream.engine import _window
 
-    packed_ids = _window.pack_ids
+    packed_ids = getattr(_window, "pack_ids", py_packed_ids)  # (an extension built before pack_ids)
 
 
 def unpacked_ids(packed: bytes, count: int) -> list:

@@ -555,3 +555,29 @@ def test_a_delivery_is_saved_as_its_entries():
     again._check(stream)
     assert again.export_state() == state
     assert [e[0] for e in again.read(stream, 10, 100, None, 99)] == [1, 3, 4, 6, 7, 8, 9, 10]
+
+
+def test_a_big_hand_out_is_cut_into_bounded_deliveries_retried_a_few_at_a_time():
+    """10,000 entries handed out by one read become deliveries of at most
+    DELIVERY_MAX entries (a partial retry copies the rest of its delivery: bounded
+    that way, not O(n) a read); retried one by one they come back in offset order,
+    each once, and the acks leave nothing pending."""
+    s = Stream(1000)
+    n = 10_000
+    for _ in range(n):
+        s.append(b"t", b"x", 1)
+    g = Group(b"g", 1)
+    assert len(g.read(s, n, 1000, (10, 10**9), 10**9)) == n
+    g._check(s)
+    sizes = {len(p.offsets) for p in g._holders.values()}
+    assert max(sizes) == groups_mod.DELIVERY_MAX
+    seen = []
+    for i in range(n):
+        rows = g.read(s, 1, 2000, (10**6, 10**9), 10**9)
+        seen.append(rows[0][0])
+        if i % 997 == 0:
+            g._check(s)
+    assert seen == list(range(1, n + 1))
+    assert g.ack(seen) == n
+    g._check(s)
+    assert not g._by_offset
