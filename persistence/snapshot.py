@@ -56,7 +56,6 @@ the old snapshot or the new one.
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 import sys
@@ -270,45 +269,11 @@ def file_header(created_ms: int | None = None) -> bytes:
     return FILE_HEADER.pack(FILE_MAGIC, VERSION, 0, created_ms)
 
 
-# The framer's buffers: 4 MiB each, so that the writer thread takes the GIL
-# about three times per 4 MiB (woken by the chunk, back from its write, back
-# from the fsync) instead of two or three times per 256 KiB: each time it
-# does, the loop may have to wait for it, for as long as the OS takes to run
-# it (bench/RESULTS-capture.md).  Buffers are anonymous maps: taking one costs
-# no zero fill (a ``bytearray`` zero-fills all of it, a page fault per 4 KiB,
-# 0.2-0.6 ms per 256 KiB on the loop); the writer thread faults in the spare
-# ones itself with the GIL released (``stock``), the written ones are handed
-# back for reuse (``recycle``), and the writer drops them at its end (``drop``:
-# an unmap, off the loop).
-FRAMER_CHUNK = 4 << 20
+# The framer's buffers: a fresh one is zero-filled in one step on the loop (a
+# page fault each 4 KiB: 1 MiB took 0.8-2.3 ms, 256 KiB takes 0.2-0.6 ms;
+# bench/RESULTS-capture.md); the writer hands written ones back for reuse.
+FRAMER_CHUNK = 256 << 10
 _NO_BUFFER = memoryview(b"")  # a Framer's view between two buffers (none taken yet)
-
-
-def _new_buffer(size: int) -> mmap.mmap:
-    """A buffer of ``size`` bytes, its pages not touched yet (an anonymous map)."""
-    return mmap.mmap(-1, size)
-
-
-def fault_in(buffer) -> None:
-    """Touch every page of ``buffer`` (a fresh map) without holding the GIL: read
-    /dev/zero into it (``os.readv`` releases the GIL; the kernel takes the page
-    faults).  Nothing where there is no /dev/zero: the pages are then faulted in
-    by whoever writes them first."""
-    try:
-        fd = os.open("/dev/zero", os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        view = memoryview(buffer)
-        while view:  # (one call: /dev/zero fills what it is given)
-            n = os.readv(fd, [view])
-            if n <= 0:
-                break
-            view = view[n:]
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class Framer:
@@ -320,9 +285,9 @@ class Framer:
 
     ``out`` receives chunks of about ``chunk`` bytes: memoryviews of buffers
     of ``chunk`` bytes (the framer does not touch one again unless it is
-    handed back by ``recycle``, once written; the writer thread adds spare
-    ones with their pages faulted in, ``stock``, and drops them at its end,
-    ``drop``: see ``FRAMER_CHUNK``), or a record
+    handed back by ``recycle``, once written: the pages of a buffer reused
+    are already mapped, a fresh one faults on each of them as ``bytearray``
+    zero-fills it, in the step that takes it: ``FRAMER_CHUNK``), or a record
     bigger than a chunk as ``bytes``, and first the file header by itself, as
     ``bytes`` (no buffer is taken before the first record: ``__init__`` stays
     O(1), it is the BGSAVE command's turn).  They hold the file header, the records
@@ -340,9 +305,9 @@ class Framer:
         self.out = out
         self.chunk = chunk
         self.aux = aux
-        self.free: deque = deque()  # buffers to fill: written ones, spare ones (appended by the writer thread)
-        # The buffer being filled: none yet, the first record takes one (not
-        # in the BGSAVE command's turn: that turn stays O(1)).
+        self.free: deque[bytearray] = deque()  # written buffers (appended by the writer thread)
+        # The buffer being filled: none yet, the first record takes one (its
+        # zero fill is not the BGSAVE command's: that turn stays O(1)).
         self.view = _NO_BUFFER
         self._pack = msgpack.Packer(use_bin_type=True).pack  # (_packb's bytes; a Packer per call costs)
         self.pos = 0
@@ -352,7 +317,6 @@ class Framer:
         self.header: bytes | None = file_header(created_ms)  # handed over by itself, by the first flush
         self.crc = zlib.crc32(self.header)
         self.sent = 0
-        self.finished = False  # finish() is called: the last chunk is handed over
 
     def add(self, item: StreamCapture) -> None:
         self.items.append(item)
@@ -364,21 +328,7 @@ class Framer:
     def recycle(self, piece: memoryview | bytes) -> None:
         """``piece`` (from ``out``) is written: its buffer may be reused (any thread)."""
         if type(piece) is memoryview:
-            self.free.append(piece.obj)
-
-    def stock(self) -> None:
-        """Add a spare buffer, its pages faulted in here, when none is left (the
-        writer thread, with the GIL released for the faults: the loop then
-        never takes a fresh buffer, whose faults it would take in its steps)."""
-        if not self.free:
-            buffer = _new_buffer(self.chunk)
-            fault_in(buffer)
-            self.free.append(buffer)
-
-    def drop(self) -> None:
-        """Let go of the spare buffers (the writer thread, at its end: their
-        unmapping is then not the loop's)."""
-        self.free.clear()
+            self.free.append(piece.obj)  # type: ignore[arg-type]
 
     def run(self, deadline_ns: int) -> bool:
         """Frame until ``time.perf_counter_ns()`` passes ``deadline_ns``
@@ -411,7 +361,7 @@ class Framer:
                 self.sent += len(data)
                 self.out(data)
                 return
-            self.view = memoryview(self.free.popleft() if self.free else _new_buffer(self.chunk))
+            self.view = memoryview(self.free.popleft() if self.free else bytearray(self.chunk))
             pos, end = 0, len(data)
         self.view[pos:end] = data
         self.pos = end
@@ -491,7 +441,6 @@ class Framer:
         """Every capture is framed: the end record, the aux record, the footer,
         and the last chunk."""
         assert self.idle()
-        self.finished = True
         self._add(end_record(self.count))
         if self.aux:
             self._add(frame(KIND_AUX + _packb(self.aux)))

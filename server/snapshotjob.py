@@ -5,7 +5,7 @@
     SnapshotJob.start()  -- picture's moment --
     step(), about 1 ms each:                       snapshot.write_chunks(queue):
       capture keys (copy-on-write per key)           writes, fsyncs
-      frame them (snapshot.Framer) --4 MiB chunks-->  (calls that release the GIL)
+      frame them (snapshot.Framer) --chunks-->         (calls that release the GIL)
     (call_soon) step() ...                           rename
     commands: capture.before_change(key)           returns the size
     last step: end, aux, footer    --None--->      done callback (on the loop): release
@@ -14,11 +14,8 @@ The loop captures a slice at a time (persistence.snapshot.IncrementalCapture:
 copy-on-write per key, the dispatcher and group reads hand over the keys they
 are about to change; a big key's nodes are read as they are framed, a slice at
 a time too) and frames what it captured in the same slices into the file's
-bytes, checksums included, in chunks of 4 MiB; the writer thread only writes
-them and fsyncs, so it needs the GIL about three times per chunk (back from
-its wait for the chunk, its write, its fsync), for microseconds; it also
-faults in the spare buffers the loop will fill (with the GIL released) and
-unmaps them at its end (``snapshot.FRAMER_CHUNK``).
+bytes, checksums included, in chunks of 256 KiB; the writer thread only writes
+them and fsyncs, so it needs the GIL a few times per chunk, for microseconds.
 All the Python work is on the loop: a writer thread framing records, or
 checksumming small pieces, in Python held the GIL in the loop's way, and the
 loop waited for it in the middle of its own slices (bench/RESULTS-capture.md).
@@ -30,10 +27,7 @@ once framed).
 
 The GIL: the writer needs it for a few microseconds after each write (its
 Python between two writes), and takes it when the loop lets go of it between
-two callbacks (uvloop runs libuv without it), or forces the loop to hand it
-over in a step.  Each time is a moment the loop may wait for it, for as long
-as the OS takes to run the writer: 256 KiB chunks made that ~550 times per
-72 MB saved, 4 MiB chunks ~50 (bench/RESULTS-capture.md).  A writer that
+two callbacks (uvloop runs libuv without it), about every step.  A writer that
 waited longer than the switch interval forces the loop to hand it over in the
 middle of a step, and the loop then waits until the writer thread is running
 again (CPython's forced switch): on a busy machine, until the OS gives it a
@@ -166,15 +160,11 @@ class SnapshotJob:
     # --- the worker thread's side ---------------------------------------------------
 
     def _items(self):
-        framer = self.framer
-        recycle, stock = framer.recycle, framer.stock
-        stock()  # (a spare buffer before the loop needs one: its pages faulted in here, not in a step)
+        recycle = self.framer.recycle
         while (item := self.queue.get()) is not None:
             if item is _FAILED:
                 self.ended = True
                 raise PersistenceError("the snapshot's capture failed (see the log)", self.path)
-            if type(item) is memoryview and not framer.finished:  # more follow: a spare buffer for the loop
-                stock()
             yield item
             recycle(item)  # written (write_chunks asks for the next one after): reuse its buffer
         self.ended = True
@@ -191,5 +181,3 @@ class SnapshotJob:
                 while (item := self.queue.get()) is not None and item is not _FAILED:
                     pass
             raise
-        finally:
-            self.framer.drop()  # (the loop is done with them: unmapped here, not on the loop)
