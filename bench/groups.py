@@ -12,6 +12,10 @@
    reply). Every run checks that each message was consumed exactly once (distinct offsets/ids
    and distinct producer/sequence numbers carried in the payloads both equal 4*N). Each server
    runs ``--repeat`` times, interleaved (redis, tstream, redis, ...); medians are reported.
+   ``--ceiling`` adds a third server to these runs (redis, tstream, ceiling, redis, ...):
+   bench/ceiling_server.py, uvloop + hiredis doing the least the T* loop needs (its docstring
+   says what it does and does not do), with the same measures -- what a bare Python server
+   costs in this loop. The wake-up latency part leaves it out.
 
 2. Wake-up latency. A reader blocked in ``TREAD key $ 1 BLOCK 0`` (redis ``XREAD BLOCK 0 STREAMS
    key $``), and in a group read (``TREAD key $ 1 GROUP g RETRY 30000 600000 BLOCK 0`` / ``XREADGROUP
@@ -26,7 +30,7 @@
 Starts its own tstream server (``python -m server``) and redis-server on free loopback ports in
 temporary directories with persistence off, and always stops them. Writes RESULTS-groups.md into bench/runs/ (the committed bench/RESULTS-groups.md with --out).
 
-    .venv/bin/python bench/groups.py [--n 15000] [--repeat 3] [--samples 2000] [--out FILE|-]
+    .venv/bin/python bench/groups.py [--n 15000] [--repeat 3] [--samples 2000] [--ceiling] [--out FILE|-]
 """
 
 from __future__ import annotations
@@ -187,7 +191,7 @@ def producer_main(kind, port, index, n, barrier, out_q) -> None:
         execute = r.execute_command
         barrier.wait()
         t_start = time.perf_counter_ns()
-        if kind == "tstream":
+        if kind != "redis":  # tstream and the ceiling server
             for seq in range(n):
                 execute("TWRITE", KEY, TAG, _payload(index, seq))
         else:
@@ -230,7 +234,7 @@ def consumer_main(kind, port, index, total, batch, barrier, acked_total, done, o
         consumer = f"consumer-{index}"
         barrier.wait()
         while not done.is_set():
-            if kind == "tstream":
+            if kind != "redis":  # tstream and the ceiling server
                 reply = execute("TREAD", KEY, "-", batch, "GROUP", GROUP, "RETRY", 30000, 600000,
                                 "BLOCK", 1000)
                 if not reply:
@@ -273,7 +277,7 @@ def throughput_run(server: Server, n: int, producers: int, consumers: int, batch
     server.flushall()
     c = RawClient(server.port)
     try:
-        if server.kind == "tstream":
+        if server.kind != "redis":  # tstream and the ceiling server
             c.execute("TREAD", KEY, "-", 0, "GROUP", GROUP)
         else:
             c.execute("XGROUP", "CREATE", KEY, GROUP, "$", "MKSTREAM")
@@ -519,7 +523,7 @@ def render(facts: dict, args, runs: list[dict], latency: dict, servers_cmd: dict
     L.append("```")
     L.append(facts["command"])
     L.append("# servers it started:")
-    for kind in ("tstream", "redis"):
+    for kind in servers_cmd:
         L.append(servers_cmd[kind])
     L.append("```")
     L.append("")
@@ -535,6 +539,7 @@ def render(facts: dict, args, runs: list[dict], latency: dict, servers_cmd: dict
                  f"| {_fmt(med['redis'])} | {_fmt(med['tstream'])} | **{ratio:.2f}x** "
                  f"| {'yes' if ratio >= THROUGHPUT_TARGET else 'NO'} |")
         L.append(f"| every message consumed exactly once (all runs) | yes | | | | {'yes' if ok else 'NO'} |")
+        L.extend(_ceiling_summary(runs, args.repeat))
     for mode, label in (("plain", "wake-up p50, plain blocked read, µs"),
                         ("group", "wake-up p50, group blocked read, µs")):
         if mode in latency:
@@ -555,13 +560,19 @@ def render(facts: dict, args, runs: list[dict], latency: dict, servers_cmd: dict
                  "`TACK key g o1 ... o10`; group created by `TREAD key - 0 GROUP g`")
         L.append("- redis: `XADD key * tag payload`; `XREADGROUP GROUP g consumer-i COUNT 10 BLOCK 1000 "
                  "STREAMS key >`, `XACK key g id1 ... id10`; group created by `XGROUP CREATE key g $ MKSTREAM`")
+        if any(r["server"] == "ceiling" for r in runs):
+            L.append("- ceiling (`--ceiling`): bench/ceiling_server.py, uvloop + hiredis doing the least the tstream "
+                     "commands above need (entries in a list, a group's next undelivered index and pending set, "
+                     "a FIFO of parked reads served at the end of the loop turn; no RETRY, engine, limits or "
+                     "persistence): what a bare Python server costs in this loop")
         L.append("")
         L.append("| run | server | messages | seconds | msgs/s | producers done (s) | server CPU | "
                  "server CPU µs/msg (system share) | clients CPU µs/msg | avg batch read | server read/write syscalls per msg "
                  "| per consumer | exactly once |")
         L.append("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | :---: |")
+        kinds_per_round = len({r["server"] for r in runs})
         for i, r in enumerate(runs):
-            L.append(f"| {i // 2 + 1} | {r['server']} | {_fmt(r['messages'])} | {r['elapsed_s']:.2f} "
+            L.append(f"| {i // kinds_per_round + 1} | {r['server']} | {_fmt(r['messages'])} | {r['elapsed_s']:.2f} "
                      f"| {_fmt(r['msgs_per_s'])} | {r['producers_s']:.2f} | {r['server_cpu_pct']:.0f}% "
                      f"| {r['server_cpu_us_per_msg']:.1f} ({r['server_sys_share_pct']:.0f}% sys) | {r['client_cpu_us_per_msg']:.0f} | {r['avg_batch']:.2f} "
                      f"| {r['server_reads_per_msg']:.2f} / {r['server_writes_per_msg']:.2f} "
@@ -607,6 +618,28 @@ def render(facts: dict, args, runs: list[dict], latency: dict, servers_cmd: dict
     return "\n".join(L) + "\n"
 
 
+def _ceiling_summary(runs: list[dict], repeat: int) -> list[str]:
+    """The summary's rows for the ceiling server (``--ceiling``), none without it."""
+    ceiling = [r for r in runs if r["server"] == "ceiling"]
+    if not ceiling:
+        return []
+
+    def med(kind: str, field: str) -> float:
+        return statistics.median(r[field] for r in runs if r["server"] == kind)
+
+    rows = [f"| ceiling server (uvloop + hiredis only) msgs/s (median of {repeat}) | (a bound, no target) "
+            f"| {_fmt(med('redis', 'msgs_per_s'))} | ceiling {_fmt(med('ceiling', 'msgs_per_s'))} "
+            f"| **{med('ceiling', 'msgs_per_s') / med('redis', 'msgs_per_s'):.2f}x** | |"]
+    rows.append("| server CPU µs/msg (median; system share) | tstream <= redis | "
+                f"{med('redis', 'server_cpu_us_per_msg'):.1f} ({med('redis', 'server_sys_share_pct'):.0f}% sys) "
+                f"| tstream {med('tstream', 'server_cpu_us_per_msg'):.1f} "
+                f"({med('tstream', 'server_sys_share_pct'):.0f}% sys), ceiling "
+                f"{med('ceiling', 'server_cpu_us_per_msg'):.1f} ({med('ceiling', 'server_sys_share_pct'):.0f}% sys) "
+                f"| ceiling/redis {med('ceiling', 'server_cpu_us_per_msg') / med('redis', 'server_cpu_us_per_msg'):.2f}x "
+                f"| {'yes' if med('tstream', 'server_cpu_us_per_msg') <= med('redis', 'server_cpu_us_per_msg') else 'NO'} |")
+    return rows
+
+
 # --- main --------------------------------------------------------------------------------
 
 def main() -> int:  # noqa: C901 (over the limit when it came in)
@@ -621,6 +654,8 @@ def main() -> int:  # noqa: C901 (over the limit when it came in)
                     help="latency samples are taken in this many rounds, interleaving the servers")
     ap.add_argument("--warmup", type=int, default=25, help="latency samples discarded per round and case")
     ap.add_argument("--timeout", type=float, default=300, help="seconds allowed for one throughput run")
+    ap.add_argument("--ceiling", action="store_true",
+                    help="a third server in the throughput runs: bench/ceiling_server.py (uvloop + hiredis only)")
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--out", default=str(OUT_DIR / "RESULTS-groups.md"),
@@ -643,6 +678,9 @@ def main() -> int:  # noqa: C901 (over the limit when it came in)
         "command": _command(),
     }
     srv = {"tstream": Server("tstream"), "redis": Server("redis")}
+    if args.ceiling:
+        srv["ceiling"] = Server("ceiling")
+    throughput_kinds = ("redis", "tstream", "ceiling") if args.ceiling else ("redis", "tstream")
     runs: list[dict] = []
     latency: dict = {}
     watcher = Watcher()
@@ -662,7 +700,7 @@ def main() -> int:  # noqa: C901 (over the limit when it came in)
 
         if not args.skip_throughput:
             for rep in range(args.repeat):
-                for kind in ("redis", "tstream"):
+                for kind in throughput_kinds:
                     res = throughput_run(srv[kind], args.n, args.producers, args.consumers, args.batch,
                                          args.timeout)
                     runs.append(res)
