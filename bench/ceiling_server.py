@@ -23,13 +23,15 @@ What it does (replies shaped as tstream's, byte for byte where redis-py parses t
   BLOCK it parks the connection at the back of the group's FIFO of waiters,
   which the end of the loop turn that wrote to the key serves (head first, each
   waiter up to its COUNT: ``loop.call_soon`` once per turn, as Redis and tstream
-  serve blocked clients before they sleep); at the BLOCK timeout
+  serve blocked clients before they sleep).  A read that finds entries (or
+  arrives behind such a read in the same turn) is served at the end of its turn
+  too, after the FIFO's, in arrival order, with everything the turn wrote: tstream's
+  policy (server/turns.py), which makes the batches bigger; at the BLOCK timeout
   (``loop.call_later``) it replies the null reply (RESP3 ``_``, RESP2 ``*-1``).
   What it does not do: RETRY (nothing is redelivered; the pending set only
   answers TACK), plain reads (no GROUP), ``$``/offset starts, several groups'
-  queues being fair to each other, holding a group read back to the end of its
-  turn (tstream does, for bigger batches: here a read that finds entries replies
-  at once, even ahead of the waiters the turn's end would serve).
+  queues being fair to each other, tstream's "wait at once" shortcut's due-time
+  checks (there are no retries).
 - ``TACK key g o1 ...``: removes the offsets from the group's pending set and
   replies how many it removed.
 - Around the loop: HELLO [2|3] (tstream's map, RESP2 or RESP3), CLIENT SETINFO /
@@ -76,6 +78,8 @@ class Stream:
 
 streams: dict[bytes, Stream] = {}
 ready: set[bytes] = set()  # keys written this turn that have parked readers
+deferred: list = []  # the group reads that arrived this turn, served at its end
+turn_end = [False]  # whether end_of_turn is scheduled
 connection_ids = iter(range(1, 1 << 62))
 
 
@@ -94,8 +98,28 @@ def take(stream: Stream, group: Group, count: int) -> bytes:
     return b"".join(out)
 
 
-def serve_ready() -> None:
-    """The end of a loop turn: the heads of the written keys' groups' queues get what is there."""
+def schedule_turn_end() -> None:
+    if not turn_end[0]:
+        turn_end[0] = True
+        asyncio.get_running_loop().call_soon(end_of_turn)
+
+
+def park(waiter: list) -> None:
+    """Put a group read that found nothing at the back of its group's FIFO, with its BLOCK timer."""
+    conn, block_ms, group = waiter[0], waiter[3], waiter[5]
+    if block_ms:
+        waiter[2] = asyncio.get_running_loop().call_later(block_ms / 1000, conn.timed_out, waiter)
+    waiters = group.waiters
+    while waiters and waiters[0][0].parked is not waiters[0]:
+        waiters.popleft()  # timed out or gone (the rest are skipped when served)
+    waiters.append(waiter)
+
+
+def end_of_turn() -> None:
+    """What the end of a loop turn does, as tstream's (server/turns.py): the heads of the
+    written keys' groups' FIFOs get what is there, then the turn's group reads are served in
+    arrival order (one that finds nothing parks at the back of its FIFO)."""
+    turn_end[0] = False
     keys = list(ready)
     ready.clear()
     for key in keys:
@@ -112,6 +136,18 @@ def serve_ready() -> None:
                 if waiter[2] is not None:
                     waiter[2].cancel()
                 conn.unpark(take(stream, group, waiter[1]))
+    reads = deferred[:]
+    deferred.clear()
+    for waiter in reads:
+        conn, stream, group = waiter[0], waiter[4], waiter[5]
+        if conn.parked is not waiter:  # gone
+            continue
+        if group.next < len(stream.entries):
+            conn.unpark(take(stream, group, waiter[1]))
+        elif waiter[3] is not None:
+            park(waiter)
+        else:
+            conn.unpark(b"_\r\n" if conn.protocol == 3 else b"*-1\r\n")
 
 
 class Ceiling(asyncio.Protocol):
@@ -157,9 +193,8 @@ class Ceiling(asyncio.Protocol):
                 if stream.groups and key not in ready:
                     for group in stream.groups.values():
                         if group.waiters:
-                            if not ready:
-                                asyncio.get_running_loop().call_soon(serve_ready)
                             ready.add(key)
+                            schedule_turn_end()
                             break
                 continue
             name = name.upper()
@@ -177,22 +212,22 @@ class Ceiling(asyncio.Protocol):
                 count = int(command[3])
                 if count == 0:
                     out.append(b"*0\r\n")
-                elif group.next < len(stream.entries):
-                    out.append(take(stream, group, count))
-                elif len(command) >= 8 and command[-2].upper() == b"BLOCK":
-                    # Park: the replies so far go first, and the commands behind wait.
-                    waiter = [self, count, None]
-                    block_ms = int(command[-1])
-                    if block_ms:
-                        waiter[2] = asyncio.get_running_loop().call_later(block_ms / 1000, self.timed_out, waiter)
-                    waiters = group.waiters
-                    while waiters and waiters[0][0].parked is not waiters[0]:
-                        waiters.popleft()  # timed out or gone (the rest are skipped when served)
-                    waiters.append(waiter)
-                    self.parked = waiter
-                    break
+                    continue
+                block_ms = int(command[-1]) if len(command) >= 8 and command[-2].upper() == b"BLOCK" else None
+                # [connection, count, BLOCK timer, BLOCK ms or None, stream, group]
+                waiter = [self, count, None, block_ms, stream, group]
+                if group.next < len(stream.entries) or deferred:
+                    # Served at the end of the turn, after the reads that came first, with
+                    # everything the turn wrote (tstream's policy: bigger batches).
+                    deferred.append(waiter)
+                    schedule_turn_end()
+                elif block_ms is not None:
+                    park(waiter)  # nothing there and no read before it: it waits at once
                 else:
                     out.append(b"_\r\n" if self.protocol == 3 else b"*-1\r\n")
+                    continue
+                self.parked = waiter  # the replies so far go first, the commands behind wait
+                break
             elif name == b"TACK":
                 stream = streams.get(command[1])
                 group = stream.groups.get(command[2]) if stream is not None else None

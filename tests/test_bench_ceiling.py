@@ -146,3 +146,22 @@ def test_group_loop_exactly_once():
             client.close()
     finally:
         server.stop()
+
+
+def test_group_read_with_entries_waits_for_the_end_of_its_turn(server, ceiling_port):
+    """A group read that finds entries is served at the end of its turn, after the parked
+    readers, and the commands behind it wait for it -- tstream's order, byte for byte."""
+    replies = {}
+    for name, port in (("tstream", server.port), ("ceiling", ceiling_port)):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as writer, \
+                socket.create_connection(("127.0.0.1", port), timeout=5) as parked:
+            got = [exchange(writer, command("FLUSHALL") + command("TREAD", "k", "-", 0, "GROUP", "g"))]
+            assert exchange(parked, command(*READ[:3], 1, *READ[4:], 5000)) == b""
+            got.append(exchange(writer, command("TWRITE", "k", "t", b"a") + command("TWRITE", "k", "t", b"b")
+                                + command(*READ, 1000) + command("TWRITE", "k", "t", b"c")
+                                + command(*READ, 1000))
+                       + b"|" + read_until_quiet(parked, 0.1))
+            replies[name] = got
+    assert replies["ceiling"] == replies["tstream"]
+    assert replies["ceiling"][1] == (b":1\r\n:2\r\n*1\r\n*3\r\n:2\r\n$1\r\nt\r\n$1\r\nb\r\n:3\r\n"
+                                     b"*1\r\n*3\r\n:3\r\n$1\r\nt\r\n$1\r\nc\r\n|*1\r\n*3\r\n:1\r\n$1\r\nt\r\n$1\r\na\r\n")
