@@ -69,10 +69,13 @@ class Group:
 
 
 class Stream:
-    __slots__ = ("entries", "groups")
+    __slots__ = ("entries", "tags", "groups")
 
     def __init__(self) -> None:
-        self.entries: list = []  # the TWRITE requests' words: [TWRITE, key, tag, payload]
+        # The entries' payloads and tags: two lists of bytes, which the garbage collector
+        # does not track (a list per entry would be, and its collections grow with them).
+        self.entries: list[bytes] = []
+        self.tags: list[bytes] = []
         self.groups: dict[bytes, Group] = {}
 
 
@@ -85,15 +88,14 @@ connection_ids = iter(range(1, 1 << 62))
 
 def take(stream: Stream, group: Group, count: int) -> bytes:
     """The reply handing out up to ``count`` undelivered entries (at least one is there)."""
-    entries = stream.entries
+    entries, tags = stream.entries, stream.tags
     start = group.next
     end = min(start + count, len(entries))
     group.next = end
     group.pending.update(range(start + 1, end + 1))
     out = [b"*%d\r\n" % (end - start)]
     for offset in range(start, end):
-        words = entries[offset]
-        tag, payload = words[2], words[3]
+        tag, payload = tags[offset], entries[offset]
         out.append(ENTRY % (offset + 1, len(tag), tag, len(payload), payload))
     return b"".join(out)
 
@@ -187,8 +189,9 @@ class Ceiling(asyncio.Protocol):
                 stream = streams.get(key)
                 if stream is None:
                     stream = streams[key] = Stream()
+                stream.tags.append(command[2])
                 entries = stream.entries
-                entries.append(command)
+                entries.append(command[3])
                 out.append(b":%d\r\n" % len(entries))
                 if stream.groups and key not in ready:
                     for group in stream.groups.values():
