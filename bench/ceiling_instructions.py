@@ -3,13 +3,15 @@
 ``group_wake`` step, to set beside tstream's figure for that shape.
 
 The step is group_wake's (bench/instructions.py ``_group_wake_step``), on fake
-transports (no sockets, no epoll): three producer connections' unpipelined
+transports (no sockets): three producer connections' unpipelined
 ``TWRITE k tag <100 bytes>``, the end of the turn waking the head of four
 consumers blocked in ``TREAD k - 10 GROUP g RETRY 30000 600000 BLOCK 1000``
 with the three entries, then the consumer woken one step before sends ``TACK``
 of its three offsets and blocks again.  Three messages a step.  It runs in
-uvloop's loop, as the server does (its ``call_later``/``call_soon`` are
-uvloop's); group_wake runs tstream in asyncio's.
+uvloop's loop, as the server does, and the end of a turn is one iteration of it
+(``asyncio.sleep(0)``: the server's ``call_soon`` of its end of turn runs, with
+nothing to poll), counted in the harness's figure too; group_wake runs tstream
+in asyncio's loop and calls its end of turn directly.
 
 Like group_wake's, the figure includes the harness's own work (building the
 requests, parsing the woken consumer's reply with hiredis): it is counted alone
@@ -21,6 +23,7 @@ too (canned replies, no server), to be taken off both figures.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import sys
@@ -57,7 +60,7 @@ class Canned:
 
 
 def run(count: int, harness: bool) -> None:  # noqa: C901 (group_wake's step, checks included)
-    async def main() -> None:
+    async def main() -> None:  # noqa: C901
         def connect():
             transport = Transport()
             if harness:
@@ -66,9 +69,14 @@ def run(count: int, harness: bool) -> None:  # noqa: C901 (group_wake's step, ch
             conn.connection_made(transport)
             return conn.data_received, transport.written
 
-        turn_end = ceiling.end_of_turn
+        async def turn_end() -> None:
+            # One loop iteration: the server's end of turn (call_soon) runs, and so do
+            # uvloop's handle closes (a cancelled BLOCK timer is freed only then: with
+            # end_of_turn called directly they piled up, and so did the GC's work).
+            await asyncio.sleep(0)
+
         connect()[0](request(b"TREAD", b"w:k", b"-", b"0", b"GROUP", b"g"))
-        turn_end()
+        await turn_end()
         producers = [connect() for _ in range(3)]
         consumers = [connect() for _ in range(4)]
         write = request(b"TWRITE", b"w:k", b"tag", b"x" * 100)
@@ -76,16 +84,16 @@ def run(count: int, harness: bool) -> None:  # noqa: C901 (group_wake's step, ch
                        b"BLOCK", b"1000")
         for feed, _ in consumers:
             feed(read)
-            turn_end()
+            await turn_end()
         reader = hiredis.Reader()
         queue = deque(consumers)
         woken: list = []
 
-        def step() -> None:
+        async def step() -> None:
             for feed, written in producers:
                 feed(write)
                 written.clear()
-            turn_end()  # wakes the head consumer
+            await turn_end()  # wakes the head consumer
             consumer = queue.popleft()
             if harness:
                 consumer[1].append(CANNED_WAKE)
@@ -98,19 +106,19 @@ def run(count: int, harness: bool) -> None:  # noqa: C901 (group_wake's step, ch
             if woken:
                 (feed, written), previous_ack = woken.pop()
                 feed(previous_ack)
-                turn_end()
+                await turn_end()
                 if written != [b":3\r\n"]:
                     raise SystemExit(f"TACK replied {written!r}")
                 written.clear()
                 feed(read)
-                turn_end()  # finds nothing: parks at the back of the queue
+                await turn_end()  # finds nothing: parks at the back of the queue
                 if written:
                     raise SystemExit(f"the consumer's read did not block: {written!r}")
                 queue.append((feed, written))
             woken.append((consumer, ack))
 
         for _ in range(WARMUP + count):
-            step()
+            await step()
 
     import uvloop
     uvloop.run(main())
