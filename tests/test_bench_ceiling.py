@@ -19,8 +19,13 @@ import redis
 
 from tests.conftest import ROOT, free_port, read_until_quiet
 
-sys.path.insert(0, str(ROOT / "bench"))
-import groups  # noqa: E402  (bench/ is not a package)
+BENCH = str(ROOT / "bench")
+sys.path.insert(0, BENCH)
+try:
+    import groups  # noqa: E402  (bench/ is not a package)
+finally:
+    while BENCH in sys.path:  # (bench/groups.py puts it there too)
+        sys.path.remove(BENCH)
 
 
 @pytest.fixture(scope="module")
