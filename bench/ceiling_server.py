@@ -65,7 +65,7 @@ class Group:
     def __init__(self) -> None:
         self.next = 0  # index in the key's list of the first entry not delivered yet
         self.pending: set[int] = set()  # offsets delivered and not acknowledged
-        self.waiters: deque = deque()  # [connection, count, timer] of the parked reads, FIFO
+        self.waiters: deque = deque()  # the parked reads (waiter lists, see run_commands), FIFO
 
 
 class Stream:
