@@ -409,8 +409,12 @@ class BlockingRegistry:
                     if due is None or due > time.time_ns() // 1_000_000:
                         break
                     due = UNKNOWN_DUE  # (the next read moves it)
-            if queue and group is not None:
-                self._arm_group_timer(key, group_name, group, due)
+            if queue and group is not None and due is not None:
+                # _arm_group_timer's early returns, tested here first (no due time, or a
+                # timer armed in time: the usual case once the group's loop runs).
+                armed = self._group_timers.get((key, group_name)) if due != UNKNOWN_DUE else None
+                if armed is None or armed[0] > due:
+                    self._arm_group_timer(key, group_name, group, due)
 
     def _serve_plain(self, stream, waiters: list[Waiter]) -> None:
         """Serve the plain readers of ``stream`` whose offset it reached."""
