@@ -996,7 +996,27 @@ class Stream(TagTable):
         stays there).
         ``offset`` must be >= 1.  O(count + missing offsets skipped), plus at
         most one decompression per sealed block touched."""
-        out: list = []
+        node: Any = self._active  # (Any: a compact node's tables are None, tested here)
+        if (node is not None and node.start <= offset and self.first <= offset and node.deleted is None
+                and node.ends is not None and count > 0):
+            # Entries of the active node, none deleted (a consumer group keeping up with
+            # its writers: a few new entries a read): every offset up to the end is held,
+            # so they are read straight from its tables -- what read() would give, without
+            # its seek and range set-up, nor this loop's test for missing ones.
+            stop = offset + count
+            if stop > self.next_offset:
+                stop = self.next_offset
+            if offset >= stop:
+                return [], offset
+            buf, ends, tags, tag_list = node.buf, node.ends, node.tags, self._tag_list
+            i = offset - node.start
+            out: list = []
+            append = out.append
+            for o in range(offset, stop):
+                append([o, tag_list[tags[i]], bytes(buf[ends[i]:ends[i + 1]])])
+                i += 1
+            return out, stop  # (count found: after the last; else the end, next_offset)
+        out = []
         while offset < self.next_offset:
             rows = self.read(offset, count - len(out))
             offset += len(rows)

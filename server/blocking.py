@@ -49,6 +49,7 @@ log = logging.getLogger("tstream.blocking")
 
 PERFORM_READ = perform_read  # (tests put a failing one in BlockingRegistry._perform_read)
 UNKNOWN_DUE = -1  # a group's due_bound_ms() not looked at yet (a due time is never negative)
+_new_waiter = object.__new__  # a Waiter made in place (wait_now), without its __init__ call
 
 
 class Waiter:
@@ -150,14 +151,45 @@ class BlockingRegistry:
         wakes them (``key_ready``), a retry falling due later by the group timer."""
         if self.deferred:
             return False  # reads that came first are served first: this one queues behind them
-        stream = self.server.streams.get(request.key)
+        server = self.server
+        key = request.key
+        stream = server.streams.get(key)
         group = stream.groups.get(request.group) if stream is not None else None
         if group is None or group.next < stream.next_offset:
             return False  # a read that creates its group, or has new entries to get: deferred
         due = group.due_bound_ms()
         if due is not None and due <= time.time_ns() // 1_000_000:
             return False  # a retry due (or an entry expiring), maybe: deferred
-        self._park(Waiter(client, request), group, due)
+        # _park(Waiter(client, request), group, due)'s group branch, inlined: the
+        # consumer's read after its TACK (the loop's usual read) waits here, once a
+        # message or so.  The group timer is only looked at when it may have to move.
+        waiter = _new_waiter(Waiter)
+        waiter.client = client
+        waiter.request = request
+        waiter.queued = True
+        queues = self.groups.get(key)
+        if queues is None:
+            queues = self.groups[key] = {}
+        queue = queues.get(request.group)
+        if queue is None:
+            queue = queues[request.group] = deque()
+        queue.append(waiter)
+        if due is not None:
+            armed = self._group_timers.get((key, request.group))
+            if armed is None or armed[0] > due:
+                self._arm_group_timer(key, request.group, group, due)
+        server.waiting_keys.add(key)
+        block_ms = request.block_ms
+        if block_ms:
+            loop = self._loop or self.loop
+            deadline = waiter.deadline = loop.time() + block_ms / 1000
+            heapq.heappush(self._deadlines, (deadline, next(self._sequence), waiter))
+            if deadline < self._deadline_armed:
+                self._arm_deadline_timer(deadline)
+        else:
+            waiter.deadline = 0.0
+        client.blocked = waiter
+        self.count += 1
         return True
 
     def serve_deferred(self) -> None:
@@ -257,11 +289,20 @@ class BlockingRegistry:
         if queue is not None:
             queue.remove(waiter)
             if not queue:
-                del queues[request.group]
-                if not queues:
-                    del self.groups[key]
-                # An armed group timer stays: it may fire for nothing, which is
-                # cheaper than cancelling it here and arming it at the next block.
+                self._forget_queue(key, request.group)
+                return
+        if key not in self.plain and key not in self.groups:
+            self.server.waiting_keys.discard(key)
+
+    def _forget_queue(self, key: bytes, group_name: bytes) -> None:
+        """A group's queue of waiters at ``key`` is empty: drop it (and the key's
+        entries when nothing else waits there)."""
+        queues = self.groups[key]
+        del queues[group_name]
+        if not queues:
+            del self.groups[key]
+        # An armed group timer stays: it may fire for nothing, which is
+        # cheaper than cancelling it here and arming it at the next block.
         if key not in self.plain and key not in self.groups:
             self.server.waiting_keys.discard(key)
 
@@ -310,7 +351,7 @@ class BlockingRegistry:
         if writes.pending:  # the group moves of these reads (commands/writes.py)
             writes.commit()
 
-    def _serve_key(self, key: bytes) -> None:
+    def _serve_key(self, key: bytes) -> None:  # noqa: C901 (the wake-up's one straight path, inlined)
         perform_read = self._perform_read
         server = self.server
         stream = server.streams.get(key)
@@ -341,7 +382,18 @@ class BlockingRegistry:
                         writes.group_moved(key, group, entries)
                     else:  # nothing to log or touch: counting the change is all (as TACK does)
                         server.dirty += 1
-                    self._remove(waiter)
+                    # _remove(waiter), inlined for the head of its queue (a popleft, not a
+                    # search of the queue): once a wake-up.
+                    queue.popleft()
+                    waiter.queued = False
+                    self.count -= 1
+                    if waiter.deadline:  # its heap entry is now stale (as in _remove)
+                        stale = self._stale_deadlines = self._stale_deadlines + 1
+                        if stale > len(self._deadlines) - stale + 64:
+                            self._stale_deadlines -= 1
+                            self._deadline_removed()
+                    if not queue:
+                        self._forget_queue(key, group_name)
                     client = waiter.client
                     client.unblock(encode_entries(entries, client.protocol == 3))
                 else:
@@ -357,8 +409,12 @@ class BlockingRegistry:
                     if due is None or due > time.time_ns() // 1_000_000:
                         break
                     due = UNKNOWN_DUE  # (the next read moves it)
-            if queue and group is not None:
-                self._arm_group_timer(key, group_name, group, due)
+            if queue and group is not None and due is not None:
+                # _arm_group_timer's early returns, tested here first (no due time, or a
+                # timer armed in time: the usual case once the group's loop runs).
+                armed = self._group_timers.get((key, group_name)) if due != UNKNOWN_DUE else None
+                if armed is None or armed[0] > due:
+                    self._arm_group_timer(key, group_name, group, due)
 
     def _serve_plain(self, stream, waiters: list[Waiter]) -> None:
         """Serve the plain readers of ``stream`` whose offset it reached."""

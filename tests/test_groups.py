@@ -709,6 +709,38 @@ class TestGroupReadsThatWaitAtOnce:
                 sock.close()
             admin.close()
 
+    def test_reads_that_wait_at_once_time_out_or_wait_and_leave_nothing_behind(self, tmp_path):
+        # The wait taken at once (wait_now parks the reader itself): a BLOCK ms read
+        # times out with a null, a BLOCK 0 read waits until a write, the woken reader
+        # leaves its queue by the head, and nothing of either wait stays behind.
+        from tstream.server.embed import ServerThread
+
+        with ServerThread(port=0, dir=tmp_path, save="") as srv:
+            admin = redis.Redis(port=srv.port)
+            admin.execute_command("TREAD", "once", "$", 0, "GROUP", "g")
+            read = ("once", "-", 10, "GROUP", "g", "RETRY", 30000, 600000)
+            start = time.monotonic()
+            timed, timed_box = tread_in_thread(redis.Redis(port=srv.port), *read, "BLOCK", 300)
+            wait_blocked(admin, 1)
+            forever, forever_box = tread_in_thread(redis.Redis(port=srv.port), *read, "BLOCK", 0)
+            wait_blocked(admin, 2)
+            timed.join(5)
+            assert timed_box == {"reply": None, "at": timed_box["at"]}  # the timeout's null
+            assert 0.2 < timed_box["at"] - start < 3.0
+            assert admin.info("clients")["blocked_clients"] == 1
+            admin.execute_command("TWRITE", "once", "t", "a")
+            forever.join(5)
+            assert offsets(forever_box["reply"]) == [1]
+            blocking = srv.server.blocking
+
+            def left_behind():
+                return (blocking.count, dict(blocking.groups), b"once" in srv.server.waiting_keys,
+                        [item for item in blocking._deadlines if item[2].queued])
+
+            assert srv.call(left_behind) == (0, {}, False, [])
+            assert admin.info("clients")["blocked_clients"] == 0
+            admin.close()
+
     def test_a_due_retry_wakes_a_reader_after_an_ack_left_the_heap_top_stale(self, server):
         # The blocked reader's timer is armed from the heaps' tops, stale or not
         # (Group.due_bound_ms): entry 1's acknowledged items still head them, so the
