@@ -163,7 +163,7 @@ read_arguments(PyObject *const *args, Py_ssize_t nargs, const char *name, Py_buf
 
 typedef struct {
     Py_ssize_t count;                    /* the command's words; 0: no shape to use */
-    const char *start[SHAPE_WORDS + 1];  /* each element's '$', then the command's end */
+    const char *start[SHAPE_WORDS + 1];  /* each element's '$' (see parse_like: where needed), then the end */
     unsigned char shared[SHAPE_WORDS];   /* word i was the command before's object */
 } Shape;
 
@@ -196,11 +196,14 @@ parse_like(const char **pos, const char *end, long long max_bulk, PyObject *prev
             const char *from = before->start[i];
             size_t size = (size_t)(before->start[j] - from);
             if ((size_t)(end - p) >= size && memcmp(p, from, size) == 0) {
+                /* Only the stretch's start is kept: the next command's stretches
+                   start at a word whose start was kept (this one, or a word parsed
+                   on its own) and end at one parsed on its own, or at the end. */
+                shape->start[i] = p;
                 for (Py_ssize_t k = i; k < j; k++) {
                     PyObject *same = PyList_GET_ITEM(previous, k);
                     Py_INCREF(same);
                     PyList_SET_ITEM(list, k, same);
-                    shape->start[k] = p + (before->start[k] - from);
                     shape->shared[k] = 1;
                 }
                 p += size;
