@@ -392,11 +392,12 @@ def batch_run(client, argvs: list) -> bytes:
     batch = ingest.batches.get(batch_id) if ingest is not None else None
     count = len(argvs)
     if (batch is None or batch.flow_arg != flow_arg or batch.gap_arg != gap_arg
-            or not stream.settings.allow_batched or fast_word != b"FAST" and fast_word.lower() != b"fast"):
+            # (stream.settings.allow_batched, inlined: no config of its own is the defaults, which allow it)
+            or (config := stream._config) is not None and not config.allow_batched
+            or fast_word != b"FAST" and fast_word.lower() != b"fast"):
         return _each(client, argvs)
     lo = batch.last + 1
-    columns = fast_run_columns(argvs, lo) if fast_run_columns is not None else None
-    if columns is None:
+    if fast_run_columns is None or (columns := fast_run_columns(argvs, lo)) is None:
         columns = run_columns_python(argvs, lo)
     if columns is False:
         return _each(client, argvs)

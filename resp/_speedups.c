@@ -145,21 +145,130 @@ read_arguments(PyObject *const *args, Py_ssize_t nargs, const char *name, Py_buf
     return 1;
 }
 
+/* ---- parse_like: a command parsed against the one before it (helper fast15) ----
+
+   A pipelined run repeats most of its words at the same places (BATCH's name,
+   key, id, subject, payload, FAST, flow and gap; TWRITE's name, key and tag),
+   and the element bytes of a repeated word are the same bytes ("$5\r\nBATCH\r\n"),
+   next to one another.  ``Shape`` keeps where each element of a parsed command
+   starts and which of its words were the command before's; the next command
+   with as many words compares each stretch of such words with one memcmp of
+   the bytes they had in the command before (still in the read's buffer: the
+   run's commands are consecutive) and, when they match, takes those words'
+   objects without reading their headers.  A stretch that differs is parsed
+   word by word, as parse_command does.  Byte-equal complete elements parse to
+   equal words: the result is parse_command's (the same objects shared). */
+
+#define SHAPE_WORDS 16  /* longer commands: no shape, parse_command's path */
+
+typedef struct {
+    Py_ssize_t count;                    /* the command's words; 0: no shape to use */
+    const char *start[SHAPE_WORDS + 1];  /* each element's '$' (see parse_like: where needed), then the end */
+    unsigned char shared[SHAPE_WORDS];   /* word i was the command before's object */
+} Shape;
+
+/* parse_command with ``previous`` described by ``before`` (count 0: no shape)
+   and the parsed command's shape written to ``shape`` (a different Shape). */
+static int
+parse_like(const char **pos, const char *end, long long max_bulk, PyObject *previous, const Shape *before,
+           Shape *shape, PyObject **command)
+{
+    const char *p = *pos;
+    long long count, length;
+    shape->count = 0;
+    if (p >= end || *p != '*')
+        return UNHANDLED;
+    p++;
+    if (!read_header_int(&p, end, &count) || count < 1 || count > (end - p) / MIN_ELEMENT)
+        return UNHANDLED;
+    if (count > SHAPE_WORDS || previous == NULL)
+        return parse_command(pos, end, max_bulk, previous, command);
+    int like = before->count == (Py_ssize_t)count && PyList_GET_SIZE(previous) == (Py_ssize_t)count;
+    PyObject *list = PyList_New((Py_ssize_t)count);
+    if (list == NULL)
+        return FAILED;
+    Py_ssize_t plain_until = 0;  /* words before this index are parsed one by one (a stretch differed) */
+    for (Py_ssize_t i = 0; i < (Py_ssize_t)count;) {
+        if (like && i >= plain_until && before->shared[i]) {
+            Py_ssize_t j = i + 1;
+            while (j < (Py_ssize_t)count && before->shared[j])
+                j++;
+            const char *from = before->start[i];
+            size_t size = (size_t)(before->start[j] - from);
+            if ((size_t)(end - p) >= size && memcmp(p, from, size) == 0) {
+                /* Only the stretch's start is kept: the next command's stretches
+                   start at a word whose start was kept (this one, or a word parsed
+                   on its own) and end at one parsed on its own, or at the end. */
+                shape->start[i] = p;
+                for (Py_ssize_t k = i; k < j; k++) {
+                    PyObject *same = PyList_GET_ITEM(previous, k);
+                    Py_INCREF(same);
+                    PyList_SET_ITEM(list, k, same);
+                    shape->shared[k] = 1;
+                }
+                p += size;
+                i = j;
+                continue;
+            }
+            plain_until = j;
+        }
+        shape->start[i] = p;
+        if (p >= end || *p != '$')
+            goto unhandled;
+        p++;
+        if (!read_header_int(&p, end, &length) || length > max_bulk || length + 2 > end - p)
+            goto unhandled;
+        if (p[length] != '\r' || p[length + 1] != '\n')
+            goto unhandled;
+        PyObject *word = NULL;
+        PyObject *same = PyList_GET_ITEM(previous, i < PyList_GET_SIZE(previous) ? i : 0);
+        if (i < PyList_GET_SIZE(previous) && PyBytes_GET_SIZE(same) == (Py_ssize_t)length
+                && memcmp(PyBytes_AS_STRING(same), p, (size_t)length) == 0) {
+            Py_INCREF(same);
+            word = same;
+        }
+        shape->shared[i] = word != NULL;
+        if (word == NULL) {
+            word = PyBytes_FromStringAndSize(p, (Py_ssize_t)length);
+            if (word == NULL) {
+                Py_DECREF(list);  /* (the slots not filled yet are NULL: list_dealloc skips them) */
+                return FAILED;
+            }
+        }
+        PyList_SET_ITEM(list, i, word);
+        p += length + 2;
+        i++;
+    }
+    shape->start[count] = p;
+    shape->count = (Py_ssize_t)count;
+    *pos = p;
+    *command = list;
+    return PARSED;
+unhandled:
+    Py_DECREF(list);
+    return UNHANDLED;
+}
+
 /* The commands from *pos to ``end`` appended to the list ``commands``, whose last
    item ``previous`` (or NULL) may share its words with the next one: PARSED
    (then *pos is ``end``), UNHANDLED or FAILED (an error set); what was appended
-   stays in ``commands`` either way, for the caller to release. */
+   stays in ``commands`` either way, for the caller to release.  Each command
+   after the first is parsed against the one before it (parse_like). */
 static int
 append_commands(const char **pos, const char *end, long long max_bulk, PyObject *commands,
                 PyObject *previous)
 {
     const char *p = *pos;
     PyObject *command = previous;
+    Shape shapes[2];
+    shapes[0].count = 0;  /* (``previous``'s shape is not known) */
+    int at = 0;
     while (p < end) {
         /* (the previous command stays alive in ``commands``: a borrowed reference) */
-        int status = parse_command(&p, end, max_bulk, command, &command);
+        int status = parse_like(&p, end, max_bulk, command, &shapes[at], &shapes[at ^ 1], &command);
         if (status != PARSED)
             return status;
+        at ^= 1;
         status = PyList_Append(commands, command);
         Py_DECREF(command);
         if (status < 0)

@@ -355,6 +355,20 @@ class TestFlow:
         assert acks[-1][0] + acks[-1][1]["ack_msgs"] > 22 and 1 <= acks[0][1]["ack_msgs"] <= 4
         assert r.execute_command("PING") in (b"PONG", "PONG", True)  # one reply per command: in step
 
+    def test_pipelined_run_on_a_stream_that_turned_batches_off(self, r):
+        """The run's allow_batched check (batch_run reads the stream's own config, None
+        being the defaults, which allow batches): a stream without a config of its own
+        takes the run; once TCONFIG turns batches off, every message of a run is refused."""
+        fast(r, "s", "b", 1, "a", "1", 64)
+        assert all(is_ok(x) for x in _publish_plain(r, range(2, 10), 64))
+        r.execute_command("TCONFIG", "s", "SET", "allow_batched", "no")
+        pipe = r.pipeline(transaction=False)
+        for i in range(10, 14):
+            fast(pipe, "s", "b", i, "a", str(i), 64)
+        replies = pipe.execute(raise_on_error=False)
+        assert [str(x) for x in replies] == ["10203 batch publish not enabled on stream"] * 4
+        assert len(entries(r, "s")) == 9
+
     def test_pipelined_run_with_duplicates_and_a_gap_falls_back(self, r):
         fast(r, "s", "b", 1, "a", "1")
         pipe = r.pipeline(transaction=False)

@@ -341,3 +341,86 @@ def test_the_strict_parser_agrees_on_whole_reads():
         while (command := strict.next_command()) is not None:
             decoded.append(command)
         assert served.commands == decoded and served.error is None
+
+
+def _like_run(rng: random.Random) -> bytes:
+    """A pipelined run of commands like one another (parse_like's path): a
+    model's words, each command changing a few of them (a seq, a payload, one
+    byte, a length), now and then a command of another length or over 16
+    words, and the run cut or garbled at the end now and then."""
+    width = rng.choice([1, 2, 4, 9, 9, 9, 16, 17, 20])
+    model = [rng.choice([b"BATCH", b"k", b"b", b"orders", b"x" * rng.randrange(0, 120), b"FAST", b"64", b"ok",
+                         b"", b"\r\n", b"$3"]) for _ in range(width)]
+    commands = []
+    for n in range(rng.randrange(1, 40)):
+        words = list(model)
+        for _ in range(rng.choice([0, 1, 1, 2, 3])):
+            at = rng.randrange(len(words))
+            kind = rng.random()
+            if kind < 0.4:
+                words[at] = b"%d" % (n + rng.randrange(3))
+            elif kind < 0.6 and words[at]:
+                i = rng.randrange(len(words[at]))
+                words[at] = words[at][:i] + bytes([rng.randrange(256)]) + words[at][i + 1:]
+            elif kind < 0.8:
+                words[at] = words[at] + b"y" * rng.randrange(1, 12)
+            else:
+                words[at] = random_word(rng)
+        if rng.random() < 0.1:
+            words = words[:rng.randrange(1, len(words) + 1)] + [b"z"] * rng.randrange(0, 3)
+        if rng.random() < 0.3:
+            model = words  # (the next commands follow this one)
+        commands.append(multibulk(*words))
+    data = b"".join(commands)
+    roll = rng.random()
+    if roll < 0.1:  # truncated
+        data = data[:rng.randrange(1, len(data) + 1)]
+    elif roll < 0.2:  # a byte garbled (a header's, a CRLF's, a word's)
+        at = rng.randrange(len(data))
+        data = data[:at] + bytes([rng.choice([rng.randrange(256), *b"*$\r\n0"])]) + data[at + 1:]
+    return data
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(4))
+def test_runs_of_like_commands_parse_as_the_pure_python_path(seed):
+    """parse_like (a command compared with the one before by stretches of bytes):
+    random runs of like commands, changed here and there, whole or split, parse
+    to the pure path's commands, errors and state."""
+    rng = random.Random(1000 + seed)
+    for _ in range((EXAMPLES or 2000) // 4):
+        data = _like_run(rng)
+        run_both(split_randomly(rng, data), rng.choice([512 << 20, 512 << 20, 64, 5]))
+        commands = speedups.parse_many(data, 512 << 20)
+        if commands is not None:  # the words the command before had at the same place are its objects
+            for before, command in zip(commands, commands[1:]):
+                if len(before) == len(command):
+                    for old, new in zip(before, command):
+                        assert (old is new) == (old == new)
+
+
+@needs_c
+def test_a_run_of_fast_batches_shares_all_but_its_seqs():
+    run = b"".join(multibulk(b"BATCH", b"k", b"b", b"%d" % n, b"orders", b"x" * 100, b"FAST", b"64", b"ok")
+                   for n in range(8, 13))
+    commands = speedups.parse_many(run, 512 << 20)
+    assert [c[3] for c in commands] == [b"8", b"9", b"10", b"11", b"12"]
+    for before, command in zip(commands, commands[1:]):
+        assert [old is new for old, new in zip(before, command)] == [True] * 3 + [False] + [True] * 5
+    # a stretch that differs (the payload) is parsed word by word: the others still shared
+    changed = run + multibulk(b"BATCH", b"k", b"b", b"13", b"orders", b"y" * 100, b"FAST", b"64", b"ok")
+    before, last = speedups.parse_read(changed, 512 << 20)[0][-2:]
+    assert last == [b"BATCH", b"k", b"b", b"13", b"orders", b"y" * 100, b"FAST", b"64", b"ok"]
+    assert [old is new for old, new in zip(before, last)] == [True] * 3 + [False, True, False] + [True] * 3
+
+
+@needs_c
+def test_memory_errors_in_a_run_of_like_commands_leave_no_damage():
+    data = b"".join(multibulk(b"BATCH", b"k", b"b", b"%d" % n, b"orders", b"x" * 100, b"FAST", b"64", b"ok")
+                    for n in range(6)) + multibulk(b"BATCH", b"k", b"b", b"7", b"orders", b"y" * 100, b"FAST",
+                                                   b"64", b"ok")
+    expected = speedups.parse_many(data, 512 << 20)
+    for call in (speedups.parse_many, speedups.parse_read):
+        assert c_extensions.memory_error_count(lambda: call(data, 512 << 20), 60) > 0  # noqa: B023 (called at once)
+    assert speedups.parse_many(data, 512 << 20) == expected
+    assert speedups.parse_read(data, 512 << 20) == (expected,)
