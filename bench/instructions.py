@@ -253,18 +253,20 @@ def _varied_reads(shape: str, count: int, feed, request) -> list[bytes]:
 
 def _prefill_window(bench, feed, request, ids: int) -> None:
     """Enter ``ids`` message ids into msgid16_one_key's window before the warm-up
-    (``--window-prefill``), in records of 64 as pipelined runs of 64 leave them:
-    the table then has the size it has at the end of bench/fast_ingest.py's msgid
-    run (a million ids), and its probes miss the caches as there.  Through the
-    window's ``add`` (the C ``Window`` or ``PyWindow``): a million TWRITEs under
-    callgrind would take many minutes."""
+    (``--window-prefill``): the table then has the size it has at the end of
+    bench/fast_ingest.py's msgid run (a million ids), and its probes miss the
+    caches as there.  Through the window's ``add`` (the C ``Window`` or
+    ``PyWindow``): a million TWRITEs under callgrind would take many minutes.
+    In records of 128 ids: with 64 (~15,600 records) the record ring's doubling
+    at 16,384 fell between the two counts' ends, and its copy (~14 LL misses a
+    read) counted as the reads'; with 128 it falls in the warm-up of both."""
     import time
     feed(request(b"TWRITE", b"hp:m", b"tag", b"value", b"MSGID", b"prefill-first"))
     bench.turn_end()
     window = bench.server.streams.get(b"hp:m")._ingest.window
     now = time.time_ns()
-    for start in range(0, ids, 64):
-        window.add([b"pre-%d" % i for i in range(start, min(ids, start + 64))], 1_000_000_000 + start, now)
+    for start in range(0, ids, 128):
+        window.add([b"pre-%d" % i for i in range(start, min(ids, start + 128))], 1_000_000_000 + start, now)
 
 
 def cache_counts(python: str, shape: str, count: int, fill: int, caches: list[str]) -> dict[str, int]:
