@@ -15,6 +15,12 @@ server's wall-time turn budgets off, see ``_without_aslr`` and
 ``_no_turn_budgets``).  Instructions are not time: cache and branch
 misses are not counted (``--cache-sim`` in callgrind shows them), so a figure
 here backs a timing, it does not replace one (bench/before_after.py).
+``--cache-sim "--D1=... --LL=..."`` counts them too (Ir, D1 and LL misses a read:
+give the caches, a VM's reported L3 can be far larger than a real one), and
+``--window-prefill 1000000`` gives msgid16_one_key's window a million ids first
+(bench/fast_ingest.py's msgid run at its end), e.g.
+``--shapes msgid16_one_key --window-prefill 1000000 --cache-sim "--D1=49152,12,64 --LL=33554432,16,64"``
+(bench/RESULTS-fast-ingest.md, msgid15).
 
 Shapes: ``TWRITE k t v`` (one read per command), 16 ``TWRITE`` on one key and on
 16 keys in one read (``redis-benchmark -P 16``), ``XADD k * f v`` alone and 16
