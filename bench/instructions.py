@@ -15,6 +15,12 @@ server's wall-time turn budgets off, see ``_without_aslr`` and
 ``_no_turn_budgets``).  Instructions are not time: cache and branch
 misses are not counted (``--cache-sim`` in callgrind shows them), so a figure
 here backs a timing, it does not replace one (bench/before_after.py).
+``--cache-sim "--D1=... --LL=..."`` counts them too (Ir, D1 and LL misses a read:
+give the caches, a VM's reported L3 can be far larger than a real one), and
+``--window-prefill 1000000`` gives msgid16_one_key's window a million ids first
+(bench/fast_ingest.py's msgid run at its end), e.g.
+``--shapes msgid16_one_key --window-prefill 1000000 --cache-sim "--D1=49152,12,64 --LL=33554432,16,64"``
+(bench/RESULTS-fast-ingest.md, msgid15).
 
 Shapes: ``TWRITE k t v`` (one read per command), 16 ``TWRITE`` on one key and on
 16 keys in one read (``redis-benchmark -P 16``), ``XADD k * f v`` alone and 16
@@ -40,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +61,8 @@ SHAPES = ("twrite", "twrite16_one_key", "twrite16_keys", "xadd", "xadd16", "grou
 # Shapes whose reads differ (new ids, batch-seqs): the same number of reads is built
 # in every run, so that building them cancels out of the difference of two runs.
 BUILT_READS = 2600
+# --window-prefill, handed to the counted processes in the environment
+WINDOW_PREFILL = int(os.environ.get("TSTREAM_BENCH_WINDOW_PREFILL") or 0)
 MSGID_WINDOW_MS = 86_400_000  # msgid16_one_key's duplicate window: a day, longer than any count
 
 
@@ -108,6 +117,12 @@ def workload(shape: str, count: int, fill: int = 0) -> None:  # noqa: C901 (one 
                 out.clear()
         elif shape in ("msgid16_one_key", "fast16_one_key"):
             reads = iter(_varied_reads(shape, count, feed, request))
+            if shape == "msgid16_one_key" and WINDOW_PREFILL:
+                _prefill_window(bench, feed, request, WINDOW_PREFILL)
+                # (the reads built again, after the prefill: as a socket's bytes, just
+                # written; those built before it had left the simulated caches, and
+                # their first parse missed them, ~14 LL misses a read in both builds)
+                reads = iter(_varied_reads(shape, count, feed, request))
             def step() -> None:
                 feed(next(reads))
                 turn_end()
@@ -246,6 +261,46 @@ def _varied_reads(shape: str, count: int, feed, request) -> list[bytes]:
                      for i in range(r * 16 + 1, r * 16 + 17)) for r in range(BUILT_READS)]
 
 
+def _prefill_window(bench, feed, request, ids: int) -> None:
+    """Enter ``ids`` message ids into msgid16_one_key's window before the warm-up
+    (``--window-prefill``): the table then has the size it has at the end of
+    bench/fast_ingest.py's msgid run (a million ids), and its probes miss the
+    caches as there.  Through the window's ``add`` (the C ``Window`` or
+    ``PyWindow``): a million TWRITEs under callgrind would take many minutes.
+    In records of 128 ids: with 64 (~15,600 records) the record ring's doubling
+    at 16,384 fell between the two counts' ends, and its copy (~14 LL misses a
+    read) counted as the reads'; with 128 it falls in the warm-up of both."""
+    import time
+    feed(request(b"TWRITE", b"hp:m", b"tag", b"value", b"MSGID", b"prefill-first"))
+    bench.turn_end()
+    window = bench.server.streams.get(b"hp:m")._ingest.window
+    now = time.time_ns()
+    for start in range(0, ids, 128):
+        window.add([b"pre-%d" % i for i in range(start, min(ids, start + 128))], 1_000_000_000 + start, now)
+
+
+def cache_counts(python: str, shape: str, count: int, fill: int, caches: list[str]) -> dict[str, int]:
+    """Callgrind's totals with its cache simulation (``--cache-sim=yes`` and the
+    given ``--D1=``/``--LL=`` options): Ir, and the D1 and LL misses (data reads
+    and writes; LL also the instruction fetches that missed it)."""
+    argv = [python, str(Path(__file__).resolve()), "--run", shape, str(count), str(fill)]
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "--cache-sim=yes",
+                           *caches, *argv], capture_output=True, text=True, check=True, cwd="/",
+                          env=dict(os.environ, PYTHONHASHSEED="0", TSTREAM_BENCH_WINDOW_PREFILL=str(WINDOW_PREFILL)))
+    events = re.search(r"Events\s*:\s*(.*)", done.stderr)
+    collected = re.search(r"Collected\s*:\s*(.*)", done.stderr)
+    if events is None or collected is None:
+        raise SystemExit(f"no callgrind totals for {shape}:\n{done.stderr[-2000:]}")
+    got = dict(zip(events.group(1).split(), map(int, collected.group(1).split())))
+    return {"Ir": got["Ir"], "D1": got["D1mr"] + got["D1mw"], "LL": got["DLmr"] + got["DLmw"] + got["ILmr"]}
+
+
+def cache_per_read(python: str, shape: str, small: int, large: int, caches: list[str]) -> dict[str, float]:
+    big = cache_counts(python, shape, large, large, caches)
+    little = cache_counts(python, shape, small, large, caches)
+    return {name: (big[name] - little[name]) / (large - small) for name in big}
+
+
 def count_instructions(python: str, shape: str, count: int, fill: int) -> int:
     return callgrind.total([python, str(Path(__file__).resolve()), "--run", shape, str(count), str(fill)], shape)
 
@@ -263,8 +318,16 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=500)
     ap.add_argument("--large", type=int, default=2000)
     ap.add_argument("--out", default="-", help="markdown file to write ('-': print only)")
+    ap.add_argument("--cache-sim", metavar="OPTIONS", nargs="?", const="",
+                    help="count cache misses too (callgrind --cache-sim=yes, plus these space-separated "
+                         "options, e.g. '--LL=33554432,16,64'): Ir, D1 and LL misses a read, for each build")
+    ap.add_argument("--window-prefill", type=int, default=0, metavar="IDS",
+                    help="msgid16_one_key: ids entered into the window before the warm-up (1000000: "
+                         "bench/fast_ingest.py's msgid run at its end)")
     ap.add_argument("--run", nargs=3, metavar=("SHAPE", "COUNT", "FILL"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global WINDOW_PREFILL
+    WINDOW_PREFILL = args.window_prefill or WINDOW_PREFILL
     if args.run:
         workload(args.run[0], int(args.run[1]), int(args.run[2]))
         return
@@ -272,6 +335,14 @@ def main() -> None:
     builds = {"this": args.this} if not args.base else {"base": args.base, "this": args.this}
     shapes = [shape for shape in args.shapes.split(",")
               if not (shape in ("xadd", "xadd16") and args.base and not _has_xadd(args.base))]
+    if args.cache_sim is not None:
+        caches = args.cache_sim.split()
+        print("| shape | build | Ir/read | D1 misses/read | LL misses/read |\n| --- | --- | ---: | ---: | ---: |")
+        for shape in shapes:
+            for name, python in builds.items():
+                got = cache_per_read(python, shape, args.small, args.large, caches)
+                print(f"| {shape} | {name} | {got['Ir']:,.0f} | {got['D1']:,.1f} | {got['LL']:,.1f} |", flush=True)
+        return
     callgrind.compare(builds, shapes, lambda python, shape: per_read(python, shape, args.small, args.large),
                    "instructions/read", out=args.out)
 

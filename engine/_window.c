@@ -11,8 +11,9 @@
 
    Layout (no Python object is kept):
 
-   - ``chunks``: the ids in the order entered, each an ``Entry`` header (offset,
-     hash, length, live) followed by its bytes (padded to 8), in blocks of 64 KiB.
+   - ``chunks``: the ids in the order entered, each an ``Entry`` header of 16 bytes
+     (offset, 32-bit hash, length with a live bit) followed by its bytes (padded to
+     8), in blocks of 64 KiB.
      An entry is named by its position (``pos``, which only grows): block
      ``pos >> 16`` (counted from ``first_chunk``), byte ``pos & 0xffff``.  An entry
      never straddles two blocks: one that does not fit in the rest of a block
@@ -22,11 +23,17 @@
      the oldest record: the memory is the ids' own plus at most a block, and
      nothing is ever moved.
    - ``slots``: an open-addressing table (linear probing, power-of-two size, load
-     at most 0.7, deletion by backward shift: no tombstones) of (hash, pos).  The
-     hash is a wyhash-style mix of the id's bytes keyed per window (from the
-     interpreter's hash secret and a counter: PYTHONHASHSEED fixes it), so
-     colliding ids cannot be made without the key.  Slots store the full 64-bit
-     hash: a probe reads an entry's bytes only when the hashes are equal.
+     at most 0.7, deletion by backward shift: no tombstones) of (hash, ref), 8 bytes
+     a slot: a million ids fill a table of 16 MiB, not 32 (16-byte slots before
+     round 15: its probe, one cache miss a new id, missed the last-level cache
+     more often).  The hash is a wyhash-style mix of the id's bytes keyed per
+     window (from the interpreter's hash secret and a counter: PYTHONHASHSEED
+     fixes it), folded to 32 bits, so colliding ids cannot be made without the
+     key; its low bits are the slot's home.  A probe reads an entry's bytes only
+     when the 32-bit hashes are equal (another id's: rare, and only a read more,
+     never a wrong answer).  ``ref`` is the entry's position / 8 modulo 2^32:
+     the entries the table points at lie in [head, tail), at most MAX_SPAN
+     (32 GiB) apart, so head's position gives the rest.
    - ``records``: a ring of (time_ns, start, end): the entries of one write or run
      are contiguous.  Expiry pops the records at or before the horizon and deletes
      each of their entries still live (an id entered again later has its slot on
@@ -44,14 +51,13 @@
 
 typedef struct {
     int64_t offset;
-    uint64_t hash;
-    uint32_t length;
-    uint32_t live;     /* 1 while the table's slot for this id points here */
+    uint32_t hash;     /* the id's hash (never 0) */
+    uint32_t length;   /* | LIVE while the table's slot for this id points here */
 } Entry;               /* followed by ``length`` bytes, padded to 8 */
 
 typedef struct {
-    uint64_t hash;     /* 0: empty */
-    uint64_t pos;
+    uint32_t hash;     /* 0: empty */
+    uint32_t ref;      /* the entry's pos / 8, modulo 2^32 (see REF_POS) */
 } Slot;
 
 typedef struct {
@@ -84,7 +90,16 @@ typedef struct {
 #define CHUNK ((uint64_t)1 << CHUNK_SHIFT)
 #define CHUNK_MASK (CHUNK - 1)
 #define NEXT_CHUNK(pos) (((pos) + CHUNK_MASK) & ~CHUNK_MASK)
-#define PAD_LENGTH UINT32_MAX  /* the header of a block's unused rest */
+#define LIVE ((uint32_t)1 << 31)  /* in Entry.length: the table points at this entry */
+#define PAD_LENGTH (LIVE - 1)     /* the header of a block's unused rest; ids are shorter */
+#define LENGTH(e) ((e)->length & ~LIVE)
+/* A slot names its entry by ``pos / 8`` in 32 bits (entries start at multiples of 8):
+   every entry the table points at lies in [head, tail), and that span is kept under
+   MAX_SPAN bytes (reserve_entries), so the position is head's plus the difference. */
+#define REF(pos) ((uint32_t)((pos) >> 3))
+#define REF_POS(w, ref) ((w)->head + ((uint64_t)(uint32_t)((ref) - REF((w)->head)) << 3))
+#define MAX_SPAN ((uint64_t)1 << 35)
+#define MAX_SLOTS ((size_t)1 << 32)  /* the index is the low bits of a 32-bit hash */
 #define ENTRY_AT(w, pos) \
     ((Entry *)((w)->chunks[((pos) >> CHUNK_SHIFT) - (w)->first_chunk].data + ((pos) & CHUNK_MASK)))
 #define RECORD(w, i) (&(w)->records[((w)->first + (i)) & (w)->records_mask])
@@ -132,7 +147,7 @@ read4(const unsigned char *p)
 #define S1 0xe7037ed1a0b428dbull
 #define S2 0x8ebc6af09c88c6e3ull
 
-static inline uint64_t
+static inline uint32_t
 hash_bytes(const unsigned char *p, size_t length, uint64_t seed)
 {
     uint64_t a, b;
@@ -162,25 +177,28 @@ hash_bytes(const unsigned char *p, size_t length, uint64_t seed)
         b = read8(q + i - 8);
     }
     uint64_t h = mum(S1 ^ length, mum(a ^ S1, b ^ seed));
-    return h ? h : 1;  /* (0 marks an empty slot) */
+    uint32_t folded = (uint32_t)h ^ (uint32_t)(h >> 32);
+    return folded ? folded : 1;  /* (0 marks an empty slot) */
 }
 
 /* --- the table ------------------------------------------------------------------------ */
 
 static inline int
-entry_is(Window *w, uint64_t pos, const char *bytes, size_t length)
+entry_is(Window *w, uint32_t ref, const char *bytes, size_t length)
 {
-    Entry *e = ENTRY_AT(w, pos);
-    return e->length == length && memcmp((char *)(e + 1), bytes, length) == 0;
+    Entry *e = ENTRY_AT(w, REF_POS(w, ref));
+    return LENGTH(e) == length && memcmp((char *)(e + 1), bytes, length) == 0;
 }
 
-/* The slot of the id, or of the empty slot where it would go. */
+/* The slot of the id, or of the empty slot where it would go.  A slot of another id
+   with the same 32-bit hash costs a read of that entry's bytes: rare (its home and
+   the rest of its hash equal), and never a wrong answer. */
 static inline size_t
-find_slot(Window *w, uint64_t hash, const char *bytes, size_t length)
+find_slot(Window *w, uint32_t hash, const char *bytes, size_t length)
 {
     size_t i = hash & w->mask;
     while (w->slots[i].hash) {
-        if (w->slots[i].hash == hash && entry_is(w, w->slots[i].pos, bytes, length))
+        if (w->slots[i].hash == hash && entry_is(w, w->slots[i].ref, bytes, length))
             return i;
         i = (i + 1) & w->mask;
     }
@@ -189,10 +207,11 @@ find_slot(Window *w, uint64_t hash, const char *bytes, size_t length)
 
 /* The slot pointing at the entry at ``pos`` (there is one: the entry is live). */
 static inline size_t
-slot_of(Window *w, uint64_t hash, uint64_t pos)
+slot_of(Window *w, uint32_t hash, uint64_t pos)
 {
     size_t i = hash & w->mask;
-    while (!(w->slots[i].hash == hash && w->slots[i].pos == pos))
+    uint32_t ref = REF(pos);
+    while (!(w->slots[i].hash == hash && w->slots[i].ref == ref))
         i = (i + 1) & w->mask;
     return i;
 }
@@ -228,7 +247,7 @@ reserve_slots(Window *w, size_t more)
         return 0;
     size_t new_size = MIN_SLOTS;
     while (needed * 10 > new_size * 7) {
-        if (new_size > PY_SSIZE_T_MAX / (2 * sizeof(Slot))) {
+        if (new_size >= MAX_SLOTS || new_size > PY_SSIZE_T_MAX / (2 * sizeof(Slot))) {
             PyErr_NoMemory();
             return -1;
         }
@@ -335,13 +354,17 @@ reserve_entries(Window *w, PyObject *const *items, Py_ssize_t n, size_t (*size_o
 {
     uint64_t pos = w->tail;
     if (bytes <= CHUNK - (pos & CHUNK_MASK) && (pos >> CHUNK_SHIFT) - w->first_chunk < w->chunks_count
-            && (pos >> CHUNK_SHIFT) >= w->first_chunk)
+            && (pos >> CHUNK_SHIFT) >= w->first_chunk && pos + bytes - w->head < MAX_SPAN)
         return 0;  /* (the usual run: all in the rest of tail's block) */
     for (Py_ssize_t i = 0; i < n; i++) {
         size_t size = size_of(items[i]);
         if (!size)
             continue;
         uint64_t at = place(pos, size);
+        if (after(at, size) - w->head >= MAX_SPAN) {  /* (32 GiB of ids: more than a slot can name) */
+            PyErr_NoMemory();
+            return -1;
+        }
         if (reserve_chunk(w, at >> CHUNK_SHIFT, size > CHUNK ? size : CHUNK) < 0)
             return -1;
         pos = after(at, size);
@@ -403,7 +426,7 @@ reserve_record(Window *w)
 
 /* Append an entry at tail and its slot at ``slot`` (empty, or the id's older entry). */
 static inline void
-enter(Window *w, size_t slot, uint64_t hash, const char *bytes, size_t length, int64_t offset)
+enter(Window *w, size_t slot, uint32_t hash, const char *bytes, size_t length, int64_t offset)
 {
     size_t size = ENTRY_SIZE(length);
     uint64_t at = place(w->tail, size);
@@ -412,15 +435,14 @@ enter(Window *w, size_t slot, uint64_t hash, const char *bytes, size_t length, i
     Entry *e = ENTRY_AT(w, at);
     e->offset = offset;
     e->hash = hash;
-    e->length = (uint32_t)length;
-    e->live = 1;
+    e->length = (uint32_t)length | LIVE;
     memcpy((char *)(e + 1), bytes, length);
-    if (w->slots[slot].hash)
-        ENTRY_AT(w, w->slots[slot].pos)->live = 0;  /* (entered again: the newer entry holds it) */
+    if (w->slots[slot].hash)  /* (entered again: the newer entry holds it) */
+        ENTRY_AT(w, REF_POS(w, w->slots[slot].ref))->length &= ~LIVE;
     else
         w->count++;
     w->slots[slot].hash = hash;
-    w->slots[slot].pos = at;
+    w->slots[slot].ref = REF(at);
     w->tail = after(at, size);
 }
 
@@ -441,11 +463,11 @@ drop_entries(Window *w, uint64_t start, uint64_t end)
     for (uint64_t pos = start; pos < end;) {
         pos = entry_start(w, pos);
         Entry *e = ENTRY_AT(w, pos);
-        if (e->live) {
-            e->live = 0;
+        if (e->length & LIVE) {
+            e->length &= ~LIVE;
             delete_slot(w, slot_of(w, e->hash, pos));
         }
-        pos = after(pos, ENTRY_SIZE(e->length));
+        pos = after(pos, ENTRY_SIZE(LENGTH(e)));
     }
 }
 
@@ -590,7 +612,7 @@ window_claim(Window *w, PyObject *const *args, Py_ssize_t nargs)
     /* The ids' hashes first, each slot fetched ahead (CLAIM_AHEAD ids on): in a table
        of a million ids every probe misses the caches, and these misses then overlap
        instead of waiting one after the other (bench/RESULTS-fast-ingest.md, round 12). */
-    uint64_t hashes[CLAIM_AHEAD];
+    uint32_t hashes[CLAIM_AHEAD];
     for (Py_ssize_t i = 0; i < n && i < CLAIM_AHEAD; i++) {
         PyObject *mid = PyTuple_GET_ITEM(ids, i);
         hashes[i] = hash_bytes((const unsigned char *)PyBytes_AS_STRING(mid), (size_t)PyBytes_GET_SIZE(mid), w->key);
@@ -600,10 +622,10 @@ window_claim(Window *w, PyObject *const *args, Py_ssize_t nargs)
         PyObject *mid = PyTuple_GET_ITEM(ids, i);
         const char *data = PyBytes_AS_STRING(mid);
         size_t length = (size_t)PyBytes_GET_SIZE(mid);
-        uint64_t hash = hashes[i % CLAIM_AHEAD];
+        uint32_t hash = hashes[i % CLAIM_AHEAD];
         if (i + CLAIM_AHEAD < n) {  /* (the hash of the id CLAIM_AHEAD on, into the place just read) */
             PyObject *ahead = PyTuple_GET_ITEM(ids, i + CLAIM_AHEAD);
-            uint64_t h = hash_bytes((const unsigned char *)PyBytes_AS_STRING(ahead), (size_t)PyBytes_GET_SIZE(ahead),
+            uint32_t h = hash_bytes((const unsigned char *)PyBytes_AS_STRING(ahead), (size_t)PyBytes_GET_SIZE(ahead),
                                     w->key);
             hashes[i % CLAIM_AHEAD] = h;
             PREFETCH(&w->slots[h & w->mask]);
@@ -657,7 +679,7 @@ window_add(Window *w, PyObject *const *args, Py_ssize_t nargs)
             continue;
         const char *data = PyBytes_AS_STRING(items[i]);
         size_t length = (size_t)PyBytes_GET_SIZE(items[i]);
-        uint64_t hash = hash_bytes((const unsigned char *)data, length, w->key);
+        uint32_t hash = hash_bytes((const unsigned char *)data, length, w->key);
         enter(w, find_slot(w, hash, data, length), hash, data, length, offset + i);
     }
     push_record(w, time_ns, start);
@@ -677,11 +699,11 @@ lookup(Window *w, PyObject *mid)
         return NULL;
     if (!w->count)
         Py_RETURN_NONE;
-    uint64_t hash = hash_bytes((const unsigned char *)data, length, w->key);
+    uint32_t hash = hash_bytes((const unsigned char *)data, length, w->key);
     size_t slot = find_slot(w, hash, data, length);
     if (!w->slots[slot].hash)
         Py_RETURN_NONE;
-    return PyLong_FromLongLong(ENTRY_AT(w, w->slots[slot].pos)->offset);
+    return PyLong_FromLongLong(ENTRY_AT(w, REF_POS(w, w->slots[slot].ref))->offset);
 }
 
 /* seen(mid, horizon): expire, then get */
@@ -727,7 +749,7 @@ window_truncate(Window *w, PyObject *arg)
     uint64_t pos = r->start;
     for (Py_ssize_t i = 0; i < stored && pos < r->end; i++) {
         pos = entry_start(w, pos);
-        pos = after(pos, ENTRY_SIZE(ENTRY_AT(w, pos)->length));
+        pos = after(pos, ENTRY_SIZE(LENGTH(ENTRY_AT(w, pos))));
     }
     drop_entries(w, pos, r->end);
     w->tail = r->end = pos;
@@ -753,19 +775,19 @@ window_live(Window *w, PyObject *Py_UNUSED(ignored))
         for (uint64_t pos = r->start; pos < r->end;) {
             pos = entry_start(w, pos);
             Entry *e = ENTRY_AT(w, pos);
-            if (e->live) {
+            if (e->length & LIVE) {
                 if (at >= (Py_ssize_t)w->count) {
                     PyErr_SetString(PyExc_SystemError, "window entries out of step with its table");
                     goto error;
                 }
-                PyObject *pair = Py_BuildValue("(y#L)", (char *)(e + 1), (Py_ssize_t)e->length,
+                PyObject *pair = Py_BuildValue("(y#L)", (char *)(e + 1), (Py_ssize_t)LENGTH(e),
                                                (long long)e->offset);
                 if (pair == NULL)
                     goto error;
                 PyList_SET_ITEM(pairs, at++, pair);
                 live++;
             }
-            pos = after(pos, ENTRY_SIZE(e->length));
+            pos = after(pos, ENTRY_SIZE(LENGTH(e)));
         }
         if (live) {
             PyObject *count = Py_BuildValue("[Ln]", (long long)r->time_ns, live);
@@ -861,7 +883,7 @@ window_restore(Window *w, PyObject *const *args, Py_ssize_t nargs)
             PyObject *mid = PyTuple_GET_ITEM(pair, 0);
             const char *data = PyBytes_AS_STRING(mid);
             size_t length = (size_t)PyBytes_GET_SIZE(mid);
-            uint64_t hash = hash_bytes((const unsigned char *)data, length, w->key);
+            uint32_t hash = hash_bytes((const unsigned char *)data, length, w->key);
             size_t slot = find_slot(w, hash, data, length);
             if (w->slots[slot].hash) {
                 window_clear_all(w);

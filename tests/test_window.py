@@ -332,3 +332,27 @@ def test_the_c_window_takes_no_arguments():
     with pytest.raises(TypeError, match="takes no arguments"):
         CWindow(size=1)
     assert len(CWindow()) == 0
+
+
+@needs_c
+def test_ids_whose_32_bit_hashes_collide_are_never_taken_for_each_other():
+    """The C table keeps a 32-bit hash a slot and compares an id's bytes only when
+    the hashes are equal: among 300,000 ids some hashes collide (~10 pairs
+    expected), and every id is still new to the window, found at its own
+    offset, refused when claimed again, and gone once its record ages out."""
+    window = CWindow()
+    ids = [b"c-%d" % i for i in range(300_000)]
+    for start in range(0, len(ids), 64):
+        assert window.claim(tuple(ids[start:start + 64]), 1 + start, 0, 1 + start // 64)
+    assert len(window) == len(ids)
+    assert all(window.get(mid) == 1 + i for i, mid in enumerate(ids))
+    assert not any(window.claim((mid,), 10_000_000, 0, 10_000) for mid in ids[::997])
+    assert window.get(b"c-300000") is None and window.get(b"c-") is None
+    window.expire(len(ids) // 128)  # the older half of the records
+    half = (len(ids) // 128) * 64
+    assert len(window) == len(ids) - half
+    assert window.get(ids[half - 1]) is None and window.get(ids[half]) == 1 + half
+    pairs, counts = window.live()
+    assert pairs == [(mid, 1 + half + i) for i, mid in enumerate(ids[half:])]
+    window.expire(1 << 40)
+    assert _state(window) == (([], []), 0, 0)
