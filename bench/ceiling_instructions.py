@@ -65,7 +65,7 @@ def run(count: int, harness: bool) -> None:  # noqa: C901 (group_wake's step, ch
             transport = Transport()
             if harness:
                 return Canned(transport.written).data_received, transport.written
-            conn = ceiling.Ceiling()
+            conn = ceiling.GroupCeiling()
             conn.connection_made(transport)
             return conn.data_received, transport.written
 

@@ -8,9 +8,18 @@ tstream and redis-server in the same run, it shows how much of the gap to
 redis-server is Python's event loop and parsing (this server) and how much is
 tstream's own work per command (the rest).  Not a server to use.
 
-    .venv/bin/python bench/ceiling_server.py PORT
+    .venv/bin/python bench/ceiling_server.py PORT            # bench/throughput.py's
+    .venv/bin/python bench/ceiling_server.py PORT --groups   # bench/groups.py's
 
-What it does (replies shaped as tstream's, byte for byte where redis-py parses them):
+Two servers in one file.  Without ``--groups`` (bench/throughput.py): any command of
+4 words (``TWRITE key tag value``) appends its last word to one Python list and
+replies the list's length; PING, DEL (empties the list), TINFO (the length, as
+tstream's TINFO map) and CONFIG (an empty array, for redis-benchmark's probe) are
+answered; nothing else is looked at.  That is the least per write, the bound the
+throughput rows are read against (a per-key lookup and a kept tag, as below, cost
+it ~18% at ``-P 16``: 945k -> 770k req/s, 2026-11-28).  With ``--groups``
+(bench/groups.py), the consumer-group loop, with replies shaped as tstream's (byte
+for byte where redis-py parses them):
 
 - ``TWRITE key tag payload``: appends the request's words to the key's list and
   replies the list's length (the entry's offset, from 1).  No ids, no limits, no
@@ -153,6 +162,39 @@ def end_of_turn() -> None:
 
 
 class Ceiling(asyncio.Protocol):
+    """bench/throughput.py's server (no ``--groups``): every 4-word command a write."""
+
+    entries: list[bytes] = []
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.reader = hiredis.Reader()
+
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
+        entries = self.entries
+        out = []
+        while (command := self.reader.gets()) is not False:
+            if len(command) == 4:
+                entries.append(command[3])
+                out.append(b":%d\r\n" % len(entries))
+                continue
+            name = command[0].upper()
+            if name == b"PING":
+                out.append(b"+PONG\r\n")
+            elif name == b"DEL":
+                entries.clear()
+                out.append(b":1\r\n")
+            elif name == b"TINFO":
+                out.append(b"*2\r\n$6\r\nlength\r\n:%d\r\n" % len(entries))
+            else:
+                out.append(b"*0\r\n")
+        self.transport.write(b"".join(out))
+
+
+class GroupCeiling(asyncio.Protocol):
+    """bench/groups.py's server (``--groups``): the consumer-group loop, see the module docstring."""
+
     def connection_made(self, transport) -> None:
         self.transport = transport
         self.reader = hiredis.Reader()
@@ -276,10 +318,10 @@ class Ceiling(asyncio.Protocol):
             self.transport.write(b"".join(out))
 
 
-async def serve(port: int) -> None:
-    await asyncio.get_running_loop().create_server(Ceiling, "127.0.0.1", port)
+async def serve(port: int, protocol: type) -> None:
+    await asyncio.get_running_loop().create_server(protocol, "127.0.0.1", port)
     await asyncio.Event().wait()
 
 
 if __name__ == "__main__":
-    uvloop.run(serve(int(sys.argv[1])))
+    uvloop.run(serve(int(sys.argv[1]), GroupCeiling if "--groups" in sys.argv[2:] else Ceiling))

@@ -148,7 +148,7 @@ class ServerProcess:
             self.argv = [TSTREAM_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
                          "--dir", self.dir, "--save", "", "--appendonly", "no", *(extra or [])]
         elif kind == "ceiling":  # bench/ceiling_server.py: uvloop + hiredis, no tstream
-            self.argv = [sys.executable, str(REPO / "bench" / "ceiling_server.py"), str(self.port)]
+            self.argv = [sys.executable, str(REPO / "bench" / "ceiling_server.py"), str(self.port), *(extra or [])]
         else:
             self.argv = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
                          "--dir", self.dir, "--save", "", "--appendonly", "no",

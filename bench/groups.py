@@ -679,7 +679,7 @@ def main() -> int:  # noqa: C901 (over the limit when it came in)
     }
     srv = {"tstream": Server("tstream"), "redis": Server("redis")}
     if args.ceiling:
-        srv["ceiling"] = Server("ceiling")
+        srv["ceiling"] = Server("ceiling", ["--groups"])  # (ceiling_server.py's group-loop server)
     throughput_kinds = ("redis", "tstream", "ceiling") if args.ceiling else ("redis", "tstream")
     runs: list[dict] = []
     latency: dict = {}

@@ -31,7 +31,7 @@ finally:
 @pytest.fixture(scope="module")
 def ceiling_port():
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "ceiling_server.py"), str(port)],
+    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "ceiling_server.py"), str(port), "--groups"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 15
@@ -137,7 +137,7 @@ def test_commands_behind_a_parked_read_wait_for_it(ceiling_port):
 
 def test_group_loop_exactly_once():
     """bench/groups.py's throughput run (4 redis-py producers, 4 consumers) against the ceiling."""
-    server = groups.Server("ceiling").start()
+    server = groups.Server("ceiling", ["--groups"]).start()
     try:
         result = groups.throughput_run(server, n=300, producers=4, consumers=4, batch=10, timeout=120)
         assert result["exactly_once"], result
