@@ -304,6 +304,12 @@ class Ingest:
         newer offset). O(ids)."""
         self.window.add(ids, offset, time_ns)
 
+    def expire_ids(self, now_ns: int, window_ns: int) -> None:
+        """Drop the ids stored at or before ``now_ns - window_ns`` (what ``seen`` and
+        ``claim_run`` do first; a replay, which only adds, calls it after each
+        record). Amortised O(1): O(ids dropped)."""
+        self.window.expire(now_ns - window_ns)
+
     def claim_run(self, ids: tuple, offset: int, now_ns: int, window_ns: int, stored_ns: int) -> bool:
         """Enter the ids of a pipelined run (a tuple) as stored from ``offset``
         (the stream's next offset) on at ``stored_ns`` (the time the append will

@@ -210,6 +210,11 @@ def _apply_ingest(key: bytes, stream, record: list) -> None:
         if type(ids) is bytes:  # (packed_ids: one item for the entries' ids)
             ids = unpacked_ids(ids, count)
         ingest.add_ids(ids, first_offset, time_ns)
+        # The ids that aged out by this record's time leave the window, as the primary's
+        # next claim or lookup drops them: a replica only replays (it never claims), and
+        # without this its window would keep every id it was ever sent (and an AOF load
+        # would hold every id of the file until the first MSGID write).
+        ingest.expire_ids(time_ns, stream.settings.duplicate_window_ms * 1_000_000)
 
 
 def apply(keyspace, record: list) -> None:  # noqa: C901 (over the limit when it came in)

@@ -267,3 +267,24 @@ def test_a_replica_applies_the_packed_ids_and_knows_them_once_promoted(tmp_path)
     finally:
         for proc in made:
             proc.stop()
+
+
+def test_a_replay_lets_the_ids_that_aged_out_go():
+    """A replica only replays INGEST records (it never claims an id), so the replay
+    itself drops the ids older than the stream's duplicate window, counted from each
+    record's own time: the window holds what the primary's would, not every id ever."""
+    keyspace = Keyspace()
+    effects.apply(keyspace, [effects.CREATE, b"k", 64])
+    second = 1_000_000_000
+    window_ms = keyspace.get(b"k").settings.duplicate_window_ms  # (the default: 120 s)
+    offset = 1
+    for step in range(3):  # three records, 100 s apart
+        ids = [b"s%d-%d" % (step, i) for i in range(5)]
+        effects.apply(keyspace, [effects.INGEST, b"k", offset, T0 + step * 100 * second, None, 0, 0,
+                                 effects.packed_ids(ids)] + [b"t", b"d"] * len(ids))
+        offset += len(ids)
+    ingest = keyspace.get(b"k")._ingest
+    assert window_ms == 120_000
+    kept = [mid for mid, _ in ingest.export()["ids"]]
+    assert kept == [b"s%d-%d" % (step, i) for step in (1, 2) for i in range(5)]  # s0 aged out (200 s)
+    assert len(ingest.window) == 10 and ingest.window.get(b"s0-0") is None and ingest.window.get(b"s1-0") == 6
