@@ -108,13 +108,7 @@ class BlockingRegistry:
                 waiters.append(waiter)
                 self.server.waiting_keys.add(key)
         else:
-            queues = self.groups.get(key)
-            if queues is None:
-                queues = self.groups[key] = {}
-            queue = queues.get(request.group)
-            if queue is None:
-                queue = queues[request.group] = deque()
-            queue.append(waiter)
+            self._queue_of(key, request.group).append(waiter)
             if group is None:
                 stream = self.server.streams.get(key)
                 group = stream.groups.get(request.group) if stream is not None else None
@@ -167,13 +161,7 @@ class BlockingRegistry:
         waiter.client = client
         waiter.request = request
         waiter.queued = True
-        queues = self.groups.get(key)
-        if queues is None:
-            queues = self.groups[key] = {}
-        queue = queues.get(request.group)
-        if queue is None:
-            queue = queues[request.group] = deque()
-        queue.append(waiter)
+        self._queue_of(key, request.group).append(waiter)
         if due is not None:
             armed = self._group_timers.get((key, request.group))
             if armed is None or armed[0] > due:
@@ -293,6 +281,16 @@ class BlockingRegistry:
                 return
         if key not in self.plain and key not in self.groups:
             self.server.waiting_keys.discard(key)
+
+    def _queue_of(self, key: bytes, group_name: bytes) -> deque:
+        """The FIFO of the readers waiting on ``group_name`` at ``key`` (made if there is none). O(1)."""
+        queues = self.groups.get(key)
+        if queues is None:
+            queues = self.groups[key] = {}
+        queue = queues.get(group_name)
+        if queue is None:
+            queue = queues[group_name] = deque()
+        return queue
 
     def _forget_queue(self, key: bytes, group_name: bytes) -> None:
         """A group's queue of waiters at ``key`` is empty: drop it (and the key's
