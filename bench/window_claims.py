@@ -51,7 +51,7 @@ def smaps_rollup() -> dict[str, int]:
     return figures
 
 
-def one_run(prefill: int, blocks: int, runs: int, mapping_off: bool) -> dict:
+def one_run(prefill: int, blocks: int, runs: int, mapping_off: bool, steady: bool) -> dict:
     from tstream.engine import _window
 
     if mapping_off:
@@ -59,11 +59,13 @@ def one_run(prefill: int, blocks: int, runs: int, mapping_off: bool) -> dict:
             raise SystemExit("this build maps no table: no -off arm")
         _window._set_mapping(1 << 62, False)
     window = _window.Window()
-    record = 128
+    record = 16 if steady else 128
     for start in range(0, prefill, record):
         window.add([b"pre-%d" % i for i in range(start, min(start + record, prefill))], start + 1, 1 + start // record)
     offset = prefill + 1
     now = 1 + prefill // record + 1
+    # (steady: a record of 16 a nanosecond, and each claim's horizon ages the oldest out)
+    span = now - 1 if steady else now
     block_ns: list[float] = []
     total_ns = 0
     for _ in range(blocks):
@@ -71,12 +73,13 @@ def one_run(prefill: int, blocks: int, runs: int, mapping_off: bool) -> dict:
         claim = window.claim
         started = time.thread_time_ns()
         for ids in block:
-            claim(ids, offset, 0, now)
+            claim(ids, offset, now - span, now)
             offset += 16
+            now += steady
         elapsed = time.thread_time_ns() - started
         total_ns += elapsed
         block_ns.append(elapsed / (16 * runs))
-    assert len(window) == prefill + 16 * runs * blocks, "a claim was refused"
+    assert len(window) == (prefill if steady else prefill + 16 * runs * blocks), "a claim was refused"
     memory = smaps_rollup()
     mapped = _window._table_mapping(window) if hasattr(_window, "_table_mapping") else 0
     return {
@@ -123,20 +126,23 @@ def main() -> None:
     ap.add_argument("--prefill", type=int, default=1_000_000, help="ids in the window before the claims")
     ap.add_argument("--blocks", type=int, default=25, help="blocks timed")
     ap.add_argument("--runs", type=int, default=500, help="claims of 16 ids a block")
+    ap.add_argument("--steady", action="store_true",
+                    help="records of 16 ids, each claim ageing the oldest out: the window stays at --prefill")
     ap.add_argument("--mapping-off", action="store_true", help="this build's table on PyMem_Calloc (no huge pages)")
     ap.add_argument("--json", action="store_true", help="one JSON line (what --compare reads)")
     ap.add_argument("--compare", nargs="+", metavar="PYTHON", help="interpreters to alternate")
     ap.add_argument("--arms", help="comma-separated arms (default: the --compare interpreters; PY-off: mapping off)")
     ap.add_argument("--rounds", type=int, default=9, help="alternations (with --compare)")
     args = ap.parse_args()
-    if args.blocks * args.runs * 16 + args.prefill >= 1_468_006 and args.prefill >= 734_004:
+    if not args.steady and args.blocks * args.runs * 16 + args.prefill >= 1_468_006 and args.prefill >= 734_004:
         print("note: the table grows during the claims (a rehash is timed)", file=sys.stderr)
     if args.compare:
         arms = args.arms.split(",") if args.arms else args.compare
         extra = ["--prefill", str(args.prefill), "--blocks", str(args.blocks), "--runs", str(args.runs)]
+        extra += ["--steady"] if args.steady else []
         compare(arms, args.rounds, extra)
         return
-    figures = one_run(args.prefill, args.blocks, args.runs, args.mapping_off)
+    figures = one_run(args.prefill, args.blocks, args.runs, args.mapping_off, args.steady)
     if args.json:
         print(json.dumps(figures))
     else:
