@@ -41,13 +41,24 @@
      and position: no bytes compared.
 
    Every method that enters ids makes room first (entries, slots, records), so a
-   MemoryError leaves the window as it was; after that nothing allocates. */
+   MemoryError leaves the window as it was; after that nothing allocates.
+
+   A table of 2 MiB or more (2^18 slots: from ~180,000 ids) is its own anonymous
+   mapping, aligned to 2 MiB and marked MADV_HUGEPAGE (table_alloc): each claim
+   probes the table at a random place, and on 4 KiB pages that probe was also a TLB
+   miss and a page walk (4,096 pages for a million ids' 16 MiB); on 2 MiB pages the
+   whole table is 8 TLB entries.  Transparent huge pages are often in ``madvise``
+   mode, where memory from malloc gets none.  When the mapping fails the table comes
+   from PyMem_Calloc as below that size (bench/RESULTS-fast-ingest.md, round 16). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <limits.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 typedef struct {
     int64_t offset;
@@ -74,6 +85,7 @@ typedef struct {
     PyObject_HEAD
     uint64_t key;
     Slot *slots;
+    size_t slots_mapped;  /* the table's mapping's length (0: from PyMem_Calloc) */
     size_t mask;          /* slots - 1 (0: no table yet) */
     size_t count;         /* ids in the table */
     Chunk *chunks;        /* blocks first_chunk, first_chunk + 1, ... */
@@ -183,6 +195,54 @@ hash_bytes(const unsigned char *p, size_t length, uint64_t seed)
 
 /* --- the table ------------------------------------------------------------------------ */
 
+#define HUGE_PAGE ((size_t)2 << 20)
+/* Tables of this many bytes or more are mapped (table_alloc); tests lower it, and
+   make every mapping fail to try the fallback (the module's _set_mapping). */
+static size_t mapped_min = HUGE_PAGE;
+static int mappings_fail;
+
+/* ``size`` bytes of zeros for a table; ``*mapped``: the length to unmap, or 0 when the
+   memory is PyMem_Calloc's (a small table, or the mapping failed).  NULL: no memory
+   (no exception set). */
+static void *
+table_alloc(size_t size, size_t *mapped)
+{
+    *mapped = 0;
+#if defined(__linux__) && defined(MADV_HUGEPAGE) && defined(MAP_ANONYMOUS)
+    if (size >= mapped_min && !mappings_fail && size <= PY_SSIZE_T_MAX - 2 * HUGE_PAGE) {
+        size_t length = (size + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+        /* (a huge page more, so that an aligned start lies within; the rest unmapped) */
+        unsigned char *base = mmap(NULL, length + HUGE_PAGE, PROT_READ | PROT_WRITE,
+                                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (base != MAP_FAILED) {
+            uintptr_t start = ((uintptr_t)base + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+            size_t before = (size_t)(start - (uintptr_t)base);
+            if (before)
+                munmap(base, before);
+            if (HUGE_PAGE - before)
+                munmap((unsigned char *)start + length, HUGE_PAGE - before);
+            /* (a hint only: where huge pages are off or none are free, 4 KiB pages) */
+            madvise((void *)start, length, MADV_HUGEPAGE);
+            *mapped = length;
+            return (void *)start;
+        }
+    }
+#endif
+    return PyMem_Calloc(size, 1);
+}
+
+static void
+table_free(void *table, size_t mapped)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE) && defined(MAP_ANONYMOUS)
+    if (mapped) {
+        munmap(table, mapped);
+        return;
+    }
+#endif
+    PyMem_Free(table);
+}
+
 static inline int
 entry_is(Window *w, uint32_t ref, const char *bytes, size_t length)
 {
@@ -253,7 +313,8 @@ reserve_slots(Window *w, size_t more)
         }
         new_size <<= 1;
     }
-    Slot *slots = PyMem_Calloc(new_size, sizeof(Slot));
+    size_t mapped;
+    Slot *slots = table_alloc(new_size * sizeof(Slot), &mapped);
     if (slots == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -267,8 +328,9 @@ reserve_slots(Window *w, size_t more)
             slots[i] = w->slots[k];
         }
     }
-    PyMem_Free(w->slots);
+    table_free(w->slots, w->slots_mapped);
     w->slots = slots;
+    w->slots_mapped = mapped;
     w->mask = mask;
     return 0;
 }
@@ -483,8 +545,9 @@ expire_to(Window *w, int64_t horizon)
     }
     free_chunks(w);
     if (!w->records_count && w->mask >= 4096) {  /* emptied: the table's memory back */
-        PyMem_Free(w->slots);
+        table_free(w->slots, w->slots_mapped);
         w->slots = NULL;
+        w->slots_mapped = 0;
         w->mask = 0;
     }
 }
@@ -540,7 +603,7 @@ window_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 static void
 window_clear_all(Window *w)
 {
-    PyMem_Free(w->slots);
+    table_free(w->slots, w->slots_mapped);
     for (size_t i = 0; i < w->chunks_count; i++)
         PyMem_Free(w->chunks[i].data);
     PyMem_Free(w->chunks);
@@ -548,7 +611,7 @@ window_clear_all(Window *w)
     w->slots = NULL;
     w->chunks = NULL;
     w->records = NULL;
-    w->mask = w->count = w->chunks_count = w->chunks_capacity = 0;
+    w->slots_mapped = w->mask = w->count = w->chunks_count = w->chunks_capacity = 0;
     w->records_mask = w->first = w->records_count = 0;
     w->first_chunk = w->head = w->tail = 0;
 }
@@ -987,7 +1050,45 @@ pack_ids(PyObject *Py_UNUSED(module), PyObject *ids)
     return packed;
 }
 
+/* _set_mapping(min_bytes, fail) -> (min_bytes, fail) before: tables of min_bytes or
+   more are mapped (table_alloc), and with ``fail`` every mapping is taken to fail (the
+   fallback is used).  For the tests and bench/window_claims.py only. */
+static PyObject *
+set_mapping(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_args("_set_mapping", nargs, 2) < 0)
+        return NULL;
+    size_t min_bytes = PyLong_AsSize_t(args[0]);
+    if (min_bytes == (size_t)-1 && PyErr_Occurred())
+        return NULL;
+    int fail = PyObject_IsTrue(args[1]);
+    if (fail < 0)
+        return NULL;
+    PyObject *before = Py_BuildValue("(nO)", (Py_ssize_t)mapped_min, mappings_fail ? Py_True : Py_False);
+    if (before == NULL)
+        return NULL;
+    mapped_min = min_bytes;
+    mappings_fail = fail;
+    return before;
+}
+
+/* _table_mapping(window) -> the length of its table's mapping (0: none, or from PyMem). */
+static PyObject *
+table_mapping(PyObject *Py_UNUSED(module), PyObject *window)
+{
+    if (!PyObject_TypeCheck(window, &WindowType)) {
+        PyErr_SetString(PyExc_TypeError, "_table_mapping() takes a Window");
+        return NULL;
+    }
+    return PyLong_FromSize_t(((Window *)window)->slots_mapped);
+}
+
 static PyMethodDef module_functions[] = {
+    {"_set_mapping", (PyCFunction)(void (*)(void))set_mapping, METH_FASTCALL,
+     "_set_mapping(min_bytes, fail) -> the settings before: tables of min_bytes or more are mapped on\n"
+     "huge pages; fail: every mapping fails (the fallback is used). For tests and benchmarks."},
+    {"_table_mapping", (PyCFunction)table_mapping, METH_O,
+     "_table_mapping(window) -> the length of the window's table's mapping (0: not mapped)."},
     {"pack_ids", (PyCFunction)pack_ids, METH_O,
      "pack_ids(ids) -> an INGEST record's ids as one bytes object (lengths, then bytes), or ids itself."},
     {NULL, NULL, 0, NULL},

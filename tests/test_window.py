@@ -12,6 +12,7 @@ as tests/test_parser_speedups.py's); the fallback's own tests run in both passes
 
 from __future__ import annotations
 
+import contextlib
 import random
 
 import pytest
@@ -22,8 +23,10 @@ from tstream.engine.ingest import Ingest, PyWindow
 from . import c_extensions
 
 try:
+    from tstream.engine import _window as window_module
     from tstream.engine._window import Window as CWindow
 except ImportError:
+    window_module = None
     CWindow = None
 
 needs_c = c_extensions.needs_c(CWindow)
@@ -261,11 +264,13 @@ def _memory_errors_leave_the_window(call, window) -> int:
     raise AssertionError("the call never succeeded")
 
 
-@needs_c
-def test_memory_errors_at_every_allocation_leave_the_window_as_it_was():
+def _memory_errors_everywhere(mapped: bool = False) -> int:
     """The claim's and the add's growth of the table, the entries and the records
     (each from empty, and each from full), and the load: MemoryError, the window
-    unchanged, then the same call succeeds."""
+    unchanged, then the same call succeeds; how many allocations failed in all.
+    (``mapped``: the tables are mapped, which _testcapi cannot fail: a call whose
+    only allocation is its table fails at none.)"""
+    total = 0
     run = tuple(b"fresh-%d" % i for i in range(60))  # more than a table of 64 slots holds
     for prefill in (0, 16, 44):
         for method in ("claim", "add"):
@@ -276,20 +281,94 @@ def test_memory_errors_at_every_allocation_leave_the_window_as_it_was():
                 failures = _memory_errors_leave_the_window(lambda w: w.claim(run, 2000, 0, 7), window)
             else:
                 failures = _memory_errors_leave_the_window(lambda w: w.add(list(run), 2000, 7), window)
-            assert failures > 0
+            assert failures > 0 or mapped
+            total += failures
             assert len(window) == prefill + 60 and window.get(b"fresh-59") == 2059
     window = CWindow()
     window.claim((b"a" * 70_000,), 1, 0, 1)
     window.truncate(0)  # (its block stays, to be made longer)
     long_run = (b"b" * 200_000, b"c" * 100, b"d" * 65_500)
-    assert _memory_errors_leave_the_window(lambda w: w.claim(long_run, 2, 0, 3), window) > 0
+    failures = _memory_errors_leave_the_window(lambda w: w.claim(long_run, 2, 0, 3), window)
+    assert failures > 0
+    total += failures
     assert window.live() == ([(long_run[0], 2), (long_run[1], 3), (long_run[2], 4)], [[3, 3]])
     source = CWindow()
     source.claim(run, 1, 0, 3)
     pairs, counts = source.live()
     loaded = CWindow()
-    assert _memory_errors_leave_the_window(lambda w: w.restore(pairs, [tuple(c) for c in counts]), loaded) > 0
+    failures = _memory_errors_leave_the_window(lambda w: w.restore(pairs, [tuple(c) for c in counts]), loaded)
+    assert failures > 0
+    total += failures
     assert _state(loaded) == _state(source)
+    return total
+
+
+@needs_c
+def test_memory_errors_at_every_allocation_leave_the_window_as_it_was():
+    _memory_errors_everywhere()
+
+
+@contextlib.contextmanager
+def _tables_mapped(min_bytes: int, fail: bool):
+    """Tables of ``min_bytes`` or more mapped on huge pages (engine/_window.c
+    ``table_alloc``; 2 MiB outside this), every mapping failing with ``fail``."""
+    before = window_module._set_mapping(min_bytes, fail)
+    try:
+        yield
+    finally:
+        window_module._set_mapping(*before)
+
+
+@needs_c
+def test_memory_errors_with_every_table_mapped_or_its_mapping_failing():
+    """Every table mapped (the allocations _testcapi fails are the rest: fewer of
+    them), and every mapping failing (the table from PyMem_Calloc, which fails in
+    turn: as many as without mappings): MemoryError, the window as it was."""
+    unmapped = _memory_errors_everywhere()
+    with _tables_mapped(0, False):
+        mapped = _memory_errors_everywhere(mapped=True)
+    with _tables_mapped(0, True):
+        mapping_failed = _memory_errors_everywhere()
+    assert mapped < unmapped == mapping_failed
+
+
+@needs_c
+@pytest.mark.parametrize("fail", (False, True))
+@pytest.mark.parametrize("seed", range(6))
+def test_mapped_tables_as_the_python_fallback(seed, fail):
+    """Every table mapped (or every mapping failing: the fallback's PyMem_Calloc):
+    the same answers and window as PyWindow's, through growth, emptying and loads."""
+    with _tables_mapped(0, fail):
+        windows = [PyWindow(), CWindow()]
+        _run_sequence(seed, windows)
+        for w in windows:  # (a table, whatever the sequence left)
+            w.add([b"last"], 1 << 40, 1 << 40)
+        assert _state(windows[0]) == _state(windows[1])
+        assert window_module._table_mapping(windows[1]) == (0 if fail else 2 << 20)
+
+
+@needs_c
+def test_a_large_table_is_mapped_on_huge_pages():
+    """A table of 2 MiB (2^18 slots: over 91,750 ids) or more is a mapping of whole
+    huge pages, unmapped when it grows, and when the window empties."""
+    window = CWindow()
+    ids = [b"h-%d" % i for i in range(200_000)]
+    for start in range(0, 90_048, 64):
+        assert window.claim(tuple(ids[start:start + 64]), 1 + start, 0, 1 + start // 64)
+    assert window_module._table_mapping(window) == 0  # (1 MiB: from PyMem_Calloc)
+    for start in range(90_048, 100_032, 64):
+        assert window.claim(tuple(ids[start:start + 64]), 1 + start, 0, 1 + start // 64)
+    assert window_module._table_mapping(window) == 2 << 20
+    for start in range(100_032, 200_000, 64):
+        assert window.claim(tuple(ids[start:start + 64]), 1 + start, 0, 1 + start // 64)
+    assert window_module._table_mapping(window) == 4 << 20
+    assert len(window) == 200_000 and all(window.get(mid) == 1 + i for i, mid in enumerate(ids))
+    assert not window.claim((ids[0],), 300_000, 0, 10_000)
+    window.expire(1 << 40)
+    assert _state(window) == (([], []), 0, 0) and window_module._table_mapping(window) == 0
+    assert window.claim((ids[0],), 300_000, 0, 1 << 41) and window.get(ids[0]) == 300_000
+    with pytest.raises(TypeError):
+        window_module._table_mapping(PyWindow())
 
 
 def test_an_ingest_uses_the_c_window_unless_turned_off():
