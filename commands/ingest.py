@@ -385,8 +385,7 @@ def batch_run(client, argvs: list) -> bytes:
     C call (``fast_run_columns``), else ``run_columns_python``.  O(messages)."""
     server = client.server
     first_argv = argvs[0]
-    key, batch_id, fast_word, flow_arg, gap_arg = (first_argv[1], first_argv[2], first_argv[6],
-                                                    first_argv[7], first_argv[8])
+    _, key, batch_id, _, _, _, fast_word, flow_arg, gap_arg = first_argv  # (9 words: the table's run_words)
     stream = server.streams.get(key)
     ingest = stream._ingest if stream is not None else None
     batch = ingest.batches.get(batch_id) if ingest is not None else None
