@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 from time import monotonic, time_ns
 
-from tstream.engine.ingest import MAX_FLOW, MAX_ID_LENGTH, Ingest
+from tstream.engine.ingest import MAX_FLOW, MAX_ID_LENGTH, TURN_HIGH_NS, UNSYNCED_HIGH, Ingest
 from tstream.engine.subjects import index_of
 from tstream.resp import OK, encode, encode_error, encode_flow_ack
 
@@ -385,8 +385,7 @@ def batch_run(client, argvs: list) -> bytes:
     C call (``fast_run_columns``), else ``run_columns_python``.  O(messages)."""
     server = client.server
     first_argv = argvs[0]
-    key, batch_id, fast_word, flow_arg, gap_arg = (first_argv[1], first_argv[2], first_argv[6],
-                                                    first_argv[7], first_argv[8])
+    _, key, batch_id, _, _, _, fast_word, flow_arg, gap_arg = first_argv  # (9 words: the table's run_words)
     stream = server.streams.get(key)
     ingest = stream._ingest if stream is not None else None
     batch = ingest.batches.get(batch_id) if ingest is not None else None
@@ -425,16 +424,32 @@ def batch_run(client, argvs: list) -> bytes:
         next_ack = lo
     if next_ack >= hi:
         return OK_BYTES * count
-    out = []
-    pos = lo
+    # The flow control's measures (_measures, inlined), read once for the run's ack
+    # points; adjust() is skipped when it would change nothing (FastBatch.keeps_steady,
+    # inlined: the interval at its ceiling and the loop keeping up, the usual ack).
+    active, unsynced, turn_ns = len(server.fast.active), server.persistence.unsynced_bytes(), server.turn_end.busy_cpu_ns
+    steady = batch.steady == active and unsynced <= UNSYNCED_HIGH and turn_ns <= TURN_HIGH_NS
+    if not steady:
+        batch.adjust(active, unsynced, turn_ns)
+        steady = batch.steady == active and unsynced <= UNSYNCED_HIGH and turn_ns <= TURN_HIGH_NS
     protocol = client.protocol
-    measures = _measures(server)
+    ack_msgs = batch.ack_msgs
+    following = next_ack + ack_msgs
+    if following >= hi:  # one ack point in the run (a read of the flow's size): no list
+        batch.next_ack = following
+        return OK_BYTES * (next_ack - lo) + encode_flow_ack(protocol, next_ack, ack_msgs) + OK_BYTES * (hi - next_ack - 1)
+    out = [OK_BYTES * (next_ack - lo), encode_flow_ack(protocol, next_ack, ack_msgs)]
+    pos = next_ack + 1
+    next_ack = following
     while next_ack < hi:
         out.append(OK_BYTES * (next_ack - pos))
-        batch.adjust(*measures)
-        out.append(encode_flow_ack(protocol, next_ack, batch.ack_msgs))
+        if not steady:
+            batch.adjust(active, unsynced, turn_ns)
+            steady = batch.steady == active and unsynced <= UNSYNCED_HIGH and turn_ns <= TURN_HIGH_NS
+        ack_msgs = batch.ack_msgs
+        out.append(encode_flow_ack(protocol, next_ack, ack_msgs))
         pos = next_ack + 1
-        next_ack += batch.ack_msgs
+        next_ack += ack_msgs
     batch.next_ack = next_ack
     out.append(OK_BYTES * (hi - pos))
     return b"".join(out)

@@ -214,7 +214,7 @@ class Writes:
         INGEST record (persistence.effects), so the batch's progress and the ids
         are in the file with the entries, all or none of them."""
         if self.sinks:
-            record = [INGEST, key, offset, stream.last_time, batch_id, batch_seq, int(ended), ids, *tags, *datas]
+            record = [INGEST, key, offset, stream.last_time, batch_id, batch_seq, 1 if ended else 0, ids, *tags, *datas]
             record[8::2], record[9::2] = tags, datas  # interleaved: tag, data, tag, data, ...
             self.records.append(record)
         elif not (self.waiting or self.watched or stream._subjects is not None or self.pending):

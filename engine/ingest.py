@@ -206,7 +206,7 @@ class FastBatch:
     """One fast batch of one stream."""
 
     __slots__ = ("key", "id", "owner", "last", "stored", "last_offset", "flow", "gap_fail", "flow_arg",
-                 "gap_arg", "ack_msgs", "next_ack", "gap", "last_active", "seen_active")
+                 "gap_arg", "ack_msgs", "next_ack", "gap", "last_active", "seen_active", "steady")
 
     def __init__(self, key: bytes, batch_id: bytes, owner: "Ingest") -> None:
         self.key = key
@@ -224,9 +224,14 @@ class FastBatch:
         self.gap: tuple[int, int] | None = None  # (last_seq, seq) of the latest gap
         self.last_active = time.monotonic()
         self.seen_active = 0   # active fast batches at the last decision
+        # The active count at which ack_msgs is at its ceiling (-1: it is not): while
+        # the measures say the loop keeps up, adjust() would change nothing (the
+        # pipelined run skips the call: commands/ingest.py batch_run).
+        self.steady = -1
 
     def set_mode(self, flow: int, gap_fail: bool, flow_arg: bytes, gap_arg: bytes) -> None:
         self.flow, self.gap_fail, self.flow_arg, self.gap_arg = flow, gap_fail, flow_arg, gap_arg
+        self.steady = -1  # (the ceiling may be another)
         if self.ack_msgs > flow:
             self.ack_msgs = flow
 
@@ -239,6 +244,7 @@ class FastBatch:
         else:
             self.ack_msgs = min(self.flow, FIRST_ACK_ALONE)
         self.seen_active = active
+        self.steady = -1
 
     def adjust(self, active: int, unsynced: int, turn_ns: int) -> int:
         """At an ack point: the new ack interval from the server's measures. O(1)."""
@@ -254,11 +260,22 @@ class FastBatch:
             k <<= 2
         else:  # it keeps up
             k <<= 1
-        if k > ceiling:
+        if k >= ceiling:
             k = ceiling
+            self.steady = active
+        else:
+            self.steady = -1
         self.seen_active = active
         self.ack_msgs = k
         return k
+
+    def keeps_steady(self, active: int, unsynced: int, turn_ns: int) -> bool:
+        """Whether adjust(active, unsynced, turn_ns) would leave everything as it is:
+        the interval at its ceiling for ``active`` publishers (no more of them than
+        at the last decision) and the measures under their limits (it keeps up, so
+        it would only be raised, and the ceiling stops it).  The pipelined run
+        inlines this test (commands/ingest.py batch_run). O(1)."""
+        return self.steady == active and unsynced <= UNSYNCED_HIGH and turn_ns <= TURN_HIGH_NS
 
 
 class Ingest:

@@ -249,6 +249,45 @@ class TestFlow:
         late.start_flow(300)
         assert late.ack_msgs == 1
 
+    def test_keeps_steady_only_when_adjust_would_change_nothing(self):
+        """FastBatch.keeps_steady (which the pipelined run inlines to skip adjust):
+        over random walks of the measures, whenever it holds, adjust leaves the
+        interval and the publishers seen as they are; and a batch alone that keeps
+        up settles there (the skip is taken)."""
+        import random
+
+        from tstream.engine.ingest import TURN_HIGH_NS, UNSYNCED_HIGH
+
+        rng = random.Random(16)
+        steady_seen = 0
+        for _ in range(300):
+            batch = FastBatch(b"k", b"b", Ingest())
+            flow = rng.choice([1, 3, 16, 64, 100, 1000, 10_000])
+            batch.set_mode(flow, False, b"%d" % flow, b"ok")
+            batch.start_flow(rng.choice([0, 1, 2, 17, 300]))
+            for _ in range(40):
+                if rng.random() < 0.05:
+                    flow = rng.choice([1, 3, 16, 64, 100, 1000])
+                    batch.set_mode(flow, False, b"%d" % flow, b"ok")
+                measures = (rng.choice([0, 1, 1, 1, 2, 3, 17, 300]),
+                            rng.choice([0, 0, 0, UNSYNCED_HIGH, UNSYNCED_HIGH + 1]),
+                            rng.choice([0, 999_999, 1_000_000, 3_000_000, TURN_HIGH_NS, TURN_HIGH_NS + 1]))
+                before = (batch.ack_msgs, batch.seen_active)
+                if batch.keeps_steady(*measures):
+                    steady_seen += 1
+                    assert batch.adjust(*measures) == before[0]
+                    assert (batch.ack_msgs, batch.seen_active) == before and batch.keeps_steady(*measures)
+                else:
+                    batch.adjust(*measures)
+        assert steady_seen > 300
+        alone = FastBatch(b"k", b"a", Ingest())
+        alone.set_mode(64, False, b"64", b"ok")
+        alone.start_flow(1)
+        assert not alone.keeps_steady(1, 0, 0)
+        assert [alone.adjust(1, 0, 0) for _ in range(2)] == [64, 64] and alone.keeps_steady(1, 0, 0)
+        assert not alone.keeps_steady(2, 0, 0) and not alone.keeps_steady(1, UNSYNCED_HIGH + 1, 0)
+        assert not alone.keeps_steady(1, 0, TURN_HIGH_NS + 1)
+
     def test_the_turn_measure_is_the_loop_threads_cpu_time(self, tmp_path):
         """The flow control reads the loop turns' CPU time (TurnEnd.busy_cpu_ns): turns
         long in wall time only (the loop waiting, as for a core) leave ack_msgs as it
