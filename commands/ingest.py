@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 from time import monotonic, time_ns
 
-from tstream.engine.ingest import MAX_FLOW, MAX_ID_LENGTH, TURN_HIGH_NS, UNSYNCED_HIGH, Ingest
+from tstream.engine.ingest import MAX_FLOW, MAX_ID_LENGTH, Ingest
 from tstream.engine.subjects import index_of
 from tstream.resp import OK, encode, encode_error, encode_flow_ack
 
@@ -425,13 +425,13 @@ def batch_run(client, argvs: list) -> bytes:
     if next_ack >= hi:
         return OK_BYTES * count
     # The flow control's measures (_measures, inlined), read once for the run's ack
-    # points; adjust() is skipped when it would change nothing (FastBatch.keeps_steady,
-    # inlined: the interval at its ceiling and the loop keeping up, the usual ack).
+    # points; adjust() is skipped when it would change nothing (FastBatch.keeps_steady:
+    # the interval at its ceiling and the loop keeping up, the usual ack).
     active, unsynced, turn_ns = len(server.fast.active), server.persistence.unsynced_bytes(), server.turn_end.busy_cpu_ns
-    steady = batch.steady == active and unsynced <= UNSYNCED_HIGH and turn_ns <= TURN_HIGH_NS
+    steady = batch.keeps_steady(active, unsynced, turn_ns)
     if not steady:
         batch.adjust(active, unsynced, turn_ns)
-        steady = batch.steady == active and unsynced <= UNSYNCED_HIGH and turn_ns <= TURN_HIGH_NS
+        steady = batch.keeps_steady(active, unsynced, turn_ns)
     protocol = client.protocol
     ack_msgs = batch.ack_msgs
     following = next_ack + ack_msgs
@@ -445,7 +445,7 @@ def batch_run(client, argvs: list) -> bytes:
         out.append(OK_BYTES * (next_ack - pos))
         if not steady:
             batch.adjust(active, unsynced, turn_ns)
-            steady = batch.steady == active and unsynced <= UNSYNCED_HIGH and turn_ns <= TURN_HIGH_NS
+            steady = batch.keeps_steady(active, unsynced, turn_ns)
         ack_msgs = batch.ack_msgs
         out.append(encode_flow_ack(protocol, next_ack, ack_msgs))
         pos = next_ack + 1

@@ -43,7 +43,7 @@
    Every method that enters ids makes room first (entries, slots, records), so a
    MemoryError leaves the window as it was; after that nothing allocates.
 
-   A table of 2 MiB or more (2^18 slots: from ~180,000 ids) is its own anonymous
+   A table of 2 MiB or more (2^18 slots: from ~92,000 ids, the table growing past 0.7 full) is its own anonymous
    mapping, aligned to 2 MiB and marked MADV_HUGEPAGE (table_alloc): each claim
    probes the table at a random place, and on 4 KiB pages that probe was also a TLB
    miss and a page walk (4,096 pages for a million ids' 16 MiB); on 2 MiB pages the

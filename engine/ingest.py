@@ -274,7 +274,7 @@ class FastBatch:
         the interval at its ceiling for ``active`` publishers (no more of them than
         at the last decision) and the measures under their limits (it keeps up, so
         it would only be raised, and the ceiling stops it).  The pipelined run
-        inlines this test (commands/ingest.py batch_run). O(1)."""
+        calls it before adjust() (commands/ingest.py batch_run). O(1)."""
         return self.steady == active and unsynced <= UNSYNCED_HIGH and turn_ns <= TURN_HIGH_NS
 
 

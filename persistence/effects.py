@@ -210,11 +210,16 @@ def _apply_ingest(key: bytes, stream, record: list) -> None:
         if type(ids) is bytes:  # (packed_ids: one item for the entries' ids)
             ids = unpacked_ids(ids, count)
         ingest.add_ids(ids, first_offset, time_ns)
-        # The ids that aged out by this record's time leave the window, as the primary's
-        # next claim or lookup drops them: a replica only replays (it never claims), and
-        # without this its window would keep every id it was ever sent (and an AOF load
-        # would hold every id of the file until the first MSGID write).
-        ingest.expire_ids(time_ns, stream.settings.duplicate_window_ms * 1_000_000)
+        # The ids older than two windows by this record's time leave the window: a
+        # replica only replays (it never claims), and without this its window would keep
+        # every id it was ever sent (and an AOF load every id of the file until the first
+        # MSGID write).  Two windows, not one: the primary ages ids by its wall clock, while
+        # a record carries the stream's time, which never goes back, so after the primary's
+        # clock stepped back (up to a window) the record's time is ahead of the primary's
+        # clock and one window would drop ids the primary still holds.  The extra ids are
+        # harmless: every check (here too, once promoted) first drops what aged out by its
+        # own clock.
+        ingest.expire_ids(time_ns, 2 * stream.settings.duplicate_window_ms * 1_000_000)
 
 
 def apply(keyspace, record: list) -> None:  # noqa: C901 (over the limit when it came in)

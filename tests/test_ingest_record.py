@@ -271,20 +271,36 @@ def test_a_replica_applies_the_packed_ids_and_knows_them_once_promoted(tmp_path)
 
 def test_a_replay_lets_the_ids_that_aged_out_go():
     """A replica only replays INGEST records (it never claims an id), so the replay
-    itself drops the ids older than the stream's duplicate window, counted from each
-    record's own time: the window holds what the primary's would, not every id ever."""
+    itself drops the ids older than two of the stream's duplicate windows, counted from
+    each record's own time (two: a margin for the primary's clock having stepped back,
+    persistence/effects.py): the window holds about two windows of ids, not every id."""
     keyspace = Keyspace()
     effects.apply(keyspace, [effects.CREATE, b"k", 64])
     second = 1_000_000_000
     window_ms = keyspace.get(b"k").settings.duplicate_window_ms  # (the default: 120 s)
     offset = 1
-    for step in range(3):  # three records, 100 s apart
+    for step in range(3):  # three records, 150 s apart: the third is 300 s after the first
         ids = [b"s%d-%d" % (step, i) for i in range(5)]
-        effects.apply(keyspace, [effects.INGEST, b"k", offset, T0 + step * 100 * second, None, 0, 0,
+        effects.apply(keyspace, [effects.INGEST, b"k", offset, T0 + step * 150 * second, None, 0, 0,
                                  effects.packed_ids(ids)] + [b"t", b"d"] * len(ids))
         offset += len(ids)
     ingest = keyspace.get(b"k")._ingest
     assert window_ms == 120_000
     kept = [mid for mid, _ in ingest.export()["ids"]]
-    assert kept == [b"s%d-%d" % (step, i) for step in (1, 2) for i in range(5)]  # s0 aged out (200 s)
+    assert kept == [b"s%d-%d" % (step, i) for step in (1, 2) for i in range(5)]  # s0 is 300 s old: > 240 s
     assert len(ingest.window) == 10 and ingest.window.get(b"s0-0") is None and ingest.window.get(b"s1-0") == 6
+
+
+def test_a_replay_keeps_the_ids_the_primary_may_still_hold_after_its_clock_stepped_back():
+    """The primary ages ids by its wall clock; a record carries the stream's time, which
+    never goes back.  An id stored at 0, a plain write at 125 s, the clock stepped back to
+    110 s, a MSGID write then (its record's time still 125 s): the primary's window (110 -
+    120 < 0) still holds the first id, and so must a replica's."""
+    keyspace = Keyspace()
+    effects.apply(keyspace, [effects.CREATE, b"k", 64])
+    second = 1_000_000_000
+    effects.apply(keyspace, [effects.INGEST, b"k", 1, T0, None, 0, 0, [b"A"], b"t", b"a"])
+    effects.apply(keyspace, [effects.INGEST, b"k", 2, T0 + 125 * second, None, 0, 0, [], b"t", b"plain"])
+    effects.apply(keyspace, [effects.INGEST, b"k", 3, T0 + 125 * second, None, 0, 0, [b"B"], b"t", b"b"])
+    window = keyspace.get(b"k")._ingest.window
+    assert window.get(b"A") == 1 and window.get(b"B") == 3
