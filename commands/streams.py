@@ -86,12 +86,7 @@ def twrite(client, argv):
             # do) is all there is to commit.
             server.dirty += 1
             if writes.waiting and argv[1] in writes.waiting:
-                # BlockingRegistry.key_ready(argv[1]), inlined (a consumer group's
-                # producers: once a message): the key to serve at the turn's end.
-                server.blocking._ready.add(argv[1])
-                turn_end = server.turn_end
-                if not turn_end._scheduled:
-                    turn_end.schedule()
+                server.blocking.key_ready(argv[1])
         return offset
     if len(argv) == 6 and argv[4].lower() == b"msgid" and argv[2] not in KEYWORD_TAGS:
         return msgid_write(server, argv[1], [argv[2]], [argv[3]], [argv[5]], -1)

@@ -70,6 +70,40 @@ read_header_int(const char **pos, const char *end, long long *value)
     return 1;
 }
 
+/* The bulk string element at *pos ("$<length>\r\n<bytes>\r\n"), *pos advanced past
+   it: its word, a new reference, or NULL with *status UNHANDLED (not a whole element
+   within max_bulk) or FAILED (an error set).  The word is ``previous``'s word ``i``
+   itself (*shared 1) when ``previous`` has one with the same bytes, else a new bytes
+   object (*shared 0); see parse_command.  (parse_command and parse_like share it.) */
+static inline PyObject *
+read_word(const char **pos, const char *end, long long max_bulk, PyObject *previous, Py_ssize_t i,
+          int *shared, int *status)
+{
+    const char *p = *pos;
+    long long length;
+    *shared = 0;
+    *status = UNHANDLED;
+    if (p >= end || *p != '$')
+        return NULL;
+    p++;
+    if (!read_header_int(&p, end, &length) || length > max_bulk || length + 2 > end - p)
+        return NULL;
+    if (p[length] != '\r' || p[length + 1] != '\n')
+        return NULL;
+    *pos = p + length + 2;
+    if (previous != NULL && i < PyList_GET_SIZE(previous)) {
+        PyObject *same = PyList_GET_ITEM(previous, i);
+        if (PyBytes_GET_SIZE(same) == (Py_ssize_t)length
+                && memcmp(PyBytes_AS_STRING(same), p, (size_t)length) == 0) {
+            Py_INCREF(same);
+            *shared = 1;
+            return same;
+        }
+    }
+    *status = FAILED;  /* (if the copy fails) */
+    return PyBytes_FromStringAndSize(p, (Py_ssize_t)length);
+}
+
 /* One multibulk of bulk strings at *pos into *command (a new list); advances
    *pos past it.  UNHANDLED when the bytes there are anything else (or end
    before it does); FAILED with a Python error set.
@@ -84,7 +118,7 @@ static int
 parse_command(const char **pos, const char *end, long long max_bulk, PyObject *previous, PyObject **command)
 {
     const char *p = *pos;
-    long long count, length;
+    long long count;
     if (p >= end || *p != '*')
         return UNHANDLED;
     p++;
@@ -94,38 +128,17 @@ parse_command(const char **pos, const char *end, long long max_bulk, PyObject *p
     if (list == NULL)
         return FAILED;
     for (Py_ssize_t i = 0; i < (Py_ssize_t)count; i++) {
-        if (p >= end || *p != '$')
-            goto unhandled;
-        p++;
-        if (!read_header_int(&p, end, &length) || length > max_bulk || length + 2 > end - p)
-            goto unhandled;
-        if (p[length] != '\r' || p[length + 1] != '\n')
-            goto unhandled;
-        PyObject *word = NULL;
-        if (previous != NULL && i < PyList_GET_SIZE(previous)) {
-            PyObject *same = PyList_GET_ITEM(previous, i);
-            if (PyBytes_GET_SIZE(same) == (Py_ssize_t)length
-                    && memcmp(PyBytes_AS_STRING(same), p, (size_t)length) == 0) {
-                Py_INCREF(same);
-                word = same;
-            }
-        }
+        int shared, status;
+        PyObject *word = read_word(&p, end, max_bulk, previous, i, &shared, &status);
         if (word == NULL) {
-            word = PyBytes_FromStringAndSize(p, (Py_ssize_t)length);
-            if (word == NULL) {
-                Py_DECREF(list);  /* (the slots not filled yet are NULL: list_dealloc skips them) */
-                return FAILED;
-            }
+            Py_DECREF(list);  /* (the slots not filled yet are NULL: list_dealloc skips them) */
+            return status;
         }
         PyList_SET_ITEM(list, i, word);
-        p += length + 2;
     }
     *pos = p;
     *command = list;
     return PARSED;
-unhandled:
-    Py_DECREF(list);
-    return UNHANDLED;
 }
 
 /* The arguments (data, max_bulk) as a byte range and a limit; 0 with an error set. */
@@ -174,7 +187,7 @@ parse_like(const char **pos, const char *end, long long max_bulk, PyObject *prev
            Shape *shape, PyObject **command)
 {
     const char *p = *pos;
-    long long count, length;
+    long long count;
     shape->count = 0;
     if (p >= end || *p != '*')
         return UNHANDLED;
@@ -213,30 +226,14 @@ parse_like(const char **pos, const char *end, long long max_bulk, PyObject *prev
             plain_until = j;
         }
         shape->start[i] = p;
-        if (p >= end || *p != '$')
-            goto unhandled;
-        p++;
-        if (!read_header_int(&p, end, &length) || length > max_bulk || length + 2 > end - p)
-            goto unhandled;
-        if (p[length] != '\r' || p[length + 1] != '\n')
-            goto unhandled;
-        PyObject *word = NULL;
-        PyObject *same = PyList_GET_ITEM(previous, i < PyList_GET_SIZE(previous) ? i : 0);
-        if (i < PyList_GET_SIZE(previous) && PyBytes_GET_SIZE(same) == (Py_ssize_t)length
-                && memcmp(PyBytes_AS_STRING(same), p, (size_t)length) == 0) {
-            Py_INCREF(same);
-            word = same;
-        }
-        shape->shared[i] = word != NULL;
+        int shared, status;
+        PyObject *word = read_word(&p, end, max_bulk, previous, i, &shared, &status);
         if (word == NULL) {
-            word = PyBytes_FromStringAndSize(p, (Py_ssize_t)length);
-            if (word == NULL) {
-                Py_DECREF(list);  /* (the slots not filled yet are NULL: list_dealloc skips them) */
-                return FAILED;
-            }
+            Py_DECREF(list);  /* (the slots not filled yet are NULL: list_dealloc skips them) */
+            return status;
         }
+        shape->shared[i] = (unsigned char)shared;
         PyList_SET_ITEM(list, i, word);
-        p += length + 2;
         i++;
     }
     shape->start[count] = p;
@@ -244,9 +241,6 @@ parse_like(const char **pos, const char *end, long long max_bulk, PyObject *prev
     *pos = p;
     *command = list;
     return PARSED;
-unhandled:
-    Py_DECREF(list);
-    return UNHANDLED;
 }
 
 /* The commands from *pos to ``end`` appended to the list ``commands``, whose last

@@ -131,6 +131,24 @@ def r3(server):
     client.close()
 
 
+def wait_for_pong(proc: subprocess.Popen, port: int, what: str, timeout: float = 15) -> None:
+    """Wait until the server ``proc`` started answers PING on ``port``; the test fails
+    (and the process is killed) if it exits or ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+                if sock.recv(16) == b"+PONG\r\n":
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            pytest.fail(f"{what} did not start")
+        time.sleep(0.05)
+
+
 def read_until_quiet(sock: socket.socket, wait: float = 0.3) -> bytes:
     """Everything the server sends before going quiet for ``wait`` s; ends with <closed> if it closed."""
     sock.settimeout(wait)
@@ -186,19 +204,7 @@ def redis_oracle(tmp_path_factory):
     proc = subprocess.Popen([path, "--port", str(port), "--save", "", "--appendonly", "no",
                              "--dir", str(tmp_path_factory.mktemp("redis"))],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-                sock.sendall(b"PING\r\n")
-                if sock.recv(16) == b"+PONG\r\n":
-                    break
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("redis-server did not start")
-        time.sleep(0.05)
+    wait_for_pong(proc, port, "redis-server")
     yield port
     proc.terminate()
     proc.wait(10)

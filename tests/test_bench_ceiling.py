@@ -12,12 +12,11 @@ import re
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 import redis
 
-from tests.conftest import ROOT, free_port, read_until_quiet
+from tests.conftest import ROOT, free_port, read_until_quiet, wait_for_pong
 
 BENCH = str(ROOT / "bench")
 sys.path.insert(0, BENCH)
@@ -34,17 +33,7 @@ def ceiling_port():
     proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "ceiling_server.py"), str(port), "--groups"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-                    sock.sendall(b"*1\r\n$4\r\nPING\r\n")
-                    if sock.recv(64) == b"+PONG\r\n":
-                        break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("the ceiling server did not start") from None
-                time.sleep(0.05)
+        wait_for_pong(proc, port, "the ceiling server")
         yield port
     finally:
         proc.terminate()
