@@ -62,6 +62,12 @@ measured apart (bench/rewrite_cost.py, bench/RESULTS-capture.md).
 ``--pin``: the publisher processes run on one core and the server (every thread) and the
 interactive TREAD client on another (``os.sched_setaffinity``), as when the publishers are
 other hosts; the default leaves the scheduler free (all of them share every core).
+``--latency-rounds N`` adds N rounds per fsync setting of the 16-publisher phases pinned
+that way (``--only latency`` runs just those), for issue #16's TREAD row: on shared cores
+the TREAD p99 is set by the scheduler (a runnable server or reader waits one or two 4 ms
+ticks behind 17 busy processes: the p99s of 8.0 ms, TWRITE's phases without any flow
+control as well as FAST's), with the publishers on their own core it shows the server's
+turns (2026-11-28: 1.5-2.3 ms).
 
 Writes ``results/fast_ingest.json`` and ``RESULTS-fast-ingest.md`` into bench/runs/, or into
 $TSTREAM_BENCH_OUT (``bench``: the committed ones).
@@ -458,11 +464,9 @@ def ingest_rounds(args, results: dict, fsync: str, extra: list[str], ts) -> None
 
 
 def run(args) -> dict:
-    results: dict = {"ingest": [], "msgid": []}
+    results: dict = {"ingest": [], "msgid": [], "latency": []}
     for fsync in ("no", "always") if args.only in (None, "ingest") else ():
-        extra = ["--appendonly", "yes", "--appendfsync", fsync]
-        if args.fsync_thread:  # (a build before the option existed refuses it: leave it off for those)
-            extra += ["--aof-fsync-in-thread", "yes"]
+        extra = _ingest_extra(args, fsync)
         ts = None
         with contextlib.ExitStack() as stack:
             if args.one_server:  # (the former method, automatic rewrites on: see the module docstring)
@@ -472,6 +476,8 @@ def run(args) -> dict:
                 if SLICE_NS:
                     slice_process(ts.pid, SLICE_NS)
             ingest_rounds(args, results, fsync, [*extra, *INGEST_SERVER_OPTIONS], ts)
+    if args.only in (None, "ingest", "latency") and args.latency_rounds:  # (a part of the ingest rounds)
+        results["latency"] = latency_rounds(args)
     with servers(("tstream", ["--appendonly", "yes", "--appendfsync", "no", *MSGID_SERVER_OPTIONS])) as (ts,):
         facts = machine_facts(ts)  # (its loadavg_at_start: before the MSGID slices)
         if args.only in (None, "msgid"):
@@ -479,6 +485,34 @@ def run(args) -> dict:
         facts["loadavg_at_end"] = loadavg()
         results["facts"] = facts
     return results
+
+
+def _ingest_extra(args, fsync: str) -> list[str]:
+    """The ingest servers' persistence options for ``appendfsync fsync``."""
+    extra = ["--appendonly", "yes", "--appendfsync", fsync]
+    if args.fsync_thread:  # (a build before the option existed refuses it: leave it off for those)
+        extra += ["--aof-fsync-in-thread", "yes"]
+    return extra
+
+
+def latency_rounds(args) -> list[dict]:
+    """The interactive TREAD latency under 16 fast publishers with the server (every
+    thread) and the TREAD client on one core and the publishers on the other, as when
+    the publishers run on other hosts: ``--latency-rounds`` rounds of each fsync
+    setting, TWRITE and FAST phases as in ``ingest_rounds``, each on a fresh server.
+    On shared cores (the ingest rounds) a runnable server or reader can wait a
+    scheduler tick or two (4 ms each here) behind 17 other processes, in TWRITE's
+    phases as in FAST's: that wait is the kernel's, not the server's turn."""
+    global PIN
+    saved, PIN = PIN, _pin_cores()
+    pinned = argparse.Namespace(**{**vars(args), "pubs": [16], "rounds": args.latency_rounds})
+    rows: dict = {"ingest": []}
+    try:
+        for fsync in ("no", "always"):
+            ingest_rounds(pinned, rows, fsync, [*_ingest_extra(args, fsync), *INGEST_SERVER_OPTIONS], None)
+    finally:
+        PIN = saved
+    return rows["ingest"]
 
 
 def _server_cpu(pid: int) -> float:
@@ -596,6 +630,35 @@ def run_nats(args) -> list[dict]:
     return rows
 
 
+def lat_text(lat) -> str:
+    """A phase's TREAD ``p50 / p99 / max`` ms (empty without a reader)."""
+    return f"{lat['p50']:.2f} / {lat['p99']:.2f} / {lat['max']:.1f}" if lat else ""
+
+
+def latency_report(rows: list | None, args) -> list[str]:
+    """The report's lines for ``latency_rounds``' rows (none without them)."""
+    if not rows:
+        return []
+    lines: list[str] = []
+    cores = _pin_cores()
+    lines += ["", "## TREAD latency under 16 fast publishers on their own core", "",
+              f"`--latency-rounds {args.latency_rounds}`: the server (every thread) and the TREAD client on core "
+              f"{cores[0]}, the 16 publishers on core {cores[1]} (as with publishers on other hosts); otherwise "
+              "as above (fresh server a phase, alternating order).", "",
+              "| appendfsync | round | order | TWRITE msg/s | FAST msg/s | TREAD p50/p99/max ms during FAST | "
+              "during TWRITE |", "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['appendfsync']} | {row['round']} | {row['order']} | "
+                     f"{row['twrite']['msgs_per_s']:,.0f} | {row['fast']['msgs_per_s']:,.0f} | "
+                     f"{lat_text(row['fast'].get('tread_ms'))} | {lat_text(row['twrite'].get('tread_ms'))} |")
+    for fsync in ("no", "always"):
+        p99s = [row["fast"]["tread_ms"]["p99"] for row in rows if row["appendfsync"] == fsync]
+        if p99s:
+            lines += ["", f"TREAD p99 during FAST, publishers on their own core, appendfsync {fsync}: median "
+                      f"**{statistics.median(p99s):.2f} ms**, worst round **{max(p99s):.2f} ms**"]
+    return lines
+
+
 def cpu_text(row: dict, side: str) -> str:
     """``TWRITE / FAST`` CPU us per message of ``side`` (client or server) in a round."""
     got = [row[kind].get(f"{side}_cpu_us") for kind in ("twrite", "fast")]
@@ -619,8 +682,6 @@ def report(results: dict, args) -> str:
              "client CPU us/msg | server CPU us/msg | TREAD p50/p99/max ms during FAST | during TWRITE | AOF rewrite during |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
-    def lat_text(lat) -> str:
-        return f"{lat['p50']:.2f} / {lat['p99']:.2f} / {lat['max']:.1f}" if lat else ""
     for row in results["ingest"]:
         lines.append(f"| {row['appendfsync']} | {row['publishers']} | {row['messages']:,} | {row['round']} | "
                      f"{row['order']} | {row['twrite']['msgs_per_s']:,.0f} | {row['fast']['msgs_per_s']:,.0f} | "
@@ -643,6 +704,7 @@ def report(results: dict, args) -> str:
         if p99s:
             lines += ["", f"TREAD p99 during FAST with 16 publishers, appendfsync {fsync}, median of the rounds: "
                       f"**{statistics.median(p99s):.2f} ms** (range {min(p99s):.2f}-{max(p99s):.2f})"]
+    lines += latency_report(results.get("latency"), args)
     lines += ["", "## MSGID", "", f"{args.msgid_slices} interleaved slices of {args.msgid_per_slice:,} messages "
               "each, one connection:", "",
               "| slice | order | TWRITE msg/s | TWRITE MSGID msg/s | ratio | cost | server CPU us/msg TWRITE | MSGID |",
@@ -689,7 +751,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--messages", type=int, default=200_000, help="messages per configuration")
-    parser.add_argument("--only", choices=("ingest", "msgid", "none"), help="run only this part")
+    parser.add_argument("--only", choices=("ingest", "latency", "msgid", "none"), help="run only this part")
+    parser.add_argument("--latency-rounds", type=int, default=0,
+                        help="also this many rounds per fsync setting of 16 publishers on one core and the server "
+                             "and the TREAD client on the other, for the TREAD latency (latency_rounds); default 0")
     parser.add_argument("--nats", action="store_true", help="also FAST vs nats-server's acked publish")
     parser.add_argument("--pubs", type=lambda text: [int(x) for x in text.split(",")], default=[1, 4, 16],
                         help="publisher counts (default 1,4,16)")
