@@ -288,10 +288,13 @@ class TestFlow:
         assert not alone.keeps_steady(2, 0, 0) and not alone.keeps_steady(1, UNSYNCED_HIGH + 1, 0)
         assert not alone.keeps_steady(1, 0, TURN_HIGH_NS + 1)
 
-    def test_the_turn_measure_is_the_loop_threads_cpu_time(self, tmp_path):
+    @pytest.mark.parametrize("aof", [None, "no", "always"])
+    def test_the_turn_measure_is_the_loop_threads_cpu_time(self, tmp_path, aof):
         """The flow control reads the loop turns' CPU time (TurnEnd.busy_cpu_ns): turns
         long in wall time only (the loop waiting, as for a core) leave ack_msgs as it
-        is, turns long in CPU halve it.  The real Server and TurnEnd, no connection."""
+        is, turns long in CPU halve it.  The real Server and TurnEnd, no connection.
+        With the AOF on, the turn ends through the commit (its CPU time left out: read
+        from the thread's clock under ``always``, its wall time under ``no``)."""
         import asyncio
 
         from tstream.commands.ingest import _measures
@@ -307,7 +310,13 @@ class TestFlow:
             config = Config()
             config.set("save", "")
             config.set("dir", str(tmp_path))
+            if aof is not None:
+                config.set("appendonly", "yes")
+                config.set("appendfsync", aof)
             server = Server(config)
+            if aof is not None:
+                server.persistence.load()
+                assert server.persistence.file is not None and server.persistence.file.fsync_policy == aof
             turn_end = server.turn_end
             turn_end.schedule()
             turn_end.run()
