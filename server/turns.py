@@ -233,7 +233,8 @@ class TurnEnd:
             if commit_cpu:
                 busy = thread_time_ns() - committed_cpu + committing_cpu - started_cpu
             else:
-                busy = thread_time_ns() - started_cpu - int((committed - committing) * 1e9)
+                # (never below 0: a commit preempted for longer than the turn's CPU)
+                busy = max(0, thread_time_ns() - started_cpu - int((committed - committing) * 1e9))
             self.busy_cpu_ns += (busy - self.busy_cpu_ns) >> 3
 
     def synced(self, unit: int) -> None:
