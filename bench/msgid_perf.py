@@ -239,22 +239,26 @@ def family(sym: str, dso: str) -> str:
     return "other"
 
 
-def report(out: str, top: int) -> None:
-    with open(os.path.join(out, "slices.json")) as f:
-        meta = json.load(f)
-    slices = sorted(meta["slices"], key=lambda s: s["start"])
-    starts = [s["start"] for s in slices]
-    messages = collections.Counter()
-    cpu = collections.Counter()
-    for s in slices:
-        messages[s["kind"]] += s["messages"]
-        cpu[s["kind"]] += s["server_cpu_s"]
+def kernel_entry(frames: list) -> str:
+    """The system call (or interrupt, or page fault) a kernel sample ran in."""
+    names = [s for s, _ in frames]
+    entry = next((i for i, s in enumerate(names) if s in ("do_syscall_64", "asm_sysvec_apic_timer_interrupt",
+                                                         "asm_common_interrupt", "asm_exc_page_fault")), None)
+    if entry is None:
+        return "?"
+    return names[entry - 1] if names[entry] == "do_syscall_64" and entry else names[entry]
+
+
+def classify(out: str, slices: list) -> tuple[dict, dict, dict, collections.Counter, int]:
+    """Each sample charged to the kind of slice it fell in: counts per leaf symbol, per
+    family, per kernel leaf and system call; the totals; the samples between slices."""
     import bisect
 
+    starts = [s["start"] for s in slices]
     per_sym: dict[str, collections.Counter] = {"twrite": collections.Counter(), "msgid": collections.Counter()}
     per_family: dict[str, collections.Counter] = {"twrite": collections.Counter(), "msgid": collections.Counter()}
     per_caller: dict[str, collections.Counter] = {"twrite": collections.Counter(), "msgid": collections.Counter()}
-    totals = collections.Counter()
+    totals: collections.Counter = collections.Counter()
     dropped = 0
     for stamp, frames in leaf_samples(out):
         i = bisect.bisect_right(starts, stamp) - 1
@@ -265,17 +269,24 @@ def report(out: str, top: int) -> None:
         sym, dso = frames[0]
         per_sym[kind][f"{sym} [{dso}]"] += 1
         per_family[kind][family(sym, dso)] += 1
-        # a kernel leaf: the system call (or interrupt) it ran in; the C code has no frame pointers
-        if dso.startswith("[kernel"):
-            names = [s for s, _ in frames]
-            entry = next((i for i, s in enumerate(names) if s in ("do_syscall_64", "asm_sysvec_apic_timer_interrupt",
-                                                                 "asm_common_interrupt", "asm_exc_page_fault")), None)
-            via = names[entry - 1] if entry else "?"
-            if entry is not None and names[entry] != "do_syscall_64":
-                via = names[entry]
+        if dso.startswith("[kernel"):  # (the C code has no frame pointers: kernel chains only)
+            via = kernel_entry(frames)
             per_caller[kind][f"{sym} <- {via}"] += 1
             per_caller[kind][f"(kernel, by entry) {via}"] += 1
         totals[kind] += 1
+    return per_sym, per_family, per_caller, totals, dropped
+
+
+def report(out: str, top: int) -> None:
+    with open(os.path.join(out, "slices.json")) as f:
+        meta = json.load(f)
+    slices = sorted(meta["slices"], key=lambda s: s["start"])
+    messages: collections.Counter = collections.Counter()
+    cpu: collections.Counter = collections.Counter()
+    for s in slices:
+        messages[s["kind"]] += s["messages"]
+        cpu[s["kind"]] += s["server_cpu_s"]
+    per_sym, per_family, per_caller, totals, dropped = classify(out, slices)
     us = 1e6 / RATE
 
     def per_msg(kind: str, count: int) -> float:
