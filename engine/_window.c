@@ -117,12 +117,11 @@ typedef struct {
 #define RECORD(w, i) (&(w)->records[((w)->first + (i)) & (w)->records_mask])
 #define MIN_SLOTS 64
 #define CLAIM_AHEAD 16  /* ids hashed and their slots prefetched ahead of the probe (claim) */
-#define CLAIM_RUN 256   /* a run of up to this many ids: claim_in_block */
 #define DROP_AHEAD 16   /* entries whose slots are prefetched ahead of their deletion (drop_entries) */
 #if defined(__GNUC__) || defined(__clang__)
 /* Into the L1 cache (prefetcht0): the probe reads the slot a few ids later.  Locality 1
-   (prefetcht2, into L2 only) left the probe an L2 hit more an id, and the claim 5-10%
-   slower at a million ids (bench/RESULTS-fast-ingest.md, round 17). */
+   (prefetcht2: into L2 only) left each probe an L2 access more; with locality 3 a claim
+   that also ages ids out costs ~7% less (bench/RESULTS-fast-ingest.md, round 17). */
 #define PREFETCH(p) __builtin_prefetch((p), 1, 3)
 #else
 #define PREFETCH(p) ((void)0)
@@ -163,30 +162,6 @@ read4(const unsigned char *p)
 #define S0 0xa0761d6478bd642full
 #define S1 0xe7037ed1a0b428dbull
 #define S2 0x8ebc6af09c88c6e3ull
-
-/* Copy an id's ``length`` bytes: the server's ids are short (``id-12-34567``), and a
-   call of the C library's memcpy for 10 bytes cost more than the copy (two overlapping
-   8-byte moves up to 16 bytes). */
-static inline void
-copy_id(unsigned char *to, const unsigned char *from, size_t length)
-{
-    if (length >= 8 && length <= 16) {
-        uint64_t head = read8(from), tail = read8(from + length - 8);
-        memcpy(to, &head, 8);
-        memcpy(to + length - 8, &tail, 8);
-    }
-    else if (length >= 4 && length < 8) {
-        uint32_t head = (uint32_t)read4(from), tail = (uint32_t)read4(from + length - 4);
-        memcpy(to, &head, 4);
-        memcpy(to + length - 4, &tail, 4);
-    }
-    else if (length < 4) {
-        for (size_t i = 0; i < length; i++)
-            to[i] = from[i];
-    }
-    else
-        memcpy(to, from, length);
-}
 
 static inline uint32_t
 hash_bytes(const unsigned char *p, size_t length, uint64_t seed)
@@ -527,7 +502,7 @@ enter(Window *w, size_t slot, uint32_t hash, const char *bytes, size_t length, i
     e->offset = offset;
     e->hash = hash;
     e->length = (uint32_t)length | LIVE;
-    copy_id((unsigned char *)(e + 1), (const unsigned char *)bytes, length);
+    memcpy((char *)(e + 1), bytes, length);
     if (w->slots[slot].hash)  /* (entered again: the newer entry holds it) */
         ENTRY_AT(w, REF_POS(w, w->slots[slot].ref))->length &= ~LIVE;
     else
@@ -547,29 +522,32 @@ push_record(Window *w, int64_t time_ns, uint64_t start)
     w->records_count++;
 }
 
+/* The entry at or after ``*ahead`` (below a record's end): its slot prefetched if it is
+   live; ``*ahead`` moved past it. */
+static inline void
+prefetch_entry_slot(Window *w, uint64_t *ahead)
+{
+    uint64_t pos = entry_start(w, *ahead);
+    Entry *e = ENTRY_AT(w, pos);
+    if (e->length & LIVE)
+        PREFETCH(&w->slots[e->hash & w->mask]);
+    *ahead = after(pos, ENTRY_SIZE(LENGTH(e)));
+}
+
 /* Delete the live entries in [start, end) from the table. */
 static void
 drop_entries(Window *w, uint64_t start, uint64_t end)
 {
-    /* A second cursor runs DROP_AHEAD entries ahead and prefetches the home slot of
-       each live entry it passes: in a table of a million ids each slot_of misses the
-       caches, as the claim's probes do (bench/RESULTS-fast-ingest.md, round 17). */
+    /* A second cursor runs DROP_AHEAD entries ahead of the deletions and prefetches the
+       home slot of each live entry it passes: in a table of a million ids each slot_of
+       probe missed the caches, one after another, as the claim's probes did before
+       they were prefetched (bench/RESULTS-fast-ingest.md, rounds 12 and 17). */
     uint64_t ahead = start;
-    for (int k = 0; k < DROP_AHEAD && ahead < end; k++) {
-        ahead = entry_start(w, ahead);
-        Entry *e = ENTRY_AT(w, ahead);
-        if (e->length & LIVE)
-            PREFETCH(&w->slots[e->hash & w->mask]);
-        ahead = after(ahead, ENTRY_SIZE(LENGTH(e)));
-    }
+    for (int k = 0; k < DROP_AHEAD && ahead < end; k++)
+        prefetch_entry_slot(w, &ahead);
     for (uint64_t pos = start; pos < end;) {
-        if (ahead < end) {
-            ahead = entry_start(w, ahead);
-            Entry *a = ENTRY_AT(w, ahead);
-            if (a->length & LIVE)
-                PREFETCH(&w->slots[a->hash & w->mask]);
-            ahead = after(ahead, ENTRY_SIZE(LENGTH(a)));
-        }
+        if (ahead < end)
+            prefetch_entry_slot(w, &ahead);
         pos = entry_start(w, pos);
         Entry *e = ENTRY_AT(w, pos);
         if (e->length & LIVE) {
@@ -687,47 +665,6 @@ check_args(const char *name, Py_ssize_t nargs, Py_ssize_t expected)
 }
 
 /* claim(ids, offset, horizon, stored_ns): see the method's doc. */
-/* The usual claim (bench/RESULTS-fast-ingest.md, round 17): a pipelined run of at most
-   CLAIM_RUN ids, whose hashes the first pass took, all of whose entries fit in the rest
-   of tail's block (reserve_entries made sure the block is there).  The entries are then
-   laid one after another from tail: no block lookup, placement or padding per id, as
-   ``enter`` does them.  Each slot prefetched CLAIM_AHEAD ids before its probe.  0 at
-   the first id stored within the window or repeated in the run (the entries entered so
-   far are at [start, w->tail): the caller takes them back), else 1. */
-static int
-claim_in_block(Window *w, PyObject *const *items, Py_ssize_t n, const uint32_t *hashes, int64_t offset)
-{
-    Slot *slots = w->slots;
-    size_t mask = w->mask;
-    uint64_t pos = w->tail;
-    unsigned char *at = (unsigned char *)ENTRY_AT(w, pos);
-    for (Py_ssize_t i = 0; i < n && i < CLAIM_AHEAD; i++)
-        PREFETCH(&slots[hashes[i] & mask]);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (i + CLAIM_AHEAD < n)
-            PREFETCH(&slots[hashes[i + CLAIM_AHEAD] & mask]);
-        const char *data = PyBytes_AS_STRING(items[i]);
-        size_t length = (size_t)PyBytes_GET_SIZE(items[i]);
-        uint32_t hash = hashes[i];
-        size_t slot = find_slot(w, hash, data, length);
-        if (slots[slot].hash)  /* stored within the window, or repeated in the run */
-            return 0;
-        Entry *e = (Entry *)at;
-        e->offset = offset + i;
-        e->hash = hash;
-        e->length = (uint32_t)length | LIVE;
-        copy_id((unsigned char *)(e + 1), (const unsigned char *)data, length);
-        slots[slot].hash = hash;
-        slots[slot].ref = REF(pos);
-        size_t size = ENTRY_SIZE(length);
-        at += size;
-        pos += size;
-        w->tail = pos;
-        w->count++;
-    }
-    return 1;
-}
-
 static PyObject *
 window_claim(Window *w, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -747,17 +684,12 @@ window_claim(Window *w, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     size_t bytes = 0;
-    /* (a run of up to CLAIM_RUN ids: each id's hash taken in this first pass, kept for the
-       probes: claim_in_block) */
-    uint32_t run_hashes[CLAIM_RUN];
     for (Py_ssize_t i = 0; i < n; i++) {
         const char *data;
         size_t length;
         if (id_bytes(PyTuple_GET_ITEM(ids, i), &data, &length) < 0)
             return NULL;
         bytes += ENTRY_SIZE(length);
-        if (n <= CLAIM_RUN)
-            run_hashes[i] = hash_bytes((const unsigned char *)data, length, w->key);
     }
     if (w->count)  /* (as the fallback: records left with no id wait for the next id) */
         expire_to(w, horizon);
@@ -765,15 +697,6 @@ window_claim(Window *w, PyObject *const *args, Py_ssize_t nargs)
             || reserve_record(w) < 0)
         return NULL;
     uint64_t start = w->tail;
-    if (n > 0 && n <= CLAIM_RUN && bytes <= CHUNK - (start & CHUNK_MASK)) {
-        if (!claim_in_block(w, &PyTuple_GET_ITEM(ids, 0), n, run_hashes, offset)) {
-            drop_entries(w, start, w->tail);
-            w->tail = start;
-            Py_RETURN_FALSE;
-        }
-        push_record(w, stored_ns, start);
-        Py_RETURN_TRUE;
-    }
     /* The ids' hashes first, each slot fetched ahead (CLAIM_AHEAD ids on): in a table
        of a million ids every probe misses the caches, and these misses then overlap
        instead of waiting one after the other (bench/RESULTS-fast-ingest.md, round 12). */
@@ -1146,7 +1069,7 @@ pack_ids(PyObject *Py_UNUSED(module), PyObject *ids)
     for (Py_ssize_t i = 0; i < count; i++) {
         Py_ssize_t size = PyBytes_GET_SIZE(items[i]);
         lengths[i] = (unsigned char)size;
-        copy_id(out, (const unsigned char *)PyBytes_AS_STRING(items[i]), (size_t)size);
+        memcpy(out, PyBytes_AS_STRING(items[i]), (size_t)size);
         out += size;
     }
     return packed;

@@ -205,12 +205,11 @@ def test_long_runs_refused_at_any_id_as_the_fallback(where):
 @needs_c
 @pytest.mark.speedups
 @pytest.mark.parametrize("seed", range(3))
-def test_runs_about_the_one_block_claim_as_the_fallback(seed):
-    """engine/_window.c claims a run of at most 256 ids whose entries fit in the rest of
-    the tail's block in one pass (claim_in_block), any other run entry by entry: runs
-    of 1-300 ids of 0-100 bytes (so that runs end at and cross the 64 KiB blocks'
-    ends), some refused by an id at any place (stored before, or repeated in the
-    run), and expiry as the window slides (its slot deletes prefetched ahead): the
+def test_runs_of_any_length_crossing_blocks_and_expiring_as_the_fallback(seed):
+    """Runs of 0-300 ids of 0-100 bytes (past the claim's 16 prefetched ahead, and ending
+    at and crossing the 64 KiB blocks' ends), some refused by an id at any place (stored
+    before, or repeated in the run), and the window sliding over them (the expiry's
+    slot deletes prefetched ahead, engine/_window.c drop_entries), then emptied: the
     same answers and state as the fallback's."""
     rng = random.Random(seed)
     windows = [PyWindow(), CWindow()]
