@@ -10,7 +10,7 @@ does nothing), so that the window's share and the rest are told apart.
 One run: bench/ingest_cost.py's ``Shapes`` (an embedded server, the AOF on with
 ``appendfsync no``, reads of 64 commands fed through ``data_received`` on a fake
 transport and the end of the loop turn run, as bench/ingest_cost.py measures them);
-the MSGID stream's duplicate window set to a day; ``--prefill`` messages of each shape
+the MSGID stream's duplicate window set to a day (``--window-ms``); ``--prefill`` messages of each shape
 first (750,000: the window's table at 2^21 slots, where it stays up to 1,468,006 ids,
 so no round pays for a rehash; bench/fast_ingest.py's later slices run with 0.5-1M
 ids); then ``--rounds`` rounds of ``--reads`` reads of each kind, in an order reversed
@@ -49,7 +49,7 @@ class NoWindow:
     claim = itertools.chain
 
 
-def one_run(prefill: int, rounds: int, reads: int) -> dict:
+def one_run(prefill: int, rounds: int, reads: int, window_ms: int = 86_400_000) -> dict:
     sys.path.insert(0, str(HERE))
     import ingest_cost
 
@@ -62,7 +62,7 @@ def one_run(prefill: int, rounds: int, reads: int) -> dict:
             for shape in ("twrite", "msgid"):
                 shapes.run(shape, shapes.reads(shape, 1))
             shapes.clients["msgid"].data_received(shapes.request(b"TCONFIG", b"cost:msgid", b"SET",
-                                                                 b"duplicate_window_ms", b"86400000"))
+                                                                 b"duplicate_window_ms", b"%d" % window_ms))
             shapes.server.turn_end.run()
             for shape in ("twrite", "msgid"):
                 for done in range(0, prefill, per * 256):
@@ -115,15 +115,19 @@ def main() -> None:
     ap.add_argument("--prefill", type=int, default=750_000, help="messages of each shape before the rounds")
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--reads", type=int, default=300, help="reads of 64 a kind and round")
+    ap.add_argument("--window-ms", type=int, default=86_400_000,
+                    help="the MSGID stream's duplicate window (a day: nothing expires; 1000: the window holds "
+                         "the last second's ids, and each claim also ages ids out)")
     ap.add_argument("--json", action="store_true", help="one JSON line (what --compare reads)")
     ap.add_argument("--compare", nargs="+", metavar="PYTHON", help="interpreters to alternate")
     ap.add_argument("--runs", type=int, default=5, help="alternations (with --compare)")
     args = ap.parse_args()
-    extra = ["--prefill", str(args.prefill), "--rounds", str(args.rounds), "--reads", str(args.reads)]
+    extra = ["--prefill", str(args.prefill), "--rounds", str(args.rounds), "--reads", str(args.reads),
+             "--window-ms", str(args.window_ms)]
     if args.compare:
         compare(args.compare, args.runs, extra)
         return
-    figures = one_run(args.prefill, args.rounds, args.reads)
+    figures = one_run(args.prefill, args.rounds, args.reads, args.window_ms)
     if args.json:
         print(json.dumps(figures))
     else:

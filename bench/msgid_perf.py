@@ -8,7 +8,7 @@ split per symbol and per kind.
 
 The server runs as bench/fast_ingest.py's MSGID slices run it (``--appendonly yes
 --appendfsync no``, no automatic AOF rewrite), with the stream's duplicate window set
-to a day (no id ages out, as none does within the bench's 40 slices).  Its window is
+to a day (no id ages out, as none does within the bench's 40 slices; ``--window-ms``).  Its window is
 first filled with ``--prefill`` ids by pipelined MSGID writes (750,000: the table is
 then at 2^21 slots and stays there through the slices, up to 1,468,006 ids, so no
 slice pays for a rehash; fast_ingest's later slices run with 0.5-1M ids in the window).
@@ -87,7 +87,7 @@ def record(args) -> None:
     with servers(("tstream", SERVER_OPTIONS)) as (ts,):
         c = Client(ts.port)
         c.execute("TWRITE", b"mi-msgid", SUBJECT, PAYLOAD, "MSGID", b"first")
-        c.execute("TCONFIG", b"mi-msgid", "SET", "duplicate_window_ms", "86400000")
+        c.execute("TCONFIG", b"mi-msgid", "SET", "duplicate_window_ms", str(args.window_ms))
         c.execute("TWRITE", b"mi-twrite", SUBJECT, PAYLOAD)
         for start in range(0, args.prefill, 50_000):
             pipelined(c, [encode("TWRITE", b"mi-msgid", SUBJECT, PAYLOAD, "MSGID", b"pre-%d" % i)
@@ -324,6 +324,9 @@ def main() -> None:
     ap.add_argument("--per", type=int, default=25_000, help="messages a slice")
     ap.add_argument("--out", default="/tmp/msgid17/perf")
     ap.add_argument("--top", type=int, default=45)
+    ap.add_argument("--window-ms", type=int, default=86_400_000,
+                    help="the MSGID stream's duplicate window (a day: nothing expires; 2000: each claim also ages "
+                         "ids out, the window holding the last 2 s of ids; the server run only)")
     ap.add_argument("--report-only", action="store_true", help="report the recording in --out again")
     ap.add_argument("--in-process", action="store_true",
                     help="no server: bench/ingest_cost.py's shapes fed in this process (no sockets)")
