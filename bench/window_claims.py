@@ -8,7 +8,7 @@ time per id, in process, and the memory the window's table sits on (huge pages o
 
 One run: engine/_window.c's ``Window`` gets ``--prefill`` ids (``pre-N``, through its
 own ``add``, in records of 128, all kept: nothing expires), then ``--blocks`` blocks of
-``--runs`` claims of 16 new ids each (``id-N``); each block's ids are made just before
+``--runs`` claims of ``--run`` (16) new ids each (``id-N``); each block's ids are made just before
 it is timed (as the server's parser makes a run's ids just before the claim: they
 are in the cache, the window's table is not), and only the claims are timed, in the
 thread's CPU time (``time.thread_time_ns``: another process's load moves it less
@@ -51,7 +51,7 @@ def smaps_rollup() -> dict[str, int]:
     return figures
 
 
-def one_run(prefill: int, blocks: int, runs: int, mapping_off: bool, steady: bool) -> dict:
+def one_run(prefill: int, blocks: int, runs: int, mapping_off: bool, steady: bool, run: int = 16) -> dict:
     from tstream.engine import _window
 
     if mapping_off:
@@ -59,31 +59,31 @@ def one_run(prefill: int, blocks: int, runs: int, mapping_off: bool, steady: boo
             raise SystemExit("this build maps no table: no -off arm")
         _window._set_mapping(1 << 62, False)
     window = _window.Window()
-    record = 16 if steady else 128
+    record = run if steady else 128
     for start in range(0, prefill, record):
         window.add([b"pre-%d" % i for i in range(start, min(start + record, prefill))], start + 1, 1 + start // record)
     offset = prefill + 1
     now = 1 + prefill // record + 1
-    # (steady: a record of 16 a nanosecond, and each claim's horizon ages the oldest out)
+    # (steady: a record of ``run`` ids a nanosecond, and each claim's horizon ages the oldest out)
     span = now - 1 if steady else now
     block_ns: list[float] = []
     total_ns = 0
     for _ in range(blocks):
-        block = [tuple(b"id-%d" % i for i in range(offset + 16 * r, offset + 16 * r + 16)) for r in range(runs)]
+        block = [tuple(b"id-%d" % i for i in range(offset + run * r, offset + run * r + run)) for r in range(runs)]
         claim = window.claim
         started = time.thread_time_ns()
         for ids in block:
             claim(ids, offset, now - span, now)
-            offset += 16
+            offset += run
             now += steady
         elapsed = time.thread_time_ns() - started
         total_ns += elapsed
-        block_ns.append(elapsed / (16 * runs))
-    assert len(window) == (prefill if steady else prefill + 16 * runs * blocks), "a claim was refused"
+        block_ns.append(elapsed / (run * runs))
+    assert len(window) == (prefill if steady else prefill + run * runs * blocks), "a claim was refused"
     memory = smaps_rollup()
     mapped = _window._table_mapping(window) if hasattr(_window, "_table_mapping") else 0
     return {
-        "ns_per_id": total_ns / (16 * runs * blocks),
+        "ns_per_id": total_ns / (run * runs * blocks),
         "block_median_ns": statistics.median(block_ns),
         "rss_kb": memory.get("Rss", 0),
         "anon_huge_kb": memory.get("AnonHugePages", 0),
@@ -125,7 +125,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prefill", type=int, default=1_000_000, help="ids in the window before the claims")
     ap.add_argument("--blocks", type=int, default=25, help="blocks timed")
-    ap.add_argument("--runs", type=int, default=500, help="claims of 16 ids a block")
+    ap.add_argument("--runs", type=int, default=500, help="claims a block")
+    ap.add_argument("--run", type=int, default=16,
+                    help="ids a claim (64: a pipelined window of bench/fast_ingest.py; give --runs 125 to claim as many ids)")
     ap.add_argument("--steady", action="store_true",
                     help="records of 16 ids, each claim ageing the oldest out: the window stays at --prefill")
     ap.add_argument("--mapping-off", action="store_true", help="this build's table on PyMem_Calloc (no huge pages)")
@@ -134,15 +136,16 @@ def main() -> None:
     ap.add_argument("--arms", help="comma-separated arms (default: the --compare interpreters; PY-off: mapping off)")
     ap.add_argument("--rounds", type=int, default=9, help="alternations (with --compare)")
     args = ap.parse_args()
-    if not args.steady and args.blocks * args.runs * 16 + args.prefill >= 1_468_006 and args.prefill >= 734_004:
+    if not args.steady and args.blocks * args.runs * args.run + args.prefill >= 1_468_006 and args.prefill >= 734_004:
         print("note: the table grows during the claims (a rehash is timed)", file=sys.stderr)
     if args.compare:
         arms = args.arms.split(",") if args.arms else args.compare
-        extra = ["--prefill", str(args.prefill), "--blocks", str(args.blocks), "--runs", str(args.runs)]
+        extra = ["--prefill", str(args.prefill), "--blocks", str(args.blocks), "--runs", str(args.runs),
+                 "--run", str(args.run)]
         extra += ["--steady"] if args.steady else []
         compare(arms, args.rounds, extra)
         return
-    figures = one_run(args.prefill, args.blocks, args.runs, args.mapping_off, args.steady)
+    figures = one_run(args.prefill, args.blocks, args.runs, args.mapping_off, args.steady, args.run)
     if args.json:
         print(json.dumps(figures))
     else:

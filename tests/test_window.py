@@ -202,6 +202,40 @@ def test_long_runs_refused_at_any_id_as_the_fallback(where):
         assert [w.get(b"fresh-150") for w in windows] == [251, 251]
 
 
+@needs_c
+@pytest.mark.speedups
+@pytest.mark.parametrize("seed", range(3))
+def test_runs_of_any_length_crossing_blocks_and_expiring_as_the_fallback(seed):
+    """Runs of 0-300 ids of 0-100 bytes (past the claim's 16 prefetched ahead, and ending
+    at and crossing the 64 KiB blocks' ends), some refused by an id at any place (stored
+    before, or repeated in the run), and the window sliding over them (the expiry's
+    slot deletes prefetched ahead, engine/_window.c drop_entries), then emptied: the
+    same answers and state as the fallback's."""
+    rng = random.Random(seed)
+    windows = [PyWindow(), CWindow()]
+    offset = 1
+    stored: list = []
+    for t in range(700):
+        length = rng.choice((0, 1, 2, 15, 16, 17, 64, 128, 255, 256, 257, 300))
+        size = rng.choice((0, 3, 10, 24, 100))
+        ids = [b"r%d-%d-" % (t, i) + b"x" * rng.randrange(size + 1) for i in range(length)]
+        if ids and stored and rng.random() < 0.15:
+            ids[rng.randrange(length)] = rng.choice(stored)
+        elif length > 1 and rng.random() < 0.1:
+            where = rng.randrange(1, length)
+            ids[where] = ids[rng.randrange(where)]
+        answers = [w.claim(tuple(ids), offset, t - 40, t) for w in windows]
+        assert answers[0] == answers[1]
+        if answers[0]:
+            offset += length
+            stored += rng.sample(ids, min(3, length))
+            del stored[:-500]
+        assert _state(windows[0]) == _state(windows[1])
+    for w in windows:
+        w.expire(10_000)
+    assert _state(windows[0]) == _state(windows[1]) == (([], []), 0, 0)
+
+
 def test_the_fallback_enters_new_ids_and_refuses_any_other():
     _enters_new_ids_and_refuses_any_other(PyWindow())
 
