@@ -104,12 +104,22 @@ FLOW = 64
 OUTSTANDING = 2
 
 
+UNIQUE_PAYLOADS = False  # --unique-payloads: message i's payload starts with i (else all PAYLOAD)
+
+
+def payload(i: int) -> bytes:
+    """Message ``i``'s 100 bytes: PAYLOAD, or with --unique-payloads ``i`` in its first
+    ten digits (no two alike, as real messages: the server's parser shares a word
+    equal to the one before it, which an identical payload always is)."""
+    return b"%010d" % i + PAYLOAD[10:] if UNIQUE_PAYLOADS else PAYLOAD
+
+
 def _messages(kind: str, key: bytes, n: int) -> list[bytes]:
     if kind == "twrite":
-        return [encode("TWRITE", key, SUBJECT, PAYLOAD) for _ in range(n)]
+        return [encode("TWRITE", key, SUBJECT, payload(i)) for i in range(1, n + 1)]
     if kind == "msgid":
-        return [encode("TWRITE", key, SUBJECT, PAYLOAD, "MSGID", b"id-%d" % i) for i in range(n)]
-    return [encode("BATCH", key, b"batch", i, SUBJECT, PAYLOAD, "FAST", FLOW, "ok") for i in range(1, n + 1)]
+        return [encode("TWRITE", key, SUBJECT, payload(i), "MSGID", b"id-%d" % i) for i in range(1, n + 1)]
+    return [encode("BATCH", key, b"batch", i, SUBJECT, payload(i), "FAST", FLOW, "ok") for i in range(1, n + 1)]
 
 
 def _pipelined(c: Client, msgs: list[bytes]) -> None:
@@ -534,7 +544,8 @@ def msgid_slices(port: int, pid: int, slices: int, per: int) -> list[dict]:
     """TWRITE vs TWRITE MSGID in ``slices`` interleaved slices of ``per`` messages
     each, on one connection (see the module docstring); a row per slice."""
     c = Client(port)
-    twrites = [encode("TWRITE", b"mi-twrite", SUBJECT, PAYLOAD)] * per
+    twrites = ([encode("TWRITE", b"mi-twrite", SUBJECT, payload(i)) for i in range(per)] if UNIQUE_PAYLOADS
+               else [encode("TWRITE", b"mi-twrite", SUBJECT, PAYLOAD)] * per)
     rows = []
     try:
         for s in range(slices):
@@ -542,7 +553,8 @@ def msgid_slices(port: int, pid: int, slices: int, per: int) -> list[dict]:
             row: dict = {"slice": s + 1, "order": "/".join(order)}
             for kind in order:
                 msgs = twrites if kind == "twrite" else [
-                    encode("TWRITE", b"mi-msgid", SUBJECT, PAYLOAD, "MSGID", b"id-%d-%d" % (s, i)) for i in range(per)]
+                    encode("TWRITE", b"mi-msgid", SUBJECT, payload(i), "MSGID", b"id-%d-%d" % (s, i))
+                    for i in range(per)]
                 cpu = _server_cpu(pid)
                 started = time.perf_counter()
                 _pipelined(c, msgs)
@@ -785,12 +797,16 @@ def main() -> None:
                         help="the former method: one server for every ingest phase of a setting, automatic AOF "
                              "rewrites on (they fell in FAST's phases: see the module docstring); default: a "
                              "fresh server for each phase, without automatic rewrites")
+    parser.add_argument("--unique-payloads", action="store_true",
+                        help="every message's payload different (its number in the first ten bytes); default: "
+                             "all the same 100 bytes, which the server's parser shares from one command to the next")
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per nats-server run")
     parser.add_argument("--msgid-slices", type=int, default=40, help="MSGID: interleaved slices of each kind")
     parser.add_argument("--msgid-per-slice", type=int, default=25_000, help="MSGID: messages per slice")
     args = parser.parse_args()
-    global NICE, PIN, SLICE_NS
+    global NICE, PIN, SLICE_NS, UNIQUE_PAYLOADS
     NICE = args.nice
+    UNIQUE_PAYLOADS = args.unique_payloads
     SLICE_NS = args.slice_us * 1000
     PIN = _pin_cores() if args.pin else None
     results = run(args)
