@@ -60,14 +60,19 @@ measured apart (bench/rewrite_cost.py, bench/RESULTS-capture.md).
     flock /tmp/tstream-bench.lock .venv/bin/python bench/fast_ingest.py [--rounds 3] [--messages 200000]
 
 ``--pin``: the publisher processes run on one core and the server (every thread) and the
-interactive TREAD client on another (``os.sched_setaffinity``), as when the publishers are
-other hosts; the default leaves the scheduler free (all of them share every core).
+interactive TREAD client on another (``os.sched_setaffinity``): the publishers' CPU kept
+off the server's core; the default leaves the scheduler free (all of them share every
+core).  It is not the same as publishers on other hosts: on 2 cores the 16 publishers
+share one core, which caps what they can offer (FAST's msg/s pinned are below the
+shared-core ones); over loopback the kernel's receive work for their data runs on their
+core, where a network card would put it on the server's; and the TREAD client shares
+the server's core.
 ``--latency-rounds N`` adds N rounds per fsync setting of the 16-publisher phases pinned
 that way (``--only latency`` runs just those), for issue #16's TREAD row: on shared cores
 the TREAD p99 is set by the scheduler (a runnable server or reader waits one or two 4 ms
 ticks behind 17 busy processes: the p99s of 8.0 ms, TWRITE's phases without any flow
-control as well as FAST's), with the publishers on their own core it shows the server's
-turns (2026-11-28: 1.5-2.3 ms).
+control as well as FAST's); with the publishers' CPU off the server's core it shows the
+server's turns (2026-11-28: 1.5-2.3 ms).
 
 Writes ``results/fast_ingest.json`` and ``RESULTS-fast-ingest.md`` into bench/runs/, or into
 $TSTREAM_BENCH_OUT (``bench``: the committed ones).
@@ -507,8 +512,9 @@ def _ingest_extra(args, fsync: str) -> list[str]:
 
 def latency_rounds(args) -> list[dict]:
     """The interactive TREAD latency under 16 fast publishers with the server (every
-    thread) and the TREAD client on one core and the publishers on the other, as when
-    the publishers run on other hosts: ``--latency-rounds`` rounds of each fsync
+    thread) and the TREAD client on one core and the publishers on the other (their CPU
+    off the server's core; see the module docstring for how that differs from other
+    hosts): ``--latency-rounds`` rounds of each fsync
     setting, TWRITE and FAST phases as in ``ingest_rounds``, each on a fresh server.
     On shared cores (the ingest rounds) a runnable server or reader can wait a
     scheduler tick or two (4 ms each here) behind 17 other processes, in TWRITE's
@@ -530,13 +536,16 @@ def _server_cpu(pid: int) -> float:
     sum of their ``/proc/<pid>/task/<tid>/schedstat`` run times, in ns (``/proc/<pid>/stat``
     counts 10 ms ticks: 0.4 us a message in a slice of 25,000).  A thread that ended
     is not counted (the server's loop, fsync and writer threads live as long as it)."""
-    total = 0
+    total = read = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
                 total += int(f.read().split()[0])
+            read += 1
         except (FileNotFoundError, ProcessLookupError):  # (the thread ended meanwhile)
             pass
+    if not read:
+        raise RuntimeError(f"no /proc/{pid}/task/*/schedstat to read (a kernel without schedstats?)")
     return total / 1e9
 
 
@@ -663,8 +672,9 @@ def latency_report(rows: list | None, args) -> list[str]:
     cores = _pin_cores()
     lines += ["", "## TREAD latency under 16 fast publishers on their own core", "",
               f"`--latency-rounds {args.latency_rounds}`: the server (every thread) and the TREAD client on core "
-              f"{cores[0]}, the 16 publishers on core {cores[1]} (as with publishers on other hosts); otherwise "
-              "as above (fresh server a phase, alternating order).", "",
+              f"{cores[0]}, the 16 publishers on core {cores[1]} (their CPU off the server's core; on 2 cores "
+              "they share one, and their loopback receive work runs there too); each phase on a fresh "
+              "server, TWRITE and FAST in alternating order.", "",
               "| appendfsync | round | order | TWRITE msg/s | FAST msg/s | TREAD p50/p99/max ms during FAST | "
               "during TWRITE |", "|---|---|---|---|---|---|---|"]
     for row in rows:
@@ -788,7 +798,7 @@ def main() -> None:
                              "server's default (no: the fsync on the event loop)")
     parser.add_argument("--pin", action="store_true",
                         help="publishers on one core, the server (every thread) and the TREAD client on "
-                             "another (as with publishers on other hosts); default: not pinned")
+                             "another (the publishers' CPU off the server's core); default: not pinned")
     parser.add_argument("--slice-us", type=int, default=0,
                         help="ask Linux's EEVDF scheduler (6.12+) for slices of this many us for the server's "
                              "threads and the TREAD client (sched_setattr, no privilege needed): woken up, they "
@@ -804,6 +814,8 @@ def main() -> None:
     parser.add_argument("--msgid-slices", type=int, default=40, help="MSGID: interleaved slices of each kind")
     parser.add_argument("--msgid-per-slice", type=int, default=25_000, help="MSGID: messages per slice")
     args = parser.parse_args()
+    if args.only == "latency" and not args.latency_rounds:
+        parser.error("--only latency needs --latency-rounds N (N > 0)")
     global NICE, PIN, SLICE_NS, UNIQUE_PAYLOADS
     NICE = args.nice
     UNIQUE_PAYLOADS = args.unique_payloads

@@ -4,7 +4,7 @@ interleaved slices of ``TWRITE key tag entry`` and ``TWRITE key tag entry MSGID 
 split per symbol and per kind.
 
     .venv/bin/python bench/msgid_perf.py [--prefill 750000] [--slices 20] [--per 25000]
-        [--out /tmp/msgid17/perf] [--report-only DIR]
+        [--out /tmp/msgid17/perf] [--report-only] (with --out DIR: report that recording again)
 
 The server runs as bench/fast_ingest.py's MSGID slices run it (``--appendonly yes
 --appendfsync no``, no automatic AOF rewrite), with the stream's duplicate window set
@@ -31,6 +31,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -96,7 +97,7 @@ def record(args) -> None:
         pipelined(c, twrites)  # (the twrite stream's first nodes: as long as the msgid one's)
         data = os.path.join(args.out, "perf.data")
         perf = subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-F", str(RATE), "-g", "-k", "CLOCK_MONOTONIC",
-                                 "-p", str(ts.pid), "-o", data], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                 "-p", str(ts.pid), "-o", data], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # (perf attached)
         slices = []
         load = [loadavg()]
@@ -178,6 +179,9 @@ def in_process(args) -> None:
         json.dump({"slices": slices, "load": load, "prefill": args.prefill, "in_process": True}, f)
 
 
+SAMPLE_HEADER = re.compile(r"^\s*\d+\.\d+:\s*$")  # a sample's time stamp line of ``perf script -F time,...``
+
+
 def leaf_samples(out: str):
     """(time_ns, symbol, dso) of each sample's leaf frame, from ``perf script``."""
     text = subprocess.run(["perf", "script", "-i", os.path.join(out, "perf.data"), "-F", "time,ip,sym,dso",
@@ -188,7 +192,7 @@ def leaf_samples(out: str):
         if not line.strip():
             stamp = None
             continue
-        if stamp is None and line.rstrip().endswith(":") and not line.startswith((" ", "\t")):
+        if stamp is None and SAMPLE_HEADER.match(line):  # (perf pads the seconds: uptime under 10,000 s)
             seconds = line.strip().rstrip(":")
             whole, _, frac = seconds.partition(".")
             stamp = int(whole) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
@@ -246,7 +250,12 @@ def kernel_entry(frames: list) -> str:
                                                          "asm_common_interrupt", "asm_exc_page_fault")), None)
     if entry is None:
         return "?"
-    return names[entry - 1] if names[entry] == "do_syscall_64" and entry else names[entry]
+    if names[entry] == "do_syscall_64" and entry:  # (6.x kernels: x64_sys_call dispatches every call)
+        called = entry - 1
+        if names[called] == "x64_sys_call" and called:
+            called -= 1
+        return names[called]
+    return names[entry]
 
 
 def classify(out: str, slices: list) -> tuple[dict, dict, dict, collections.Counter, int]:

@@ -129,7 +129,7 @@ def main() -> None:
     ap.add_argument("--run", type=int, default=16,
                     help="ids a claim (64: a pipelined window of bench/fast_ingest.py; give --runs 125 to claim as many ids)")
     ap.add_argument("--steady", action="store_true",
-                    help="records of 16 ids, each claim ageing the oldest out: the window stays at --prefill")
+                    help="records of --run ids, each claim ageing the oldest out: the window stays at --prefill")
     ap.add_argument("--mapping-off", action="store_true", help="this build's table on PyMem_Calloc (no huge pages)")
     ap.add_argument("--json", action="store_true", help="one JSON line (what --compare reads)")
     ap.add_argument("--compare", nargs="+", metavar="PYTHON", help="interpreters to alternate")

@@ -49,6 +49,10 @@ from time import monotonic, monotonic_ns, thread_time_ns
 # of 1.8-1.9 ms of CPU at p99 under 16 fast publishers, 1.3-1.4 ms with 0.5 ms;
 # bench/RESULTS-fast-ingest.md, "p99" section of 2026-11-28).
 TURN_TOTAL_NS = 500_000
+# A commit (AOF write, no fsync on the loop) whose wall time passes this waited for
+# something (a core, the kernel's dirty-page throttling): the turn's CPU measure
+# cannot use its wall time and skips that turn (TurnEnd._end_turn).
+COMMIT_WALL_BOUND = 0.0005
 PROBE_ENV = "TSTREAM_TURN_PROBE"  # a file: per-turn timings are appended to it (diagnostics; off by default)
 PROBE_NAME = b"turn-probe"  # CLIENT SETNAME of the client whose commands the probe follows
 
@@ -202,12 +206,14 @@ class TurnEnd:
         committing = monotonic()
         started_cpu = self._scheduled_cpu
         # The commit's CPU time is left out of the turn's (below).  Only an fsync on the
-        # loop (appendfsync always) makes its wall time much longer than its CPU time:
-        # then it is read from the thread's CPU clock, a system call each (not in the
-        # vDSO), else its wall time stands for it -- a buffered write, CPU work unless
-        # preempted -- which saves two of the turn's four system calls (FAST: ~0.04
-        # clock_gettime calls a message at one publisher, ~10 ns; RESULTS-fast-ingest.md).
-        commit_cpu = started_cpu and persistence.file is not None and persistence.file.fsync_policy == "always"
+        # loop (appendfsync always without aof-fsync-in-thread) makes its wall time much
+        # longer than its CPU time: then it is read from the thread's CPU clock, a system
+        # call each (not in the vDSO), else its wall time stands for it -- a buffered
+        # write, CPU work unless preempted -- which saves two of the turn's four system
+        # calls (FAST: ~0.04 clock_gettime calls a message at one publisher, ~10 ns;
+        # RESULTS-fast-ingest.md).
+        commit_cpu = (started_cpu and persistence.file is not None and persistence.file.fsync_policy == "always"
+                      and not persistence.tracking)
         if commit_cpu:
             committing_cpu = thread_time_ns()
         persistence.commit_turn()
@@ -232,9 +238,10 @@ class TurnEnd:
             self._scheduled_cpu = 0
             if commit_cpu:
                 busy = thread_time_ns() - committed_cpu + committing_cpu - started_cpu
-            else:
-                # (never below 0: a commit preempted for longer than the turn's CPU)
+            elif committed - committing < COMMIT_WALL_BOUND:
                 busy = max(0, thread_time_ns() - started_cpu - int((committed - committing) * 1e9))
+            else:  # the write waited (preempted, throttled): its wall time is no measure of its CPU, and
+                return  # taking it out would read the turn as cheap: this turn is left out of the average
             self.busy_cpu_ns += (busy - self.busy_cpu_ns) >> 3
 
     def synced(self, unit: int) -> None:

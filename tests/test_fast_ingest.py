@@ -342,6 +342,54 @@ class TestFlow:
 
         asyncio.run(main())
 
+    def test_a_commit_that_waited_leaves_the_turn_out_of_the_cpu_measure(self, tmp_path):
+        """Under ``appendfsync no`` the commit's wall time stands for its CPU time;
+        a commit that waited longer than COMMIT_WALL_BOUND (preempted, throttled)
+        would make a busy turn read as free: that turn is left out of the average."""
+        import asyncio
+
+        from tstream.server.app import Server
+        from tstream.server.config import Config
+        from tstream.server.turns import COMMIT_WALL_BOUND
+
+        def burn(ns: int) -> None:
+            end = time.thread_time_ns() + ns
+            while time.thread_time_ns() < end:
+                pass
+
+        async def main() -> None:
+            config = Config()
+            config.set("save", "")
+            config.set("dir", str(tmp_path))
+            config.set("appendonly", "yes")
+            config.set("appendfsync", "no")
+            server = Server(config)
+            server.persistence.load()
+            turn_end = server.turn_end
+            batch = FastBatch(b"k", b"b", Ingest())
+            batch.set_mode(1000, False, b"1000", b"ok")
+            server.fast.track(batch)
+            for _ in range(12):  # busy turns, quick commits: measured
+                turn_end.schedule()
+                burn(5_000_000)
+                turn_end.run()
+            measured = turn_end.busy_cpu_ns
+            assert measured > 3_000_000
+            commit = server.persistence.commit_turn
+
+            def slow_commit() -> None:  # (a write that waits: the wall time, not the CPU)
+                commit()
+                time.sleep(COMMIT_WALL_BOUND * 20)
+            server.persistence.commit_turn = slow_commit
+            for _ in range(12):  # busy turns whose commit waited 10 ms: left out, not read as 0
+                turn_end.schedule()
+                burn(5_000_000)
+                turn_end.run()
+            assert turn_end.busy_cpu_ns == measured
+            server.fast.ended(batch)
+
+        asyncio.run(main())
+
     def test_a_runs_batch_seqs_are_checked_exactly(self):
         """commands.ingest.consecutive, the pipelined run's check, against the
         formatted seqs: only ``lo, lo + 1, ...`` in plain decimal pass."""
