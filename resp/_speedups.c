@@ -1838,6 +1838,213 @@ encode_integer_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* ---- scan_fast_run: fscan17's addition (server/connection.py's fast-ingest read), separate from the parser ----
+
+   scan_fast_run(data, template, lo, max_count, max_bulk) -> (count, datas, consumed) or None.
+
+   The longest prefix of the bytes ``data`` made of whole RESP commands (at most
+   ``max_count``) that are, byte for byte, the 9-word command ``template`` (a
+   list of bytes: ``BATCH key id seq subject data FAST flow gap``) in its
+   canonical RESP spelling (``*9\r\n`` then ``$len\r\nword\r\n`` each), except
+   the batch-seq, which must be b"%d" % lo, b"%d" % (lo + 1), ... (no sign, no
+   leading zero), and the data, any bulk of at most ``max_bulk`` bytes (its
+   length canonical: no sign, no leading zero, at most 18 digits).  ``count``
+   commands matched, ``datas`` their data (a tuple of bytes), ``consumed`` the
+   bytes they take.  None when not even the first command matches, or when it
+   cannot tell (``lo`` under 1 or past 10**17, ``max_count`` under 1, a
+   template that is not a 9-word list of bytes).  commands/ingest.py's
+   scan_fast_run_python is the same in Python.
+
+   No per-command list or batch-seq object: one pass of compares over the read
+   (no allocation, so no Python code runs and the template cannot change under
+   it), then a second pass that only re-reads the data bulks' headers in the
+   immutable ``data`` and allocates the datas tuple and its bytes: on a
+   MemoryError NULL is returned, nothing kept; the GIL held throughout. */
+
+#define SCAN_WORDS 9
+#define SCAN_SEQ 3
+#define SCAN_DATA 5
+
+/* "$<n>\r\n" into out (at least 24 bytes); its length. */
+static inline Py_ssize_t
+bulk_header(char *out, Py_ssize_t n)
+{
+    char *p = out;
+    *p++ = '$';
+    p = write_decimal(p, (long long)n);
+    *p++ = '\r';
+    *p++ = '\n';
+    return p - out;
+}
+
+/* A canonical bulk header "$<len>\r\n" at *pos (len: 1-18 digits, no leading
+   zero but "0"), len <= max_bulk and the bulk and its CRLF inside the read:
+   1 with *pos past the header and *length set, else 0. */
+static inline int
+scan_data_header(const char **pos, const char *end, long long max_bulk, Py_ssize_t *length)
+{
+    const char *p = *pos;
+    if (p >= end || *p != '$')
+        return 0;
+    p++;
+    const char *digits = p;
+    long long value = 0;
+    while (p < end && *p >= '0' && *p <= '9' && p - digits < 19) {
+        value = value * 10 + (*p - '0');
+        p++;
+    }
+    Py_ssize_t n = p - digits;
+    if (n == 0 || n > 18 || (n > 1 && *digits == '0'))
+        return 0;
+    if (end - p < 2 || p[0] != '\r' || p[1] != '\n')
+        return 0;
+    p += 2;
+    if (value > max_bulk || value + 2 > end - p || p[value] != '\r' || p[value + 1] != '\n')
+        return 0;
+    *pos = p;
+    *length = (Py_ssize_t)value;
+    return 1;
+}
+
+static PyObject *
+scan_fast_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 5 || !PyBytes_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "scan_fast_run(data: bytes, template: list, lo: int, max_count: int, max_bulk: int)");
+        return NULL;
+    }
+    PyObject *data = args[0], *template = args[1];
+    int overflow = 0;
+    long long lo = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+    if (lo == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow || lo < 1 || lo > DECIMAL_RUN_MAX_LO)
+        Py_RETURN_NONE;
+    Py_ssize_t max_count = PyLong_AsSsize_t(args[3]);
+    if (max_count == -1 && PyErr_Occurred())
+        return NULL;
+    long long max_bulk = PyLong_AsLongLongAndOverflow(args[4], &overflow);
+    if (max_bulk == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow)
+        max_bulk = overflow > 0 ? LLONG_MAX : -1;
+    if (max_count < 1 || PyList_GET_SIZE(template) != SCAN_WORDS)
+        Py_RETURN_NONE;
+    PyObject *const *word = ((PyListObject *)template)->ob_item;
+    /* The fixed words' headers "$len\r\n". */
+    char headers[SCAN_WORDS][24];
+    Py_ssize_t header_size[SCAN_WORDS];
+    for (int w = 0; w < SCAN_WORDS; w++) {
+        if (!PyBytes_CheckExact(word[w]))
+            Py_RETURN_NONE;
+        header_size[w] = bulk_header(headers[w], PyBytes_GET_SIZE(word[w]));
+    }
+    /* The expected seq's digits, right-aligned in digits[] (as decimal_run). */
+    char digits[24];
+    char *digits_end = digits + sizeof(digits);
+    char *start = digits_end;
+    long long v = lo;
+    do {
+        *--start = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    const char *begin = PyBytes_AS_STRING(data);
+    const char *end = begin + PyBytes_GET_SIZE(data);
+    const char *p = begin;
+    Py_ssize_t count = 0;
+    /* First pass: the compares (no allocation). */
+    while (count < max_count) {
+        const char *q = p;
+        if (end - q < 4 || memcmp(q, "*9\r\n", 4) != 0)
+            break;
+        q += 4;
+        int matched = 1;
+        for (int w = 0; w < SCAN_WORDS && matched; w++) {
+            if (w == SCAN_DATA) {
+                Py_ssize_t length;
+                if (!scan_data_header(&q, end, max_bulk, &length))
+                    matched = 0;
+                else
+                    q += length + 2;
+                continue;
+            }
+            const char *text;
+            Py_ssize_t size;
+            char seq_header[24];
+            const char *header;
+            Py_ssize_t hsize;
+            if (w == SCAN_SEQ) {
+                size = digits_end - start;
+                text = start;
+                hsize = bulk_header(seq_header, size);
+                header = seq_header;
+            }
+            else {
+                size = PyBytes_GET_SIZE(word[w]);
+                text = PyBytes_AS_STRING(word[w]);
+                hsize = header_size[w];
+                header = headers[w];
+            }
+            if (end - q < hsize + size + 2 || memcmp(q, header, (size_t)hsize) != 0
+                    || memcmp(q + hsize, text, (size_t)size) != 0
+                    || q[hsize + size] != '\r' || q[hsize + size + 1] != '\n')
+                matched = 0;
+            else
+                q += hsize + size + 2;
+        }
+        if (!matched)
+            break;
+        p = q;
+        count++;
+        char *digit = digits_end - 1;  /* the next batch-seq: + 1 with its carry */
+        while (digit >= start && *digit == '9')
+            *digit-- = '0';
+        if (digit >= start)
+            (*digit)++;
+        else
+            *--start = '1';  /* (at most 18 digits: lo + count < 10**18 while count < 9 * 10**17) */
+    }
+    if (count == 0)
+        Py_RETURN_NONE;
+    Py_ssize_t consumed = p - begin;
+    /* Second pass: the datas, from the bulk headers alone (the read was checked). */
+    PyObject *datas = PyTuple_New(count);
+    if (datas == NULL)
+        return NULL;
+    p = begin;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        p += 4;  /* "*9\r\n" */
+        for (int w = 0; w < SCAN_WORDS; w++) {
+            Py_ssize_t length = 0;
+            scan_data_header(&p, end, LLONG_MAX, &length);  /* (it matched in the first pass) */
+            if (w == SCAN_DATA) {
+                PyObject *item = PyBytes_FromStringAndSize(p, length);
+                if (item == NULL) {
+                    Py_DECREF(datas);  /* (the slots not filled yet are NULL: tupledealloc skips them) */
+                    return NULL;
+                }
+                PyTuple_SET_ITEM(datas, i, item);
+            }
+            p += length + 2;
+        }
+    }
+    PyObject *result = PyTuple_New(3);
+    PyObject *count_object = result != NULL ? PyLong_FromSsize_t(count) : NULL;
+    PyObject *consumed_object = count_object != NULL ? PyLong_FromSsize_t(consumed) : NULL;
+    if (consumed_object == NULL) {
+        Py_XDECREF(count_object);
+        Py_XDECREF(result);
+        Py_DECREF(datas);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, count_object);
+    PyTuple_SET_ITEM(result, 1, datas);
+    PyTuple_SET_ITEM(result, 2, consumed_object);
+    return result;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"parse_many", (PyCFunction)(void (*)(void))parse_many, METH_FASTCALL,
      "parse_many(data, max_bulk) -> list of commands (lists of bytes) when data is whole\n"
@@ -1878,6 +2085,10 @@ static PyMethodDef speedups_methods[] = {
     {"encode_entries", (PyCFunction)(void (*)(void))encode_entries, METH_FASTCALL,
      "encode_entries(entries, resp3) -> TREAD's reply: the entries [offset, tag, data] (or None)\n"
      "as RESP (resp/encode.py's encode_entries_python, in C)."},
+    {"scan_fast_run", (PyCFunction)(void (*)(void))scan_fast_run, METH_FASTCALL,
+     "scan_fast_run(data, template, lo, max_count, max_bulk) -> (count, datas, consumed): the read's\n"
+     "leading commands that are the 9-word BATCH ... FAST template with batch-seqs lo, lo + 1, ...\n"
+     "and any data; None if not even one (commands/ingest.py's scan_fast_run_python, in C)."},
     {NULL, NULL, 0, NULL},
 };
 
