@@ -320,6 +320,10 @@ except ImportError:
     fast_run_columns = None
 
 
+SCAN_MAX_COUNT = 1024  # (scan_fast_run's stack array of data places)
+SCAN_TEMPLATE_MAX = 1024  # (its stack buffer of the template's fixed words)
+
+
 def scan_fast_run_python(data: bytes, template: list, lo: int, max_count: int,
                          max_bulk: int) -> tuple[int, tuple, int] | None:
     """The longest prefix of the read ``data`` made of whole commands (at most
@@ -328,13 +332,17 @@ def scan_fast_run_python(data: bytes, template: list, lo: int, max_count: int,
     (``*9`` then ``$len`` and the word each), except the batch-seq, which must be
     ``b"%d" % lo``, ``lo + 1``, ..., and the data, any bulk of at most
     ``max_bulk`` bytes (its length canonical: 1-18 digits, no leading zero but
-    ``0``): ``(count, datas, consumed)``; None when not even one command matches
-    or it cannot tell (``lo`` outside 1-10**17, ``max_count`` < 1, a template
-    that is not 9 bytes).  resp/_speedups.c ``scan_fast_run`` in C (no
-    per-command list or seq object).  O(bytes consumed)."""
+    ``0``): ``(count, datas, consumed)``, at most SCAN_MAX_COUNT commands; None
+    when not even one command matches or it cannot tell (``lo`` outside
+    1-10**17, ``max_count`` < 1, a template that is not 9 bytes, or whose fixed
+    words with 24 bytes each take more than SCAN_TEMPLATE_MAX).
+    resp/_speedups.c ``scan_fast_run`` in C (no per-command list or seq
+    object).  O(bytes consumed)."""
     if (not 1 <= lo <= 10 ** 17 or max_count < 1 or len(template) != 9
-            or any(word.__class__ is not bytes for word in template)):
+            or any(word.__class__ is not bytes for word in template)
+            or sum(len(word) + 24 for i, word in enumerate(template) if i not in (3, 5)) > SCAN_TEMPLATE_MAX):
         return None
+    max_count = min(max_count, SCAN_MAX_COUNT)
     head = b"*9\r\n" + b"".join(b"$%d\r\n%s\r\n" % (len(word), word) for word in template[:3])
     subject = b"$%d\r\n%s\r\n" % (len(template[4]), template[4])
     tail = b"".join(b"$%d\r\n%s\r\n" % (len(word), word) for word in template[6:])

@@ -1843,67 +1843,70 @@ encode_integer_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
    scan_fast_run(data, template, lo, max_count, max_bulk) -> (count, datas, consumed) or None.
 
    The longest prefix of the bytes ``data`` made of whole RESP commands (at most
-   ``max_count``) that are, byte for byte, the 9-word command ``template`` (a
-   list of bytes: ``BATCH key id seq subject data FAST flow gap``) in its
-   canonical RESP spelling (``*9\r\n`` then ``$len\r\nword\r\n`` each), except
-   the batch-seq, which must be b"%d" % lo, b"%d" % (lo + 1), ... (no sign, no
-   leading zero), and the data, any bulk of at most ``max_bulk`` bytes (its
-   length canonical: no sign, no leading zero, at most 18 digits).  ``count``
-   commands matched, ``datas`` their data (a tuple of bytes), ``consumed`` the
-   bytes they take.  None when not even the first command matches, or when it
-   cannot tell (``lo`` under 1 or past 10**17, ``max_count`` under 1, a
-   template that is not a 9-word list of bytes).  commands/ingest.py's
-   scan_fast_run_python is the same in Python.
+   ``max_count``, and at most SCAN_MAX_COUNT) that are, byte for byte, the 9-word
+   command ``template`` (a list of bytes: ``BATCH key id seq subject data FAST
+   flow gap``) in its canonical RESP spelling (``*9\r\n`` then ``$len\r\nword\r\n``
+   each), except the batch-seq, which must be b"%d" % lo, b"%d" % (lo + 1), ...
+   (no sign, no leading zero), and the data, any bulk of at most ``max_bulk``
+   bytes (its length canonical: no sign, no leading zero, at most 18 digits).
+   ``count`` commands matched, ``datas`` their data (a tuple of bytes),
+   ``consumed`` the bytes they take.  None when not even the first command
+   matches, or when it cannot tell (``lo`` under 1 or past 10**17,
+   ``max_count`` under 1, a template that is not a 9-word list of bytes, or
+   whose fixed words take more than SCAN_TEMPLATE_MAX bytes in RESP).
+   commands/ingest.py's scan_fast_run_python is the same in Python.
 
-   No per-command list or batch-seq object: one pass of compares over the read
-   (no allocation, so no Python code runs and the template cannot change under
-   it), then a second pass that only re-reads the data bulks' headers in the
-   immutable ``data`` and allocates the datas tuple and its bytes: on a
-   MemoryError NULL is returned, nothing kept; the GIL held throughout. */
+   No per-command list or batch-seq object: the template's fixed words are
+   spelled once into three pieces (``*9`` and the name, key and id; the
+   subject; FAST, flow and gap), then one pass of compares over the read (no
+   allocation, so no Python code runs and the template cannot change under
+   it) notes where each data is, and the datas tuple and its bytes are made
+   from those places: on a MemoryError NULL is returned, nothing kept; the GIL
+   held throughout. */
 
-#define SCAN_WORDS 9
-#define SCAN_SEQ 3
-#define SCAN_DATA 5
+#define SCAN_MAX_COUNT 1024     /* commands one call takes at most (a stack array of their data) */
+#define SCAN_TEMPLATE_MAX 1024  /* the fixed words' RESP, at most */
 
-/* "$<n>\r\n" into out (at least 24 bytes); its length. */
-static inline Py_ssize_t
-bulk_header(char *out, Py_ssize_t n)
+/* "$<n>\r\n<text>\r\n" at out; past it. */
+static inline char *
+write_bulk(char *out, const char *text, Py_ssize_t n)
 {
-    char *p = out;
-    *p++ = '$';
-    p = write_decimal(p, (long long)n);
-    *p++ = '\r';
-    *p++ = '\n';
-    return p - out;
+    *out++ = '$';
+    out = write_decimal(out, (long long)n);
+    *out++ = '\r';
+    *out++ = '\n';
+    memcpy(out, text, (size_t)n);
+    out += n;
+    *out++ = '\r';
+    *out++ = '\n';
+    return out;
 }
 
-/* A canonical bulk header "$<len>\r\n" at *pos (len: 1-18 digits, no leading
+/* A canonical bulk header "$<len>\r\n" at p (len: 1-18 digits, no leading
    zero but "0"), len <= max_bulk and the bulk and its CRLF inside the read:
-   1 with *pos past the header and *length set, else 0. */
-static inline int
-scan_data_header(const char **pos, const char *end, long long max_bulk, Py_ssize_t *length)
+   past the header with *length set, else NULL. */
+static inline const char *
+scan_data_header(const char *p, const char *end, long long max_bulk, Py_ssize_t *length)
 {
-    const char *p = *pos;
     if (p >= end || *p != '$')
-        return 0;
+        return NULL;
     p++;
     const char *digits = p;
     long long value = 0;
-    while (p < end && *p >= '0' && *p <= '9' && p - digits < 19) {
+    while (p < end && (unsigned)(*p - '0') <= 9 && p - digits < 19) {
         value = value * 10 + (*p - '0');
         p++;
     }
     Py_ssize_t n = p - digits;
     if (n == 0 || n > 18 || (n > 1 && *digits == '0'))
-        return 0;
+        return NULL;
     if (end - p < 2 || p[0] != '\r' || p[1] != '\n')
-        return 0;
+        return NULL;
     p += 2;
     if (value > max_bulk || value + 2 > end - p || p[value] != '\r' || p[value + 1] != '\n')
-        return 0;
-    *pos = p;
+        return NULL;
     *length = (Py_ssize_t)value;
-    return 1;
+    return p;
 }
 
 static PyObject *
@@ -1930,18 +1933,30 @@ scan_fast_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     if (overflow)
         max_bulk = overflow > 0 ? LLONG_MAX : -1;
-    if (max_count < 1 || PyList_GET_SIZE(template) != SCAN_WORDS)
+    if (max_count < 1 || PyList_GET_SIZE(template) != 9)
         Py_RETURN_NONE;
+    if (max_count > SCAN_MAX_COUNT)
+        max_count = SCAN_MAX_COUNT;
     PyObject *const *word = ((PyListObject *)template)->ob_item;
-    /* The fixed words' headers "$len\r\n". */
-    char headers[SCAN_WORDS][24];
-    Py_ssize_t header_size[SCAN_WORDS];
-    for (int w = 0; w < SCAN_WORDS; w++) {
+    Py_ssize_t fixed = 0;
+    for (int w = 0; w < 9; w++) {
         if (!PyBytes_CheckExact(word[w]))
             Py_RETURN_NONE;
-        header_size[w] = bulk_header(headers[w], PyBytes_GET_SIZE(word[w]));
+        if (w != 3 && w != 5)
+            fixed += PyBytes_GET_SIZE(word[w]) + 24;  /* (a header and CRLF: at most 24 bytes) */
     }
-    /* The expected seq's digits, right-aligned in digits[] (as decimal_run). */
+    if (fixed > SCAN_TEMPLATE_MAX)
+        Py_RETURN_NONE;
+    /* The fixed words in RESP: ``before`` (*9, name, key, id, the batch-seq, the
+       subject: one compare a command) and ``tail`` (FAST, flow, gap).  The
+       batch-seq's digits are right-aligned in digits[] (as decimal_run) and
+       copied into ``before`` as it counts up; ``before`` is spelled again from
+       the seq on when their width grows. */
+    char before[SCAN_TEMPLATE_MAX + 40], tail[SCAN_TEMPLATE_MAX];
+    char *w = WRITE_LITERAL(before, "*9\r\n");
+    for (int i = 0; i < 3; i++)
+        w = write_bulk(w, PyBytes_AS_STRING(word[i]), PyBytes_GET_SIZE(word[i]));
+    char *seq_at = w;
     char digits[24];
     char *digits_end = digits + sizeof(digits);
     char *start = digits_end;
@@ -1950,89 +1965,65 @@ scan_fast_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         *--start = (char)('0' + v % 10);
         v /= 10;
     } while (v);
+    const char *subject = PyBytes_AS_STRING(word[4]);
+    Py_ssize_t subject_size = PyBytes_GET_SIZE(word[4]);
+    w = write_bulk(seq_at, start, digits_end - start);
+    char *seq_digits_end = w - 2;
+    Py_ssize_t before_size = write_bulk(w, subject, subject_size) - before;
+    w = tail;
+    for (int i = 6; i < 9; i++)
+        w = write_bulk(w, PyBytes_AS_STRING(word[i]), PyBytes_GET_SIZE(word[i]));
+    Py_ssize_t tail_size = w - tail;
+    Py_ssize_t data_at[SCAN_MAX_COUNT], data_size[SCAN_MAX_COUNT];
     const char *begin = PyBytes_AS_STRING(data);
     const char *end = begin + PyBytes_GET_SIZE(data);
     const char *p = begin;
     Py_ssize_t count = 0;
-    /* First pass: the compares (no allocation). */
     while (count < max_count) {
         const char *q = p;
-        if (end - q < 4 || memcmp(q, "*9\r\n", 4) != 0)
+        if (end - q < before_size || memcmp(q, before, (size_t)before_size) != 0)
             break;
-        q += 4;
-        int matched = 1;
-        for (int w = 0; w < SCAN_WORDS && matched; w++) {
-            if (w == SCAN_DATA) {
-                Py_ssize_t length;
-                if (!scan_data_header(&q, end, max_bulk, &length))
-                    matched = 0;
-                else
-                    q += length + 2;
-                continue;
-            }
-            const char *text;
-            Py_ssize_t size;
-            char seq_header[24];
-            const char *header;
-            Py_ssize_t hsize;
-            if (w == SCAN_SEQ) {
-                size = digits_end - start;
-                text = start;
-                hsize = bulk_header(seq_header, size);
-                header = seq_header;
-            }
-            else {
-                size = PyBytes_GET_SIZE(word[w]);
-                text = PyBytes_AS_STRING(word[w]);
-                hsize = header_size[w];
-                header = headers[w];
-            }
-            if (end - q < hsize + size + 2 || memcmp(q, header, (size_t)hsize) != 0
-                    || memcmp(q + hsize, text, (size_t)size) != 0
-                    || q[hsize + size] != '\r' || q[hsize + size + 1] != '\n')
-                matched = 0;
-            else
-                q += hsize + size + 2;
-        }
-        if (!matched)
+        Py_ssize_t length;
+        q = scan_data_header(q + before_size, end, max_bulk, &length);
+        if (q == NULL)
             break;
-        p = q;
+        data_at[count] = q - begin;
+        data_size[count] = length;
+        q += length + 2;
+        if (end - q < tail_size || memcmp(q, tail, (size_t)tail_size) != 0)
+            break;
+        p = q + tail_size;
         count++;
         char *digit = digits_end - 1;  /* the next batch-seq: + 1 with its carry */
         while (digit >= start && *digit == '9')
             *digit-- = '0';
-        if (digit >= start)
+        if (digit >= start) {
             (*digit)++;
-        else
-            *--start = '1';  /* (at most 18 digits: lo + count < 10**18 while count < 9 * 10**17) */
+            memcpy(seq_digits_end - (digits_end - start), start, (size_t)(digits_end - start));
+        }
+        else {
+            *--start = '1';  /* (at most 18 digits: lo + count < 10**18) */
+            w = write_bulk(seq_at, start, digits_end - start);
+            seq_digits_end = w - 2;
+            before_size = write_bulk(w, subject, subject_size) - before;
+        }
     }
     if (count == 0)
         Py_RETURN_NONE;
-    Py_ssize_t consumed = p - begin;
-    /* Second pass: the datas, from the bulk headers alone (the read was checked). */
     PyObject *datas = PyTuple_New(count);
     if (datas == NULL)
         return NULL;
-    p = begin;
     for (Py_ssize_t i = 0; i < count; i++) {
-        p += 4;  /* "*9\r\n" */
-        for (int w = 0; w < SCAN_WORDS; w++) {
-            Py_ssize_t length = 0;
-            scan_data_header(&p, end, LLONG_MAX, &length);  /* (it matched in the first pass) */
-            if (w == SCAN_DATA) {
-                PyObject *item = PyBytes_FromStringAndSize(p, length);
-                if (item == NULL) {
-                    Py_DECREF(datas);  /* (the slots not filled yet are NULL: tupledealloc skips them) */
-                    return NULL;
-                }
-                PyTuple_SET_ITEM(datas, i, item);
-            }
-            p += length + 2;
+        PyObject *item = PyBytes_FromStringAndSize(begin + data_at[i], data_size[i]);
+        if (item == NULL) {
+            Py_DECREF(datas);  /* (the slots not filled yet are NULL: tupledealloc skips them) */
+            return NULL;
         }
+        PyTuple_SET_ITEM(datas, i, item);
     }
     PyObject *result = PyTuple_New(3);
     PyObject *count_object = result != NULL ? PyLong_FromSsize_t(count) : NULL;
-    PyObject *consumed_object = count_object != NULL ? PyLong_FromSsize_t(consumed) : NULL;
+    PyObject *consumed_object = count_object != NULL ? PyLong_FromSsize_t(p - begin) : NULL;
     if (consumed_object == NULL) {
         Py_XDECREF(count_object);
         Py_XDECREF(result);

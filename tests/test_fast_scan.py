@@ -131,7 +131,7 @@ def test_the_c_scan_is_the_python_one_on_random_reads():
         lo = rng.choice([1, 3, 9, 10, 99, 999, 12345, 99999, 10 ** 17, 10 ** 17 + 1, 0, -5])
         template = list(TEMPLATE)
         if rng.random() < 0.2:
-            template[rng.randrange(9)] = rng.choice([b"", b"0", b"x" * 300])
+            template[rng.randrange(9)] = rng.choice([b"", b"0", b"x" * 300, b"x" * 790, b"x" * 800])
         read = random_read(rng, template, max(lo, 1))
         max_count = rng.choice([0, 1, 2, 3, 256])
         max_bulk = rng.choice([1 << 20, 3, 2, 1, 0, -1, 1 << 70])
@@ -150,6 +150,14 @@ def test_the_c_scan_on_edge_cases():
     carry = b"".join(message(b"k", b"b1", seq, b"sub", b"v") for seq in range(97, 1003))
     assert c_scan_fast_run(carry, t, 97, 10000, 100)[0] == 1003 - 97
     assert c_scan_fast_run(b"", t, 1, 5, 100) is None
+    # at most 1024 commands a call (SCAN_MAX_COUNT), templates of at most 1024 bytes (SCAN_TEMPLATE_MAX)
+    many = b"".join(message(b"k", b"b1", seq, b"sub", b"v") for seq in range(1, 1100))
+    assert c_scan_fast_run(many, t, 1, 5000, 100)[0] == scan_python(many, t, 1, 5000, 100)[0] == 1024
+    for size, answer in ((839, 1), (840, None)):  # (6 fixed words + 24 bytes each, the key's size)
+        long_key = [t[0], b"k" * size, *t[2:]]
+        one = message(b"k" * size, b"b1", 1, b"sub", b"v")
+        assert c_scan_fast_run(one, long_key, 1, 5, 100) == scan_python(one, long_key, 1, 5, 100)
+        assert (c_scan_fast_run(one, long_key, 1, 5, 100) or (None,))[0] == answer
     assert c_scan_fast_run(run, t[:8], 8, 5, 100) is None
     assert c_scan_fast_run(run, [*t[:8], "ok"], 8, 5, 100) is None
     assert c_scan_fast_run(run, t, 8, 0, 100) is None
