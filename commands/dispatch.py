@@ -31,7 +31,7 @@ from tstream.resp.parser import run_end
 from .connection import MUTED, reply_wanted
 from .errors import CommandError, UnknownCommand, UnknownSubcommand, WrongArity
 from .flags import DENYOOM, FAST, READONLY, WRITE
-from .ingest import batch_run, scan_run, store_run
+from .ingest import batch_run, scan_run
 from .stats import CommandStats
 from .table import COMMANDS
 from .tools import feed_monitors
@@ -212,30 +212,27 @@ def run_done(client, out: bytes, count: int, entry: tuple, started: float, first
     return out
 
 
-def execute_scan(client, template: list, data: bytes, max_count: int) -> tuple[bytes, int, int] | None:
+def execute_scan(client, template: list, data: bytes, max_count: int, max_bulk: int) -> tuple[bytes, int, int] | None:
     """A pipelined read of plain BATCH ... FAST messages executed straight from its
     bytes (server/connection.py ``_read_fast_ingest``): when the run path applies
     to ``template`` (the client's last command) as ``execute_at`` checks it, the
     read's leading commands that are ``template`` again with the batch's next
     batch-seqs run as one run (commands/ingest.py ``scan_run``, at most
-    ``max_count``): ``(replies, commands run, bytes consumed)``; None, with
-    nothing done, when they cannot."""
+    ``max_count``, data of at most ``max_bulk`` bytes): ``(replies, commands
+    run, bytes consumed)``; None, with nothing done, when they cannot."""
     server = client.server
     entry = server.dispatch.get(template[0])
     if (entry is None or entry[7] is not batch_run
             or client.gate is not None or server.refusing or client.multi is not None):
         return None
     started = perf_counter()
-    scanned = scan_run(client, template, data, max_count)
+    scanned = scan_run(client, template, data, max_count, max_bulk)
     if scanned is None:
         return None
-    count, consumed, columns = scanned
-    try:
-        out = store_run(client, *columns)
-    except Exception as exc:  # (as a run's handler: errors, one per command)
-        out = _run_failed(client, [template] * count, entry[6], exc)
-    _, _, _, _, lo, _, datas = columns
-    return run_done(client, out, count, entry, started, (template, lo, datas[0])), count, consumed
+    out, count, consumed, lo, first_data = scanned
+    if out.__class__ is not bytes:  # the store raised: a run fails as a whole
+        out = _run_failed(client, [template] * count, entry[6], out)
+    return run_done(client, out, count, entry, started, (template, lo, first_data)), count, consumed
 
 
 def run_queued(client, queued: list) -> bytes:

@@ -478,14 +478,16 @@ def _open_batch(stream, batch_id: bytes, fast_word: bytes, flow_arg: bytes, gap_
     return batch
 
 
-def scan_run(client, template: list, data: bytes, max_count: int) -> tuple[int, int, tuple] | None:
-    """The checks of a read of plain fast messages run straight from its bytes
-    (commands/dispatch.py ``execute_scan``): when ``template`` (the 9-word BATCH
-    ... FAST message the client ran last) names a batch still open, the read's
-    leading commands that are that message again with the next batch-seqs
-    (``scan_fast_run``, at most ``max_count``): ``(count, bytes consumed,
-    store_run's arguments after the client)``, to be stored as ``batch_run``
-    stores a run.  None, with nothing done, otherwise.  O(messages)."""
+def scan_run(client, template: list, data: bytes, max_count: int, max_bulk: int) -> tuple | None:
+    """A read of plain fast messages run straight from its bytes (commands/dispatch.py
+    ``execute_scan``): when ``template`` (the 9-word BATCH ... FAST message the
+    client ran last) names a batch still open, the read's leading commands that
+    are that message again with the next batch-seqs (``scan_fast_run``, at most
+    ``max_count``, data of at most ``max_bulk`` bytes) are stored as
+    ``batch_run`` stores a run (``store_run``): ``(replies, count, bytes
+    consumed, the first batch-seq, the first data)``, the replies an Exception
+    if the store raised one (the dispatcher answers it as a failed run's).  None,
+    with nothing done, otherwise.  O(messages)."""
     if scan_fast_run is None:  # (turned off: TSTREAM_NO_FAST_SCAN)
         return None
     server = client.server
@@ -496,11 +498,15 @@ def scan_run(client, template: list, data: bytes, max_count: int) -> tuple[int, 
             or server.batches.by_id and server.batches.get(key, batch_id) is not None):
         return None  # (untracked, or an atomic batch of that id: BATCH's own checks apply)
     lo = batch.last + 1
-    scanned = scan_fast_run(data, template, lo, max_count, client.parser.max_bulk)
+    scanned = scan_fast_run(data, template, lo, max_count, max_bulk)
     if scanned is None:
         return None
     count, datas, consumed = scanned
-    return count, consumed, (key, batch_id, stream, batch, lo, (subject,) * count, datas)
+    try:
+        out = store_run(client, key, batch_id, stream, batch, lo, (subject,) * count, datas)
+    except Exception as exc:  # (a bug: the dispatcher's _run_failed answers it, as a run handler's)
+        out = exc
+    return out, count, consumed, lo, datas[0]
 
 
 def store_run(client, key: bytes, batch_id: bytes, stream, batch, lo: int, subjects: tuple, datas: tuple) -> bytes:

@@ -219,7 +219,7 @@ class ClientConnection(asyncio.Protocol):
                 or parser._fresh or parser._slow_mode or parser._ready or parser._error is not None
                 or self.server.turn_end.over(TURN_TOTAL_NS)):
             return False
-        scanned = execute_scan(self, template, data, WINDOW)
+        scanned = execute_scan(self, template, data, WINDOW, parser._max_bulk)  # (read_first's limit)
         if scanned is None:
             return False
         out, count, consumed = scanned
