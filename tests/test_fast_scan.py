@@ -390,6 +390,27 @@ class LoggingFaultServer(FaultyServer):
         return self
 
 
+def test_the_slow_log_and_client_list_see_a_run_read_from_its_bytes(make_server, tmp_path, monkeypatch):
+    """With every command slow: a run read from its bytes is logged as its first
+    command (its own batch-seq and data), as execute_at logs a run; CLIENT LIST
+    shows cmd=batch."""
+    on, off = make_pair(make_server, tmp_path, monkeypatch, "--slowlog-log-slower-than", "0")
+    for server in (on, off):
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(message(b"k", b"b", 1, b"s", b"m1", b"64"))
+        replies_of(sock, 1)
+        sock.sendall(b"".join(message(b"k", b"b", seq, b"s", b"m%d" % seq, b"64") for seq in range(2, 18)))
+        replies_of(sock, 16)
+        c = server.client()
+        batches = [entry[3] for entry in c.execute_command("SLOWLOG", "GET", 20) if entry[3][0] == b"BATCH"]
+        assert batches == [[b"BATCH", b"k", b"b", b"2", b"s", b"m2", b"FAST", b"64", b"ok"],  # (newest first)
+                           [b"BATCH", b"k", b"b", b"1", b"s", b"m1", b"FAST", b"64", b"ok"]], batches
+        assert b"cmd=batch" in [line for line in c.execute_command("CLIENT", "LIST").split(b"\n")
+                                if b"cmd=client" not in line][0]
+        c.close()
+        sock.close()
+
+
 @pytest.mark.parametrize("spec", ["memory:seal:3", "log:5"])
 def test_a_memory_error_during_the_store(tmp_path, monkeypatch, spec):
     """A node's seal (store_run's MemoryError: what was stored is acknowledged, the
