@@ -31,6 +31,7 @@ from tstream.resp.parser import run_end
 from .connection import MUTED, reply_wanted
 from .errors import CommandError, UnknownCommand, UnknownSubcommand, WrongArity
 from .flags import DENYOOM, FAST, READONLY, WRITE
+from .ingest import batch_run, scan_run
 from .stats import CommandStats
 from .table import COMMANDS
 from .tools import feed_monitors
@@ -177,27 +178,61 @@ def execute_at(client, commands: list, at: int) -> tuple[bytes | None, int]:
                 end = run_end(commands, at)  # (one C loop over the commands, resp/_speedups.c)
                 # The whole read a run (redis-benchmark -P 16): the list itself, not a copy.
                 run = commands if end == count and not at else commands[at:end]
-                # The run's execution (its handler, the AOF's commit, the stats), inlined:
-                # a frame less on the pipelined hot path.
                 started = perf_counter()
                 try:
                     out = entry[7](client, run)
                 except Exception as exc:  # a run fails as a whole, before any change
                     out = _run_failed(client, run, entry[6], exc)
-                writes = server.writes
-                if writes.pending:
-                    writes.commit()
-                    if writes.lost:  # the run's changes could not be logged: none is acknowledged
-                        writes.lost = False
-                        out = encode_error(NOT_RECORDED) * len(run)
-                elapsed = perf_counter() - started
-                stats = entry[6]
-                stats.calls += len(run)
-                stats.seconds += elapsed
-                if elapsed >= server.slow_threshold:
-                    server.observe_slow(argv, round(elapsed * 1e9), client, entry[4])
-                return out, end
+                return run_done(client, out, len(run), entry, started, argv), end
     return execute(client, argv), at + 1
+
+
+def run_done(client, out: bytes, count: int, entry: tuple, started: float, first) -> bytes:
+    """The end of a pipelined run of ``count`` commands (``execute_at``, ``execute_scan``)
+    whose handler returned ``out``: the AOF's commit (its changes not logged: none is
+    acknowledged), INFO commandstats, the slow log (the run as its ``first``
+    command: an argv, or ``(template, batch-seq, data)`` for a scanned read, built
+    only then); the replies."""
+    server = client.server
+    writes = server.writes
+    if writes.pending:
+        writes.commit()
+        if writes.lost:  # the run's changes could not be logged: none is acknowledged
+            writes.lost = False
+            out = encode_error(NOT_RECORDED) * count
+    elapsed = perf_counter() - started
+    stats = entry[6]
+    stats.calls += count
+    stats.seconds += elapsed
+    if elapsed >= server.slow_threshold:
+        if first.__class__ is tuple:
+            template, seq, data = first
+            first = [*template[:3], b"%d" % seq, template[4], data, *template[6:]]
+        server.observe_slow(first, round(elapsed * 1e9), client, entry[4])
+    return out
+
+
+def execute_scan(client, template: list, data: bytes, max_count: int, max_bulk: int) -> tuple[bytes, int, int] | None:
+    """A pipelined read of plain BATCH ... FAST messages executed straight from its
+    bytes (server/connection.py ``_read_fast_ingest``): when the run path applies
+    to ``template`` (the client's last command) as ``execute_at`` checks it, the
+    read's leading commands that are ``template`` again with the batch's next
+    batch-seqs run as one run (commands/ingest.py ``scan_run``, at most
+    ``max_count``, data of at most ``max_bulk`` bytes): ``(replies, commands
+    run, bytes consumed)``; None, with nothing done, when they cannot."""
+    server = client.server
+    entry = server.dispatch.get(template[0])
+    if (entry is None or entry[7] is not batch_run
+            or client.gate is not None or server.refusing or client.multi is not None):
+        return None
+    started = perf_counter()
+    scanned = scan_run(client, template, data, max_count, max_bulk)
+    if scanned is None:
+        return None
+    out, count, consumed, lo, first_data = scanned
+    if out.__class__ is not bytes:  # the store raised: a run fails as a whole
+        out = _run_failed(client, [template] * count, entry[6], out)
+    return run_done(client, out, count, entry, started, (template, lo, first_data)), count, consumed
 
 
 def run_queued(client, queued: list) -> bytes:

@@ -320,6 +320,72 @@ except ImportError:
     fast_run_columns = None
 
 
+SCAN_MAX_COUNT = 1024  # (scan_fast_run's stack array of data places)
+SCAN_TEMPLATE_MAX = 1024  # (its stack buffer of the template's fixed words)
+
+
+def scan_fast_run_python(data: bytes, template: list, lo: int, max_count: int,
+                         max_bulk: int) -> tuple[int, tuple, int] | None:
+    """The longest prefix of the read ``data`` made of whole commands (at most
+    ``max_count``) that are, byte for byte, the 9-word ``template`` (``BATCH key
+    id seq subject data FAST flow gap``, a list of bytes) in canonical RESP
+    (``*9`` then ``$len`` and the word each), except the batch-seq, which must be
+    ``b"%d" % lo``, ``lo + 1``, ..., and the data, any bulk of at most
+    ``max_bulk`` bytes (its length canonical: 1-18 digits, no leading zero but
+    ``0``): ``(count, datas, consumed)``, at most SCAN_MAX_COUNT commands; None
+    when not even one command matches or it cannot tell (``lo`` outside
+    1-10**17, ``max_count`` < 1, a template that is not 9 bytes, or whose fixed
+    words with 24 bytes each take more than SCAN_TEMPLATE_MAX).
+    resp/_speedups.c ``scan_fast_run`` in C (no per-command list or seq
+    object).  O(bytes consumed)."""
+    if (not 1 <= lo <= 10 ** 17 or max_count < 1 or len(template) != 9
+            or any(word.__class__ is not bytes for word in template)
+            or sum(len(word) + 24 for i, word in enumerate(template) if i not in (3, 5)) > SCAN_TEMPLATE_MAX):
+        return None
+    max_count = min(max_count, SCAN_MAX_COUNT)
+    head = b"*9\r\n" + b"".join(b"$%d\r\n%s\r\n" % (len(word), word) for word in template[:3])
+    subject = b"$%d\r\n%s\r\n" % (len(template[4]), template[4])
+    tail = b"".join(b"$%d\r\n%s\r\n" % (len(word), word) for word in template[6:])
+    datas = []
+    pos = 0
+    seq = lo
+    while len(datas) < max_count and data.startswith(head, pos):
+        at = pos + len(head)
+        digits = b"%d" % seq
+        seq_bulk = b"$%d\r\n%s\r\n" % (len(digits), digits)
+        if not data.startswith(seq_bulk, at) or not data.startswith(subject, at + len(seq_bulk)):
+            break
+        at += len(seq_bulk) + len(subject)
+        crlf = data.find(b"\r\n", at + 1, at + 21)  # (a length of at most 18 digits)
+        length = data[at + 1:crlf]
+        if (data[at:at + 1] != b"$" or crlf < 0 or not length.isdigit() or len(length) > 18
+                or (length[0] == 0x30 and len(length) > 1) or int(length) > max_bulk):
+            break
+        start = crlf + 2
+        stop = start + int(length)
+        if data[stop:stop + 2] != b"\r\n" or not data.startswith(tail, stop + 2):
+            break
+        datas.append(data[start:stop])
+        pos = stop + 2 + len(tail)
+        seq += 1
+    if not datas:
+        return None
+    return len(datas), tuple(datas), pos
+
+
+# The read's scan in C (resp/_speedups.c), unless the extension is off or not built.
+# ``None`` turns the connection's fast-ingest read off (a switch for tests:
+# tests/test_fast_scan.py compares a server with it and one without).
+try:
+    if os.environ.get("TSTREAM_PURE_PYTHON", "") not in ("", "0"):
+        raise ImportError("TSTREAM_PURE_PYTHON is set")
+    from tstream.resp._speedups import scan_fast_run
+except ImportError:
+    scan_fast_run = scan_fast_run_python
+if os.environ.get("TSTREAM_NO_FAST_SCAN", "") not in ("", "0"):
+    scan_fast_run = None
+
+
 def consecutive(seqs: tuple, lo: int) -> bool:
     """Whether the batch-seqs ``seqs`` (bytes) are exactly ``lo``, ``lo + 1``, ...
     in decimal (no sign, no leading zero, nothing else).  O(len(seqs)): in C
@@ -384,16 +450,10 @@ def batch_run(client, argvs: list) -> bytes:
     Anything else runs command by command.  The checks and the columns: one
     C call (``fast_run_columns``), else ``run_columns_python``.  O(messages)."""
     server = client.server
-    first_argv = argvs[0]
-    _, key, batch_id, _, _, _, fast_word, flow_arg, gap_arg = first_argv  # (9 words: the table's run_words)
+    _, key, batch_id, _, _, _, fast_word, flow_arg, gap_arg = argvs[0]  # (9 words: the table's run_words)
     stream = server.streams.get(key)
-    ingest = stream._ingest if stream is not None else None
-    batch = ingest.batches.get(batch_id) if ingest is not None else None
-    count = len(argvs)
-    if (batch is None or batch.flow_arg != flow_arg or batch.gap_arg != gap_arg
-            # (stream.settings.allow_batched, inlined: no config of its own is the defaults, which allow it)
-            or (config := stream._config) is not None and not config.allow_batched
-            or fast_word != b"FAST" and fast_word.lower() != b"fast"):
+    batch = _open_batch(stream, batch_id, fast_word, flow_arg, gap_arg)
+    if batch is None:
         return _each(client, argvs)
     lo = batch.last + 1
     if fast_run_columns is None or (columns := fast_run_columns(argvs, lo)) is None:
@@ -401,6 +461,60 @@ def batch_run(client, argvs: list) -> bytes:
     if columns is False:
         return _each(client, argvs)
     subjects, datas = columns
+    return store_run(client, key, batch_id, stream, batch, lo, subjects, datas)
+
+
+def _open_batch(stream, batch_id: bytes, fast_word: bytes, flow_arg: bytes, gap_arg: bytes):
+    """The open fast batch ``batch_id`` of ``stream`` when a run of plain messages
+    spelled with ``fast_word``, ``flow_arg`` and ``gap_arg`` may go to it
+    whole (``store_run``), else None (the messages then run one by one)."""
+    ingest = stream._ingest if stream is not None else None
+    batch = ingest.batches.get(batch_id) if ingest is not None else None
+    if (batch is None or batch.flow_arg != flow_arg or batch.gap_arg != gap_arg
+            # (stream.settings.allow_batched, inlined: no config of its own is the defaults, which allow it)
+            or (config := stream._config) is not None and not config.allow_batched
+            or fast_word != b"FAST" and fast_word.lower() != b"fast"):
+        return None
+    return batch
+
+
+def scan_run(client, template: list, data: bytes, max_count: int, max_bulk: int) -> tuple | None:
+    """A read of plain fast messages run straight from its bytes (commands/dispatch.py
+    ``execute_scan``): when ``template`` (the 9-word BATCH ... FAST message the
+    client ran last) names a batch still open, the read's leading commands that
+    are that message again with the next batch-seqs (``scan_fast_run``, at most
+    ``max_count``, data of at most ``max_bulk`` bytes) are stored as
+    ``batch_run`` stores a run (``store_run``): ``(replies, count, bytes
+    consumed, the first batch-seq, the first data)``, the replies an Exception
+    if the store raised one (the dispatcher answers it as a failed run's).  None,
+    with nothing done, otherwise.  O(messages)."""
+    if scan_fast_run is None:  # (turned off: TSTREAM_NO_FAST_SCAN)
+        return None
+    server = client.server
+    _, key, batch_id, _, subject, _, fast_word, flow_arg, gap_arg = template
+    stream = server.streams.get(key)
+    batch = _open_batch(stream, batch_id, fast_word, flow_arg, gap_arg)
+    if (batch is None or server.fast.active.get((key, batch_id)) is not batch
+            or server.batches.by_id and server.batches.get(key, batch_id) is not None):
+        return None  # (untracked, or an atomic batch of that id: BATCH's own checks apply)
+    lo = batch.last + 1
+    scanned = scan_fast_run(data, template, lo, max_count, max_bulk)
+    if scanned is None:
+        return None
+    count, datas, consumed = scanned
+    try:
+        out = store_run(client, key, batch_id, stream, batch, lo, (subject,) * count, datas)
+    except Exception as exc:  # (a bug: the dispatcher's _run_failed answers it, as a run handler's)
+        out = exc
+    return out, count, consumed, lo, datas[0]
+
+
+def store_run(client, key: bytes, batch_id: bytes, stream, batch, lo: int, subjects: tuple, datas: tuple) -> bytes:
+    """Store a run of plain messages of the open ``batch`` (batch-seqs ``lo``, ``lo
+    + 1``, ..., checked), log them as one record and reply (``batch_run`` and
+    ``scan_run``).  O(messages)."""
+    server = client.server
+    count = len(datas)
     first = stream.first
     start = stream.next_offset
     try:

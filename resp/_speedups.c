@@ -1838,6 +1838,204 @@ encode_integer_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* ---- scan_fast_run: fscan17's addition (server/connection.py's fast-ingest read), separate from the parser ----
+
+   scan_fast_run(data, template, lo, max_count, max_bulk) -> (count, datas, consumed) or None.
+
+   The longest prefix of the bytes ``data`` made of whole RESP commands (at most
+   ``max_count``, and at most SCAN_MAX_COUNT) that are, byte for byte, the 9-word
+   command ``template`` (a list of bytes: ``BATCH key id seq subject data FAST
+   flow gap``) in its canonical RESP spelling (``*9\r\n`` then ``$len\r\nword\r\n``
+   each), except the batch-seq, which must be b"%d" % lo, b"%d" % (lo + 1), ...
+   (no sign, no leading zero), and the data, any bulk of at most ``max_bulk``
+   bytes (its length canonical: no sign, no leading zero, at most 18 digits).
+   ``count`` commands matched, ``datas`` their data (a tuple of bytes),
+   ``consumed`` the bytes they take.  None when not even the first command
+   matches, or when it cannot tell (``lo`` under 1 or past 10**17,
+   ``max_count`` under 1, a template that is not a 9-word list of bytes, or
+   whose fixed words take more than SCAN_TEMPLATE_MAX bytes in RESP).
+   commands/ingest.py's scan_fast_run_python is the same in Python.
+
+   No per-command list or batch-seq object: the template's fixed words are
+   spelled once into three pieces (``*9`` and the name, key and id; the
+   subject; FAST, flow and gap), then one pass of compares over the read (no
+   allocation, so no Python code runs and the template cannot change under
+   it) notes where each data is, and the datas tuple and its bytes are made
+   from those places: on a MemoryError NULL is returned, nothing kept; the GIL
+   held throughout. */
+
+#define SCAN_MAX_COUNT 1024     /* commands one call takes at most (a stack array of their data) */
+#define SCAN_TEMPLATE_MAX 1024  /* the fixed words' RESP, at most */
+
+/* "$<n>\r\n<text>\r\n" at out; past it. */
+static inline char *
+write_bulk(char *out, const char *text, Py_ssize_t n)
+{
+    *out++ = '$';
+    out = write_decimal(out, (long long)n);
+    *out++ = '\r';
+    *out++ = '\n';
+    memcpy(out, text, (size_t)n);
+    out += n;
+    *out++ = '\r';
+    *out++ = '\n';
+    return out;
+}
+
+/* A canonical bulk header "$<len>\r\n" at p (len: 1-18 digits, no leading
+   zero but "0"), len <= max_bulk and the bulk and its CRLF inside the read:
+   past the header with *length set, else NULL. */
+static inline const char *
+scan_data_header(const char *p, const char *end, long long max_bulk, Py_ssize_t *length)
+{
+    if (p >= end || *p != '$')
+        return NULL;
+    p++;
+    const char *digits = p;
+    long long value = 0;
+    while (p < end && (unsigned)(*p - '0') <= 9 && p - digits < 19) {
+        value = value * 10 + (*p - '0');
+        p++;
+    }
+    Py_ssize_t n = p - digits;
+    if (n == 0 || n > 18 || (n > 1 && *digits == '0'))
+        return NULL;
+    if (end - p < 2 || p[0] != '\r' || p[1] != '\n')
+        return NULL;
+    p += 2;
+    if (value > max_bulk || value + 2 > end - p || p[value] != '\r' || p[value + 1] != '\n')
+        return NULL;
+    *length = (Py_ssize_t)value;
+    return p;
+}
+
+static PyObject *
+scan_fast_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 5 || !PyBytes_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "scan_fast_run(data: bytes, template: list, lo: int, max_count: int, max_bulk: int)");
+        return NULL;
+    }
+    PyObject *data = args[0], *template = args[1];
+    int overflow = 0;
+    long long lo = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+    if (lo == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow || lo < 1 || lo > DECIMAL_RUN_MAX_LO)
+        Py_RETURN_NONE;
+    Py_ssize_t max_count = PyLong_AsSsize_t(args[3]);
+    if (max_count == -1 && PyErr_Occurred())
+        return NULL;
+    long long max_bulk = PyLong_AsLongLongAndOverflow(args[4], &overflow);
+    if (max_bulk == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow)
+        max_bulk = overflow > 0 ? LLONG_MAX : -1;
+    if (max_count < 1 || PyList_GET_SIZE(template) != 9)
+        Py_RETURN_NONE;
+    if (max_count > SCAN_MAX_COUNT)
+        max_count = SCAN_MAX_COUNT;
+    PyObject *const *word = ((PyListObject *)template)->ob_item;
+    Py_ssize_t fixed = 0;
+    for (int w = 0; w < 9; w++) {
+        if (!PyBytes_CheckExact(word[w]))
+            Py_RETURN_NONE;
+        if (w != 3 && w != 5)
+            fixed += PyBytes_GET_SIZE(word[w]) + 24;  /* (a header and CRLF: at most 24 bytes) */
+    }
+    if (fixed > SCAN_TEMPLATE_MAX)
+        Py_RETURN_NONE;
+    /* The fixed words in RESP: ``before`` (*9, name, key, id, the batch-seq, the
+       subject: one compare a command) and ``tail`` (FAST, flow, gap).  The
+       batch-seq's digits are right-aligned in digits[] (as decimal_run) and
+       copied into ``before`` as it counts up; ``before`` is spelled again from
+       the seq on when their width grows. */
+    char before[SCAN_TEMPLATE_MAX + 40], tail[SCAN_TEMPLATE_MAX];
+    char *w = WRITE_LITERAL(before, "*9\r\n");
+    for (int i = 0; i < 3; i++)
+        w = write_bulk(w, PyBytes_AS_STRING(word[i]), PyBytes_GET_SIZE(word[i]));
+    char *seq_at = w;
+    char digits[24];
+    char *digits_end = digits + sizeof(digits);
+    char *start = digits_end;
+    long long v = lo;
+    do {
+        *--start = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    const char *subject = PyBytes_AS_STRING(word[4]);
+    Py_ssize_t subject_size = PyBytes_GET_SIZE(word[4]);
+    w = write_bulk(seq_at, start, digits_end - start);
+    char *seq_digits_end = w - 2;
+    Py_ssize_t before_size = write_bulk(w, subject, subject_size) - before;
+    w = tail;
+    for (int i = 6; i < 9; i++)
+        w = write_bulk(w, PyBytes_AS_STRING(word[i]), PyBytes_GET_SIZE(word[i]));
+    Py_ssize_t tail_size = w - tail;
+    Py_ssize_t data_at[SCAN_MAX_COUNT], data_size[SCAN_MAX_COUNT];
+    const char *begin = PyBytes_AS_STRING(data);
+    const char *end = begin + PyBytes_GET_SIZE(data);
+    const char *p = begin;
+    Py_ssize_t count = 0;
+    while (count < max_count) {
+        const char *q = p;
+        if (end - q < before_size || memcmp(q, before, (size_t)before_size) != 0)
+            break;
+        Py_ssize_t length;
+        q = scan_data_header(q + before_size, end, max_bulk, &length);
+        if (q == NULL)
+            break;
+        data_at[count] = q - begin;
+        data_size[count] = length;
+        q += length + 2;
+        if (end - q < tail_size || memcmp(q, tail, (size_t)tail_size) != 0)
+            break;
+        p = q + tail_size;
+        count++;
+        char *digit = digits_end - 1;  /* the next batch-seq: + 1 with its carry */
+        while (digit >= start && *digit == '9')
+            *digit-- = '0';
+        if (digit >= start) {
+            (*digit)++;
+            memcpy(seq_digits_end - (digits_end - start), start, (size_t)(digits_end - start));
+        }
+        else {
+            *--start = '1';  /* (at most 18 digits: lo + count < 10**18) */
+            w = write_bulk(seq_at, start, digits_end - start);
+            seq_digits_end = w - 2;
+            before_size = write_bulk(w, subject, subject_size) - before;
+        }
+    }
+    if (count == 0)
+        Py_RETURN_NONE;
+    PyObject *datas = PyTuple_New(count);
+    if (datas == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PyBytes_FromStringAndSize(begin + data_at[i], data_size[i]);
+        if (item == NULL) {
+            Py_DECREF(datas);  /* (the slots not filled yet are NULL: tupledealloc skips them) */
+            return NULL;
+        }
+        PyTuple_SET_ITEM(datas, i, item);
+    }
+    PyObject *result = PyTuple_New(3);
+    PyObject *count_object = result != NULL ? PyLong_FromSsize_t(count) : NULL;
+    PyObject *consumed_object = count_object != NULL ? PyLong_FromSsize_t(p - begin) : NULL;
+    if (consumed_object == NULL) {
+        Py_XDECREF(count_object);
+        Py_XDECREF(result);
+        Py_DECREF(datas);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, count_object);
+    PyTuple_SET_ITEM(result, 1, datas);
+    PyTuple_SET_ITEM(result, 2, consumed_object);
+    return result;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"parse_many", (PyCFunction)(void (*)(void))parse_many, METH_FASTCALL,
      "parse_many(data, max_bulk) -> list of commands (lists of bytes) when data is whole\n"
@@ -1878,6 +2076,10 @@ static PyMethodDef speedups_methods[] = {
     {"encode_entries", (PyCFunction)(void (*)(void))encode_entries, METH_FASTCALL,
      "encode_entries(entries, resp3) -> TREAD's reply: the entries [offset, tag, data] (or None)\n"
      "as RESP (resp/encode.py's encode_entries_python, in C)."},
+    {"scan_fast_run", (PyCFunction)(void (*)(void))scan_fast_run, METH_FASTCALL,
+     "scan_fast_run(data, template, lo, max_count, max_bulk) -> (count, datas, consumed): the read's\n"
+     "leading commands that are the 9-word BATCH ... FAST template with batch-seqs lo, lo + 1, ...\n"
+     "and any data; None if not even one (commands/ingest.py's scan_fast_run_python, in C)."},
     {NULL, NULL, 0, NULL},
 };
 
