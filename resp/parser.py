@@ -155,6 +155,11 @@ class RequestParser:
         self._slow.max_bulk = value
         self._max_bulk = value
 
+    def holds_input(self) -> bool:
+        """Whether bytes or commands of earlier reads wait here (a read is then not
+        the start of the client's input: ``read_first``'s test)."""
+        return bool(self._fresh or self._slow_mode or self._ready or self._error is not None)
+
     def feed(self, data: bytes) -> None:
         """Add bytes received from the client."""
         if self._slow_mode:

@@ -215,11 +215,9 @@ class ClientConnection(asyncio.Protocol):
         that does not apply (the read then goes the usual way whole)."""
         parser = self.parser
         if (self._queue_at < len(self._queue) or self._parsed or self._backlog_paused
-                # (nothing from earlier reads in the parser: read_first's own test)
-                or parser._fresh or parser._slow_mode or parser._ready or parser._error is not None
-                or self.server.turn_end.over(TURN_TOTAL_NS)):
+                or parser.holds_input() or self.server.turn_end.over(TURN_TOTAL_NS)):
             return False
-        scanned = execute_scan(self, template, data, WINDOW, parser._max_bulk)  # (read_first's limit)
+        scanned = execute_scan(self, template, data, WINDOW, parser.max_bulk)  # (read_first's limit)
         if scanned is None:
             return False
         out, count, consumed = scanned
