@@ -95,6 +95,16 @@ class Shapes:
             feed(data)
             turn_end()
 
+    def set_msgid_window(self, window_ms: int) -> None:
+        """The twrite and msgid shapes' streams made (a read each) and the msgid
+        stream's duplicate window set to ``window_ms`` (bench/msgid_cost.py and
+        msgid_perf.py compare those two shapes)."""
+        for shape in ("twrite", "msgid"):
+            self.run(shape, self.reads(shape, 1))
+        self.clients["msgid"].data_received(self.request(b"TCONFIG", b"cost:msgid", b"SET",
+                                                         b"duplicate_window_ms", b"%d" % window_ms))
+        self.server.turn_end.run()
+
 
     def parse(self, reads: list[bytes]) -> None:
         """Only the parse of each read (``RequestParser.read_many``)."""

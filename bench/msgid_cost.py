@@ -59,11 +59,7 @@ def one_run(prefill: int, rounds: int, reads: int, window_ms: int = 86_400_000) 
     async def main() -> None:
         with tempfile.TemporaryDirectory(prefix="msgid-cost-") as directory:
             shapes = ingest_cost.Shapes(directory)
-            for shape in ("twrite", "msgid"):
-                shapes.run(shape, shapes.reads(shape, 1))
-            shapes.clients["msgid"].data_received(shapes.request(b"TCONFIG", b"cost:msgid", b"SET",
-                                                                 b"duplicate_window_ms", b"%d" % window_ms))
-            shapes.server.turn_end.run()
+            shapes.set_msgid_window(window_ms)
             for shape in ("twrite", "msgid"):
                 for done in range(0, prefill, per * 256):
                     shapes.run(shape, shapes.reads(shape, max(1, min(256, (prefill - done) // per))))

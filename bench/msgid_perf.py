@@ -38,27 +38,12 @@ import sys
 import time
 
 from common import Client, encode, loadavg, servers, sigterm_as_exit
+from fast_ingest import _pipelined as pipelined  # (two windows of 64 in flight, as the MSGID slices)
 
 SUBJECT = b"orders.created"
 PAYLOAD = b"x" * 100
-WINDOW = 64
-OUTSTANDING = 2
 RATE = 4999
 SERVER_OPTIONS = ["--appendonly", "yes", "--appendfsync", "no", "--auto-aof-rewrite-percentage", "0"]
-
-
-def pipelined(c: Client, msgs: list[bytes]) -> None:
-    """fast_ingest's ``_pipelined``: two windows of 64 in flight."""
-    n = len(msgs)
-    sent = 0
-    inflight: list[int] = []
-    while sent < n or inflight:
-        while sent < n and len(inflight) < OUTSTANDING:
-            end = min(n, sent + WINDOW)
-            c.send(b"".join(msgs[sent:end]))
-            inflight.append(end - sent)
-            sent = end
-        c.read_replies(inflight.pop(0))
 
 
 def server_cpu(pid: int) -> float:
@@ -144,11 +129,7 @@ def in_process(args) -> None:
     async def main() -> None:
         with tempfile.TemporaryDirectory(prefix="msgid17-") as directory:
             shapes = ingest_cost.Shapes(directory)
-            for shape in ("twrite", "msgid"):
-                shapes.run(shape, shapes.reads(shape, 1))
-            shapes.clients["msgid"].data_received(shapes.request(b"TCONFIG", b"cost:msgid", b"SET",
-                                                                 b"duplicate_window_ms", b"86400000"))
-            shapes.server.turn_end.run()
+            shapes.set_msgid_window(86_400_000)
             for shape in ("twrite", "msgid"):
                 for done in range(0, args.prefill, ingest_cost.PER_READ * 256):
                     shapes.run(shape, shapes.reads(shape, max(1, min(256, (args.prefill - done) // ingest_cost.PER_READ))))

@@ -867,6 +867,8 @@ encode_stream_id_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 #define DECIMAL_RUN_MAX_LO 100000000000000000LL  /* 10**17: lo + len(seqs) stays under 10**18 */
 
+static char *entries_decimal(long long v, char *end);  /* (below: encode_entries' decimal writer) */
+
 static PyObject *
 decimal_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -890,12 +892,7 @@ decimal_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     /* The expected seq's digits, right-aligned in digits[]: digits + start .. end. */
     char digits[24];
     char *end = digits + sizeof(digits);
-    char *start = end;
-    long long v = lo;
-    do {
-        *--start = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
+    char *start = entries_decimal(lo, end);
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *seq = PyTuple_GET_ITEM(seqs, i);
         if (!PyBytes_CheckExact(seq))
@@ -1663,12 +1660,7 @@ fast_run_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     /* The expected seq's digits, right-aligned in digits[] (as decimal_run). */
     char digits[24];
     char *end = digits + sizeof(digits);
-    char *start = end;
-    long long v = lo;
-    do {
-        *--start = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
+    char *start = entries_decimal(lo, end);
     /* First pass: the checks (no allocation, so no Python code runs and the lists
        cannot change under it: everything compared is exact bytes). */
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -1959,12 +1951,7 @@ scan_fast_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     char *seq_at = w;
     char digits[24];
     char *digits_end = digits + sizeof(digits);
-    char *start = digits_end;
-    long long v = lo;
-    do {
-        *--start = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
+    char *start = entries_decimal(lo, digits_end);
     const char *subject = PyBytes_AS_STRING(word[4]);
     Py_ssize_t subject_size = PyBytes_GET_SIZE(word[4]);
     w = write_bulk(seq_at, start, digits_end - start);

@@ -203,6 +203,32 @@ class TestErrors:
         assert len(entries(c, "s")) == 3
 
 
+def _burn_cpu(ns: int) -> None:
+    """Spend ``ns`` of this thread's CPU time."""
+    end = time.thread_time_ns() + ns
+    while time.thread_time_ns() < end:
+        pass
+
+
+def _embedded_server(tmp_path, aof: str | None):
+    """A Server (no listener) in ``tmp_path``, its AOF on with ``appendfsync aof``
+    (loaded) unless ``aof`` is None: for the turn measures' tests."""
+    from tstream.server.app import Server
+    from tstream.server.config import Config
+
+    config = Config()
+    config.set("save", "")
+    config.set("dir", str(tmp_path))
+    if aof is not None:
+        config.set("appendonly", "yes")
+        config.set("appendfsync", aof)
+    server = Server(config)
+    if aof is not None:
+        server.persistence.load()
+        assert server.persistence.file is not None and server.persistence.file.fsync_policy == aof
+    return server
+
+
 class TestFlow:
     def test_flow_is_never_above_the_clients(self, r):
         fast(r, "s", "b", 1, "a", "1", 5)
@@ -298,25 +324,9 @@ class TestFlow:
         import asyncio
 
         from tstream.commands.ingest import _measures
-        from tstream.server.app import Server
-        from tstream.server.config import Config
-
-        def burn(ns: int) -> None:
-            end = time.thread_time_ns() + ns
-            while time.thread_time_ns() < end:
-                pass
 
         async def main() -> None:
-            config = Config()
-            config.set("save", "")
-            config.set("dir", str(tmp_path))
-            if aof is not None:
-                config.set("appendonly", "yes")
-                config.set("appendfsync", aof)
-            server = Server(config)
-            if aof is not None:
-                server.persistence.load()
-                assert server.persistence.file is not None and server.persistence.file.fsync_policy == aof
+            server = _embedded_server(tmp_path, aof)
             turn_end = server.turn_end
             turn_end.schedule()
             turn_end.run()
@@ -334,7 +344,7 @@ class TestFlow:
             assert batch.adjust(*_measures(server)) == 1000  # not halved (at the flow already)
             for _ in range(12):  # turns of 20 ms of CPU
                 turn_end.schedule()
-                burn(20_000_000)
+                _burn_cpu(20_000_000)
                 turn_end.run()
             assert turn_end.busy_cpu_ns > 10_000_000
             assert batch.adjust(*_measures(server)) == 500  # halved
@@ -348,30 +358,17 @@ class TestFlow:
         would make a busy turn read as free: that turn is left out of the average."""
         import asyncio
 
-        from tstream.server.app import Server
-        from tstream.server.config import Config
         from tstream.server.turns import COMMIT_WALL_BOUND
 
-        def burn(ns: int) -> None:
-            end = time.thread_time_ns() + ns
-            while time.thread_time_ns() < end:
-                pass
-
         async def main() -> None:
-            config = Config()
-            config.set("save", "")
-            config.set("dir", str(tmp_path))
-            config.set("appendonly", "yes")
-            config.set("appendfsync", "no")
-            server = Server(config)
-            server.persistence.load()
+            server = _embedded_server(tmp_path, "no")
             turn_end = server.turn_end
             batch = FastBatch(b"k", b"b", Ingest())
             batch.set_mode(1000, False, b"1000", b"ok")
             server.fast.track(batch)
             for _ in range(12):  # busy turns, quick commits: measured
                 turn_end.schedule()
-                burn(5_000_000)
+                _burn_cpu(5_000_000)
                 turn_end.run()
             measured = turn_end.busy_cpu_ns
             assert measured > 3_000_000
@@ -383,7 +380,7 @@ class TestFlow:
             server.persistence.commit_turn = slow_commit
             for _ in range(12):  # busy turns whose commit waited 10 ms: left out, not read as 0
                 turn_end.schedule()
-                burn(5_000_000)
+                _burn_cpu(5_000_000)
                 turn_end.run()
             assert turn_end.busy_cpu_ns == measured
             server.fast.ended(batch)

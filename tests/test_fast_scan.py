@@ -11,7 +11,6 @@ import asyncio
 import logging
 import random
 import socket
-import subprocess
 import sys
 import time
 
@@ -22,7 +21,6 @@ from tstream.commands import ingest
 from tstream.resp import RequestParser
 
 from .c_extensions import memory_error_count, needs_c
-from .conftest import ROOT
 from .test_faults import FaultyServer
 
 try:
@@ -380,14 +378,7 @@ class LoggingFaultServer(FaultyServer):
     """A server whose ``nth`` AOF record handed over (server.persist.Persistence.log)
     raises MemoryError once: the commit's ``writes.lost`` (started through this module)."""
 
-    def start(self, *extra: str, wait: bool = True) -> "LoggingFaultServer":
-        command = [sys.executable, "-m", "tests.test_fast_scan", self.spec, "--port", str(self.port),
-                   "--dir", str(self.dir), *self.args, *extra]
-        self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(command, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
-        if wait:
-            self.wait_ready()
-        return self
+    LAUNCHER = "tests.test_fast_scan"
 
 
 def test_the_slow_log_and_client_list_see_a_run_read_from_its_bytes(make_server, tmp_path, monkeypatch):

@@ -147,12 +147,14 @@ def _inject_memory_error(spec: str) -> None:
 class FaultyServer(ServerProcess):
     """A ServerProcess started through the launcher, with one fault armed."""
 
+    LAUNCHER = "tests.test_faults"  # (the module whose __main__ arms the fault and runs the server)
+
     def __init__(self, directory: Path, spec: str, *args: str) -> None:
         super().__init__(directory, *args)
         self.spec = spec
 
     def start(self, *extra: str, wait: bool = True) -> "FaultyServer":
-        command = [sys.executable, "-m", "tests.test_faults", self.spec, "--port", str(self.port),
+        command = [sys.executable, "-m", self.LAUNCHER, self.spec, "--port", str(self.port),
                    "--dir", str(self.dir), *self.args, *extra]
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(command, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
