@@ -229,6 +229,7 @@ def execute_scan(client, template: list, data: bytes, max_count: int, max_bulk: 
     scanned = scan_run(client, template, data, max_count, max_bulk)
     if scanned is None:
         return None
+    server.stats.fast_scanned += 1
     out, count, consumed, lo, first_data = scanned
     if out.__class__ is not bytes:  # the store raised: a run fails as a whole
         out = _run_failed(client, [template] * count, entry[6], out)

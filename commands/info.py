@@ -92,6 +92,7 @@ def _stats(server) -> dict:
         # JetStream fast-ingest batches (engine/ingest.py)
         "fast_batches_in_flight": len(server.fast),
         "fast_batch_abandoned_timeout": server.fast.abandoned,
+        "fast_ingest_scanned_reads": stats.fast_scanned,
     }
 
 

@@ -357,8 +357,10 @@ def scan_fast_run_python(data: bytes, template: list, lo: int, max_count: int,
             break
         at += len(seq_bulk) + len(subject)
         crlf = data.find(b"\r\n", at + 1, at + 21)  # (a length of at most 18 digits)
+        if crlf < 0:
+            break
         length = data[at + 1:crlf]
-        if (data[at:at + 1] != b"$" or crlf < 0 or not length.isdigit() or len(length) > 18
+        if (data[at:at + 1] != b"$" or not length.isdigit() or len(length) > 18
                 or (length[0] == 0x30 and len(length) > 1) or int(length) > max_bulk):
             break
         start = crlf + 2
@@ -527,7 +529,10 @@ def store_run(client, key: bytes, batch_id: bytes, stream, batch, lo: int, subje
             server.writes.ingested(key, stream, first, start, subjects[:stored], datas[:stored], batch_id,
                                    batch.stored, False, [])
         error = encode_error(out_of_memory(0, 1, 0).message)
-        return OK_BYTES * stored + error * (count - stored)
+        refused = count - stored  # (counted as failed commands, as one BATCH's error is by the dispatcher)
+        server.dispatch[b"batch"][6].failed += refused
+        server.stats.errors += refused
+        return OK_BYTES * stored + error * refused
     hi = lo + count  # past the last batch-seq of the run
     batch.last = batch.stored = hi - 1
     batch.last_offset = offset + count - 1

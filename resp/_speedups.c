@@ -1885,13 +1885,13 @@ scan_data_header(const char *p, const char *end, long long max_bulk, Py_ssize_t 
     p++;
     const char *digits = p;
     long long value = 0;
-    while (p < end && (unsigned)(*p - '0') <= 9 && p - digits < 19) {
+    while (p < end && (unsigned)(*p - '0') <= 9 && p - digits < 18) {  /* (18 digits: no overflow) */
         value = value * 10 + (*p - '0');
         p++;
     }
     Py_ssize_t n = p - digits;
-    if (n == 0 || n > 18 || (n > 1 && *digits == '0'))
-        return NULL;
+    if (n == 0 || (p < end && (unsigned)(*p - '0') <= 9) || (n > 1 && *digits == '0'))
+        return NULL;  /* (none, a 19th digit, or a leading zero) */
     if (end - p < 2 || p[0] != '\r' || p[1] != '\n')
         return NULL;
     p += 2;

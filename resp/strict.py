@@ -62,6 +62,10 @@ class StrictRequestParser:
         """See RequestParser.read_first: never taken here (every read is fed)."""
         return None
 
+    def holds_input(self) -> bool:
+        """See RequestParser.holds_input: always (no read is taken whole here)."""
+        return True
+
     def read_many(self, data: bytes) -> None:
         """See RequestParser.read_many: never taken here (every read is fed)."""
         self.feed(data)

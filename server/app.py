@@ -54,6 +54,7 @@ class Stats:
         self.evicted = 0
         self.hits = 0
         self.misses = 0
+        self.fast_scanned = 0  # reads of fast-ingest messages run straight from their bytes (execute_scan)
 
     def sample(self, now: float) -> None:
         """Keep a second of (time, commands) samples for instantaneous_ops_per_sec."""

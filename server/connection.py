@@ -171,7 +171,10 @@ class ClientConnection(asyncio.Protocol):
             # waiting for its next turn, see _run_many.  A read over 64 KiB takes the
             # usual path, so that the query buffer limit sees it as before.)
             last = self.last_argv
-            if last is not None and len(last) == 9 and self._read_fast_ingest(data, last):
+            # (a gate -- not authenticated, an ACL user with limits, a connection mode --
+            # checks each command: no scan; the strict parser of an unauthenticated
+            # client is never asked)
+            if last is not None and len(last) == 9 and self.gate is None and self._read_fast_ingest(data, last):
                 return  # (a publisher's read of BATCH ... FAST messages, run from its bytes)
             argv = self.parser.read_first(data) if size <= 65536 else None
             if argv.__class__ is list:

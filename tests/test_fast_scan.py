@@ -290,6 +290,21 @@ def command_calls(server) -> dict:
         c.close()
 
 
+def scanned_reads(server, password: str | None = None) -> int:
+    """INFO's count of reads run straight from their bytes."""
+    c = server.client(password=password or server_password(server))
+    try:
+        return int(c.info("stats")["fast_ingest_scanned_reads"])
+    finally:
+        c.close()
+
+
+def server_password(server) -> str | None:
+    """The ``--requirepass`` the test server was started with, if any."""
+    args = list(server.args)
+    return args[args.index("--requirepass") + 1] if "--requirepass" in args else None
+
+
 def converse(server, chunks: list, rng_seed: int, protocol: int, count: int) -> bytes:
     sock = socket.create_connection(("127.0.0.1", server.port))
     try:
@@ -322,11 +337,57 @@ def test_random_streams_give_the_same_replies_data_and_aof(make_server, tmp_path
     assert contents == stream_contents(off) and contents
     calls = command_calls(on)
     assert calls == command_calls(off) and calls["cmdstat_batch"] > 200
+    assert scanned_reads(on) > 0 and scanned_reads(off) == 0  # (the path was taken, and only where on)
     on.stop()
     off.stop()
     on.start()
     off.start()
     assert stream_contents(on) == stream_contents(off) == contents
+
+
+def test_clients_with_a_gate_take_the_usual_path(make_server, tmp_path, monkeypatch):
+    """A client not authenticated yet (its strict parser), or an ACL user with
+    limits, has each command checked by its gate: no read is run from its bytes.
+    The unauthenticated client's 9-word BATCH and what follows get NOAUTH on an
+    open connection; once authenticated, the default user's reads are scanned;
+    a limited user's get the same replies without a scan."""
+    on, off = make_pair(make_server, tmp_path, monkeypatch, "--requirepass", "pw")
+    for server in (on, off):
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(message(b"k", b"b", 1, b"s", b"v"))
+        assert replies_of(sock, 1).startswith(b"-NOAUTH")
+        sock.sendall(message(b"k", b"b", 2, b"s", b"v") * 2 + resp(b"PING"))
+        assert replies_of(sock, 3).count(b"-NOAUTH") == 3  # (answered, not dropped)
+        sock.sendall(resp(b"AUTH", b"pw"))
+        assert replies_of(sock, 1) == b"+OK\r\n"
+        sock.sendall(message(b"k", b"b", 1, b"s", b"v"))
+        replies_of(sock, 1)
+        sock.sendall(b"".join(message(b"k", b"b", seq, b"s", b"v%d" % seq) for seq in range(2, 40)))
+        replies_of(sock, 38)
+        sock.sendall(resp(b"ACL", b"SETUSER", b"limited", b"on", b">pw2", b"~*", b"+@all", b"-xadd"))
+        assert replies_of(sock, 1) == b"+OK\r\n"
+        sock.close()
+        before_limited = scanned_reads(server)
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(resp(b"AUTH", b"limited", b"pw2"))
+        assert replies_of(sock, 1) == b"+OK\r\n"
+        sock.sendall(message(b"k", b"c", 1, b"s", b"w"))
+        replies_of(sock, 1)
+        sock.sendall(b"".join(message(b"k", b"c", seq, b"s", b"w%d" % seq) for seq in range(2, 40)))
+        replies_of(sock, 38)
+        sock.close()
+        assert scanned_reads(server) == before_limited  # (the limited user's reads: none scanned)
+    assert scanned_reads(on) > 0 and scanned_reads(off) == 0
+    assert stream_contents_auth(on) == stream_contents_auth(off)
+    assert len(stream_contents_auth(on)[b"k"]) == 78
+
+
+def stream_contents_auth(server) -> dict:
+    c = server.client(password="pw")
+    try:
+        return {key: c.execute_command("TREAD", key, 1, 1_000_000) for key in sorted(c.keys())}
+    finally:
+        c.close()
 
 
 def test_a_read_of_more_than_a_window(make_server, tmp_path, monkeypatch):
@@ -346,6 +407,7 @@ def test_a_read_of_more_than_a_window(make_server, tmp_path, monkeypatch):
         sock.close()
     calls = command_calls(on)
     assert calls == command_calls(off) and calls["cmdstat_batch"] == 1399
+    assert scanned_reads(on) > 0 and scanned_reads(off) == 0
     contents = stream_contents(on)
     assert contents == stream_contents(off) and len(contents[b"k"]) == 1399
 
