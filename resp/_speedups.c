@@ -1846,7 +1846,7 @@ encode_integer_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
    matches, or when it cannot tell (``lo`` under 1 or past 10**17,
    ``max_count`` under 1, a template that is not a 9-word list of bytes, or
    whose fixed words take more than SCAN_TEMPLATE_MAX bytes in RESP).
-   commands/ingest.py's scan_fast_run_python is the same in Python.
+   resp/scan.py's scan_fast_run_python is the same in Python.
 
    No per-command list or batch-seq object: the template's fixed words are
    spelled once into three pieces (``*9`` and the name, key and id; the
@@ -2066,7 +2066,7 @@ static PyMethodDef speedups_methods[] = {
     {"scan_fast_run", (PyCFunction)(void (*)(void))scan_fast_run, METH_FASTCALL,
      "scan_fast_run(data, template, lo, max_count, max_bulk) -> (count, datas, consumed): the read's\n"
      "leading commands that are the 9-word BATCH ... FAST template with batch-seqs lo, lo + 1, ...\n"
-     "and any data; None if not even one (commands/ingest.py's scan_fast_run_python, in C)."},
+     "and any data; None if not even one (resp/scan.py's scan_fast_run_python, in C)."},
     {NULL, NULL, 0, NULL},
 };
 

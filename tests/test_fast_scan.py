@@ -19,6 +19,7 @@ import pytest
 
 from tstream.commands import ingest
 from tstream.resp import RequestParser
+from tstream.resp.scan import scan_fast_run_python
 
 from .c_extensions import memory_error_count, needs_c
 from .test_faults import FaultyServer
@@ -27,10 +28,10 @@ try:
     from tstream.resp._speedups import scan_fast_run as c_scan_fast_run
 except ImportError:
     c_scan_fast_run = None
-if ingest.scan_fast_run is ingest.scan_fast_run_python:  # (the extension turned off: TSTREAM_PURE_PYTHON)
+if ingest.scan_fast_run is scan_fast_run_python:  # (the extension turned off: TSTREAM_PURE_PYTHON)
     c_scan_fast_run = None
 
-scan_python = ingest.scan_fast_run_python
+scan_python = scan_fast_run_python
 
 
 def resp(*words) -> bytes:
