@@ -13,7 +13,8 @@
 
    - ``chunks``: the ids in the order entered, each an ``Entry`` header of 16 bytes
      (offset, 32-bit hash, length with a live bit) followed by its bytes (padded to
-     8), in blocks of 64 KiB.
+     8), in blocks of 64 KiB (the first from PyMem_Malloc, the others mappings
+     of their own: chunk_alloc).
      An entry is named by its position (``pos``, which only grows): block
      ``pos >> 16`` (counted from ``first_chunk``), byte ``pos & 0xffff``.  An entry
      never straddles two blocks: one that does not fit in the rest of a block
@@ -74,6 +75,7 @@ typedef struct {
 typedef struct {
     unsigned char *data;
     size_t size;          /* CHUNK, or more: one entry longer than CHUNK */
+    size_t mapped;        /* the length of its mapping (0: from PyMem_Malloc; see chunk_alloc) */
 } Chunk;
 
 typedef struct {
@@ -117,7 +119,8 @@ typedef struct {
 #define RECORD(w, i) (&(w)->records[((w)->first + (i)) & (w)->records_mask])
 #define MIN_SLOTS 64
 #define CLAIM_AHEAD 16  /* ids hashed and their slots prefetched ahead of the probe (claim) */
-#define DROP_AHEAD 16   /* entries whose slots are prefetched ahead of their deletion (drop_entries) */
+#define DROP_AHEAD 16
+#define REHASH_AHEAD 32  /* old slots whose new place is prefetched ahead of their move (reserve_slots) */   /* entries whose slots are prefetched ahead of their deletion (drop_entries) */
 #if defined(__GNUC__) || defined(__clang__)
 /* Into the L1 cache (prefetcht0): the probe reads the slot a few ids later.  Locality 1
    (prefetcht2: into L2 only) left each probe an L2 access more; with locality 3 a claim
@@ -247,6 +250,47 @@ table_free(void *table, size_t mapped)
     PyMem_Free(table);
 }
 
+/* ``size`` bytes for a block of entries.  A window's first block comes from
+   PyMem_Malloc, as a small window's only block: its pages are made as ids are
+   written.  Each later one (a window that grows past a block: ~2,000 ids) is its
+   own anonymous mapping with its pages made at once (MADV_POPULATE_WRITE), and
+   PyMem_Malloc's where that fails (``*mapped`` 0).  A growing window wrote each new
+   block's pages one page fault at a time (16 a block: one every 128 ids), and its
+   blocks between the stream's columns on the heap made their reallocs move to fresh
+   pages, faulting again: a MSGID writer took 5.7x a TWRITE writer's page faults, now
+   1.8x (bench/RESULTS-fast-ingest.md, round 18).  NULL: no memory (none set). */
+static unsigned char *
+chunk_alloc(size_t size, size_t *mapped, int first)
+{
+    *mapped = 0;
+#if defined(__linux__) && defined(MAP_ANONYMOUS)
+    if (!first && !mappings_fail) {
+        unsigned char *data = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (data != MAP_FAILED) {
+#if defined(MADV_POPULATE_WRITE)
+            /* (a hint: where the kernel lacks it, the pages come at first write) */
+            madvise(data, size, MADV_POPULATE_WRITE);
+#endif
+            *mapped = size;
+            return data;
+        }
+    }
+#endif
+    return PyMem_Malloc(size);
+}
+
+static void
+chunk_free(unsigned char *data, size_t mapped)
+{
+#if defined(__linux__) && defined(MAP_ANONYMOUS)
+    if (mapped) {
+        munmap(data, mapped);
+        return;
+    }
+#endif
+    PyMem_Free(data);
+}
+
 static inline int
 entry_is(Window *w, uint32_t ref, const char *bytes, size_t length)
 {
@@ -325,6 +369,10 @@ reserve_slots(Window *w, size_t more)
     }
     size_t mask = new_size - 1;
     for (size_t k = 0; k < size; k++) {
+        /* (the new table is cold and each insert lands at a random place: its slot
+           fetched REHASH_AHEAD slots ahead, so the misses overlap) */
+        if (k + REHASH_AHEAD < size && w->slots[k + REHASH_AHEAD].hash)
+            PREFETCH(&slots[w->slots[k + REHASH_AHEAD].hash & mask]);
         if (w->slots[k].hash) {
             size_t i = w->slots[k].hash & mask;
             while (slots[i].hash)
@@ -377,14 +425,17 @@ reserve_chunk(Window *w, uint64_t number, size_t size)
     }
     if (index < w->chunks_count) {
         Chunk *c = &w->chunks[index];
-        if (c->size < size) {  /* (a block left by a refused run, now for a long entry) */
-            unsigned char *data = PyMem_Realloc(c->data, size);
+        if (c->size < size) {  /* (a block left by a refused run, now for a long entry: empty) */
+            size_t mapped;
+            unsigned char *data = chunk_alloc(size, &mapped, index == 0);
             if (data == NULL) {
                 PyErr_NoMemory();
                 return -1;
             }
+            chunk_free(c->data, c->mapped);
             c->data = data;
             c->size = size;
+            c->mapped = mapped;
         }
         return 0;
     }
@@ -402,13 +453,15 @@ reserve_chunk(Window *w, uint64_t number, size_t size)
         w->chunks = chunks;
         w->chunks_capacity = capacity;
     }
-    unsigned char *data = PyMem_Malloc(size);
+    size_t mapped;
+    unsigned char *data = chunk_alloc(size, &mapped, w->chunks_count == 0);
     if (data == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     w->chunks[w->chunks_count].data = data;
     w->chunks[w->chunks_count].size = size;
+    w->chunks[w->chunks_count].mapped = mapped;
     w->chunks_count++;
     return 0;
 }
@@ -455,8 +508,10 @@ static void
 free_chunks(Window *w)
 {
     size_t done = 0;
-    while (done < w->chunks_count && w->first_chunk + done < (w->head >> CHUNK_SHIFT))
-        PyMem_Free(w->chunks[done++].data);
+    while (done < w->chunks_count && w->first_chunk + done < (w->head >> CHUNK_SHIFT)) {
+        chunk_free(w->chunks[done].data, w->chunks[done].mapped);
+        done++;
+    }
     if (done) {
         w->chunks_count -= done;
         memmove(w->chunks, w->chunks + done, w->chunks_count * sizeof(Chunk));
@@ -630,7 +685,7 @@ window_clear_all(Window *w)
 {
     table_free(w->slots, w->slots_mapped);
     for (size_t i = 0; i < w->chunks_count; i++)
-        PyMem_Free(w->chunks[i].data);
+        chunk_free(w->chunks[i].data, w->chunks[i].mapped);
     PyMem_Free(w->chunks);
     PyMem_Free(w->records);
     w->slots = NULL;
@@ -1076,8 +1131,8 @@ pack_ids(PyObject *Py_UNUSED(module), PyObject *ids)
 }
 
 /* _set_mapping(min_bytes, fail) -> (min_bytes, fail) before: tables of min_bytes or
-   more are mapped (table_alloc), and with ``fail`` every mapping is taken to fail (the
-   fallback is used).  For the tests and bench/window_claims.py only. */
+   more are mapped (table_alloc), and with ``fail`` every mapping, of a table or a
+   block of entries (chunk_alloc), is taken to fail (the fallback is used).  For the tests and bench/window_claims.py only. */
 static PyObject *
 set_mapping(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1097,6 +1152,21 @@ set_mapping(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
     return before;
 }
 
+/* _blocks_mapped(window) -> (blocks, how many of them are mappings). */
+static PyObject *
+blocks_mapped(PyObject *Py_UNUSED(module), PyObject *window)
+{
+    if (!PyObject_TypeCheck(window, &WindowType)) {
+        PyErr_SetString(PyExc_TypeError, "_blocks_mapped() takes a Window");
+        return NULL;
+    }
+    Window *w = (Window *)window;
+    size_t mapped = 0;
+    for (size_t i = 0; i < w->chunks_count; i++)
+        mapped += w->chunks[i].mapped != 0;
+    return Py_BuildValue("(nn)", (Py_ssize_t)w->chunks_count, (Py_ssize_t)mapped);
+}
+
 /* _table_mapping(window) -> the length of its table's mapping (0: none, or from PyMem). */
 static PyObject *
 table_mapping(PyObject *Py_UNUSED(module), PyObject *window)
@@ -1111,9 +1181,12 @@ table_mapping(PyObject *Py_UNUSED(module), PyObject *window)
 static PyMethodDef module_functions[] = {
     {"_set_mapping", (PyCFunction)(void (*)(void))set_mapping, METH_FASTCALL,
      "_set_mapping(min_bytes, fail) -> the settings before: tables of min_bytes or more are mapped on\n"
-     "huge pages; fail: every mapping fails (the fallback is used). For tests and benchmarks."},
+     "huge pages; fail: every mapping (tables, blocks of entries) fails (the fallback is used).\n"
+     "For tests and benchmarks."},
     {"_table_mapping", (PyCFunction)table_mapping, METH_O,
      "_table_mapping(window) -> the length of the window's table's mapping (0: not mapped)."},
+    {"_blocks_mapped", (PyCFunction)blocks_mapped, METH_O,
+     "_blocks_mapped(window) -> (blocks of entries, how many are mappings of their own)."},
     {"pack_ids", (PyCFunction)pack_ids, METH_O,
      "pack_ids(ids) -> an INGEST record's ids as one bytes object (lengths, then bytes), or ids itself."},
     {NULL, NULL, 0, NULL},

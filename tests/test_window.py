@@ -356,14 +356,49 @@ def _tables_mapped(min_bytes: int, fail: bool):
 @needs_c
 def test_memory_errors_with_every_table_mapped_or_its_mapping_failing():
     """Every table mapped (the allocations _testcapi fails are the rest: fewer of
-    them), and every mapping failing (the table from PyMem_Calloc, which fails in
-    turn: as many as without mappings): MemoryError, the window as it was."""
-    unmapped = _memory_errors_everywhere()
+    them), and every mapping failing (the tables from PyMem_Calloc and every block
+    of entries from PyMem_Malloc, which fail in turn: more than by default, where
+    the blocks after a window's first are mappings): MemoryError, the window as it
+    was."""
+    default = _memory_errors_everywhere()
     with _tables_mapped(0, False):
         mapped = _memory_errors_everywhere(mapped=True)
     with _tables_mapped(0, True):
         mapping_failed = _memory_errors_everywhere()
-    assert mapped < unmapped == mapping_failed
+    assert mapped < default < mapping_failed
+
+
+@needs_c
+@pytest.mark.parametrize("fail", (False, True))
+def test_blocks_after_the_first_are_mappings_of_their_own(fail):
+    """A window's first block of entries comes from PyMem_Malloc, the later ones are
+    mappings (engine/_window.c ``chunk_alloc``; PyMem_Malloc's when mapping fails):
+    the same answers and state as PyWindow's through growth over a dozen blocks,
+    refused runs, a truncation, expiry of the older blocks and emptying."""
+    with _tables_mapped(2 << 20, fail):
+        windows = [PyWindow(), CWindow()]
+        ids = [b"%05d-" % i + b"m" * 1000 for i in range(800)]  # (~64 ids a 64 KiB block)
+        for start in range(0, 800, 40):
+            run = tuple(ids[start:start + 40])
+            assert [w.claim(run, 1 + start, 0, 1 + start) for w in windows] == [True, True]
+            assert [w.claim(run[:1], 5000, 0, 1 + start) for w in windows] == [False, False]
+        assert _state(windows[0]) == _state(windows[1])
+        blocks, mapped = window_module._blocks_mapped(windows[1])
+        assert blocks >= 12 and mapped == (0 if fail else blocks - 1)
+        for w in windows:
+            w.truncate(10)
+        assert _state(windows[0]) == _state(windows[1])
+        for w in windows:
+            w.expire(400)  # the first ten runs age out: their blocks are freed
+        assert _state(windows[0]) == _state(windows[1]) and len(windows[1]) == 370
+        assert window_module._blocks_mapped(windows[1])[0] < blocks
+        assert [w.claim((ids[0],), 9000, 400, 9000) for w in windows] == [True, True]
+        assert [w.get(ids[5]) for w in windows] == [None, None] and windows[1].get(ids[0]) == 9000
+        for w in windows:
+            w.expire(1 << 40)
+        assert _state(windows[0]) == _state(windows[1]) == (([], []), 0, 0)
+    with pytest.raises(TypeError):
+        window_module._blocks_mapped(PyWindow())
 
 
 @needs_c
