@@ -35,6 +35,20 @@
      never a wrong answer).  ``ref`` is the entry's position / 8 modulo 2^32:
      the entries the table points at lie in [head, tail), at most MAX_SPAN
      (32 GiB) apart, so head's position gives the rest.
+   - A table that grows is not rehashed at once (a million ids took 35 ms of the loop
+     in the server: bench/RESULTS-fast-ingest.md, round 18) but migrated: the bigger
+     table takes every new id, and each call that enters ids first moves
+     MOVES_PER_ID old slots an id into it (``migrate``), a cluster (a run of full
+     slots) at a time, in order from just after a slot that was empty; so the part
+     not yet moved holds whole clusters, a probe of the old table starts there (an
+     id whose home was moved is not in it) and stays there, and so do its deletes.
+     The old table is gone before the new one can need to grow (it takes at most
+     1/64 of the old size in ids meanwhile, and while it runs a probe may read both
+     tables, so it is kept short: a claim of 64 ids moves ~4,096 slots, ~40 us); if
+     it must grow sooner (one call of very many ids), the migration finishes at once.  A mapped table's pages are made
+     before it is used (``prepare_next``: a huge page a call from 0.6 full on), or
+     the first run of ids after the growth, landing all over it, would fault in
+     (and zero) the whole of it at once: 4 ms for 32 MiB.
    - ``records``: a ring of (time_ns, start, end): the entries of one write or run
      are contiguous.  Expiry pops the records at or before the horizon and deletes
      each of their entries still live (an id entered again later has its slot on
@@ -89,7 +103,13 @@ typedef struct {
     Slot *slots;
     size_t slots_mapped;  /* the table's mapping's length (0: from PyMem_Calloc) */
     size_t mask;          /* slots - 1 (0: no table yet) */
-    size_t count;         /* ids in the table */
+    size_t count;         /* ids in the table (and in the old one, during a migration) */
+    Slot *old;            /* during a migration: the table being moved into ``slots`` (else NULL) */
+    size_t old_mapped, old_mask;
+    size_t old_start;     /* the slot after one that was empty when the migration began */
+    size_t moved;         /* old slots done, from old_start on, cyclically */
+    Slot *next;           /* the next, bigger table, made ready ahead (prepare_next; else NULL) */
+    size_t next_mapped, next_size, next_ready;  /* its mapping, slots, bytes populated */
     Chunk *chunks;        /* blocks first_chunk, first_chunk + 1, ... */
     size_t chunks_count, chunks_capacity;
     uint64_t first_chunk;
@@ -119,8 +139,10 @@ typedef struct {
 #define RECORD(w, i) (&(w)->records[((w)->first + (i)) & (w)->records_mask])
 #define MIN_SLOTS 64
 #define CLAIM_AHEAD 16  /* ids hashed and their slots prefetched ahead of the probe (claim) */
-#define DROP_AHEAD 16
-#define REHASH_AHEAD 32  /* old slots whose new place is prefetched ahead of their move (reserve_slots) */   /* entries whose slots are prefetched ahead of their deletion (drop_entries) */
+#define DROP_AHEAD 16   /* entries whose slots are prefetched ahead of their deletion (drop_entries) */
+#define MOVE_AHEAD 32   /* old slots whose new place is prefetched ahead of their move (migrate) */
+#define MOVES_PER_ID 64 /* old slots moved for each id entered while a migration runs (migrate) */
+#define NO_SLOT SIZE_MAX
 #if defined(__GNUC__) || defined(__clang__)
 /* Into the L1 cache (prefetcht0): the probe reads the slot a few ids later.  Locality 1
    (prefetcht2: into L2 only) left each probe an L2 access more; with locality 3 a claim
@@ -313,46 +335,173 @@ find_slot(Window *w, uint32_t hash, const char *bytes, size_t length)
     return i;
 }
 
-/* The slot pointing at the entry at ``pos`` (there is one: the entry is live). */
-static inline size_t
-slot_of(Window *w, uint32_t hash, uint64_t pos)
+/* Whether slot i of the old table was moved already (or was empty) by the migration. */
+static inline int
+moved_already(Window *w, size_t i)
 {
-    size_t i = hash & w->mask;
-    uint32_t ref = REF(pos);
-    while (!(w->slots[i].hash == hash && w->slots[i].ref == ref))
-        i = (i + 1) & w->mask;
-    return i;
+    return ((i - w->old_start) & w->old_mask) < w->moved;
 }
 
-/* Empty slot i, shifting back the slots after it whose probe passed it. */
-static void
-delete_slot(Window *w, size_t i)
+/* During a migration, the id's slot in the old table, if it is there: NO_SLOT
+   otherwise.  (Its home moved already: so did its cluster, and the id with it.) */
+static inline size_t
+find_old(Window *w, uint32_t hash, const char *bytes, size_t length)
 {
-    size_t mask = w->mask;
+    if (w->old == NULL)
+        return NO_SLOT;
+    size_t i = hash & w->old_mask;
+    if (moved_already(w, i))
+        return NO_SLOT;
+    while (w->old[i].hash) {
+        if (w->old[i].hash == hash && entry_is(w, w->old[i].ref, bytes, length))
+            return i;
+        i = (i + 1) & w->old_mask;
+    }
+    return NO_SLOT;
+}
+
+/* The home slot of a hash, fetched ahead of its probe (in both tables during a migration). */
+static inline void
+prefetch_home(Window *w, uint32_t hash)
+{
+    PREFETCH(&w->slots[hash & w->mask]);
+    if (w->old != NULL && !moved_already(w, hash & w->old_mask))
+        PREFETCH(&w->old[hash & w->old_mask]);
+}
+
+/* Empty slot i of a table, shifting back the slots after it whose probe passed it. */
+static void
+delete_at(Slot *slots, size_t mask, size_t i)
+{
     size_t j = i;
     for (;;) {
         j = (j + 1) & mask;
-        if (!w->slots[j].hash)
+        if (!slots[j].hash)
             break;
-        size_t home = w->slots[j].hash & mask;
+        size_t home = slots[j].hash & mask;
         /* (slot j may move to i when i lies cyclically in [home, j)) */
         if (((j - home) & mask) >= ((j - i) & mask)) {
-            w->slots[i] = w->slots[j];
+            slots[i] = slots[j];
             i = j;
         }
     }
-    w->slots[i].hash = 0;
-    w->count--;
+    slots[i].hash = 0;
 }
 
-/* Room in the table for ``more`` ids (a bigger table, rehashed). -1: MemoryError. */
+/* Delete the slot pointing at the entry at ``pos`` (there is one: the entry is live),
+   from whichever table holds it. */
+static void
+delete_entry_slot(Window *w, uint32_t hash, uint64_t pos)
+{
+    uint32_t ref = REF(pos);
+    size_t i = hash & w->mask;
+    while (w->slots[i].hash) {
+        if (w->slots[i].hash == hash && w->slots[i].ref == ref) {
+            delete_at(w->slots, w->mask, i);
+            w->count--;
+            return;
+        }
+        i = (i + 1) & w->mask;
+    }
+    if (w->old == NULL)  /* (cannot happen: a live entry has a slot) */
+        return;
+    i = hash & w->old_mask;
+    while (w->old[i].hash && !(w->old[i].hash == hash && w->old[i].ref == ref))
+        i = (i + 1) & w->old_mask;
+    if (w->old[i].hash) {
+        delete_at(w->old, w->old_mask, i);
+        w->count--;
+    }
+}
+
+/* Move slots of the old table into the new one: at least ``budget`` of them, then on
+   to the end of the cluster (an empty slot), so that what is left holds whole
+   clusters; the old table is freed once all are moved.  The new table's slots are
+   fetched MOVE_AHEAD slots ahead: each move lands at a random place of a table that
+   is cold, and these misses then overlap. */
+static void
+migrate(Window *w, size_t budget)
+{
+    Slot *old = w->old, *slots = w->slots;
+    size_t old_mask = w->old_mask, mask = w->mask, size = old_mask + 1, done = 0;
+    while (w->moved < size) {
+        size_t k = (w->old_start + w->moved) & old_mask;
+        size_t ahead = (k + MOVE_AHEAD) & old_mask;
+        if (w->moved + MOVE_AHEAD < size && old[ahead].hash)
+            PREFETCH(&slots[old[ahead].hash & mask]);
+        w->moved++;
+        done++;
+        if (old[k].hash) {
+            size_t i = old[k].hash & mask;
+            while (slots[i].hash)
+                i = (i + 1) & mask;
+            slots[i] = old[k];
+            old[k].hash = 0;
+        }
+        else if (done >= budget)
+            break;
+    }
+    if (w->moved == size) {
+        table_free(old, w->old_mapped);
+        w->old = NULL;
+        w->old_mapped = w->old_mask = w->old_start = w->moved = 0;
+    }
+}
+
+static void
+free_next(Window *w)
+{
+    if (w->next != NULL)
+        table_free(w->next, w->next_mapped);
+    w->next = NULL;
+    w->next_mapped = w->next_size = w->next_ready = 0;
+}
+
+/* The table that follows one of ``size`` slots (past 0.6 full), made ready a piece a
+   call: mapped, then a huge page of it populated (zeroed) each call, so that no call
+   zeroes all of it (see the layout).  Only for tables that will be mappings; a
+   failure leaves it for the growth to allocate (nothing raised). */
+static void
+prepare_next(Window *w, size_t size)
+{
+    size_t bytes = 2 * size * sizeof(Slot);
+    if (bytes < mapped_min || mappings_fail || size >= MAX_SLOTS)
+        return;
+    if (w->next == NULL) {
+        size_t mapped;
+        Slot *next = table_alloc(bytes, &mapped);
+        if (next == NULL)
+            return;
+        w->next = next;
+        w->next_mapped = mapped;
+        w->next_size = 2 * size;
+        w->next_ready = mapped ? 0 : bytes;  /* (PyMem_Calloc's: nothing to do) */
+        return;
+    }
+#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
+    if (w->next_ready < bytes) {
+        size_t piece = bytes - w->next_ready < HUGE_PAGE ? bytes - w->next_ready : HUGE_PAGE;
+        madvise((unsigned char *)w->next + w->next_ready, piece, MADV_POPULATE_WRITE);
+        w->next_ready += piece;
+    }
+#endif
+}
+
+/* Room in the tables for ``more`` ids: a bigger table, into which the ids already
+   entered migrate, when the table would be more than 0.7 full (see the layout).
+   -1: MemoryError (the window as it was). */
 static int
 reserve_slots(Window *w, size_t more)
 {
     size_t needed = w->count + more;
     size_t size = w->mask ? w->mask + 1 : 0;
-    if (size && needed * 10 <= size * 7)
+    if (size && needed * 10 <= size * 7) {
+        if (needed * 10 > size * 6)
+            prepare_next(w, size);
+        else if (w->next != NULL && needed * 10 <= size * 5)  /* (the window shrank back) */
+            free_next(w);
         return 0;
+    }
     size_t new_size = MIN_SLOTS;
     while (needed * 10 > new_size * 7) {
         if (new_size >= MAX_SLOTS || new_size > PY_SSIZE_T_MAX / (2 * sizeof(Slot))) {
@@ -362,28 +511,39 @@ reserve_slots(Window *w, size_t more)
         new_size <<= 1;
     }
     size_t mapped;
-    Slot *slots = table_alloc(new_size * sizeof(Slot), &mapped);
-    if (slots == NULL) {
-        PyErr_NoMemory();
-        return -1;
+    Slot *slots;
+    if (w->next != NULL && w->next_size == new_size) {  /* (made ready: prepare_next) */
+        slots = w->next;
+        mapped = w->next_mapped;
+        w->next = NULL;
+        w->next_mapped = w->next_size = w->next_ready = 0;
     }
-    size_t mask = new_size - 1;
-    for (size_t k = 0; k < size; k++) {
-        /* (the new table is cold and each insert lands at a random place: its slot
-           fetched REHASH_AHEAD slots ahead, so the misses overlap) */
-        if (k + REHASH_AHEAD < size && w->slots[k + REHASH_AHEAD].hash)
-            PREFETCH(&slots[w->slots[k + REHASH_AHEAD].hash & mask]);
-        if (w->slots[k].hash) {
-            size_t i = w->slots[k].hash & mask;
-            while (slots[i].hash)
-                i = (i + 1) & mask;
-            slots[i] = w->slots[k];
+    else {
+        slots = table_alloc(new_size * sizeof(Slot), &mapped);
+        if (slots == NULL) {
+            PyErr_NoMemory();
+            return -1;
         }
+        free_next(w);
     }
-    table_free(w->slots, w->slots_mapped);
+    if (w->old != NULL)  /* (the table must grow again before its migration is over: rare) */
+        migrate(w, SIZE_MAX);
+    if (!w->count) {  /* nothing to move */
+        table_free(w->slots, w->slots_mapped);
+    }
+    else {
+        size_t empty = 0;  /* (there is one: the table is at most 0.7 full) */
+        while (w->slots[empty].hash)
+            empty++;
+        w->old = w->slots;
+        w->old_mapped = w->slots_mapped;
+        w->old_mask = w->mask;
+        w->old_start = (empty + 1) & w->mask;
+        w->moved = 0;
+    }
     w->slots = slots;
     w->slots_mapped = mapped;
-    w->mask = mask;
+    w->mask = new_size - 1;
     return 0;
 }
 
@@ -585,7 +745,7 @@ prefetch_entry_slot(Window *w, uint64_t *ahead)
     uint64_t pos = entry_start(w, *ahead);
     Entry *e = ENTRY_AT(w, pos);
     if (e->length & LIVE)
-        PREFETCH(&w->slots[e->hash & w->mask]);
+        prefetch_home(w, e->hash);
     *ahead = after(pos, ENTRY_SIZE(LENGTH(e)));
 }
 
@@ -607,7 +767,7 @@ drop_entries(Window *w, uint64_t start, uint64_t end)
         Entry *e = ENTRY_AT(w, pos);
         if (e->length & LIVE) {
             e->length &= ~LIVE;
-            delete_slot(w, slot_of(w, e->hash, pos));
+            delete_entry_slot(w, e->hash, pos);
         }
         pos = after(pos, ENTRY_SIZE(LENGTH(e)));
     }
@@ -624,7 +784,13 @@ expire_to(Window *w, int64_t horizon)
         w->head = w->records_count ? w->records[w->first].start : w->tail;
     }
     free_chunks(w);
+    if (!w->count && w->old != NULL) {  /* (nothing left to move) */
+        table_free(w->old, w->old_mapped);
+        w->old = NULL;
+        w->old_mapped = w->old_mask = w->old_start = w->moved = 0;
+    }
     if (!w->records_count && w->mask >= 4096) {  /* emptied: the table's memory back */
+        free_next(w);
         table_free(w->slots, w->slots_mapped);
         w->slots = NULL;
         w->slots_mapped = 0;
@@ -684,6 +850,11 @@ static void
 window_clear_all(Window *w)
 {
     table_free(w->slots, w->slots_mapped);
+    if (w->old != NULL)
+        table_free(w->old, w->old_mapped);
+    w->old = NULL;
+    w->old_mapped = w->old_mask = w->old_start = w->moved = 0;
+    free_next(w);
     for (size_t i = 0; i < w->chunks_count; i++)
         chunk_free(w->chunks[i].data, w->chunks[i].mapped);
     PyMem_Free(w->chunks);
@@ -751,6 +922,8 @@ window_claim(Window *w, PyObject *const *args, Py_ssize_t nargs)
     if (reserve_slots(w, (size_t)n) < 0 || reserve_entries(w, &PyTuple_GET_ITEM(ids, 0), n, size_of_id, bytes) < 0
             || reserve_record(w) < 0)
         return NULL;
+    if (w->old != NULL)
+        migrate(w, MOVES_PER_ID * (size_t)n);
     uint64_t start = w->tail;
     /* The ids' hashes first, each slot fetched ahead (CLAIM_AHEAD ids on): in a table
        of a million ids every probe misses the caches, and these misses then overlap
@@ -759,7 +932,7 @@ window_claim(Window *w, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; i < n && i < CLAIM_AHEAD; i++) {
         PyObject *mid = PyTuple_GET_ITEM(ids, i);
         hashes[i] = hash_bytes((const unsigned char *)PyBytes_AS_STRING(mid), (size_t)PyBytes_GET_SIZE(mid), w->key);
-        PREFETCH(&w->slots[hashes[i] & w->mask]);
+        prefetch_home(w, hashes[i]);
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *mid = PyTuple_GET_ITEM(ids, i);
@@ -771,10 +944,10 @@ window_claim(Window *w, PyObject *const *args, Py_ssize_t nargs)
             uint32_t h = hash_bytes((const unsigned char *)PyBytes_AS_STRING(ahead), (size_t)PyBytes_GET_SIZE(ahead),
                                     w->key);
             hashes[i % CLAIM_AHEAD] = h;
-            PREFETCH(&w->slots[h & w->mask]);
+            prefetch_home(w, h);
         }
         size_t slot = find_slot(w, hash, data, length);
-        if (w->slots[slot].hash) {  /* stored within the window, or repeated in the run */
+        if (w->slots[slot].hash || find_old(w, hash, data, length) != NO_SLOT) {  /* stored, or repeated in the run */
             drop_entries(w, start, w->tail);
             w->tail = start;
             Py_RETURN_FALSE;
@@ -816,6 +989,8 @@ window_add(Window *w, PyObject *const *args, Py_ssize_t nargs)
     }
     if (reserve_slots(w, entered) < 0 || reserve_entries(w, items, n, size_of_id, bytes) < 0 || reserve_record(w) < 0)
         goto error;
+    if (w->old != NULL)
+        migrate(w, MOVES_PER_ID * entered);
     uint64_t start = w->tail;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (items[i] == Py_None)
@@ -823,7 +998,14 @@ window_add(Window *w, PyObject *const *args, Py_ssize_t nargs)
         const char *data = PyBytes_AS_STRING(items[i]);
         size_t length = (size_t)PyBytes_GET_SIZE(items[i]);
         uint32_t hash = hash_bytes((const unsigned char *)data, length, w->key);
-        enter(w, find_slot(w, hash, data, length), hash, data, length, offset + i);
+        size_t slot = find_slot(w, hash, data, length);
+        size_t old = w->slots[slot].hash ? NO_SLOT : find_old(w, hash, data, length);
+        if (old != NO_SLOT) {  /* (entered again while its slot waits in the old table: it moves now) */
+            ENTRY_AT(w, REF_POS(w, w->old[old].ref))->length &= ~LIVE;
+            delete_at(w->old, w->old_mask, old);
+            w->count--;
+        }
+        enter(w, slot, hash, data, length, offset + i);
     }
     push_record(w, time_ns, start);
     Py_DECREF(ids);
@@ -844,9 +1026,14 @@ lookup(Window *w, PyObject *mid)
         Py_RETURN_NONE;
     uint32_t hash = hash_bytes((const unsigned char *)data, length, w->key);
     size_t slot = find_slot(w, hash, data, length);
-    if (!w->slots[slot].hash)
-        Py_RETURN_NONE;
-    return PyLong_FromLongLong(ENTRY_AT(w, REF_POS(w, w->slots[slot].ref))->offset);
+    Slot *found = &w->slots[slot];
+    if (!found->hash) {
+        size_t old = find_old(w, hash, data, length);
+        if (old == NO_SLOT)
+            Py_RETURN_NONE;
+        found = &w->old[old];
+    }
+    return PyLong_FromLongLong(ENTRY_AT(w, REF_POS(w, found->ref))->offset);
 }
 
 /* seen(mid, horizon): expire, then get */
@@ -1152,6 +1339,121 @@ set_mapping(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
     return before;
 }
 
+/* _next_table(window) -> (its slots, bytes populated): (0, 0) when none is ready. */
+static PyObject *
+next_table(PyObject *Py_UNUSED(module), PyObject *window)
+{
+    if (!PyObject_TypeCheck(window, &WindowType)) {
+        PyErr_SetString(PyExc_TypeError, "_next_table() takes a Window");
+        return NULL;
+    }
+    Window *w = (Window *)window;
+    return Py_BuildValue("(nn)", (Py_ssize_t)w->next_size, (Py_ssize_t)w->next_ready);
+}
+
+/* _migration(window) -> (old table's slots, slots moved): (0, 0) with no migration. */
+static PyObject *
+migration(PyObject *Py_UNUSED(module), PyObject *window)
+{
+    if (!PyObject_TypeCheck(window, &WindowType)) {
+        PyErr_SetString(PyExc_TypeError, "_migration() takes a Window");
+        return NULL;
+    }
+    Window *w = (Window *)window;
+    return Py_BuildValue("(nn)", (Py_ssize_t)(w->old != NULL ? w->old_mask + 1 : 0), (Py_ssize_t)w->moved);
+}
+
+/* One table's slots checked: each points at a live entry of its hash, in [head,
+   tail), reachable from its home through full slots (and, in the old table, none
+   of them moved).  The full slots counted into *full.  0, or -1 with AssertionError. */
+static int
+check_table(Window *w, Slot *slots, size_t mask, int old, size_t *full)
+{
+    for (size_t i = 0; i <= mask; i++) {
+        if (old && moved_already(w, i)) {
+            if (slots[i].hash) {
+                PyErr_Format(PyExc_AssertionError, "old slot %zu moved but not empty", i);
+                return -1;
+            }
+            continue;
+        }
+        if (!slots[i].hash)
+            continue;
+        (*full)++;
+        uint64_t pos = REF_POS(w, slots[i].ref);
+        if (pos < w->head || pos >= w->tail) {
+            PyErr_Format(PyExc_AssertionError, "slot %zu points outside the entries", i);
+            return -1;
+        }
+        Entry *e = ENTRY_AT(w, pos);
+        if (!(e->length & LIVE) || e->hash != slots[i].hash) {
+            PyErr_Format(PyExc_AssertionError, "slot %zu points at a dead entry or another hash", i);
+            return -1;
+        }
+        for (size_t k = slots[i].hash & mask; k != i; k = (k + 1) & mask) {
+            if (!slots[k].hash || (old && moved_already(w, k))) {
+                PyErr_Format(PyExc_AssertionError, "slot %zu cannot be reached from its home", i);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* _check(window): the invariants of the tables and entries (AssertionError if one fails). */
+static PyObject *
+check_window(PyObject *Py_UNUSED(module), PyObject *window)
+{
+    if (!PyObject_TypeCheck(window, &WindowType)) {
+        PyErr_SetString(PyExc_TypeError, "_check() takes a Window");
+        return NULL;
+    }
+    Window *w = (Window *)window;
+    size_t full = 0;
+    if (w->slots != NULL && check_table(w, w->slots, w->mask, 0, &full) < 0)
+        return NULL;
+    if (w->old != NULL) {
+        if (w->moved >= w->old_mask + 1 || w->old[(w->old_start - 1) & w->old_mask].hash) {
+            PyErr_SetString(PyExc_AssertionError, "a migration over, or its last slot not empty");
+            return NULL;
+        }
+        if (check_table(w, w->old, w->old_mask, 1, &full) < 0)
+            return NULL;
+    }
+    if (full != w->count) {
+        PyErr_Format(PyExc_AssertionError, "%zu slots full, %zu ids counted", full, w->count);
+        return NULL;
+    }
+    size_t live = 0;
+    for (size_t r = 0; r < w->records_count; r++) {
+        Record *rec = RECORD(w, r);
+        for (uint64_t pos = rec->start; pos < rec->end;) {
+            pos = entry_start(w, pos);
+            Entry *e = ENTRY_AT(w, pos);
+            if (e->length & LIVE) {
+                live++;
+                const char *bytes = (const char *)(e + 1);
+                size_t slot = w->slots != NULL ? find_slot(w, e->hash, bytes, LENGTH(e)) : 0;
+                Slot *found = w->slots != NULL && w->slots[slot].hash ? &w->slots[slot] : NULL;
+                if (found == NULL) {
+                    size_t old = find_old(w, e->hash, bytes, LENGTH(e));
+                    found = old != NO_SLOT ? &w->old[old] : NULL;
+                }
+                if (found == NULL || found->ref != REF(pos)) {
+                    PyErr_SetString(PyExc_AssertionError, "a live entry not found at its slot");
+                    return NULL;
+                }
+            }
+            pos = after(pos, ENTRY_SIZE(LENGTH(e)));
+        }
+    }
+    if (live != w->count) {
+        PyErr_Format(PyExc_AssertionError, "%zu live entries, %zu ids counted", live, w->count);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* _blocks_mapped(window) -> (blocks, how many of them are mappings). */
 static PyObject *
 blocks_mapped(PyObject *Py_UNUSED(module), PyObject *window)
@@ -1185,6 +1487,12 @@ static PyMethodDef module_functions[] = {
      "For tests and benchmarks."},
     {"_table_mapping", (PyCFunction)table_mapping, METH_O,
      "_table_mapping(window) -> the length of the window's table's mapping (0: not mapped)."},
+    {"_next_table", (PyCFunction)next_table, METH_O,
+     "_next_table(window) -> (the next table's slots, bytes of it populated): (0, 0) when none."},
+    {"_migration", (PyCFunction)migration, METH_O,
+     "_migration(window) -> (the old table's slots, slots moved so far): (0, 0) when none runs."},
+    {"_check", (PyCFunction)check_window, METH_O,
+     "_check(window): the tables' and entries' invariants; AssertionError when one fails. For tests."},
     {"_blocks_mapped", (PyCFunction)blocks_mapped, METH_O,
      "_blocks_mapped(window) -> (blocks of entries, how many are mappings of their own)."},
     {"pack_ids", (PyCFunction)pack_ids, METH_O,

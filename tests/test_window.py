@@ -94,6 +94,14 @@ def _run_sequence(seed: int, windows: list, steps: int = 400) -> None:
         assert all(a == answers[0] for a in answers), answers
         states = [_state(w) for w in windows]
         assert all(s == states[0] for s in states)
+        _check(windows)
+
+
+def _check(windows) -> None:
+    """The C windows' invariants (engine/_window.c ``_check``: tables, migration, entries)."""
+    for w in windows:
+        if not isinstance(w, PyWindow):
+            window_module._check(w)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -105,6 +113,123 @@ def test_the_fallback_keeps_its_own_state_alike(seed):
 @pytest.mark.parametrize("seed", range(12))
 def test_random_sequences_as_the_python_fallback(seed):
     _run_sequence(seed, [PyWindow(), CWindow()])
+
+
+@needs_c
+def test_a_growing_table_migrates_a_few_slots_an_id_while_every_call_works():
+    """A table past 0.7 full is not rehashed at once: the bigger one takes the new ids
+    and each call that enters ids moves about 64 old slots an id (whole clusters),
+    the old table freed once all are moved.  Meanwhile claims, refusals (of ids in
+    either table), gets, adds of ids sitting in the old table, truncation and expiry
+    answer as PyWindow's, and the invariants hold after every call."""
+    windows = [PyWindow(), CWindow()]
+    offset, now = 1, 10
+    def claim(ids):
+        nonlocal offset, now
+        now += 1
+        answers = [w.claim(ids, offset, 0, now) for w in windows]
+        assert answers[0] == answers[1]
+        if answers[0]:
+            offset += len(ids)
+        _check(windows)
+        return answers[0]
+    while window_module._migration(windows[1])[0] != 4096:  # (the tables of 64 to 2,048 slots moved too)
+        assert claim(tuple(b"g-%d" % (offset + i) for i in range(8)))
+    old_slots, moved = window_module._migration(windows[1])
+    assert 8 * 64 <= moved < old_slots // 4  # (grown at 2,868 ids, by a claim of 8: only a start moved)
+    rounds = 0
+    while window_module._migration(windows[1]) != (0, 0):
+        rounds += 1
+        before = window_module._migration(windows[1])[1]
+        assert claim((b"n-%d" % offset,))
+        after = window_module._migration(windows[1])
+        assert after == (0, 0) or 64 <= after[1] - before < 64 + 100  # (64 an id, then to a cluster's end)
+        early = b"g-%d" % (1 + 8 * rounds)  # entered before the growth: most likely not moved yet
+        assert not claim((b"fresh-%d" % rounds, early))  # refused: the early id is stored
+        assert windows[0].get(early) == windows[1].get(early) == 1 + 8 * rounds
+        if rounds % 3 == 0:  # a replay enters an early id again: its slot moves to the new table
+            for w in windows:
+                w.add([early, None, b"x-%d" % rounds], offset, now)
+            offset += 3
+            _check(windows)
+        if rounds % 5 == 0:
+            assert claim(tuple(b"t-%d" % (offset + i) for i in range(8)))
+            for w in windows:
+                w.truncate(3)
+            offset -= 5
+            _check(windows)
+        if rounds == 8:  # the oldest runs age out, from both tables
+            for w in windows:
+                w.expire(15)
+            _check(windows)
+        assert _state(windows[0]) == _state(windows[1])
+    assert 10 < rounds < 4096 // 64  # (a refused claim moves slots too)
+    for w in windows:
+        w.expire(1 << 40)
+    _check(windows)
+    assert _state(windows[0]) == _state(windows[1]) == (([], []), 0, 0)
+
+
+@needs_c
+def test_a_table_that_must_grow_again_finishes_its_migration_at_once():
+    """One call of more ids than the migrating table has room for: the migration ends
+    at once, and a new one begins into a table big enough (and, the call's ids being
+    many, ends in the same call)."""
+    windows = [PyWindow(), CWindow()]
+    ids = [b"b-%d" % i for i in range(20_000)]
+    offset = 1
+    while window_module._migration(windows[1])[0] != 4096:
+        assert all(w.claim(tuple(ids[offset - 1:offset + 15]), offset, 0, offset) for w in windows)
+        offset += 16
+    assert 0 < window_module._migration(windows[1])[1] < 4096
+    assert all(w.claim(tuple(ids[offset - 1:]), offset, 0, 1 << 30) for w in windows)
+    _check(windows)
+    assert window_module._migration(windows[1]) == (0, 0)
+    assert _state(windows[0]) == _state(windows[1]) and len(windows[1]) == 20_000
+    assert all(windows[1].get(mid) == 1 + i for i, mid in enumerate(ids))
+
+
+@needs_c
+def test_the_next_mapped_table_is_made_ready_a_piece_a_call_from_six_tenths_full():
+    """With tables mapped, a table past 0.6 full has its successor mapped, then a huge
+    page of it populated each call (engine/_window.c ``prepare_next``); the growth
+    takes that table; a window that shrinks back below 0.5 full lets it go; and
+    without mappings there is none.  Answers as PyWindow's throughout."""
+    with _tables_mapped(0, False):
+        windows = [PyWindow(), CWindow()]
+        offset = 1
+        def claim(count, now):
+            nonlocal offset
+            ids = tuple(b"p-%d" % (offset + i) for i in range(count))
+            assert all(w.claim(ids, offset, 0, now) for w in windows)
+            offset += count
+            _check(windows)
+        while len(windows[1]) * 10 <= 4096 * 6:  # (the table of 4,096 slots at 0.6 full)
+            claim(16, 1)
+        claim(16, 2)
+        assert window_module._next_table(windows[1])[0] == 8192
+        ready = window_module._next_table(windows[1])[1]
+        claim(16, 2)
+        assert window_module._next_table(windows[1]) == (8192, min(ready + (2 << 20), 8192 * 8))
+        while window_module._migration(windows[1])[0] != 4096:
+            claim(16, 3)
+        assert window_module._next_table(windows[1]) == (0, 0)  # (taken by the growth)
+        while window_module._migration(windows[1]) != (0, 0):
+            claim(16, 3)
+        while len(windows[1]) * 10 <= 8192 * 6:
+            claim(16, 4)
+        claim(16, 5)
+        claim(16, 5)
+        assert window_module._next_table(windows[1])[0] == 16384
+        for w in windows:
+            w.expire(3)  # back to ~1,000 ids of 8,192 slots: the next table is let go
+        claim(1, 6)
+        assert window_module._next_table(windows[1]) == (0, 0)
+        assert _state(windows[0]) == _state(windows[1])
+    windows = [CWindow()]
+    for start in range(0, 5000, 50):
+        assert windows[0].claim(tuple(b"u-%d" % (start + i) for i in range(50)), 1 + start, 0, 1)
+        assert window_module._next_table(windows[0]) == (0, 0)  # (small tables from PyMem_Calloc: none)
 
 
 @needs_c
