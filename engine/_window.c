@@ -45,10 +45,14 @@
      The old table is gone before the new one can need to grow (it takes at most
      1/64 of the old size in ids meanwhile, and while it runs a probe may read both
      tables, so it is kept short: a claim of 64 ids moves ~4,096 slots, ~40 us); if
-     it must grow sooner (one call of very many ids), the migration finishes at once.  A mapped table's pages are made
-     before it is used (``prepare_next``: a huge page a call from 0.6 full on), or
-     the first run of ids after the growth, landing all over it, would fault in
-     (and zero) the whole of it at once: 4 ms for 32 MiB.
+     it must grow sooner (one call of very many ids), the migration finishes at
+     once.  A window that stops taking ids ends its migration as it is checked or
+     expired (``expire_to``: 4,096 slots a call).  A mapped table's pages are made
+     before it is used (``prepare_next``: from 0.68 full on, at least a huge page a
+     call, in step with the ids entered), or the first run of ids after the growth,
+     landing all over it, would fault in (and zero) the whole of it at once: 4 ms
+     for 32 MiB.  So a table between 0.68 and 0.7 full (and until it falls back
+     under 0.64) has its successor, twice its size, beside it.
    - ``records``: a ring of (time_ns, start, end): the entries of one write or run
      are contiguous.  Expiry pops the records at or before the horizon and deletes
      each of their entries still live (an id entered again later has its slot on
@@ -110,6 +114,7 @@ typedef struct {
     size_t moved;         /* old slots done, from old_start on, cyclically */
     Slot *next;           /* the next, bigger table, made ready ahead (prepare_next; else NULL) */
     size_t next_mapped, next_size, next_ready;  /* its mapping, slots, bytes populated */
+    size_t next_taken;    /* growths that took a prepared table (for the tests) */
     Chunk *chunks;        /* blocks first_chunk, first_chunk + 1, ... */
     size_t chunks_count, chunks_capacity;
     uint64_t first_chunk;
@@ -142,6 +147,7 @@ typedef struct {
 #define DROP_AHEAD 16   /* entries whose slots are prefetched ahead of their deletion (drop_entries) */
 #define MOVE_AHEAD 32   /* old slots whose new place is prefetched ahead of their move (migrate) */
 #define MOVES_PER_ID 64 /* old slots moved for each id entered while a migration runs (migrate) */
+#define SETTLE_MOVES 4096  /* old slots moved by a check or an expiry, which enter no id (settle) */
 #define NO_SLOT SIZE_MAX
 #if defined(__GNUC__) || defined(__clang__)
 /* Into the L1 cache (prefetcht0): the probe reads the slot a few ids later.  Locality 1
@@ -457,16 +463,23 @@ free_next(Window *w)
     w->next_mapped = w->next_size = w->next_ready = 0;
 }
 
-/* The table that follows one of ``size`` slots (past 0.6 full), made ready a piece a
-   call: mapped, then a huge page of it populated (zeroed) each call, so that no call
-   zeroes all of it (see the layout).  Only for tables that will be mappings; a
-   failure leaves it for the growth to allocate (nothing raised). */
+#define PREPARE_FROM 68   /* percent full from which the next table is made ready (prepare_next) */
+#define PREPARE_UNTIL 64  /* percent full under which a table made ready is let go */
+
+/* The table that follows one of ``size`` slots, ``needed`` ids wanted (0.68 to 0.7
+   full), made ready a piece a call: mapped, then populated (zeroed) in step with the
+   ids from 0.68 to 0.7 full, at least a huge page a call, so that it is whole when
+   the growth takes it and no call zeroes all of it (see the layout).  Only for
+   tables that will be mappings; a failure leaves it for the growth to allocate
+   (nothing raised). */
 static void
-prepare_next(Window *w, size_t size)
+prepare_next(Window *w, size_t size, size_t needed)
 {
     size_t bytes = 2 * size * sizeof(Slot);
     if (bytes < mapped_min || mappings_fail || size >= MAX_SLOTS)
         return;
+    if (w->next != NULL && w->next_size != 2 * size)  /* (another size's: cannot happen) */
+        free_next(w);
     if (w->next == NULL) {
         size_t mapped;
         Slot *next = table_alloc(bytes, &mapped);
@@ -480,11 +493,26 @@ prepare_next(Window *w, size_t size)
     }
 #if defined(__linux__) && defined(MADV_POPULATE_WRITE)
     if (w->next_ready < bytes) {
-        size_t piece = bytes - w->next_ready < HUGE_PAGE ? bytes - w->next_ready : HUGE_PAGE;
-        madvise((unsigned char *)w->next + w->next_ready, piece, MADV_POPULATE_WRITE);
-        w->next_ready += piece;
+        /* (the share of the band from 0.68 to 0.7 full passed, of the table's bytes) */
+        size_t from = size / 100 * PREPARE_FROM, band = size / 100 * 70 - from;
+        size_t passed = needed > from ? needed - from : 0;
+        size_t target = band && passed < band ? (size_t)((double)bytes * (double)passed / (double)band) : bytes;
+        target = (target + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+        if (target < w->next_ready + HUGE_PAGE)
+            target = w->next_ready + HUGE_PAGE;
+        if (target > bytes)
+            target = bytes;
+        madvise((unsigned char *)w->next + w->next_ready, target - w->next_ready, MADV_POPULATE_WRITE);
+        w->next_ready = target;
     }
 #endif
+}
+
+/* The slots a call entering ``ids`` ids moves while a migration runs. */
+static inline size_t
+moves_for(size_t ids)
+{
+    return ids > SIZE_MAX / MOVES_PER_ID ? SIZE_MAX : ids * MOVES_PER_ID;
 }
 
 /* Room in the tables for ``more`` ids: a bigger table, into which the ids already
@@ -496,9 +524,9 @@ reserve_slots(Window *w, size_t more)
     size_t needed = w->count + more;
     size_t size = w->mask ? w->mask + 1 : 0;
     if (size && needed * 10 <= size * 7) {
-        if (needed * 10 > size * 6)
-            prepare_next(w, size);
-        else if (w->next != NULL && needed * 10 <= size * 5)  /* (the window shrank back) */
+        if (needed * 100 > size * PREPARE_FROM)
+            prepare_next(w, size, needed);
+        else if (w->next != NULL && needed * 100 <= size * PREPARE_UNTIL)  /* (the window shrank back) */
             free_next(w);
         return 0;
     }
@@ -517,6 +545,7 @@ reserve_slots(Window *w, size_t more)
         mapped = w->next_mapped;
         w->next = NULL;
         w->next_mapped = w->next_size = w->next_ready = 0;
+        w->next_taken++;
     }
     else {
         slots = table_alloc(new_size * sizeof(Slot), &mapped);
@@ -784,11 +813,8 @@ expire_to(Window *w, int64_t horizon)
         w->head = w->records_count ? w->records[w->first].start : w->tail;
     }
     free_chunks(w);
-    if (!w->count && w->old != NULL) {  /* (nothing left to move) */
-        table_free(w->old, w->old_mapped);
-        w->old = NULL;
-        w->old_mapped = w->old_mask = w->old_start = w->moved = 0;
-    }
+    if (w->old != NULL && !w->count)  /* (nothing left to move) */
+        migrate(w, SIZE_MAX);
     if (!w->records_count && w->mask >= 4096) {  /* emptied: the table's memory back */
         free_next(w);
         table_free(w->slots, w->slots_mapped);
@@ -796,6 +822,15 @@ expire_to(Window *w, int64_t horizon)
         w->slots_mapped = 0;
         w->mask = 0;
     }
+}
+
+/* A step of a running migration in a call that enters no id (``seen``, ``expire``):
+   a window that stops taking ids still ends its migration, and frees the old table. */
+static void
+settle(Window *w)
+{
+    if (w->old != NULL)
+        migrate(w, w->count ? SETTLE_MOVES : SIZE_MAX);
 }
 
 /* The bytes of an id (bytes only: what the server's parser and the files give). */
@@ -923,7 +958,7 @@ window_claim(Window *w, PyObject *const *args, Py_ssize_t nargs)
             || reserve_record(w) < 0)
         return NULL;
     if (w->old != NULL)
-        migrate(w, MOVES_PER_ID * (size_t)n);
+        migrate(w, moves_for((size_t)n));
     uint64_t start = w->tail;
     /* The ids' hashes first, each slot fetched ahead (CLAIM_AHEAD ids on): in a table
        of a million ids every probe misses the caches, and these misses then overlap
@@ -990,7 +1025,7 @@ window_add(Window *w, PyObject *const *args, Py_ssize_t nargs)
     if (reserve_slots(w, entered) < 0 || reserve_entries(w, items, n, size_of_id, bytes) < 0 || reserve_record(w) < 0)
         goto error;
     if (w->old != NULL)
-        migrate(w, MOVES_PER_ID * entered);
+        migrate(w, moves_for(entered));
     uint64_t start = w->tail;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (items[i] == Py_None)
@@ -1045,6 +1080,7 @@ window_seen(Window *w, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     if (w->count)
         expire_to(w, horizon);
+    settle(w);
     return lookup(w, args[0]);
 }
 
@@ -1061,6 +1097,7 @@ window_expire(Window *w, PyObject *arg)
     if (as_int64(arg, &horizon) < 0)
         return NULL;
     expire_to(w, horizon);
+    settle(w);
     Py_RETURN_NONE;
 }
 
@@ -1087,6 +1124,8 @@ window_truncate(Window *w, PyObject *arg)
         w->records_count--;
         w->head = w->records_count ? RECORD(w, 0)->start : w->tail;
     }
+    if (w->old != NULL && !w->count)  /* (emptied: nothing left to move) */
+        migrate(w, SIZE_MAX);
     Py_RETURN_NONE;
 }
 
@@ -1158,6 +1197,9 @@ window_restore(Window *w, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "restore() into a window in use");
         return NULL;
     }
+    if (w->old != NULL)  /* (an emptied window's tables: nothing in them) */
+        migrate(w, SIZE_MAX);
+    free_next(w);
     Py_ssize_t n = PyList_GET_SIZE(pairs), total = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *pair = PyList_GET_ITEM(pairs, i);
@@ -1339,7 +1381,7 @@ set_mapping(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
     return before;
 }
 
-/* _next_table(window) -> (its slots, bytes populated): (0, 0) when none is ready. */
+/* _next_table(window) -> (its slots, bytes populated, growths that took one): slots 0 when none. */
 static PyObject *
 next_table(PyObject *Py_UNUSED(module), PyObject *window)
 {
@@ -1348,7 +1390,7 @@ next_table(PyObject *Py_UNUSED(module), PyObject *window)
         return NULL;
     }
     Window *w = (Window *)window;
-    return Py_BuildValue("(nn)", (Py_ssize_t)w->next_size, (Py_ssize_t)w->next_ready);
+    return Py_BuildValue("(nnn)", (Py_ssize_t)w->next_size, (Py_ssize_t)w->next_ready, (Py_ssize_t)w->next_taken);
 }
 
 /* _migration(window) -> (old table's slots, slots moved): (0, 0) with no migration. */
@@ -1488,7 +1530,7 @@ static PyMethodDef module_functions[] = {
     {"_table_mapping", (PyCFunction)table_mapping, METH_O,
      "_table_mapping(window) -> the length of the window's table's mapping (0: not mapped)."},
     {"_next_table", (PyCFunction)next_table, METH_O,
-     "_next_table(window) -> (the next table's slots, bytes of it populated): (0, 0) when none."},
+     "_next_table(window) -> (the next table's slots, bytes of it populated, growths that took one)."},
     {"_migration", (PyCFunction)migration, METH_O,
      "_migration(window) -> (the old table's slots, slots moved so far): (0, 0) when none runs."},
     {"_check", (PyCFunction)check_window, METH_O,
@@ -1536,6 +1578,16 @@ PyInit__window(void)
     Py_INCREF(&WindowType);
     if (PyModule_AddObject(module, "Window", (PyObject *)&WindowType) < 0) {
         Py_DECREF(&WindowType);
+        Py_DECREF(module);
+        return NULL;
+    }
+#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
+    int populates = 1;
+#else
+    int populates = 0;
+#endif
+    /* (whether this build makes a table's pages ahead: prepare_next; for the tests) */
+    if (PyModule_AddIntConstant(module, "_POPULATES", populates) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -90,6 +90,7 @@ def _run_sequence(seed: int, windows: list, steps: int = 400) -> None:
                 loaded = kind_of()
                 loaded.restore(list(pairs), [tuple(c) for c in counts])
                 assert _state(loaded)[:2] == _state(windows[0])[:2]  # (records with no id left: not saved)
+                _check([loaded])
             answers = [None]
         assert all(a == answers[0] for a in answers), answers
         states = [_state(w) for w in windows]
@@ -158,16 +159,51 @@ def test_a_growing_table_migrates_a_few_slots_an_id_while_every_call_works():
                 w.truncate(3)
             offset -= 5
             _check(windows)
-        if rounds == 8:  # the oldest runs age out, from both tables
+        if rounds == 8:  # the oldest runs age out, from both tables; an expiry moves 4,096 slots
             for w in windows:
                 w.expire(15)
             _check(windows)
+            assert window_module._migration(windows[1]) == (0, 0)
         assert _state(windows[0]) == _state(windows[1])
-    assert 10 < rounds < 4096 // 64  # (a refused claim moves slots too)
+    assert rounds == 8  # (each claim, refused ones too, moved its 64 slots an id)
     for w in windows:
         w.expire(1 << 40)
     _check(windows)
     assert _state(windows[0]) == _state(windows[1]) == (([], []), 0, 0)
+
+
+@needs_c
+def test_a_window_that_stops_taking_ids_ends_its_migration_as_it_is_checked():
+    """No id entered: each ``seen`` (and ``expire``) moves 4,096 old slots, and once
+    the window is empty the old table goes at once, with a truncation too."""
+    window = CWindow()
+    offset = 1
+    while window_module._migration(window)[0] != 8192:
+        assert window.claim(tuple(b"s-%d" % (offset + i) for i in range(8)), offset, 0, offset)
+        offset += 8
+    calls = 0
+    while window_module._migration(window) != (0, 0):
+        before = window_module._migration(window)[1]
+        assert window.seen(b"s-1", 0) == 1
+        after = window_module._migration(window)
+        assert after == (0, 0) or 4096 <= after[1] - before < 4096 + 100
+        window_module._check(window)
+        calls += 1
+    assert calls == 2
+    for stop in ("expire", "truncate"):  # emptied mid-migration: the old table goes too
+        window = CWindow()
+        offset = 1
+        while window_module._migration(window)[0] != 8192:
+            assert window.claim(tuple(b"e-%d" % (offset + i) for i in range(8)), offset, 0, offset)
+            offset += 8
+        if stop == "expire":
+            window.expire(1 << 40)
+        else:  # all but the last run age out (4,096 slots moved: not all), then it is taken back
+            assert window.seen(b"e-1", offset - 9) is None and len(window) == 8
+            assert window_module._migration(window)[0] == 8192
+            window.truncate(0)
+        assert len(window) == 0 and window_module._migration(window) == (0, 0)
+        window_module._check(window)
 
 
 @needs_c
@@ -189,47 +225,89 @@ def test_a_table_that_must_grow_again_finishes_its_migration_at_once():
     assert all(windows[1].get(mid) == 1 + i for i, mid in enumerate(ids))
 
 
+class _Claims:
+    """PyWindow and CWindow side by side, claiming runs of new ids (``p-N``)."""
+
+    def __init__(self) -> None:
+        self.windows = [PyWindow(), CWindow()]
+        self.offset = 1
+
+    def claim(self, count: int, now: int, check: bool = False) -> None:
+        ids = tuple(b"p-%d" % (self.offset + i) for i in range(count))
+        assert all(w.claim(ids, self.offset, 0, now) for w in self.windows)
+        self.offset += count
+        if check:
+            _check(self.windows)
+
+    def fill_below(self, percent: int, size: int, now: int) -> None:
+        """Claim until one more run of 16 would pass ``percent`` of ``size`` slots."""
+        for run in (512, 16):
+            while (len(self.windows[1]) + run) * 100 <= size * percent:
+                self.claim(run, now)
+
+
 @needs_c
-def test_the_next_mapped_table_is_made_ready_a_piece_a_call_from_six_tenths_full():
-    """With tables mapped, a table past 0.6 full has its successor mapped, then a huge
-    page of it populated each call (engine/_window.c ``prepare_next``); the growth
-    takes that table; a window that shrinks back below 0.5 full lets it go; and
-    without mappings there is none.  Answers as PyWindow's throughout."""
+def test_the_next_mapped_table_is_made_ready_in_step_with_the_ids_from_068_full():
+    """With tables mapped, a table past 0.68 full has its successor mapped, then
+    populated in step with the ids entered up to 0.7 full, at least a huge page a
+    call (engine/_window.c ``prepare_next``); the growth takes that very table; a
+    window that shrinks back to 0.64 full lets it go.  Answers as PyWindow's."""
+    huge = 2 << 20
+    size = 2 ** 18  # (2 MiB: its successor 4 MiB, two huge pages)
     with _tables_mapped(0, False):
-        windows = [PyWindow(), CWindow()]
-        offset = 1
-        def claim(count, now):
-            nonlocal offset
-            ids = tuple(b"p-%d" % (offset + i) for i in range(count))
-            assert all(w.claim(ids, offset, 0, now) for w in windows)
-            offset += count
-            _check(windows)
-        while len(windows[1]) * 10 <= 4096 * 6:  # (the table of 4,096 slots at 0.6 full)
-            claim(16, 1)
-        claim(16, 2)
-        assert window_module._next_table(windows[1])[0] == 8192
-        ready = window_module._next_table(windows[1])[1]
-        claim(16, 2)
-        assert window_module._next_table(windows[1]) == (8192, min(ready + (2 << 20), 8192 * 8))
-        while window_module._migration(windows[1])[0] != 4096:
-            claim(16, 3)
-        assert window_module._next_table(windows[1]) == (0, 0)  # (taken by the growth)
-        while window_module._migration(windows[1]) != (0, 0):
-            claim(16, 3)
-        while len(windows[1]) * 10 <= 8192 * 6:
-            claim(16, 4)
-        claim(16, 5)
-        claim(16, 5)
-        assert window_module._next_table(windows[1])[0] == 16384
-        for w in windows:
-            w.expire(3)  # back to ~1,000 ids of 8,192 slots: the next table is let go
-        claim(1, 6)
-        assert window_module._next_table(windows[1]) == (0, 0)
-        assert _state(windows[0]) == _state(windows[1])
-    windows = [CWindow()]
+        claims = _Claims()
+        c_window = claims.windows[1]
+        claims.fill_below(68, size, 1)
+        assert window_module._migration(c_window) == (0, 0)
+        slots, ready, taken = window_module._next_table(c_window)
+        assert (slots, ready) == (0, 0)
+        claims.claim(16, 2, True)
+        assert window_module._next_table(c_window) == (2 * size, 0, taken)  # (mapped, nothing made yet)
+        claims.claim(16, 2, True)  # one more call: a huge page at least
+        populates = window_module._POPULATES
+        assert window_module._next_table(c_window) == (2 * size, huge if populates else 0, taken)
+        band = size * 70 // 100 - size * 68 // 100
+        while (len(c_window) + 16) * 10 <= size * 7:
+            claims.claim(16, 2)
+            passed = (len(c_window) - size * 68 // 100) / band
+            # (in step with the band passed, whole by 0.7 full)
+            assert not populates or window_module._next_table(c_window)[1] >= min(1.0, passed) * 2 * huge - huge
+        assert window_module._next_table(c_window)[1] == (2 * huge if populates else 0)
+        claims.claim(16, 3, True)
+        assert window_module._migration(c_window)[0] == size
+        assert window_module._next_table(c_window) == (0, 0, taken + 1)  # (taken by the growth)
+        while window_module._migration(c_window) != (0, 0):
+            claims.claim(512, 3)
+        claims.fill_below(68, 2 * size, 4)
+        claims.claim(512, 5)
+        claims.claim(16, 5, True)
+        assert window_module._next_table(c_window)[0] == 4 * size
+        for w in claims.windows:
+            w.expire(3)  # the window back well under 0.64 full: the next table is let go
+        claims.claim(1, 6, True)
+        assert window_module._next_table(c_window) == (0, 0, taken + 1)
+        assert _state(claims.windows[0]) == _state(c_window)
+
+
+@needs_c
+def test_no_next_table_with_mappings_failing_or_for_small_tables():
+    """Every mapping failing, or tables under the mapped size (from PyMem_Calloc): no
+    table is made ready ahead; the growth allocates its own."""
+    with _tables_mapped(0, True):
+        claims = _Claims()
+        claims.fill_below(68, 2 ** 14, 1)
+        migrated = set()
+        for _ in range(40):
+            claims.claim(16, 2)
+            assert window_module._next_table(claims.windows[1]) == (0, 0, 0)
+            migrated.add(window_module._migration(claims.windows[1])[0])
+        assert 2 ** 14 in migrated  # (the table grew, into one of its own)
+        _check(claims.windows)
+        assert _state(claims.windows[0]) == _state(claims.windows[1])
+    window = CWindow()
     for start in range(0, 5000, 50):
-        assert windows[0].claim(tuple(b"u-%d" % (start + i) for i in range(50)), 1 + start, 0, 1)
-        assert window_module._next_table(windows[0]) == (0, 0)  # (small tables from PyMem_Calloc: none)
+        assert window.claim(tuple(b"u-%d" % (start + i) for i in range(50)), 1 + start, 0, 1)
+        assert window_module._next_table(window)[0] == 0
 
 
 @needs_c
@@ -418,6 +496,7 @@ def _memory_errors_leave_the_window(call, window) -> int:
         if not ok:
             failures += 1
             assert _state(window) == before
+            _check([window])
             continue
         return failures
     raise AssertionError("the call never succeeded")
@@ -476,6 +555,34 @@ def _tables_mapped(min_bytes: int, fail: bool):
         yield
     finally:
         window_module._set_mapping(*before)
+
+
+@needs_c
+@pytest.mark.parametrize("fail", (False, True))
+def test_memory_errors_in_the_middle_of_a_migration_leave_the_window_as_it_was(fail):
+    """A window migrating its table: a claim that must grow the table again (its
+    migration finished at once, a new one begun), an add, and a claim of new blocks
+    of entries, each failing at every allocation: MemoryError, the window as it was
+    (and its invariants), then the call succeeds."""
+    with _tables_mapped(0 if not fail else 1 << 62, fail):
+        big = tuple(b"big-%d" % i for i in range(9000))  # (made before: the calls allocate only their own)
+        replayed = [b"a-1", None, b"m-5"]
+        long_ids = (b"L" * 70_000, b"l" * 200)
+        calls = {
+            "grow again": lambda w: w.claim(big, 10_000, 0, 1 << 30),
+            "add": lambda w: w.add(replayed, 10_000, 1 << 30),
+            "long ids": lambda w: w.claim(long_ids, 10_000, 0, 1 << 30),
+        }
+        for name, call in calls.items():
+            window = CWindow()
+            offset = 1
+            while window_module._migration(window)[0] != 4096:
+                assert window.claim(tuple(b"m-%d" % (offset + i) for i in range(8)), offset, 0, offset)
+                offset += 8
+            assert 0 < window_module._migration(window)[1] < 4096
+            failures = _memory_errors_leave_the_window(call, window)
+            assert failures > 0 or not fail or name == "add"  # (mapped tables and blocks cannot be failed; the add needs no room)
+            window_module._check(window)
 
 
 @needs_c

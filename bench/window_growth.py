@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""How long a growing MSGID window holds the loop: the worst call while the window
+grows from empty, in process and in the server.
+
+    .venv/bin/python bench/window_growth.py                      # in process, this build
+    .venv/bin/python bench/window_growth.py --server             # through a server, this build
+    .venv/bin/python bench/window_growth.py --compare /tmp/s38/base/.venv/bin/python .venv/bin/python [--server]
+
+In process: engine/_window.c's ``Window`` claims ``--ids`` new ids (``id-N``) from
+empty, ``--run`` (64) a call, as a pipelined MSGID writer's runs are claimed; each
+run's ids are made before the timing starts.  Printed: the thread's CPU time per id
+over all the claims, the worst claim's wall time, and every claim that took over
+``--over-ms``, with the window's size then (the table grows past 0.7 full of 2^k
+slots: 45,875, 91,750, ..., 734,004, 1,468,006 ids).
+
+``--server``: a tstream server (``--appendonly yes --appendfsync no``, as
+bench/fast_ingest.py's MSGID slices) gets ``TWRITE key tag entry MSGID id`` (100-byte
+entries, unique ids) in pipelined windows of ``--run``, one window in flight; every
+window's round trip over ``--over-ms`` is listed with the ids stored before it.  A
+round trip is the loop's hold plus the client's own time, so the server's other
+stalls (node seals, the AOF's writes) show as well: read the rows at the growth
+points.
+
+``--compare PY...``: the same run in each interpreter (each imports its own build's
+tree and, with ``--server``, starts its own ``tstream-server``), alternated, the
+order reversed every round, each a fresh process; every run is listed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+
+def in_process(ids: int, run: int, over_ms: float) -> dict:
+    from tstream.engine import _window
+
+    window = _window.Window()
+    runs = [tuple(b"id-%d" % (start + i) for i in range(run)) for start in range(1, ids + 1, run)]
+    slow = []
+    worst = 0
+    cpu = 0
+    offset = 1
+    for ids_run in runs:
+        started_cpu = time.thread_time_ns()
+        started = time.perf_counter_ns()
+        if not window.claim(ids_run, offset, 0, 1 << 60):
+            raise AssertionError("a new id was refused")
+        wall = time.perf_counter_ns() - started
+        cpu += time.thread_time_ns() - started_cpu
+        worst = max(worst, wall)
+        if wall > over_ms * 1e6:
+            slow.append([offset - 1, round(wall / 1e6, 2)])
+        offset += len(ids_run)
+    return {"ns_per_id": cpu / (offset - 1), "worst_ms": worst / 1e6, "slow": slow}
+
+
+def _command(*words: bytes) -> bytes:
+    return b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
+
+
+def through_server(ids: int, run: int, over_ms: float) -> dict:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from common import servers
+
+    entry = b"x" * 100
+    slow = []
+    worst = 0
+    with servers(("tstream", ["--appendonly", "yes", "--appendfsync", "no",
+                              "--auto-aof-rewrite-percentage", "0"])) as (ts,):
+        sock = socket.create_connection(("127.0.0.1", ts.port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        replies = sock.makefile("rb")
+        started_all = time.perf_counter()
+        for start in range(1, ids + 1, run):
+            count = min(run, ids + 1 - start)
+            window = b"".join(_command(b"TWRITE", b"growth", b"t", entry, b"MSGID", b"id-%d" % (start + i))
+                              for i in range(count))
+            started = time.perf_counter_ns()
+            sock.sendall(window)
+            for _ in range(count):
+                reply = replies.readline()
+                if not reply.startswith(b":"):
+                    raise AssertionError(f"unexpected reply {reply!r}")
+            wall = time.perf_counter_ns() - started
+            worst = max(worst, wall)
+            if wall > over_ms * 1e6:
+                slow.append([start - 1, round(wall / 1e6, 2)])
+        seconds = time.perf_counter() - started_all
+        sock.close()
+    return {"msgs_per_s": ids / seconds, "worst_ms": worst / 1e6, "slow": slow}
+
+
+def one(args) -> dict:
+    if args.server:
+        return through_server(args.ids, args.run, args.over_ms)
+    return in_process(args.ids, args.run, args.over_ms)
+
+
+def show(figures: dict, label: str = "") -> None:
+    rate = (f"{figures['ns_per_id']:.1f} ns/id (thread CPU)" if "ns_per_id" in figures
+            else f"{figures['msgs_per_s']:,.0f} msg/s")
+    print(f"{label}{rate}, worst {figures['worst_ms']:.2f} ms; over the limit (ids before, ms): "
+          + (", ".join(f"{at:,}: {ms}" for at, ms in figures["slow"]) or "none"), flush=True)
+
+
+def compare(pythons: list[str], rounds: int, extra: list[str]) -> None:
+    script = os.path.abspath(__file__)
+    pythons = [os.path.abspath(python) for python in pythons]
+    results: dict[str, list[dict]] = {python: [] for python in pythons}
+    for r in range(rounds):
+        for python in (pythons if r % 2 == 0 else list(reversed(pythons))):
+            load = os.getloadavg()[0]
+            # (cwd: the script's folder, so that each interpreter imports its own build's tree)
+            output = subprocess.run([python, script, "--json", *extra], capture_output=True, text=True,
+                                    check=True, cwd=os.path.dirname(script)).stdout
+            figures = json.loads(output.strip().splitlines()[-1])
+            results[python].append(figures)
+            show(figures, f"round {r + 1} {python} (load {load:.2f}): ")
+    print()
+    for python in pythons:
+        worst = [f["worst_ms"] for f in results[python]]
+        key = "ns_per_id" if "ns_per_id" in results[python][0] else "msgs_per_s"
+        print(f"{python}: worst call median {statistics.median(worst):.2f} ms (runs {', '.join(f'{w:.2f}' for w in worst)}); "
+              f"{key} median {statistics.median(f[key] for f in results[python]):,.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ids", type=int, default=1_600_000, help="ids claimed from empty (past 1,468,006: six growths)")
+    parser.add_argument("--run", type=int, default=64, help="ids a call (a pipelined window)")
+    parser.add_argument("--over-ms", type=float, default=1.0, help="list the calls that took longer")
+    parser.add_argument("--server", action="store_true", help="through a tstream server (round trips)")
+    parser.add_argument("--json", action="store_true", help="one JSON line (what --compare reads)")
+    parser.add_argument("--compare", nargs="+", metavar="PYTHON", help="interpreters to alternate")
+    parser.add_argument("--rounds", type=int, default=3, help="alternations (with --compare)")
+    args = parser.parse_args()
+    if args.compare:
+        extra = ["--ids", str(args.ids), "--run", str(args.run), "--over-ms", str(args.over_ms)]
+        compare(args.compare, args.rounds, extra + (["--server"] if args.server else []))
+        return
+    figures = one(args)
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        show(figures)
+
+
+if __name__ == "__main__":
+    main()
