@@ -21,6 +21,14 @@ round trip is the loop's hold plus the client's own time, so the server's other
 stalls (node seals, the AOF's writes) show as well: read the rows at the growth
 points.
 
+``--faults``: the page faults a server takes for ``--ids`` pipelined ``TWRITE key
+tag entry`` and, in a second server, as many ``TWRITE key tag entry MSGID id``: what
+the window's growing memory adds (its blocks of ids, its tables).  Two counts: the
+faults taken as traps (``perf stat -e page-faults``: what each first write to a
+fresh page costs, ~1-2 us in this VM), and the pages made (``minflt`` of
+/proc/PID/stat, which also counts pages made ahead with MADV_POPULATE_WRITE,
+without a trap each).
+
 ``--compare PY...``: the same run in each interpreter (each imports its own build's
 tree and, with ``--server``, starts its own ``tstream-server``), alternated, the
 order reversed every round, each a fresh process; every run is listed.
@@ -31,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -97,13 +106,56 @@ def through_server(ids: int, run: int, over_ms: float) -> dict:
     return {"msgs_per_s": ids / seconds, "worst_ms": worst / 1e6, "slow": slow}
 
 
+def _minor_faults(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[7])  # (minflt: field 10)
+
+
+def faults(ids: int, run: int) -> dict:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from common import servers
+
+    entry = b"x" * 100
+    counts, traps = {}, {}
+    for kind in ("twrite", "msgid"):
+        with servers(("tstream", ["--appendonly", "yes", "--appendfsync", "no",
+                                  "--auto-aof-rewrite-percentage", "0"])) as (ts,):
+            sock = socket.create_connection(("127.0.0.1", ts.port))
+            replies = sock.makefile("rb")
+            before = _minor_faults(ts.pid)
+            perf = subprocess.Popen(["perf", "stat", "-x", ",", "-e", "page-faults", "-p", str(ts.pid)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            time.sleep(0.5)  # (perf attached)
+            for start in range(1, ids + 1, run):
+                count = min(run, ids + 1 - start)
+                tail = (lambda i: (b"MSGID", b"id-%d" % i)) if kind == "msgid" else (lambda i: ())
+                sock.sendall(b"".join(_command(b"TWRITE", b"faults", b"t", entry, *tail(start + i))
+                                      for i in range(count)))
+                for _ in range(count):
+                    replies.readline()
+            counts[kind] = _minor_faults(ts.pid) - before
+            perf.send_signal(signal.SIGINT)
+            report = perf.communicate()[1]
+            traps[kind] = int(report.strip().splitlines()[-1].split(",")[0])
+            sock.close()
+    return {"twrite_faults": counts["twrite"], "msgid_faults": counts["msgid"],
+            "twrite_traps": traps["twrite"], "msgid_traps": traps["msgid"], "worst_ms": 0.0, "slow": []}
+
+
 def one(args) -> dict:
+    if args.faults:
+        return faults(args.ids, args.run)
     if args.server:
         return through_server(args.ids, args.run, args.over_ms)
     return in_process(args.ids, args.run, args.over_ms)
 
 
 def show(figures: dict, label: str = "") -> None:
+    if "msgid_faults" in figures:
+        print(f"{label}page faults as traps: TWRITE {figures['twrite_traps']:,}, TWRITE MSGID "
+              f"{figures['msgid_traps']:,} ({figures['msgid_traps'] / max(1, figures['twrite_traps']):.2f}x); "
+              f"pages made (minflt): {figures['twrite_faults']:,}, {figures['msgid_faults']:,}", flush=True)
+        return
     rate = (f"{figures['ns_per_id']:.1f} ns/id (thread CPU)" if "ns_per_id" in figures
             else f"{figures['msgs_per_s']:,.0f} msg/s")
     print(f"{label}{rate}, worst {figures['worst_ms']:.2f} ms; over the limit (ids before, ms): "
@@ -125,6 +177,13 @@ def compare(pythons: list[str], rounds: int, extra: list[str]) -> None:
             show(figures, f"round {r + 1} {python} (load {load:.2f}): ")
     print()
     for python in pythons:
+        if "msgid_faults" in results[python][0]:
+            print(f"{python}: page faults as traps, medians: TWRITE "
+                  f"{statistics.median(f['twrite_traps'] for f in results[python]):,.0f}, MSGID "
+                  f"{statistics.median(f['msgid_traps'] for f in results[python]):,.0f}; pages made (minflt): "
+                  f"{statistics.median(f['twrite_faults'] for f in results[python]):,.0f}, "
+                  f"{statistics.median(f['msgid_faults'] for f in results[python]):,.0f}")
+            continue
         worst = [f["worst_ms"] for f in results[python]]
         key = "ns_per_id" if "ns_per_id" in results[python][0] else "msgs_per_s"
         print(f"{python}: worst call median {statistics.median(worst):.2f} ms (runs {', '.join(f'{w:.2f}' for w in worst)}); "
@@ -137,13 +196,15 @@ def main() -> None:
     parser.add_argument("--run", type=int, default=64, help="ids a call (a pipelined window)")
     parser.add_argument("--over-ms", type=float, default=1.0, help="list the calls that took longer")
     parser.add_argument("--server", action="store_true", help="through a tstream server (round trips)")
+    parser.add_argument("--faults", action="store_true", help="page faults of a TWRITE and a MSGID server")
     parser.add_argument("--json", action="store_true", help="one JSON line (what --compare reads)")
     parser.add_argument("--compare", nargs="+", metavar="PYTHON", help="interpreters to alternate")
     parser.add_argument("--rounds", type=int, default=3, help="alternations (with --compare)")
     args = parser.parse_args()
     if args.compare:
         extra = ["--ids", str(args.ids), "--run", str(args.run), "--over-ms", str(args.over_ms)]
-        compare(args.compare, args.rounds, extra + (["--server"] if args.server else []))
+        compare(args.compare, args.rounds,
+                extra + (["--server"] if args.server else []) + (["--faults"] if args.faults else []))
         return
     figures = one(args)
     if args.json:
