@@ -326,19 +326,25 @@ entry_is(Window *w, uint32_t ref, const char *bytes, size_t length)
     return LENGTH(e) == length && memcmp((char *)(e + 1), bytes, length) == 0;
 }
 
-/* The slot of the id, or of the empty slot where it would go.  A slot of another id
+/* The slot of the id in a table (``slots``, from slot i on), or of the empty slot where it would go.  A slot of another id
    with the same 32-bit hash costs a read of that entry's bytes: rare (its home and
    the rest of its hash equal), and never a wrong answer. */
 static inline size_t
-find_slot(Window *w, uint32_t hash, const char *bytes, size_t length)
+probe(Window *w, const Slot *slots, size_t mask, size_t i, uint32_t hash, const char *bytes, size_t length)
 {
-    size_t i = hash & w->mask;
-    while (w->slots[i].hash) {
-        if (w->slots[i].hash == hash && entry_is(w, w->slots[i].ref, bytes, length))
+    while (slots[i].hash) {
+        if (slots[i].hash == hash && entry_is(w, slots[i].ref, bytes, length))
             return i;
-        i = (i + 1) & w->mask;
+        i = (i + 1) & mask;
     }
     return i;
+}
+
+/* The id's slot in the table, or the empty slot where it would go (``probe``). */
+static inline size_t
+find_slot(Window *w, uint32_t hash, const char *bytes, size_t length)
+{
+    return probe(w, w->slots, w->mask, hash & w->mask, hash, bytes, length);
 }
 
 /* Whether slot i of the old table was moved already (or was empty) by the migration. */
@@ -358,12 +364,8 @@ find_old(Window *w, uint32_t hash, const char *bytes, size_t length)
     size_t i = hash & w->old_mask;
     if (moved_already(w, i))
         return NO_SLOT;
-    while (w->old[i].hash) {
-        if (w->old[i].hash == hash && entry_is(w, w->old[i].ref, bytes, length))
-            return i;
-        i = (i + 1) & w->old_mask;
-    }
-    return NO_SLOT;
+    i = probe(w, w->old, w->old_mask, i, hash, bytes, length);
+    return w->old[i].hash ? i : NO_SLOT;
 }
 
 /* The home slot of a hash, fetched ahead of its probe (in both tables during a migration). */
@@ -400,23 +402,22 @@ static void
 delete_entry_slot(Window *w, uint32_t hash, uint64_t pos)
 {
     uint32_t ref = REF(pos);
-    size_t i = hash & w->mask;
-    while (w->slots[i].hash) {
-        if (w->slots[i].hash == hash && w->slots[i].ref == ref) {
-            delete_at(w->slots, w->mask, i);
-            w->count--;
-            return;
+    Slot *slots = w->slots;
+    size_t mask = w->mask;
+    for (int table = 0; table < 2; table++) {
+        if (table) {  /* (not in the new table: in the old one, not moved yet) */
+            if (w->old == NULL)  /* (cannot happen: a live entry has a slot) */
+                return;
+            slots = w->old;
+            mask = w->old_mask;
         }
-        i = (i + 1) & w->mask;
-    }
-    if (w->old == NULL)  /* (cannot happen: a live entry has a slot) */
-        return;
-    i = hash & w->old_mask;
-    while (w->old[i].hash && !(w->old[i].hash == hash && w->old[i].ref == ref))
-        i = (i + 1) & w->old_mask;
-    if (w->old[i].hash) {
-        delete_at(w->old, w->old_mask, i);
-        w->count--;
+        for (size_t i = hash & mask; slots[i].hash; i = (i + 1) & mask) {
+            if (slots[i].hash == hash && slots[i].ref == ref) {
+                delete_at(slots, mask, i);
+                w->count--;
+                return;
+            }
+        }
     }
 }
 
@@ -1381,15 +1382,24 @@ set_mapping(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
     return before;
 }
 
+/* ``window`` as a Window, for the module's test helpers (``name``): NULL with TypeError. */
+static Window *
+as_window(PyObject *window, const char *name)
+{
+    if (!PyObject_TypeCheck(window, &WindowType)) {
+        PyErr_Format(PyExc_TypeError, "%s() takes a Window", name);
+        return NULL;
+    }
+    return (Window *)window;
+}
+
 /* _next_table(window) -> (its slots, bytes populated, growths that took one): slots 0 when none. */
 static PyObject *
 next_table(PyObject *Py_UNUSED(module), PyObject *window)
 {
-    if (!PyObject_TypeCheck(window, &WindowType)) {
-        PyErr_SetString(PyExc_TypeError, "_next_table() takes a Window");
+    Window *w = as_window(window, "_next_table");
+    if (w == NULL)
         return NULL;
-    }
-    Window *w = (Window *)window;
     return Py_BuildValue("(nnn)", (Py_ssize_t)w->next_size, (Py_ssize_t)w->next_ready, (Py_ssize_t)w->next_taken);
 }
 
@@ -1397,11 +1407,9 @@ next_table(PyObject *Py_UNUSED(module), PyObject *window)
 static PyObject *
 migration(PyObject *Py_UNUSED(module), PyObject *window)
 {
-    if (!PyObject_TypeCheck(window, &WindowType)) {
-        PyErr_SetString(PyExc_TypeError, "_migration() takes a Window");
+    Window *w = as_window(window, "_migration");
+    if (w == NULL)
         return NULL;
-    }
-    Window *w = (Window *)window;
     return Py_BuildValue("(nn)", (Py_ssize_t)(w->old != NULL ? w->old_mask + 1 : 0), (Py_ssize_t)w->moved);
 }
 
@@ -1446,11 +1454,9 @@ check_table(Window *w, Slot *slots, size_t mask, int old, size_t *full)
 static PyObject *
 check_window(PyObject *Py_UNUSED(module), PyObject *window)
 {
-    if (!PyObject_TypeCheck(window, &WindowType)) {
-        PyErr_SetString(PyExc_TypeError, "_check() takes a Window");
+    Window *w = as_window(window, "_check");
+    if (w == NULL)
         return NULL;
-    }
-    Window *w = (Window *)window;
     size_t full = 0;
     if (w->slots != NULL && check_table(w, w->slots, w->mask, 0, &full) < 0)
         return NULL;
@@ -1500,11 +1506,9 @@ check_window(PyObject *Py_UNUSED(module), PyObject *window)
 static PyObject *
 blocks_mapped(PyObject *Py_UNUSED(module), PyObject *window)
 {
-    if (!PyObject_TypeCheck(window, &WindowType)) {
-        PyErr_SetString(PyExc_TypeError, "_blocks_mapped() takes a Window");
+    Window *w = as_window(window, "_blocks_mapped");
+    if (w == NULL)
         return NULL;
-    }
-    Window *w = (Window *)window;
     size_t mapped = 0;
     for (size_t i = 0; i < w->chunks_count; i++)
         mapped += w->chunks[i].mapped != 0;
@@ -1515,11 +1519,8 @@ blocks_mapped(PyObject *Py_UNUSED(module), PyObject *window)
 static PyObject *
 table_mapping(PyObject *Py_UNUSED(module), PyObject *window)
 {
-    if (!PyObject_TypeCheck(window, &WindowType)) {
-        PyErr_SetString(PyExc_TypeError, "_table_mapping() takes a Window");
-        return NULL;
-    }
-    return PyLong_FromSize_t(((Window *)window)->slots_mapped);
+    Window *w = as_window(window, "_table_mapping");
+    return w == NULL ? NULL : PyLong_FromSize_t(w->slots_mapped);
 }
 
 static PyMethodDef module_functions[] = {
