@@ -77,6 +77,7 @@
 #include <string.h>
 #if defined(__linux__)
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 typedef struct {
@@ -490,7 +491,6 @@ prepare_next(Window *w, size_t size, size_t needed)
         w->next_mapped = mapped;
         w->next_size = 2 * size;
         w->next_ready = mapped ? 0 : bytes;  /* (PyMem_Calloc's: nothing to do) */
-        return;
     }
 #if defined(__linux__) && defined(MADV_POPULATE_WRITE)
     if (w->next_ready < bytes) {
@@ -825,13 +825,17 @@ expire_to(Window *w, int64_t horizon)
     }
 }
 
-/* A step of a running migration in a call that enters no id (``seen``, ``expire``):
-   a window that stops taking ids still ends its migration, and frees the old table. */
+/* In a call that enters no id (``seen``, ``expire``): a step of a running migration,
+   so that a window that stops taking ids still ends it and frees the old table, and
+   the next table let go once the window is back under 0.64 full, as a call that
+   enters ids would (``reserve_slots``). */
 static void
 settle(Window *w)
 {
     if (w->old != NULL)
-        migrate(w, w->count ? SETTLE_MOVES : SIZE_MAX);
+        migrate(w, SETTLE_MOVES);
+    if (w->next != NULL && w->count * 100 <= (w->mask + 1) * PREPARE_UNTIL)
+        free_next(w);
 }
 
 /* The bytes of an id (bytes only: what the server's parser and the files give). */
@@ -1198,7 +1202,7 @@ window_restore(Window *w, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "restore() into a window in use");
         return NULL;
     }
-    if (w->old != NULL)  /* (an emptied window's tables: nothing in them) */
+    if (w->old != NULL)  /* (defensive: an emptied window has freed its old table already) */
         migrate(w, SIZE_MAX);
     free_next(w);
     Py_ssize_t n = PyList_GET_SIZE(pairs), total = 0;
@@ -1393,14 +1397,29 @@ as_window(PyObject *window, const char *name)
     return (Window *)window;
 }
 
-/* _next_table(window) -> (its slots, bytes populated, growths that took one): slots 0 when none. */
+/* _next_table(window) -> (its slots, bytes populated, growths that took one, bytes resident
+   by mincore): slots 0 when none. */
 static PyObject *
 next_table(PyObject *Py_UNUSED(module), PyObject *window)
 {
     Window *w = as_window(window, "_next_table");
     if (w == NULL)
         return NULL;
-    return Py_BuildValue("(nnn)", (Py_ssize_t)w->next_size, (Py_ssize_t)w->next_ready, (Py_ssize_t)w->next_taken);
+    size_t resident = 0;
+#if defined(__linux__)
+    if (w->next != NULL && w->next_mapped) {  /* (the pages made, as the kernel counts them) */
+        size_t page = (size_t)sysconf(_SC_PAGESIZE), pages = (w->next_mapped + page - 1) / page;
+        unsigned char *vector = PyMem_Malloc(pages);
+        if (vector == NULL)
+            return PyErr_NoMemory();
+        if (mincore(w->next, w->next_mapped, vector) == 0)
+            for (size_t i = 0; i < pages; i++)
+                resident += (vector[i] & 1) * page;
+        PyMem_Free(vector);
+    }
+#endif
+    return Py_BuildValue("(nnnn)", (Py_ssize_t)w->next_size, (Py_ssize_t)w->next_ready, (Py_ssize_t)w->next_taken,
+                         (Py_ssize_t)resident);
 }
 
 /* _migration(window) -> (old table's slots, slots moved): (0, 0) with no migration. */
@@ -1472,6 +1491,11 @@ check_window(PyObject *Py_UNUSED(module), PyObject *window)
         PyErr_Format(PyExc_AssertionError, "%zu slots full, %zu ids counted", full, w->count);
         return NULL;
     }
+    if (w->next != NULL && (w->next_size != 2 * (w->mask + 1) || w->next_ready > w->next_size * sizeof(Slot)
+                            || mappings_fail)) {
+        PyErr_SetString(PyExc_AssertionError, "a next table of another size, over-populated, or not to be");
+        return NULL;
+    }
     size_t live = 0;
     for (size_t r = 0; r < w->records_count; r++) {
         Record *rec = RECORD(w, r);
@@ -1531,7 +1555,7 @@ static PyMethodDef module_functions[] = {
     {"_table_mapping", (PyCFunction)table_mapping, METH_O,
      "_table_mapping(window) -> the length of the window's table's mapping (0: not mapped)."},
     {"_next_table", (PyCFunction)next_table, METH_O,
-     "_next_table(window) -> (the next table's slots, bytes of it populated, growths that took one)."},
+     "_next_table(window) -> (the next table's slots, bytes populated, growths that took one, bytes resident)."},
     {"_migration", (PyCFunction)migration, METH_O,
      "_migration(window) -> (the old table's slots, slots moved so far): (0, 0) when none runs."},
     {"_check", (PyCFunction)check_window, METH_O,

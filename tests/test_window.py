@@ -226,67 +226,107 @@ def test_a_table_that_must_grow_again_finishes_its_migration_at_once():
 
 
 class _Claims:
-    """PyWindow and CWindow side by side, claiming runs of new ids (``p-N``)."""
+    """PyWindow and CWindow side by side, claiming runs of new ids (``p-N``), each run
+    at its own time (1, 2, ...), so that the oldest runs can be aged out one by one."""
 
     def __init__(self) -> None:
         self.windows = [PyWindow(), CWindow()]
         self.offset = 1
+        self.sizes: list[int] = []
 
-    def claim(self, count: int, now: int, check: bool = False) -> None:
+    def claim(self, count: int, check: bool = False) -> None:
         ids = tuple(b"p-%d" % (self.offset + i) for i in range(count))
-        assert all(w.claim(ids, self.offset, 0, now) for w in self.windows)
+        self.sizes.append(count)
+        assert all(w.claim(ids, self.offset, 0, len(self.sizes)) for w in self.windows)
         self.offset += count
         if check:
             _check(self.windows)
 
-    def fill_below(self, percent: int, size: int, now: int) -> None:
+    def fill_below(self, percent: int, size: int) -> None:
         """Claim until one more run of 16 would pass ``percent`` of ``size`` slots."""
         for run in (512, 16):
             while (len(self.windows[1]) + run) * 100 <= size * percent:
-                self.claim(run, now)
+                self.claim(run)
+
+    def expire_to(self, percent: int, size: int) -> None:
+        """Age out the oldest runs until the windows hold ``percent`` of ``size`` slots or less."""
+        left, runs = len(self.windows[1]), 0
+        while left * 100 > size * percent:
+            left -= self.sizes[runs]
+            runs += 1
+        for w in self.windows:
+            w.expire(runs)
+        _check(self.windows)
 
 
 @needs_c
 def test_the_next_mapped_table_is_made_ready_in_step_with_the_ids_from_068_full():
-    """With tables mapped, a table past 0.68 full has its successor mapped, then
-    populated in step with the ids entered up to 0.7 full, at least a huge page a
-    call (engine/_window.c ``prepare_next``); the growth takes that very table; a
-    window that shrinks back to 0.64 full lets it go.  Answers as PyWindow's."""
+    """With tables mapped, the call that takes a table past 0.68 full maps its
+    successor and starts making its pages, then each call makes them in step with the
+    ids entered up to 0.7 full, at least a huge page a call (engine/_window.c
+    ``prepare_next``; the kernel's count of resident pages keeps up); the growth takes
+    that very table; a window that shrinks to 0.66 full keeps it, to 0.62 lets it go.
+    Answers as PyWindow's."""
     huge = 2 << 20
     size = 2 ** 18  # (2 MiB: its successor 4 MiB, two huge pages)
+    populates = window_module._POPULATES
     with _tables_mapped(0, False):
         claims = _Claims()
         c_window = claims.windows[1]
-        claims.fill_below(68, size, 1)
+        claims.fill_below(68, size)
         assert window_module._migration(c_window) == (0, 0)
-        slots, ready, taken = window_module._next_table(c_window)
-        assert (slots, ready) == (0, 0)
-        claims.claim(16, 2, True)
-        assert window_module._next_table(c_window) == (2 * size, 0, taken)  # (mapped, nothing made yet)
-        claims.claim(16, 2, True)  # one more call: a huge page at least
-        populates = window_module._POPULATES
-        assert window_module._next_table(c_window) == (2 * size, huge if populates else 0, taken)
+        taken = window_module._next_table(c_window)[2]
+        assert window_module._next_table(c_window) == (0, 0, taken, 0)
+        claims.claim(16, True)  # past 0.68: mapped, and a huge page made
+        slots, ready, _, resident = window_module._next_table(c_window)
+        assert (slots, ready) == (2 * size, huge if populates else 0) and resident >= ready
         band = size * 70 // 100 - size * 68 // 100
         while (len(c_window) + 16) * 10 <= size * 7:
-            claims.claim(16, 2)
+            claims.claim(16)
             passed = (len(c_window) - size * 68 // 100) / band
-            # (in step with the band passed, whole by 0.7 full)
-            assert not populates or window_module._next_table(c_window)[1] >= min(1.0, passed) * 2 * huge - huge
+            _, ready, _, resident = window_module._next_table(c_window)
+            assert not populates or ready >= min(1.0, passed) * 2 * huge - huge  # (in step, whole by 0.7 full)
+            assert resident >= ready
         assert window_module._next_table(c_window)[1] == (2 * huge if populates else 0)
-        claims.claim(16, 3, True)
+        claims.claim(16, True)
         assert window_module._migration(c_window)[0] == size
-        assert window_module._next_table(c_window) == (0, 0, taken + 1)  # (taken by the growth)
-        while window_module._migration(c_window) != (0, 0):
-            claims.claim(512, 3)
-        claims.fill_below(68, 2 * size, 4)
-        claims.claim(512, 5)
-        claims.claim(16, 5, True)
-        assert window_module._next_table(c_window)[0] == 4 * size
-        for w in claims.windows:
-            w.expire(3)  # the window back well under 0.64 full: the next table is let go
-        claims.claim(1, 6, True)
-        assert window_module._next_table(c_window) == (0, 0, taken + 1)
+        assert window_module._next_table(c_window) == (0, 0, taken + 1, 0)  # (taken by the growth)
+        size *= 2
+        claims.fill_below(68, size)
+        claims.claim(16, True)
+        assert window_module._next_table(c_window)[0] == 2 * size
+        claims.expire_to(66, size)
+        assert size * 64 < len(c_window) * 100 and window_module._next_table(c_window)[0] == 2 * size  # (kept)
+        claims.expire_to(62, size)
+        assert window_module._next_table(c_window)[0] == 0  # (let go, by the expiry)
         assert _state(claims.windows[0]) == _state(c_window)
+
+
+@needs_c
+def test_a_call_far_into_the_band_makes_the_next_table_in_proportion():
+    """One call of half the band (0.68 to 0.69 full of 2^20 slots: the next table 16 MiB,
+    eight huge pages) makes about half of the next table's pages at once, not one
+    huge page (the rest then due at once) nor all of it."""
+    huge = 2 << 20
+    size = 2 ** 20
+    window = CWindow()
+    offset = 1
+    def claim(count):
+        nonlocal offset
+        assert window.claim(tuple(b"h-%d" % (offset + i) for i in range(count)), offset, 0, 1)
+        offset += count
+    while len(window) + 4096 <= size * 68 // 100:
+        claim(4096)
+    claim(size * 68 // 100 - len(window))
+    assert window_module._next_table(window)[0] == 0
+    claim(size // 100 + 16)  # (to just past 0.69 full)
+    slots, ready, _, resident = window_module._next_table(window)
+    assert slots == 2 * size and resident >= ready
+    if window_module._POPULATES:
+        assert 4 * huge <= ready <= 6 * huge
+    claim(size * 70 // 100 - len(window))
+    assert window_module._next_table(window)[1] == (8 * huge if window_module._POPULATES else 0)
+    window_module._check(window)
 
 
 @needs_c
@@ -295,11 +335,11 @@ def test_no_next_table_with_mappings_failing_or_for_small_tables():
     table is made ready ahead; the growth allocates its own."""
     with _tables_mapped(0, True):
         claims = _Claims()
-        claims.fill_below(68, 2 ** 14, 1)
+        claims.fill_below(68, 2 ** 14)
         migrated = set()
         for _ in range(40):
-            claims.claim(16, 2)
-            assert window_module._next_table(claims.windows[1]) == (0, 0, 0)
+            claims.claim(16)
+            assert window_module._next_table(claims.windows[1]) == (0, 0, 0, 0)
             migrated.add(window_module._migration(claims.windows[1])[0])
         assert 2 ** 14 in migrated  # (the table grew, into one of its own)
         _check(claims.windows)
