@@ -4,7 +4,7 @@ grows from empty, in process and in the server.
 
     .venv/bin/python bench/window_growth.py                      # in process, this build
     .venv/bin/python bench/window_growth.py --server             # through a server, this build
-    .venv/bin/python bench/window_growth.py --compare /tmp/s38/base/.venv/bin/python .venv/bin/python [--server]
+    .venv/bin/python bench/window_growth.py --compare BASE/.venv/bin/python .venv/bin/python [--server | --faults]
 
 In process: engine/_window.c's ``Window`` claims ``--ids`` new ids (``id-N``) from
 empty, ``--run`` (64) a call, as a pipelined MSGID writer's runs are claimed; each
