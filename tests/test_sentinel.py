@@ -163,11 +163,22 @@ def test_sentinel_failover_keeps_every_acknowledged_write(tmp_path):
                  what="the old primary to rejoin as a replica")
         wait_for(lambda: linked(primary.client()), timeout=30, what="its link")
         current = next(r for r in replicas if r.port == sentinel.discover_master("tsmaster")[1]).client()
+        # (both replicas online at the primary first: a CI run's WAIT saw one, the other
+        # replica still being pointed at the current primary by Sentinel, or resyncing)
+        wait_for(lambda: _online_replicas(current) >= 2, timeout=60, what="both replicas online at the primary")
         assert current.execute_command("WAIT", 2, 5000) == 2
         wait_for(lambda: _read_all(primary.client()) == _read_all(current), what="the old primary to converge")
     finally:
         for proc in reversed(started):
             proc.stop()
+
+
+def _online_replicas(c: redis.Redis) -> int:
+    """The replicas INFO replication shows online (``slaveN: state=online``)."""
+    fields = c.info("replication")
+    return sum(1 for key, value in fields.items()
+               if key.startswith("slave") and key[5:].isdigit() and isinstance(value, dict)
+               and value.get("state") == "online")
 
 
 def _read_all(c: redis.Redis) -> list:
