@@ -81,7 +81,10 @@ def one_run(prefill: int, blocks: int, runs: int, mapping_off: bool, steady: boo
         block_ns.append(elapsed / (run * runs))
     assert len(window) == (prefill if steady else prefill + run * runs * blocks), "a claim was refused"
     memory = smaps_rollup()
-    mapped = _window._table_mapping(window) if hasattr(_window, "_table_mapping") else 0
+    if hasattr(_window, "_layout"):
+        mapped = _window._layout(window)["table_mapped"]
+    else:  # (a build before session 38's, or before round 16's: none)
+        mapped = _window._table_mapping(window) if hasattr(_window, "_table_mapping") else 0
     return {
         "ns_per_id": total_ns / (run * runs * blocks),
         "block_median_ns": statistics.median(block_ns),

@@ -1397,39 +1397,53 @@ as_window(PyObject *window, const char *name)
     return (Window *)window;
 }
 
-/* _next_table(window) -> (its slots, bytes populated, growths that took one, bytes resident
-   by mincore): slots 0 when none. */
-static PyObject *
-next_table(PyObject *Py_UNUSED(module), PyObject *window)
+/* The bytes of the next table's pages the kernel has made (mincore), for _layout. -1: MemoryError. */
+static Py_ssize_t
+next_resident(Window *w)
 {
-    Window *w = as_window(window, "_next_table");
-    if (w == NULL)
-        return NULL;
     size_t resident = 0;
 #if defined(__linux__)
-    if (w->next != NULL && w->next_mapped) {  /* (the pages made, as the kernel counts them) */
+    if (w->next != NULL && w->next_mapped) {
         size_t page = (size_t)sysconf(_SC_PAGESIZE), pages = (w->next_mapped + page - 1) / page;
         unsigned char *vector = PyMem_Malloc(pages);
-        if (vector == NULL)
-            return PyErr_NoMemory();
+        if (vector == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
         if (mincore(w->next, w->next_mapped, vector) == 0)
             for (size_t i = 0; i < pages; i++)
                 resident += (vector[i] & 1) * page;
         PyMem_Free(vector);
     }
 #endif
-    return Py_BuildValue("(nnnn)", (Py_ssize_t)w->next_size, (Py_ssize_t)w->next_ready, (Py_ssize_t)w->next_taken,
-                         (Py_ssize_t)resident);
+    return (Py_ssize_t)resident;
 }
 
-/* _migration(window) -> (old table's slots, slots moved): (0, 0) with no migration. */
+/* _layout(window) -> a dict of where its memory is and what it is doing (for the tests
+   and benchmarks): table_mapped (its table's mapping's length, 0: from PyMem), blocks and
+   blocks_mapped (blocks of entries, how many are mappings of their own), old_slots and
+   moved (a migration's old table and the slots moved so far; 0 and 0 with none),
+   next_slots, next_ready, next_resident (the next table made ready ahead: its slots, the
+   bytes populated, the bytes the kernel counts resident; 0 with none), next_taken
+   (growths that took a next table). */
 static PyObject *
-migration(PyObject *Py_UNUSED(module), PyObject *window)
+layout(PyObject *Py_UNUSED(module), PyObject *window)
 {
-    Window *w = as_window(window, "_migration");
+    Window *w = as_window(window, "_layout");
     if (w == NULL)
         return NULL;
-    return Py_BuildValue("(nn)", (Py_ssize_t)(w->old != NULL ? w->old_mask + 1 : 0), (Py_ssize_t)w->moved);
+    size_t blocks_mapped = 0;
+    for (size_t i = 0; i < w->chunks_count; i++)
+        blocks_mapped += w->chunks[i].mapped != 0;
+    Py_ssize_t resident = next_resident(w);
+    if (resident < 0)
+        return NULL;
+    return Py_BuildValue("{snsnsnsnsnsnsnsnsn}",
+                         "table_mapped", (Py_ssize_t)w->slots_mapped,
+                         "blocks", (Py_ssize_t)w->chunks_count, "blocks_mapped", (Py_ssize_t)blocks_mapped,
+                         "old_slots", (Py_ssize_t)(w->old != NULL ? w->old_mask + 1 : 0), "moved", (Py_ssize_t)w->moved,
+                         "next_slots", (Py_ssize_t)w->next_size, "next_ready", (Py_ssize_t)w->next_ready,
+                         "next_resident", resident, "next_taken", (Py_ssize_t)w->next_taken);
 }
 
 /* One table's slots checked: each points at a live entry of its hash, in [head,
@@ -1526,42 +1540,16 @@ check_window(PyObject *Py_UNUSED(module), PyObject *window)
     Py_RETURN_NONE;
 }
 
-/* _blocks_mapped(window) -> (blocks, how many of them are mappings). */
-static PyObject *
-blocks_mapped(PyObject *Py_UNUSED(module), PyObject *window)
-{
-    Window *w = as_window(window, "_blocks_mapped");
-    if (w == NULL)
-        return NULL;
-    size_t mapped = 0;
-    for (size_t i = 0; i < w->chunks_count; i++)
-        mapped += w->chunks[i].mapped != 0;
-    return Py_BuildValue("(nn)", (Py_ssize_t)w->chunks_count, (Py_ssize_t)mapped);
-}
-
-/* _table_mapping(window) -> the length of its table's mapping (0: none, or from PyMem). */
-static PyObject *
-table_mapping(PyObject *Py_UNUSED(module), PyObject *window)
-{
-    Window *w = as_window(window, "_table_mapping");
-    return w == NULL ? NULL : PyLong_FromSize_t(w->slots_mapped);
-}
-
 static PyMethodDef module_functions[] = {
     {"_set_mapping", (PyCFunction)(void (*)(void))set_mapping, METH_FASTCALL,
      "_set_mapping(min_bytes, fail) -> the settings before: tables of min_bytes or more are mapped on\n"
      "huge pages; fail: every mapping (tables, blocks of entries) fails (the fallback is used).\n"
      "For tests and benchmarks."},
-    {"_table_mapping", (PyCFunction)table_mapping, METH_O,
-     "_table_mapping(window) -> the length of the window's table's mapping (0: not mapped)."},
-    {"_next_table", (PyCFunction)next_table, METH_O,
-     "_next_table(window) -> (the next table's slots, bytes populated, growths that took one, bytes resident)."},
-    {"_migration", (PyCFunction)migration, METH_O,
-     "_migration(window) -> (the old table's slots, slots moved so far): (0, 0) when none runs."},
+    {"_layout", (PyCFunction)layout, METH_O,
+     "_layout(window) -> {table_mapped, blocks, blocks_mapped, old_slots, moved, next_slots, next_ready,\n"
+     "next_resident, next_taken}: where its memory is, a running migration, the next table. For tests."},
     {"_check", (PyCFunction)check_window, METH_O,
      "_check(window): the tables' and entries' invariants; AssertionError when one fails. For tests."},
-    {"_blocks_mapped", (PyCFunction)blocks_mapped, METH_O,
-     "_blocks_mapped(window) -> (blocks of entries, how many are mappings of their own)."},
     {"pack_ids", (PyCFunction)pack_ids, METH_O,
      "pack_ids(ids) -> an INGEST record's ids as one bytes object (lengths, then bytes), or ids itself."},
     {NULL, NULL, 0, NULL},

@@ -98,6 +98,30 @@ def _run_sequence(seed: int, windows: list, steps: int = 400) -> None:
         _check(windows)
 
 
+def _layout(window) -> dict:
+    """engine/_window.c ``_layout``: where a C window's memory is, its migration, its next table."""
+    return window_module._layout(window)
+
+
+def _table_mapping(window) -> int:
+    return _layout(window)["table_mapped"]
+
+
+def _blocks_mapped(window) -> tuple[int, int]:
+    layout = _layout(window)
+    return layout["blocks"], layout["blocks_mapped"]
+
+
+def _migration(window) -> tuple[int, int]:
+    layout = _layout(window)
+    return layout["old_slots"], layout["moved"]
+
+
+def _next_table(window) -> tuple[int, int, int, int]:
+    layout = _layout(window)
+    return layout["next_slots"], layout["next_ready"], layout["next_taken"], layout["next_resident"]
+
+
 def _check(windows) -> None:
     """The C windows' invariants (engine/_window.c ``_check``: tables, migration, entries)."""
     for w in windows:
@@ -134,16 +158,16 @@ def test_a_growing_table_migrates_a_few_slots_an_id_while_every_call_works():
             offset += len(ids)
         _check(windows)
         return answers[0]
-    while window_module._migration(windows[1])[0] != 4096:  # (the tables of 64 to 2,048 slots moved too)
+    while _migration(windows[1])[0] != 4096:  # (the tables of 64 to 2,048 slots moved too)
         assert claim(tuple(b"g-%d" % (offset + i) for i in range(8)))
-    old_slots, moved = window_module._migration(windows[1])
+    old_slots, moved = _migration(windows[1])
     assert 8 * 64 <= moved < old_slots // 4  # (grown at 2,868 ids, by a claim of 8: only a start moved)
     rounds = 0
-    while window_module._migration(windows[1]) != (0, 0):
+    while _migration(windows[1]) != (0, 0):
         rounds += 1
-        before = window_module._migration(windows[1])[1]
+        before = _migration(windows[1])[1]
         assert claim((b"n-%d" % offset,))
-        after = window_module._migration(windows[1])
+        after = _migration(windows[1])
         assert after == (0, 0) or 64 <= after[1] - before < 64 + 100  # (64 an id, then to a cluster's end)
         early = b"g-%d" % (1 + 8 * rounds)  # entered before the growth: most likely not moved yet
         assert not claim((b"fresh-%d" % rounds, early))  # refused: the early id is stored
@@ -163,7 +187,7 @@ def test_a_growing_table_migrates_a_few_slots_an_id_while_every_call_works():
             for w in windows:
                 w.expire(15)
             _check(windows)
-            assert window_module._migration(windows[1]) == (0, 0)
+            assert _migration(windows[1]) == (0, 0)
         assert _state(windows[0]) == _state(windows[1])
     assert rounds == 8  # (each claim, refused ones too, moved its 64 slots an id)
     for w in windows:
@@ -178,14 +202,14 @@ def test_a_window_that_stops_taking_ids_ends_its_migration_as_it_is_checked():
     the window is empty the old table goes at once, with a truncation too."""
     window = CWindow()
     offset = 1
-    while window_module._migration(window)[0] != 8192:
+    while _migration(window)[0] != 8192:
         assert window.claim(tuple(b"s-%d" % (offset + i) for i in range(8)), offset, 0, offset)
         offset += 8
     calls = 0
-    while window_module._migration(window) != (0, 0):
-        before = window_module._migration(window)[1]
+    while _migration(window) != (0, 0):
+        before = _migration(window)[1]
         assert window.seen(b"s-1", 0) == 1
-        after = window_module._migration(window)
+        after = _migration(window)
         assert after == (0, 0) or 4096 <= after[1] - before < 4096 + 100
         window_module._check(window)
         calls += 1
@@ -193,16 +217,16 @@ def test_a_window_that_stops_taking_ids_ends_its_migration_as_it_is_checked():
     for stop in ("expire", "truncate"):  # emptied mid-migration: the old table goes too
         window = CWindow()
         offset = 1
-        while window_module._migration(window)[0] != 8192:
+        while _migration(window)[0] != 8192:
             assert window.claim(tuple(b"e-%d" % (offset + i) for i in range(8)), offset, 0, offset)
             offset += 8
         if stop == "expire":
             window.expire(1 << 40)
         else:  # all but the last run age out (4,096 slots moved: not all), then it is taken back
             assert window.seen(b"e-1", offset - 9) is None and len(window) == 8
-            assert window_module._migration(window)[0] == 8192
+            assert _migration(window)[0] == 8192
             window.truncate(0)
-        assert len(window) == 0 and window_module._migration(window) == (0, 0)
+        assert len(window) == 0 and _migration(window) == (0, 0)
         window_module._check(window)
 
 
@@ -214,13 +238,13 @@ def test_a_table_that_must_grow_again_finishes_its_migration_at_once():
     windows = [PyWindow(), CWindow()]
     ids = [b"b-%d" % i for i in range(20_000)]
     offset = 1
-    while window_module._migration(windows[1])[0] != 4096:
+    while _migration(windows[1])[0] != 4096:
         assert all(w.claim(tuple(ids[offset - 1:offset + 15]), offset, 0, offset) for w in windows)
         offset += 16
-    assert 0 < window_module._migration(windows[1])[1] < 4096
+    assert 0 < _migration(windows[1])[1] < 4096
     assert all(w.claim(tuple(ids[offset - 1:]), offset, 0, 1 << 30) for w in windows)
     _check(windows)
-    assert window_module._migration(windows[1]) == (0, 0)
+    assert _migration(windows[1]) == (0, 0)
     assert _state(windows[0]) == _state(windows[1]) and len(windows[1]) == 20_000
     assert all(windows[1].get(mid) == 1 + i for i, mid in enumerate(ids))
 
@@ -274,31 +298,31 @@ def test_the_next_mapped_table_is_made_ready_in_step_with_the_ids_from_068_full(
         claims = _Claims()
         c_window = claims.windows[1]
         claims.fill_below(68, size)
-        assert window_module._migration(c_window) == (0, 0)
-        taken = window_module._next_table(c_window)[2]
-        assert window_module._next_table(c_window) == (0, 0, taken, 0)
+        assert _migration(c_window) == (0, 0)
+        taken = _next_table(c_window)[2]
+        assert _next_table(c_window) == (0, 0, taken, 0)
         claims.claim(16, True)  # past 0.68: mapped, and a huge page made
-        slots, ready, _, resident = window_module._next_table(c_window)
+        slots, ready, _, resident = _next_table(c_window)
         assert (slots, ready) == (2 * size, huge if populates else 0) and resident >= ready
         band = size * 70 // 100 - size * 68 // 100
         while (len(c_window) + 16) * 10 <= size * 7:
             claims.claim(16)
             passed = (len(c_window) - size * 68 // 100) / band
-            _, ready, _, resident = window_module._next_table(c_window)
+            _, ready, _, resident = _next_table(c_window)
             assert not populates or ready >= min(1.0, passed) * 2 * huge - huge  # (in step, whole by 0.7 full)
             assert resident >= ready
-        assert window_module._next_table(c_window)[1] == (2 * huge if populates else 0)
+        assert _next_table(c_window)[1] == (2 * huge if populates else 0)
         claims.claim(16, True)
-        assert window_module._migration(c_window)[0] == size
-        assert window_module._next_table(c_window) == (0, 0, taken + 1, 0)  # (taken by the growth)
+        assert _migration(c_window)[0] == size
+        assert _next_table(c_window) == (0, 0, taken + 1, 0)  # (taken by the growth)
         size *= 2
         claims.fill_below(68, size)
         claims.claim(16, True)
-        assert window_module._next_table(c_window)[0] == 2 * size
+        assert _next_table(c_window)[0] == 2 * size
         claims.expire_to(66, size)
-        assert size * 64 < len(c_window) * 100 and window_module._next_table(c_window)[0] == 2 * size  # (kept)
+        assert size * 64 < len(c_window) * 100 and _next_table(c_window)[0] == 2 * size  # (kept)
         claims.expire_to(62, size)
-        assert window_module._next_table(c_window)[0] == 0  # (let go, by the expiry)
+        assert _next_table(c_window)[0] == 0  # (let go, by the expiry)
         assert _state(claims.windows[0]) == _state(c_window)
 
 
@@ -318,14 +342,14 @@ def test_a_call_far_into_the_band_makes_the_next_table_in_proportion():
     while len(window) + 4096 <= size * 68 // 100:
         claim(4096)
     claim(size * 68 // 100 - len(window))
-    assert window_module._next_table(window)[0] == 0
+    assert _next_table(window)[0] == 0
     claim(size // 100 + 16)  # (to just past 0.69 full)
-    slots, ready, _, resident = window_module._next_table(window)
+    slots, ready, _, resident = _next_table(window)
     assert slots == 2 * size and resident >= ready
     if window_module._POPULATES:
         assert 4 * huge <= ready <= 6 * huge
     claim(size * 70 // 100 - len(window))
-    assert window_module._next_table(window)[1] == (8 * huge if window_module._POPULATES else 0)
+    assert _next_table(window)[1] == (8 * huge if window_module._POPULATES else 0)
     window_module._check(window)
 
 
@@ -339,15 +363,15 @@ def test_no_next_table_with_mappings_failing_or_for_small_tables():
         migrated = set()
         for _ in range(40):
             claims.claim(16)
-            assert window_module._next_table(claims.windows[1]) == (0, 0, 0, 0)
-            migrated.add(window_module._migration(claims.windows[1])[0])
+            assert _next_table(claims.windows[1]) == (0, 0, 0, 0)
+            migrated.add(_migration(claims.windows[1])[0])
         assert 2 ** 14 in migrated  # (the table grew, into one of its own)
         _check(claims.windows)
         assert _state(claims.windows[0]) == _state(claims.windows[1])
     window = CWindow()
     for start in range(0, 5000, 50):
         assert window.claim(tuple(b"u-%d" % (start + i) for i in range(50)), 1 + start, 0, 1)
-        assert window_module._next_table(window)[0] == 0
+        assert _next_table(window)[0] == 0
 
 
 @needs_c
@@ -616,10 +640,10 @@ def test_memory_errors_in_the_middle_of_a_migration_leave_the_window_as_it_was(f
         for name, call in calls.items():
             window = CWindow()
             offset = 1
-            while window_module._migration(window)[0] != 4096:
+            while _migration(window)[0] != 4096:
                 assert window.claim(tuple(b"m-%d" % (offset + i) for i in range(8)), offset, 0, offset)
                 offset += 8
-            assert 0 < window_module._migration(window)[1] < 4096
+            assert 0 < _migration(window)[1] < 4096
             failures = _memory_errors_leave_the_window(call, window)
             assert failures > 0 or not fail or name == "add"  # (mapped tables and blocks cannot be failed; the add needs no room)
             window_module._check(window)
@@ -655,7 +679,7 @@ def test_blocks_after_the_first_are_mappings_of_their_own(fail):
             assert [w.claim(run, 1 + start, 0, 1 + start) for w in windows] == [True, True]
             assert [w.claim(run[:1], 5000, 0, 1 + start) for w in windows] == [False, False]
         assert _state(windows[0]) == _state(windows[1])
-        blocks, mapped = window_module._blocks_mapped(windows[1])
+        blocks, mapped = _blocks_mapped(windows[1])
         assert blocks >= 12 and mapped == (0 if fail else blocks - 1)
         for w in windows:
             w.truncate(10)
@@ -663,14 +687,14 @@ def test_blocks_after_the_first_are_mappings_of_their_own(fail):
         for w in windows:
             w.expire(400)  # the first ten runs age out: their blocks are freed
         assert _state(windows[0]) == _state(windows[1]) and len(windows[1]) == 370
-        assert window_module._blocks_mapped(windows[1])[0] < blocks
+        assert _blocks_mapped(windows[1])[0] < blocks
         assert [w.claim((ids[0],), 9000, 400, 9000) for w in windows] == [True, True]
         assert [w.get(ids[5]) for w in windows] == [None, None] and windows[1].get(ids[0]) == 9000
         for w in windows:
             w.expire(1 << 40)
         assert _state(windows[0]) == _state(windows[1]) == (([], []), 0, 0)
     with pytest.raises(TypeError):
-        window_module._blocks_mapped(PyWindow())
+        _blocks_mapped(PyWindow())
 
 
 @needs_c
@@ -685,7 +709,7 @@ def test_mapped_tables_as_the_python_fallback(seed, fail):
         for w in windows:  # (a table, whatever the sequence left)
             w.add([b"last"], 1 << 40, 1 << 40)
         assert _state(windows[0]) == _state(windows[1])
-        assert window_module._table_mapping(windows[1]) == (0 if fail else 2 << 20)
+        assert _table_mapping(windows[1]) == (0 if fail else 2 << 20)
 
 
 @needs_c
@@ -696,20 +720,20 @@ def test_a_large_table_is_mapped_on_huge_pages():
     ids = [b"h-%d" % i for i in range(200_000)]
     for start in range(0, 90_048, 64):
         assert window.claim(tuple(ids[start:start + 64]), 1 + start, 0, 1 + start // 64)
-    assert window_module._table_mapping(window) == 0  # (1 MiB: from PyMem_Calloc)
+    assert _table_mapping(window) == 0  # (1 MiB: from PyMem_Calloc)
     for start in range(90_048, 100_032, 64):
         assert window.claim(tuple(ids[start:start + 64]), 1 + start, 0, 1 + start // 64)
-    assert window_module._table_mapping(window) == 2 << 20
+    assert _table_mapping(window) == 2 << 20
     for start in range(100_032, 200_000, 64):
         assert window.claim(tuple(ids[start:start + 64]), 1 + start, 0, 1 + start // 64)
-    assert window_module._table_mapping(window) == 4 << 20
+    assert _table_mapping(window) == 4 << 20
     assert len(window) == 200_000 and all(window.get(mid) == 1 + i for i, mid in enumerate(ids))
     assert not window.claim((ids[0],), 300_000, 0, 10_000)
     window.expire(1 << 40)
-    assert _state(window) == (([], []), 0, 0) and window_module._table_mapping(window) == 0
+    assert _state(window) == (([], []), 0, 0) and _table_mapping(window) == 0
     assert window.claim((ids[0],), 300_000, 0, 1 << 41) and window.get(ids[0]) == 300_000
     with pytest.raises(TypeError):
-        window_module._table_mapping(PyWindow())
+        _table_mapping(PyWindow())
 
 
 def test_an_ingest_uses_the_c_window_unless_turned_off():
